@@ -1,0 +1,50 @@
+"""Channels, people and messages as the rest of the bot sees them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from enum import Enum
+
+
+class ChannelKind(str, Enum):
+    PUBLIC = "public"
+    PRIVATE = "private"
+    IM = "im"
+    MPIM = "mpim"
+
+
+@dataclass(frozen=True)
+class Channel:
+    """A Slack conversation the bot is in."""
+
+    id: str
+    name: str
+    kind: ChannelKind = ChannelKind.PUBLIC
+
+    @property
+    def is_private(self) -> bool:
+        """Private channels, DMs and group DMs keep what is said in them."""
+        return self.kind is not ChannelKind.PUBLIC
+
+
+@dataclass(frozen=True)
+class Message:
+    """A message in a channel; `thread_ts` is None for top-level messages."""
+
+    channel_id: str
+    ts: str
+    user_id: str | None
+    text: str
+    user_name: str
+    is_bot: bool = False
+    thread_ts: str | None = None
+
+    @property
+    def posted_at(self) -> datetime:
+        return ts_to_datetime(self.ts)
+
+
+def ts_to_datetime(ts: str) -> datetime:
+    """A Slack timestamp ("1700000000.000100") as an aware UTC datetime."""
+    return datetime.fromtimestamp(float(ts), tz=timezone.utc)

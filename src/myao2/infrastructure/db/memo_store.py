@@ -1,0 +1,258 @@
+"""The memo store on SQLModel: each change is one transaction that checks the rules and writes a revision."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine, or_
+from sqlmodel import Session, col, select
+
+from myao2.domain.memo import (
+    Action,
+    Memo,
+    MemoChanges,
+    MemoDraft,
+    MemoError,
+    MemoPage,
+    MemoRevision,
+    Origin,
+    TagUsage,
+    Visibility,
+    check_tag_kinds,
+)
+from myao2.domain.ports import Clock
+from myao2.infrastructure.db.tables import MemoRevisionRow, MemoRow
+
+
+class SqlMemoStore:
+    """`MemoStore` over a SQLAlchemy engine (SQLite or PostgreSQL)."""
+
+    def __init__(self, engine: Engine, clock: Clock) -> None:
+        self._engine = engine
+        self._clock = clock
+
+    # -- changes -------------------------------------------------------------
+
+    def add(self, draft: MemoDraft, origin: Origin, actor: str) -> Memo:
+        now = self._clock.now()
+        with Session(self._engine) as session, session.begin():
+            if self._live_row(session, draft.name) is not None:
+                raise MemoError("name_taken", name=draft.name)
+            check_tag_kinds(draft.tags, self._tag_kinds(session))
+            row = MemoRow(
+                name=draft.name,
+                content=draft.content,
+                priority=draft.priority,
+                tags=list(draft.tags),
+                detail=draft.detail,
+                user_id=origin.user_id,
+                channel_id=origin.channel_id,
+                message_ts=origin.message_ts,
+                visibility=origin.visibility.value,
+                created_at=now,
+                updated_at=now,
+            )
+            session.add(row)
+            session.flush()
+            memo = _to_memo(row)
+            self._revise(session, memo, Action.ADD, actor, None)
+            return memo
+
+    def edit(self, name: str, changes: MemoChanges, channel_id: str | None, actor: str) -> Memo:
+        with Session(self._engine) as session, session.begin():
+            row = self._visible_row(session, name, channel_id)
+            before = _to_memo(row)
+            after = changes.apply(before, self._clock.now())
+            if after.name != before.name and self._live_row(session, after.name) is not None:
+                raise MemoError("name_taken", name=after.name)
+            if after.tags != before.tags:
+                others = self._tag_kinds(session, exclude_id=row.id)
+                check_tag_kinds(after.tags, others)
+            _copy_into(row, after)
+            self._revise(session, after, Action.EDIT, actor, before)
+            return after
+
+    def remove(self, name: str, channel_id: str | None, actor: str) -> Memo:
+        with Session(self._engine) as session, session.begin():
+            row = self._visible_row(session, name, channel_id)
+            before = _to_memo(row)
+            row.removed_at = self._clock.now()
+            after = _to_memo(row)
+            self._revise(session, after, Action.REMOVE, actor, before)
+            return after
+
+    def restore(self, name: str, actor: str) -> Memo:
+        with Session(self._engine) as session, session.begin():
+            if self._live_row(session, name) is not None:
+                raise MemoError("name_taken", name=name)
+            row = session.exec(
+                select(MemoRow)
+                .where(MemoRow.name == name, col(MemoRow.removed_at).is_not(None))
+                .order_by(col(MemoRow.removed_at).desc())
+            ).first()
+            if row is None:
+                raise MemoError("not_removed", name=name)
+            before = _to_memo(row)
+            check_tag_kinds(before.tags, self._tag_kinds(session))
+            row.removed_at = None
+            row.updated_at = self._clock.now()
+            after = _to_memo(row)
+            self._revise(session, after, Action.RESTORE, actor, before)
+            return after
+
+    # -- reads ---------------------------------------------------------------
+
+    def get(self, name: str, channel_id: str | None) -> Memo:
+        with Session(self._engine) as session:
+            return _to_memo(self._visible_row(session, name, channel_id))
+
+    def list(
+        self,
+        channel_id: str | None,
+        *,
+        tag: str | None = None,
+        min_priority: int = 1,
+        offset: int = 0,
+        limit: int | None = None,
+        removed: bool = False,
+    ) -> MemoPage:
+        with Session(self._engine) as session:
+            query = _scoped(select(MemoRow), channel_id, removed=removed)
+            if min_priority > 1:
+                query = query.where(MemoRow.priority >= min_priority)
+            rows = session.exec(
+                query.order_by(col(MemoRow.priority).desc(), col(MemoRow.updated_at).desc())
+            ).all()
+        memos = [_to_memo(r) for r in rows]
+        if tag is not None:
+            memos = [m for m in memos if tag.strip() in m.tags]
+        end = None if limit is None else offset + limit
+        return MemoPage(memos=memos[offset:end], offset=offset, total=len(memos))
+
+    def tags(self, channel_id: str | None) -> list[TagUsage]:
+        with Session(self._engine) as session:
+            rows = session.exec(_scoped(select(MemoRow), channel_id)).all()
+        counts: dict[str, int] = {}
+        latest: dict[str, datetime] = {}
+        for row in rows:
+            for tag in row.tags:
+                counts[tag] = counts.get(tag, 0) + 1
+                latest[tag] = max(latest.get(tag, row.updated_at), row.updated_at)
+        usages = [TagUsage(tag=t, count=n, last_updated=latest[t]) for t, n in counts.items()]
+        usages.sort(key=lambda u: (-u.count, -u.last_updated.timestamp(), u.tag))
+        return usages
+
+    def recent(self, channel_id: str | None, limit: int, exclude: set[str]) -> list[Memo]:
+        with Session(self._engine) as session:
+            query = _scoped(select(MemoRow), channel_id)
+            if exclude:
+                query = query.where(col(MemoRow.name).not_in(exclude))
+            rows = session.exec(
+                query.order_by(col(MemoRow.updated_at).desc(), col(MemoRow.id).desc()).limit(limit)
+            ).all()
+        return [_to_memo(r) for r in rows]
+
+    def history(self, name: str) -> list[MemoRevision]:
+        """Every revision of every memo that has borne `name`, oldest first."""
+        with Session(self._engine) as session:
+            ids = session.exec(select(MemoRow.id).where(MemoRow.name == name)).all()
+            named = session.exec(
+                select(MemoRevisionRow.memo_id).where(MemoRevisionRow.memo_name == name)
+            ).all()
+            memo_ids = set(ids) | set(named)
+            if not memo_ids:
+                raise MemoError("unknown_name", name=name)
+            rows = session.exec(
+                select(MemoRevisionRow)
+                .where(col(MemoRevisionRow.memo_id).in_(memo_ids))
+                .order_by(col(MemoRevisionRow.id))
+            ).all()
+        return [
+            MemoRevision(
+                memo_id=r.memo_id,
+                memo_name=r.memo_name,
+                action=Action(r.action),
+                actor=r.actor,
+                at=r.at,
+                before=r.before,
+                after=r.after,
+            )
+            for r in rows
+        ]
+
+    # -- helpers -------------------------------------------------------------
+
+    @staticmethod
+    def _live_row(session: Session, name: str) -> MemoRow | None:
+        return session.exec(
+            select(MemoRow).where(MemoRow.name == name, col(MemoRow.removed_at).is_(None))
+        ).first()
+
+    def _visible_row(self, session: Session, name: str, channel_id: str | None) -> MemoRow:
+        row = self._live_row(session, name)
+        if row is None or not _to_memo(row).visible_in(channel_id):
+            raise MemoError("unknown_name", name=name)
+        return row
+
+    @staticmethod
+    def _tag_kinds(session: Session, exclude_id: int | None = None) -> set[str]:
+        query = select(MemoRow.tags).where(col(MemoRow.removed_at).is_(None))
+        if exclude_id is not None:
+            query = query.where(MemoRow.id != exclude_id)
+        return {tag for tags in session.exec(query).all() for tag in tags}
+
+    def _revise(
+        self, session: Session, memo: Memo, action: Action, actor: str, before: Memo | None
+    ) -> None:
+        assert memo.id is not None
+        session.add(
+            MemoRevisionRow(
+                memo_id=memo.id,
+                memo_name=memo.name,
+                action=action.value,
+                actor=actor,
+                at=self._clock.now(),
+                before=before.snapshot() if before else None,
+                after=memo.snapshot(),
+            )
+        )
+
+
+def _scoped(query: Any, channel_id: str | None, *, removed: bool = False) -> Any:
+    """Restrict a memo query to live (or removed) memos that `channel_id` may see."""
+    removed_col = col(MemoRow.removed_at)
+    query = query.where(removed_col.is_not(None) if removed else removed_col.is_(None))
+    if channel_id is not None:
+        query = query.where(
+            or_(MemoRow.visibility == Visibility.WORKSPACE.value, MemoRow.channel_id == channel_id)
+        )
+    return query
+
+
+def _to_memo(row: MemoRow) -> Memo:
+    return Memo(
+        id=row.id,
+        name=row.name,
+        content=row.content,
+        priority=row.priority,
+        tags=tuple(row.tags),
+        detail=row.detail,
+        user_id=row.user_id,
+        channel_id=row.channel_id,
+        message_ts=row.message_ts,
+        visibility=Visibility(row.visibility),
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        removed_at=row.removed_at,
+    )
+
+
+def _copy_into(row: MemoRow, memo: Memo) -> None:
+    row.name = memo.name
+    row.content = memo.content
+    row.priority = memo.priority
+    row.tags = list(memo.tags)
+    row.detail = memo.detail
+    row.updated_at = memo.updated_at
+
