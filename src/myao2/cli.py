@@ -1,0 +1,84 @@
+"""Command line: ``myao2 [--config PATH] [run | memo ...]``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from myao2.config import Config, ConfigError, load_config
+
+EXIT_CONFIG_ERROR = 2
+EXIT_INTERRUPTED = 130
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser; ``--config`` is accepted before and after any subcommand."""
+    # SUPPRESS keeps a subparser from overwriting a --config given before the subcommand.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--config",
+        type=Path,
+        default=argparse.SUPPRESS,
+        metavar="PATH",
+        help="config file (default: $MYAO2_CONFIG or ./config.yaml)",
+    )
+
+    parser = argparse.ArgumentParser(
+        prog="myao2", parents=[common], description="A Slack bot that keeps a notebook of memos."
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands.add_parser("run", parents=[common], help="run the bot (the default)")
+
+    memo = commands.add_parser("memo", parents=[common], help="inspect the bot's memos")
+    memo.set_defaults(tag=None, min_priority=None, removed=False, json=False, name=None)
+    actions = memo.add_subparsers(dest="memo_command", metavar="ACTION", required=True)
+
+    memo_list = actions.add_parser("list", parents=[common], help="list memos")
+    memo_list.add_argument("--tag", metavar="T", help="only memos with this tag")
+    memo_list.add_argument("--min-priority", type=int, metavar="N", help="only memos with priority >= N")
+    memo_list.add_argument("--removed", action="store_true", help="list removed memos")
+    memo_list.add_argument("--json", action="store_true", help="print JSON")
+
+    memo_show = actions.add_parser("show", parents=[common], help="show one memo")
+    memo_show.add_argument("name")
+    memo_show.add_argument("--json", action="store_true", help="print JSON")
+
+    memo_history = actions.add_parser("history", parents=[common], help="show a memo's past versions")
+    memo_history.add_argument("name")
+    memo_history.add_argument("--json", action="store_true", help="print JSON")
+
+    memo_restore = actions.add_parser("restore", parents=[common], help="restore a removed memo")
+    memo_restore.add_argument("name")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line and return the exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        # Configured before loading so warnings about the config file are formatted too.
+        logging.basicConfig(level=logging.WARNING, format=LOG_FORMAT, stream=sys.stderr)
+        config = load_config(getattr(args, "config", None))
+        logging.getLogger().setLevel(config.logging.level)
+        return _dispatch(config, args)
+    except ConfigError as exc:
+        print("myao2: configuration error:", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return EXIT_CONFIG_ERROR
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+def _dispatch(config: Config, args: argparse.Namespace) -> int:
+    if args.command == "memo":
+        from myao2.memo_cli import run_memo_command
+
+        return run_memo_command(config, args)
+    from myao2.bot import run_bot
+
+    return run_bot(config)

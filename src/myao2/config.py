@@ -1,0 +1,325 @@
+"""Configuration: pydantic models for config.yaml and the loader that fills them.
+
+String values may read environment variables with ``${VAR}`` or ``${VAR:-default}``.
+A variable that is not set only becomes an error when the code using its section
+calls :meth:`Config.require`; until then the key keeps its default.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+logger = logging.getLogger(__name__)
+
+CONFIG_ENV_VAR = "MYAO2_CONFIG"
+DEFAULT_CONFIG_PATH = Path("config.yaml")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+class ConfigError(Exception):
+    """An invalid or incomplete configuration; ``problems`` holds one line per problem."""
+
+    def __init__(self, problems: str | Iterable[str]) -> None:
+        self.problems = (problems,) if isinstance(problems, str) else tuple(problems)
+        super().__init__("\n".join(self.problems))
+
+
+def _resolve_path(value: Path, info: ValidationInfo) -> Path:
+    """Make a path absolute against the config file's folder (or the cwd)."""
+    base_dir = (info.context or {}).get("base_dir") or Path.cwd()
+    return (base_dir / value.expanduser()).resolve()
+
+
+ConfigPath = Annotated[Path, AfterValidator(_resolve_path)]
+"""A path that is relative to the folder of the config file."""
+
+
+def _section() -> Any:
+    """Default for a nested section: validated as ``{}`` so it sees the loader's context."""
+    return Field(default_factory=dict, validate_default=True)
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_empty(cls, data: Any) -> Any:
+        # A section whose keys are all commented out parses as null.
+        return {} if data is None else data
+
+
+class SlackConfig(_Section):
+    """Slack credentials and API endpoint."""
+
+    bot_token: str = ""
+    app_token: str = ""
+    api_base_url: str = "https://slack.com/api/"
+
+
+class AgentConfig(_Section):
+    """One LLM agent: model, model parameters and OpenAI client arguments."""
+
+    model_id: str = "gpt-5-mini"
+    params: dict[str, Any] = {}
+    client_args: dict[str, Any] = {}
+    system_prompt: str | None = None
+    """Overrides the system prompt rendered from the templates when set."""
+
+
+class AgentsConfig(_Section):
+    """The agents: one writes replies, one judges when to speak, one keeps memos."""
+
+    response: AgentConfig = _section()
+    judgment: AgentConfig = _section()
+    memory: AgentConfig = _section()
+
+
+class PersonaConfig(_Section):
+    """Who the bot is and where it lives."""
+
+    name: str = "myao"
+    system_prompt: str = ""
+    """Extra persona description; empty leaves the persona to the templates."""
+    language: Literal["ja", "en"] = "ja"
+    timezone: str = "UTC"
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_timezone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError("unknown time zone (use an IANA name such as Asia/Tokyo or UTC)") from None
+        return value
+
+    @property
+    def tzinfo(self) -> ZoneInfo:
+        """The persona's time zone."""
+        return ZoneInfo(self.timezone)
+
+
+class MemoryConfig(_Section):
+    """Where memos are stored."""
+
+    database_path: ConfigPath = Field(default=Path("data/memory.db"), validate_default=True)
+    database_url: str | None = None
+    """An SQLAlchemy URL that overrides ``database_path`` when set."""
+
+    @property
+    def sqlalchemy_url(self) -> str:
+        """The effective SQLAlchemy URL: ``database_url`` or the SQLite file."""
+        return self.database_url or f"sqlite:///{self.database_path}"
+
+
+class LoggingConfig(_Section):
+    """Log output."""
+
+    level: str = "INFO"
+    debug_llm_messages: bool = False
+
+    @field_validator("level")
+    @classmethod
+    def _known_level(cls, value: str) -> str:
+        level = value.strip().upper()
+        if level not in LOG_LEVELS:
+            raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}")
+        return level
+
+
+class PromptsConfig(_Section):
+    """Prompt templates."""
+
+    template_dir: ConfigPath | None = None
+    """A folder of Jinja templates that override the shipped ones."""
+
+
+class Config(_Section):
+    """The whole configuration."""
+
+    slack: SlackConfig = _section()
+    agents: AgentsConfig = _section()
+    persona: PersonaConfig = _section()
+    memory: MemoryConfig = _section()
+    logging: LoggingConfig = _section()
+    prompts: PromptsConfig = _section()
+
+    _missing_env: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    def require(self, *paths: str) -> None:
+        """Raise ConfigError unless every dotted path (and every key under it) has a value.
+
+        A key is missing when its environment variable is not set, or when its
+        value is empty or null.
+        """
+        problems: list[str] = []
+        for path in paths:
+            missing = [
+                f"{key}: environment variable {var} is not set"
+                for key, var in self._missing_env.items()
+                if key == path or key.startswith(path + ".") or path.startswith(key + ".")
+            ]
+            if missing:
+                problems.extend(missing)
+                continue
+            value = self._lookup(path)
+            if value is None:
+                problems.append(f"{path}: is not set, but a value is required")
+            elif isinstance(value, str) and not value.strip():
+                problems.append(f"{path}: is empty, but a value is required")
+        if problems:
+            raise ConfigError(dict.fromkeys(problems))
+
+    def _lookup(self, path: str) -> Any:
+        node: Any = self
+        for part in path.split("."):
+            if isinstance(node, BaseModel):
+                if part not in type(node).model_fields:
+                    raise ValueError(f"unknown config path {path!r}")
+                node = getattr(node, part)
+            elif isinstance(node, Mapping):
+                node = node.get(part)
+            else:
+                return None
+        return node
+
+
+def load_config(path: Path | None = None, environ: Mapping[str, str] | None = None) -> Config:
+    """Load the config file at ``path``, ``$MYAO2_CONFIG`` or ``./config.yaml``.
+
+    ``environ`` (default ``os.environ``) supplies the ``${VAR}`` values.
+    Raises ConfigError when the file is missing, not valid YAML or has invalid values.
+    """
+    environ = os.environ if environ is None else environ
+    if path is None:
+        path = Path(environ.get(CONFIG_ENV_VAR) or DEFAULT_CONFIG_PATH)
+    path = Path(path).expanduser().absolute()
+
+    raw = _read_yaml(path)
+    _warn_unknown_keys(Config, raw, "")
+    missing: dict[str, str] = {}
+    data = _expand_tree(raw, "", environ, missing)
+    try:
+        config = Config.model_validate(data, context={"base_dir": path.parent})
+    except ValidationError as exc:
+        raise ConfigError(dict.fromkeys(_describe(error) for error in exc.errors())) from None
+    config._missing_env = missing
+    return config
+
+
+def _read_yaml(path: Path) -> dict[Any, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise ConfigError(f"cannot read config file {path}: {reason}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(_describe_yaml_error(path, exc)) from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections")
+    return data
+
+
+def _describe_yaml_error(path: Path, exc: yaml.YAMLError) -> str:
+    # Built from the parts of the error only: str(exc) quotes the offending line,
+    # which may contain a secret.
+    mark = getattr(exc, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+    problem = getattr(exc, "problem", None) or "cannot be parsed"
+    return f"{path}: invalid YAML{where}: {problem}"
+
+
+def _warn_unknown_keys(model: type[BaseModel], data: Mapping[Any, Any], prefix: str) -> None:
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        field = model.model_fields.get(key) if isinstance(key, str) else None
+        if field is None:
+            logger.warning("unknown config key %r (ignored)", path)
+            continue
+        section = field.annotation
+        if isinstance(value, Mapping) and isinstance(section, type) and issubclass(section, BaseModel):
+            _warn_unknown_keys(section, value, path + ".")
+
+
+class _MissingVariable(Exception):
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def _expand_tree(node: Any, path: str, environ: Mapping[str, str], missing: dict[str, str]) -> Any:
+    """Expand variables in every string; drop keys whose variable is missing.
+
+    A missing variable inside a list drops the key holding the list. Dropped
+    keys are recorded in ``missing`` as ``{dotted_path: variable_name}``.
+    """
+    if isinstance(node, dict):
+        expanded = {}
+        for key, value in node.items():
+            child = f"{path}.{key}" if path else str(key)
+            try:
+                expanded[key] = _expand_tree(value, child, environ, missing)
+            except _MissingVariable as exc:
+                missing[child] = exc.name
+        return expanded
+    if isinstance(node, list):
+        return [_expand_tree(item, path, environ, missing) for item in node]
+    if isinstance(node, str):
+        return _VARIABLE.sub(lambda match: _substitute(match, environ), node)
+    return node
+
+
+def _substitute(match: re.Match[str], environ: Mapping[str, str]) -> str:
+    name, default = match.group(1), match.group(2)
+    value = environ.get(name)
+    if default is not None:
+        return value or default
+    if value is None:
+        raise _MissingVariable(name)
+    return value
+
+
+_ERROR_MESSAGES = {
+    "model_type": "must be a mapping of keys",
+    "model_attributes_type": "must be a mapping of keys",
+    "dict_type": "must be a mapping",
+    "path_type": "must be a path",
+    "bool_parsing": "must be true or false",
+}
+_MESSAGE_PREFIXES = (("Value error, ", ""), ("Input should be ", "must be "), ("Input is ", "is "))
+
+
+def _describe(error: Any) -> str:
+    """One readable line for a pydantic error; never includes the input value."""
+    where = ".".join(str(part) for part in error["loc"]) or "config"
+    message = _ERROR_MESSAGES.get(error["type"], error["msg"])
+    for prefix, replacement in _MESSAGE_PREFIXES:
+        if message.startswith(prefix):
+            message = replacement + message[len(prefix) :]
+    return f"{where}: {message}"

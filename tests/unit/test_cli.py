@@ -1,0 +1,193 @@
+"""Tests for the myao2 command line."""
+
+import argparse
+import logging
+import os
+import subprocess
+import sys
+import types
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from myao2.cli import main
+from myao2.config import Config, ConfigError
+
+
+class Calls:
+    """Records what the fake bot and memo modules were called with."""
+
+    def __init__(self) -> None:
+        self.run: list[Config] = []
+        self.memo: list[tuple[Config, argparse.Namespace]] = []
+        self.error: BaseException | None = None
+
+    def run_bot(self, config: Config) -> int:
+        self.run.append(config)
+        if self.error:
+            raise self.error
+        return 0
+
+    def run_memo_command(self, config: Config, args: argparse.Namespace) -> int:
+        self.memo.append((config, args))
+        return 3
+
+
+@pytest.fixture(autouse=True)
+def restore_root_logger() -> Iterator[None]:
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    yield
+    root.setLevel(level)
+    root.handlers[:] = handlers
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> Calls:
+    calls = Calls()
+    bot = types.ModuleType("myao2.bot")
+    bot.run_bot = calls.run_bot  # type: ignore[attr-defined]
+    memo_cli = types.ModuleType("myao2.memo_cli")
+    memo_cli.run_memo_command = calls.run_memo_command  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "myao2.bot", bot)
+    monkeypatch.setitem(sys.modules, "myao2.memo_cli", memo_cli)
+    return calls
+
+
+@pytest.fixture
+def config_file(tmp_path: Path) -> Path:
+    path = tmp_path / "custom.yaml"
+    path.write_text("persona: {name: custom}\nlogging: {level: DEBUG}\n", encoding="utf-8")
+    return path
+
+
+def test_run_is_the_default(calls: Calls, config_file: Path) -> None:
+    assert main(["--config", str(config_file)]) == 0
+
+    assert [config.persona.name for config in calls.run] == ["custom"]
+    assert logging.getLogger().level == logging.DEBUG
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--config", "{path}", "run"],
+        ["run", "--config", "{path}"],
+    ],
+)
+def test_config_before_or_after_run(calls: Calls, config_file: Path, argv: list[str]) -> None:
+    assert main([arg.format(path=config_file) for arg in argv]) == 0
+
+    assert [config.persona.name for config in calls.run] == ["custom"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--config", "{path}", "memo", "show", "x"],
+        ["memo", "--config", "{path}", "show", "x"],
+        ["memo", "show", "x", "--config", "{path}"],
+    ],
+)
+def test_config_before_or_after_memo(calls: Calls, config_file: Path, argv: list[str]) -> None:
+    assert main([arg.format(path=config_file) for arg in argv]) == 3
+
+    [(config, args)] = calls.memo
+    assert config.persona.name == "custom"
+    assert (args.memo_command, args.name, args.json) == ("show", "x", False)
+
+
+def test_config_after_the_subcommand_wins(calls: Calls, config_file: Path, tmp_path: Path) -> None:
+    main(["--config", str(tmp_path / "missing.yaml"), "run", "--config", str(config_file)])
+
+    assert [config.persona.name for config in calls.run] == ["custom"]
+
+
+def test_memo_list_options(calls: Calls, config_file: Path) -> None:
+    options = ["--tag", "food", "--min-priority", "2", "--removed", "--json"]
+    main(["memo", "list", *options, "--config", str(config_file)])
+
+    [(_, args)] = calls.memo
+    attributes = (args.memo_command, args.tag, args.min_priority, args.removed, args.json, args.name)
+    assert attributes == ("list", "food", 2, True, True, None)
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["memo", "list"], ("list", None, None, False, False, None)),
+        (["memo", "history", "n", "--json"], ("history", None, None, False, True, "n")),
+        (["memo", "restore", "n"], ("restore", None, None, False, False, "n")),
+    ],
+)
+def test_memo_namespace_has_every_attribute(
+    calls: Calls, config_file: Path, argv: list[str], expected: tuple[object, ...]
+) -> None:
+    main([*argv, "--config", str(config_file)])
+
+    [(_, args)] = calls.memo
+    assert (args.memo_command, args.tag, args.min_priority, args.removed, args.json, args.name) == expected
+
+
+def test_config_comes_from_myao2_config(
+    calls: Calls, config_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MYAO2_CONFIG", str(config_file))
+
+    assert main([]) == 0
+    assert [config.persona.name for config in calls.run] == ["custom"]
+
+
+def test_config_error_from_the_command(
+    calls: Calls, config_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls.error = ConfigError("slack.bot_token: environment variable SLACK_BOT_TOKEN is not set")
+
+    assert main(["--config", str(config_file)]) == 2
+    assert capsys.readouterr().err == (
+        "myao2: configuration error:\n  slack.bot_token: environment variable SLACK_BOT_TOKEN is not set\n"
+    )
+
+
+def test_keyboard_interrupt_exits_quietly(
+    calls: Calls, config_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls.error = KeyboardInterrupt()
+
+    assert main(["--config", str(config_file)]) == 130
+    assert capsys.readouterr().err == ""
+
+
+def run_module(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    environ = {key: value for key, value in os.environ.items() if key != "MYAO2_CONFIG"}
+    return subprocess.run(
+        [sys.executable, "-m", "myao2", *args],
+        cwd=cwd,
+        env={**environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_invalid_config_exits_with_2(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("logging:\n  level: LOUD\n", encoding="utf-8")
+
+    result = run_module(["run", "--config", str(path)], tmp_path)
+
+    assert result.returncode == 2
+    assert "myao2: configuration error:" in result.stderr
+    assert "logging.level" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_missing_config_file_exits_with_2(tmp_path: Path) -> None:
+    missing = tmp_path / "missing.yaml"
+
+    result = run_module(["memo", "list"], tmp_path, MYAO2_CONFIG=str(missing))
+
+    assert result.returncode == 2
+    assert str(missing) in result.stderr
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,315 @@
+"""Tests for loading and validating config.yaml."""
+
+import logging
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from myao2.config import Config, ConfigError, load_config
+
+SHIPPED_CONFIG = Path(__file__).resolve().parents[2] / "config.yaml"
+
+
+def write_config(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def load_text(tmp_path: Path, text: str, environ: dict[str, str] | None = None) -> Config:
+    return load_config(write_config(tmp_path, text), environ or {})
+
+
+def test_empty_file_gives_defaults(tmp_path: Path) -> None:
+    config = load_text(tmp_path, "")
+
+    assert config.slack.bot_token == ""
+    assert config.slack.api_base_url == "https://slack.com/api/"
+    for agent in (config.agents.response, config.agents.judgment, config.agents.memory):
+        assert agent.model_id == "gpt-5-mini"
+        assert agent.params == {} and agent.client_args == {}
+        assert agent.system_prompt is None
+    assert config.persona.name == "myao"
+    assert config.persona.language == "ja"
+    assert config.persona.tzinfo == ZoneInfo("UTC")
+    assert config.memory.database_path == tmp_path.resolve() / "data" / "memory.db"
+    assert config.memory.sqlalchemy_url == f"sqlite:///{tmp_path.resolve() / 'data' / 'memory.db'}"
+    assert config.logging.level == "INFO"
+    assert config.logging.debug_llm_messages is False
+    assert config.prompts.template_dir is None
+
+
+def test_null_section_gives_defaults(tmp_path: Path) -> None:
+    config = load_text(tmp_path, "persona:\nprompts:\n")
+
+    assert config.persona.name == "myao"
+    assert config.prompts.template_dir is None
+
+
+def test_values_are_read(tmp_path: Path) -> None:
+    config = load_text(
+        tmp_path,
+        """
+persona: {name: neko, language: en, timezone: Asia/Tokyo}
+logging: {level: debug, debug_llm_messages: true}
+agents:
+  judgment: {model_id: other, params: {max_completion_tokens: 10}}
+memory: {database_url: "postgresql+psycopg://u@h/db"}
+""",
+    )
+
+    assert config.persona.name == "neko"
+    assert config.persona.language == "en"
+    assert config.persona.tzinfo == ZoneInfo("Asia/Tokyo")
+    assert config.logging.level == "DEBUG"
+    assert config.logging.debug_llm_messages is True
+    assert config.agents.judgment.model_id == "other"
+    assert config.agents.judgment.params == {"max_completion_tokens": 10}
+    assert config.memory.sqlalchemy_url == "postgresql+psycopg://u@h/db"
+
+
+def test_variables_are_expanded(tmp_path: Path) -> None:
+    config = load_text(
+        tmp_path,
+        """
+slack:
+  bot_token: ${BOT}
+  app_token: ${APP:-fallback}
+  api_base_url: http://${HOST}:${PORT:-8080}/api/
+agents:
+  response:
+    client_args: {api_key: "${KEY}", headers: ["x-${HOST}"]}
+persona:
+  name: ${NAME:-myao}
+""",
+        {"BOT": "xoxb-1", "HOST": "localhost", "KEY": "sk-1", "NAME": ""},
+    )
+
+    assert config.slack.bot_token == "xoxb-1"
+    assert config.slack.app_token == "fallback"
+    assert config.slack.api_base_url == "http://localhost:8080/api/"
+    assert config.agents.response.client_args == {"api_key": "sk-1", "headers": ["x-localhost"]}
+    assert config.persona.name == "myao"  # an empty variable also takes the default
+
+
+def test_expanded_value_is_validated(tmp_path: Path) -> None:
+    config = load_text(tmp_path, "logging: {debug_llm_messages: '${DEBUG}'}", {"DEBUG": "true"})
+
+    assert config.logging.debug_llm_messages is True
+
+
+def test_missing_variable_is_fine_until_required(tmp_path: Path) -> None:
+    config = load_text(tmp_path, "slack:\n  bot_token: ${SLACK_BOT_TOKEN}\n  app_token: xapp-1\n")
+
+    assert config.slack.bot_token == ""
+    config.require("slack.app_token", "persona")
+
+    with pytest.raises(ConfigError) as excinfo:
+        config.require("slack.bot_token", "slack.app_token")
+    assert str(excinfo.value) == "slack.bot_token: environment variable SLACK_BOT_TOKEN is not set"
+
+
+def test_require_a_section_covers_keys_under_it(tmp_path: Path) -> None:
+    config = load_text(
+        tmp_path,
+        """
+agents:
+  response:
+    client_args: {api_key: "${OPENAI_API_KEY}", base_url: "${OPENAI_BASE_URL:-http://x}"}
+  judgment:
+    client_args: {headers: ["${MISSING_IN_LIST}"]}
+""",
+    )
+
+    assert config.agents.response.client_args == {"base_url": "http://x"}
+    assert config.agents.judgment.client_args == {}
+    config.require("agents.memory")
+    with pytest.raises(ConfigError) as excinfo:
+        config.require("agents")
+    assert excinfo.value.problems == (
+        "agents.response.client_args.api_key: environment variable OPENAI_API_KEY is not set",
+        "agents.judgment.client_args.headers: environment variable MISSING_IN_LIST is not set",
+    )
+
+
+def test_require_a_key_under_a_missing_one(tmp_path: Path) -> None:
+    config = load_text(tmp_path, "agents:\n  memory:\n    client_args: ${ARGS}\n")
+
+    with pytest.raises(ConfigError, match="^agents.memory.client_args: environment variable ARGS is not set$"):
+        config.require("agents.memory.client_args.api_key")
+
+
+def test_require_rejects_empty_values(tmp_path: Path) -> None:
+    config = load_text(tmp_path, "slack:\n  bot_token: '${EMPTY}'\n", {"EMPTY": ""})
+
+    with pytest.raises(ConfigError) as excinfo:
+        config.require("slack.bot_token", "slack.app_token", "agents.response.client_args.api_key")
+    assert excinfo.value.problems == (
+        "slack.bot_token: is empty, but a value is required",
+        "slack.app_token: is empty, but a value is required",
+        "agents.response.client_args.api_key: is not set, but a value is required",
+    )
+
+
+def test_require_rejects_paths_the_models_do_not_define() -> None:
+    with pytest.raises(ValueError, match="slack.bot_tokn"):
+        Config().require("slack.bot_tokn")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("logging: {level: LOUD}", "logging.level: must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL"),
+        ("persona: {timezone: Mars/Base}", "persona.timezone: unknown time zone"),
+        ("persona: {language: fr}", "persona.language: must be 'ja' or 'en'"),
+        ("memory: {database_path: [1, 2]}", "memory.database_path: must be a path"),
+        ("logging: {debug_llm_messages: maybe}", "logging.debug_llm_messages: must be true or false"),
+        ("slack: hello", "slack: must be a mapping"),
+    ],
+)
+def test_invalid_value_names_the_key(tmp_path: Path, text: str, expected: str) -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        load_text(tmp_path, text)
+
+    message = str(excinfo.value)
+    assert message.startswith(expected)
+    assert "pydantic" not in message and "http" not in message
+
+
+def test_every_problem_gets_a_line(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        load_text(tmp_path, "logging: {level: LOUD}\npersona: {language: fr}\n")
+
+    assert [line.split(":")[0] for line in excinfo.value.problems] == ["persona.language", "logging.level"]
+    assert str(excinfo.value).splitlines() == list(excinfo.value.problems)
+
+
+def test_unknown_keys_are_warned_about(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="myao2.config"):
+        config = load_text(
+            tmp_path,
+            """
+persona: {langauge: en}
+agents:
+  response: {modelid: x, client_args: {anything: 1}, params: {whatever: 2}}
+colour: blue
+""",
+        )
+
+    assert config.persona.language == "ja"
+    warnings = [record.getMessage() for record in caplog.records]
+    assert warnings == [
+        "unknown config key 'persona.langauge' (ignored)",
+        "unknown config key 'agents.response.modelid' (ignored)",
+        "unknown config key 'colour' (ignored)",
+    ]
+
+
+def test_relative_paths_resolve_against_the_config_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "conf"
+    folder.mkdir()
+    write_config(folder, "memory: {database_path: db/m.db}\nprompts: {template_dir: ../tpl}\n")
+    monkeypatch.chdir(tmp_path)
+
+    config = load_config(Path("conf/config.yaml"), {})
+
+    assert config.memory.database_path == folder.resolve() / "db" / "m.db"
+    assert config.prompts.template_dir == tmp_path.resolve() / "tpl"
+
+
+def test_absolute_paths_are_kept(tmp_path: Path) -> None:
+    config = load_text(tmp_path, f"memory: {{database_path: {tmp_path / 'x.db'}}}")
+
+    assert config.memory.database_path == (tmp_path / "x.db").resolve()
+
+
+def test_config_path_comes_from_myao2_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write_config(tmp_path, "persona: {name: from-env}")
+    monkeypatch.chdir(tmp_path.parent)
+
+    assert load_config(environ={"MYAO2_CONFIG": str(path)}).persona.name == "from-env"
+
+
+def test_default_path_is_config_yaml_in_the_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_config(tmp_path, "persona: {name: from-cwd}")
+    monkeypatch.chdir(tmp_path)
+
+    assert load_config(environ={}).persona.name == "from-cwd"
+
+
+def test_missing_file_names_the_path(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.yaml"
+
+    with pytest.raises(ConfigError, match="nope.yaml"):
+        load_config(environ={"MYAO2_CONFIG": str(missing)})
+
+
+def test_yaml_errors_give_the_line_without_the_text(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        load_text(tmp_path, "slack:\n  bot_token: xoxb-secret\n  app_token: [unclosed\n")
+
+    message = str(excinfo.value)
+    assert "invalid YAML at line" in message
+    assert "xoxb-secret" not in message
+    assert "Traceback" not in message
+
+
+def test_top_level_must_be_a_mapping(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="mapping"):
+        load_text(tmp_path, "- a\n- b\n")
+
+
+def test_secrets_do_not_appear_in_errors(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        load_text(
+            tmp_path,
+            "slack: {bot_token: [xoxb-secret]}\npersona: {timezone: '${TZ_SECRET}'}\n",
+            {"TZ_SECRET": "sk-secret"},
+        )
+
+    message = str(excinfo.value)
+    assert "slack.bot_token" in message and "persona.timezone" in message
+    assert "secret" not in message
+
+
+def test_shipped_config_loads() -> None:
+    environ = {
+        "SLACK_BOT_TOKEN": "xoxb-test",
+        "SLACK_APP_TOKEN": "xapp-test",
+        "OPENAI_API_KEY": "sk-test",
+        "OPENAI_BASE_URL": "http://llm.test/v1",
+    }
+
+    config = load_config(SHIPPED_CONFIG, environ)
+    config.require("slack", "agents", "persona", "memory", "logging", "prompts")
+
+    assert config.slack.bot_token == "xoxb-test"
+    assert config.slack.app_token == "xapp-test"
+    assert config.slack.api_base_url == "https://slack.com/api/"
+    for agent in (config.agents.response, config.agents.judgment, config.agents.memory):
+        assert agent.model_id == "gpt-5-mini"
+        assert agent.client_args == {"api_key": "sk-test", "base_url": "http://llm.test/v1"}
+    assert config.persona.name == "myao"
+    assert config.memory.database_path == SHIPPED_CONFIG.parent / "data" / "memory.db"
+
+
+def test_shipped_config_has_no_unknown_keys(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="myao2.config"):
+        config = load_config(SHIPPED_CONFIG, {})
+
+    assert caplog.records == []
+    assert config.agents.response.client_args == {"base_url": "https://api.openai.com/v1"}
+    with pytest.raises(ConfigError) as excinfo:
+        config.require("slack.bot_token", "agents.memory")
+    assert excinfo.value.problems == (
+        "slack.bot_token: environment variable SLACK_BOT_TOKEN is not set",
+        "agents.memory.client_args.api_key: environment variable OPENAI_API_KEY is not set",
+    )
+
+
+def test_config_is_frozen() -> None:
+    with pytest.raises(ValueError):
+        Config().persona.name = "other"  # type: ignore[misc]
