@@ -56,6 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Libraries whose INFO lines (one per migration step, HTTP request, ...) are noise to a user.
+QUIET_LOGGERS = ("alembic", "httpx", "httpx2", "openai", "strands", "slack_bolt", "slack_sdk")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line and return the exit status."""
     args = build_parser().parse_args(argv)
@@ -64,6 +68,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.basicConfig(level=logging.WARNING, format=LOG_FORMAT, stream=sys.stderr)
         config = load_config(getattr(args, "config", None))
         logging.getLogger().setLevel(config.logging.level)
+        if config.logging.level != "DEBUG":
+            for chatty in QUIET_LOGGERS:
+                logging.getLogger(chatty).setLevel(logging.WARNING)
         return _dispatch(config, args)
     except ConfigError as exc:
         print("myao2: configuration error:", file=sys.stderr)

@@ -1,0 +1,50 @@
+"""Prompt rendering: Jinja templates per language, optionally overridden by the user's own."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from jinja2 import BaseLoader, ChoiceLoader, Environment, FileSystemLoader, PackageLoader, StrictUndefined
+
+from myao2.application.context import PromptContext
+
+Kind = Literal["judgment", "response", "memory"]
+Part = Literal["system", "query"]
+
+
+class PromptRenderer:
+    """Renders `templates/<language>/<kind>_<part>.j2` with a `PromptContext`.
+
+    Templates in `template_dir` (same relative names, e.g. `ja/response_system.j2`)
+    take precedence over the shipped ones. A system prompt given in
+    `system_overrides` for a kind replaces that kind's rendered system prompt.
+    """
+
+    def __init__(
+        self,
+        language: Literal["ja", "en"],
+        template_dir: Path | None = None,
+        system_overrides: Mapping[str, str | None] | None = None,
+    ) -> None:
+        loaders: list[BaseLoader] = [PackageLoader("myao2.infrastructure.llm", "templates")]
+        if template_dir is not None:
+            loaders.insert(0, FileSystemLoader(template_dir))
+        self._env = Environment(
+            loader=ChoiceLoader(loaders),
+            undefined=StrictUndefined,
+            autoescape=False,
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        self._language = language
+        self._overrides = dict(system_overrides or {})
+
+    def render(self, kind: Kind, part: Part, context: PromptContext, **extra: Any) -> str:
+        """The prompt text; `extra` adds variables a template needs (e.g. `elapsed` for judgment)."""
+        override = self._overrides.get(kind) if part == "system" else None
+        if override:
+            return override
+        template = self._env.get_template(f"{self._language}/{kind}_{part}.j2")
+        return template.render(context=context, **extra).strip()

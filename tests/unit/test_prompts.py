@@ -1,0 +1,138 @@
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
+
+import pytest
+from jinja2 import UndefinedError
+
+from myao2.application.context import ContextBuilder, Persona, PromptContext
+from myao2.domain.conversation import Channel, Message
+from myao2.domain.memo import MemoDraft, Origin
+from myao2.infrastructure.db.engine import open_database
+from myao2.infrastructure.db.memo_store import SqlMemoStore
+from myao2.infrastructure.llm.prompts import PromptRenderer
+
+KINDS = ("judgment", "response", "memory")
+PARTS = ("system", "query")
+MESSAGES = [
+    Message("C1", "1735786800.0", "U1", "<@U2> want to get ramen?", "Alice"),
+    Message("C1", "1735786920.0", "U2", "sure!", "Bob"),
+]
+
+
+class StepClock:
+    """A clock that stands still until a test moves it."""
+
+    def __init__(self) -> None:
+        self.current = datetime(2025, 1, 2, 3, 0, tzinfo=timezone.utc)
+
+    def now(self) -> datetime:
+        return self.current
+
+    def tick(self) -> None:
+        self.current += timedelta(minutes=1)
+
+
+@pytest.fixture(scope="module")
+def context(tmp_path_factory) -> PromptContext:
+    """A context with two important memos (one with tags and detail) and two recent ones."""
+    engine = open_database(f"sqlite:///{tmp_path_factory.mktemp('prompts')}/m.db")
+    clock = StepClock()
+    store = SqlMemoStore(engine, clock)
+    origin = Origin(channel_id="C1", user_id="U1")
+    for draft in (
+        MemoDraft.create("alice-ramen", "Alice loves spicy ramen", 5, ["food", "alice"], "Likes Ichiran"),
+        MemoDraft.create("bob-birthday", "Bob's birthday is May 3", 4),
+        MemoDraft.create("carol-trip", "Carol visits Kyoto next week", 2),
+        MemoDraft.create("dave-cold", "Dave has a cold", 1),
+    ):
+        clock.tick()
+        store.add(draft, origin, "test")
+    clock.tick()
+    persona = Persona("myao", "You adore cats.", "en", ZoneInfo("Asia/Tokyo"))
+    builder = ContextBuilder(store, clock, persona)
+    built = asyncio.run(builder.build(Channel("C1", "general"), MESSAGES, {"U2": "Bob"}))
+    engine.dispose()
+    return built
+
+
+@pytest.mark.parametrize("language", ["ja", "en"])
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("part", PARTS)
+def test_every_template_renders(context, language, kind, part):
+    text = PromptRenderer(language).render(kind, part, context, elapsed="3 minutes")
+
+    assert "myao" in text
+    if part == "system":
+        assert "You adore cats." in text
+    else:
+        assert "[2025-01-02 12:02] Bob: sure!" in text
+        assert "alice-ramen" in text
+
+
+@pytest.mark.parametrize("language", ["ja", "en"])
+def test_a_missing_variable_fails(context, language):
+    with pytest.raises(UndefinedError):
+        PromptRenderer(language).render("judgment", "query", context)
+
+
+def test_english_response_query_has_guidelines_and_memos(context):
+    text = PromptRenderer("en").render("response", "query", context)
+
+    for keyword in ("list_memo_tags", "detail", "edit_memo", "remove_memo", "name the person"):
+        assert keyword in text
+    assert "5 = always remember, 4 = important, 3 = useful, 2 = minor, 1 = temporary" in text
+    assert "Current time: 2025-01-02 12:05" in text
+    assert "#general" in text
+    assert "- alice-ramen (priority 5; tags: food, alice; updated 2025-01-02 12:01): Alice loves spicy ramen [detail: get_memo]" in text
+    assert "- bob-birthday (priority 4; updated 2025-01-02 12:02): Bob's birthday is May 3" in text
+    assert "- dave-cold: Dave has a cold\n- carol-trip: Carol visits Kyoto next week\n" in text
+    assert "[2025-01-02 12:00] Alice: @Bob want to get ramen?" in text
+
+
+def test_japanese_response_query_has_guidelines_and_memos(context):
+    text = PromptRenderer("ja").render("response", "query", context)
+
+    assert "list_memo_tags" in text
+    assert "detail" in text
+    assert "5 = 必ず覚えておく、4 = 重要、3 = 役に立つ、2 = ささいなこと、1 = 一時的なこと" in text
+    assert "- alice-ramen（優先度 5・タグ: food、alice・更新 2025-01-02 12:01）: Alice loves spicy ramen" in text
+    assert "- dave-cold: Dave has a cold\n- carol-trip: Carol visits Kyoto next week\n" in text
+
+
+@pytest.mark.parametrize("language", ["ja", "en"])
+def test_judgment_query_shows_elapsed_time_and_conversation(context, language):
+    text = PromptRenderer(language).render("judgment", "query", context, elapsed="42 minutes")
+
+    assert "42 minutes" in text
+    assert "[2025-01-02 12:00] Alice: @Bob want to get ramen?\n[2025-01-02 12:02] Bob: sure!" in text
+    assert "should_respond" in text and "confidence" in text
+
+
+def test_empty_memos_and_conversation_still_render(context):
+    empty = replace(context, important_memos=(), recent_memos=(), conversation=())
+
+    text = PromptRenderer("en").render("memory", "query", empty)
+
+    assert "(none)" in text
+    assert "(no messages)" in text
+
+
+def test_a_user_template_overrides_one_template(context, tmp_path):
+    (tmp_path / "en").mkdir()
+    (tmp_path / "en" / "response_system.j2").write_text("Custom {{ context.persona.name }}\n")
+    renderer = PromptRenderer("en", template_dir=tmp_path)
+
+    assert renderer.render("response", "system", context) == "Custom myao"
+    assert "list_memo_tags" in renderer.render("response", "query", context)
+
+
+def test_a_configured_system_prompt_replaces_the_rendered_one(context):
+    renderer = PromptRenderer("en", system_overrides={"judgment": "Judge tersely.", "response": None})
+
+    assert renderer.render("judgment", "system", context) == "Judge tersely."
+    assert "You adore cats." in renderer.render("response", "system", context)
+    assert "Judge tersely." not in renderer.render("judgment", "query", context, elapsed="1 minute")
