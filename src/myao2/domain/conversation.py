@@ -39,10 +39,29 @@ class Message:
     user_name: str
     is_bot: bool = False
     thread_ts: str | None = None
+    mentions: tuple[str, ...] = ()
 
     @property
     def posted_at(self) -> datetime:
         return ts_to_datetime(self.ts)
+
+
+@dataclass(frozen=True)
+class Person:
+    """Someone in the workspace, as the bot addresses them."""
+
+    user_id: str
+    display_name: str
+    is_bot: bool = False
+
+
+@dataclass(frozen=True)
+class BotIdentity:
+    """Who the bot is in Slack."""
+
+    user_id: str
+    bot_id: str | None
+    team_id: str | None
 
 
 def ts_to_datetime(ts: str) -> datetime:

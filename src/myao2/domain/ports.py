@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Protocol
 
+from myao2.domain.conversation import Channel, Message, Person
 from myao2.domain.memo import (
     Memo,
     MemoChanges,
@@ -55,3 +56,69 @@ class MemoStore(Protocol):
     def recent(self, channel_id: str | None, limit: int, exclude: set[str]) -> list[Memo]: ...
 
     def history(self, name: str) -> list[MemoRevision]: ...
+
+
+class ConversationStore(Protocol):
+    """What the bot has seen in Slack: channels, people and messages (synchronous; run in a thread)."""
+
+    def save_message(self, message: Message) -> bool:
+        """Store or update a message by (channel, ts); True when it was new."""
+        ...
+
+    def edit_message(self, channel_id: str, ts: str, text: str) -> None: ...
+
+    def delete_message(self, channel_id: str, ts: str) -> None: ...
+
+    def get_message(self, channel_id: str, ts: str) -> Message | None: ...
+
+    def thread_messages(self, channel_id: str, thread_ts: str, limit: int) -> list[Message]:
+        """The newest `limit` messages of a thread (parent included), oldest first."""
+        ...
+
+    def channel_messages(self, channel_id: str, limit: int, since: datetime | None = None) -> list[Message]:
+        """The newest `limit` top-level messages of a channel posted after `since`, oldest first."""
+        ...
+
+    def latest_ts(self, channel_id: str) -> str | None:
+        """The ts of the newest stored message in the channel (threads included)."""
+        ...
+
+    def save_channel(self, channel: Channel) -> None: ...
+
+    def get_channel(self, channel_id: str) -> Channel | None: ...
+
+    def save_person(self, person: Person) -> None: ...
+
+    def people(self) -> dict[str, Person]: ...
+
+    def claim(self, channel_id: str, ts: str) -> bool:
+        """Mark a message as taken up for an answer; True only for the first claim."""
+        ...
+
+    def unclaimed_mentions(self, user_id: str, since: datetime) -> list[Message]:
+        """Messages since `since` that mention `user_id` (or are in a DM with it) and were never claimed."""
+        ...
+
+
+class ChatPlatform(Protocol):
+    """The chat service the bot lives in (Slack), as the use cases need it."""
+
+    async def post(self, channel_id: str, text: str, thread_ts: str | None) -> str:
+        """Post a message; returns its ts."""
+        ...
+
+    async def react(self, channel_id: str, ts: str, emoji: str) -> None: ...
+
+    async def person(self, user_id: str) -> Person:
+        """Who a user id is (cached, refreshed now and then)."""
+        ...
+
+    async def channel(self, channel_id: str) -> Channel: ...
+
+    async def member_channels(self) -> list[Channel]:
+        """Every conversation the bot is a member of."""
+        ...
+
+    async def fetch_history(self, channel_id: str, oldest: str, limit: int) -> list[Message]:
+        """Messages posted after `oldest`, thread replies included, oldest first, at most `limit`."""
+        ...

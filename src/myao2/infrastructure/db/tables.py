@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Column, ForeignKey, Index, Integer, text
+from sqlalchemy import Column, ForeignKey, Index, Integer, Text, UniqueConstraint, text
 from sqlmodel import Field, SQLModel
 
 from myao2.infrastructure.db.types import JSONText, UTCDateTime
@@ -49,3 +49,49 @@ class MemoRevisionRow(SQLModel, table=True):
     at: datetime = Field(sa_column=Column(UTCDateTime, nullable=False))
     before: dict[str, Any] | None = Field(default=None, sa_column=Column(JSONText, nullable=True))
     after: dict[str, Any] | None = Field(default=None, sa_column=Column(JSONText, nullable=True))
+
+
+class ChannelRow(SQLModel, table=True):
+    __tablename__ = "channels"
+
+    id: str = Field(primary_key=True, max_length=32)
+    name: str = Field(max_length=255)
+    kind: str = Field(max_length=8)
+    updated_at: datetime = Field(sa_column=Column(UTCDateTime, nullable=False))
+
+
+class PersonRow(SQLModel, table=True):
+    __tablename__ = "people"
+
+    user_id: str = Field(primary_key=True, max_length=32)
+    display_name: str = Field(max_length=255)
+    is_bot: bool
+    updated_at: datetime = Field(sa_column=Column(UTCDateTime, nullable=False))
+
+
+class MessageRow(SQLModel, table=True):
+    __tablename__ = "messages"
+    __table_args__ = (
+        UniqueConstraint("channel_id", "ts", name="uq_messages_channel_ts"),
+        Index("ix_messages_thread", "channel_id", "thread_ts", "ts"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    channel_id: str = Field(max_length=32)
+    ts: str = Field(max_length=32)
+    thread_ts: str | None = Field(default=None, max_length=32)
+    user_id: str | None = Field(default=None, max_length=32)
+    user_name: str = Field(max_length=255)
+    text: str = Field(sa_column=Column(Text, nullable=False))
+    is_bot: bool
+    mentions: list[str] = Field(sa_column=Column(JSONText, nullable=False))
+    posted_at: datetime = Field(sa_column=Column(UTCDateTime, nullable=False, index=True))
+    edited_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime, nullable=True))
+
+
+class ClaimRow(SQLModel, table=True):
+    __tablename__ = "claims"
+
+    channel_id: str = Field(primary_key=True, max_length=32)
+    ts: str = Field(primary_key=True, max_length=32)
+    claimed_at: datetime = Field(sa_column=Column(UTCDateTime, nullable=False))

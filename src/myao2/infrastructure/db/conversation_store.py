@@ -1,0 +1,191 @@
+"""The conversation store on SQLModel: what the bot has seen in Slack, one session per call.
+
+Upserts and claims insert first and rely on the table keys to detect an existing row, so
+callers racing from several threads never store a message twice nor claim it twice.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine, Text, delete, exists, or_, type_coerce, update
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, SQLModel, col, select
+
+from myao2.domain.conversation import Channel, ChannelKind, Message, Person
+from myao2.domain.ports import Clock
+from myao2.infrastructure.clock import SystemClock
+from myao2.infrastructure.db.tables import ChannelRow, ClaimRow, MessageRow, PersonRow
+
+
+class SqlConversationStore:
+    """`ConversationStore` over a SQLAlchemy engine (SQLite or PostgreSQL); safe to share between threads."""
+
+    def __init__(self, engine: Engine, clock: Clock | None = None) -> None:
+        self._engine = engine
+        self._clock = clock or SystemClock()
+
+    # -- messages ------------------------------------------------------------
+
+    def save_message(self, message: Message) -> bool:
+        values = _message_values(message)
+        row = MessageRow(
+            channel_id=message.channel_id, ts=message.ts, posted_at=message.posted_at, **values
+        )
+        if self._insert(row):
+            return True
+        self._update(MessageRow, _message_key(message.channel_id, message.ts), values)
+        return False
+
+    def edit_message(self, channel_id: str, ts: str, text: str) -> None:
+        values = {"text": text, "edited_at": self._clock.now()}
+        self._update(MessageRow, _message_key(channel_id, ts), values)
+
+    def delete_message(self, channel_id: str, ts: str) -> None:
+        with Session(self._engine) as session, session.begin():
+            session.exec(delete(MessageRow).where(*_message_key(channel_id, ts)))
+
+    def get_message(self, channel_id: str, ts: str) -> Message | None:
+        with Session(self._engine) as session:
+            row = session.exec(select(MessageRow).where(*_message_key(channel_id, ts))).first()
+        return None if row is None else _to_message(row)
+
+    def thread_messages(self, channel_id: str, thread_ts: str, limit: int) -> list[Message]:
+        return self._newest(
+            limit,
+            MessageRow.channel_id == channel_id,
+            or_(MessageRow.ts == thread_ts, MessageRow.thread_ts == thread_ts),
+        )
+
+    def channel_messages(self, channel_id: str, limit: int, since: datetime | None = None) -> list[Message]:
+        conditions = [
+            MessageRow.channel_id == channel_id,
+            or_(col(MessageRow.thread_ts).is_(None), MessageRow.thread_ts == MessageRow.ts),
+        ]
+        if since is not None:
+            conditions.append(col(MessageRow.posted_at) > since)
+        return self._newest(limit, *conditions)
+
+    def latest_ts(self, channel_id: str) -> str | None:
+        with Session(self._engine) as session:
+            return session.exec(
+                select(MessageRow.ts)
+                .where(MessageRow.channel_id == channel_id)
+                .order_by(*_newest_first())
+                .limit(1)
+            ).first()
+
+    # -- channels and people -------------------------------------------------
+
+    def save_channel(self, channel: Channel) -> None:
+        values = {"name": channel.name, "kind": channel.kind.value, "updated_at": self._clock.now()}
+        if not self._insert(ChannelRow(id=channel.id, **values)):
+            self._update(ChannelRow, [ChannelRow.id == channel.id], values)
+
+    def get_channel(self, channel_id: str) -> Channel | None:
+        with Session(self._engine) as session:
+            row = session.get(ChannelRow, channel_id)
+        return None if row is None else Channel(id=row.id, name=row.name, kind=ChannelKind(row.kind))
+
+    def save_person(self, person: Person) -> None:
+        values = {
+            "display_name": person.display_name,
+            "is_bot": person.is_bot,
+            "updated_at": self._clock.now(),
+        }
+        if not self._insert(PersonRow(user_id=person.user_id, **values)):
+            self._update(PersonRow, [PersonRow.user_id == person.user_id], values)
+
+    def people(self) -> dict[str, Person]:
+        with Session(self._engine) as session:
+            rows = session.exec(select(PersonRow)).all()
+        return {
+            r.user_id: Person(user_id=r.user_id, display_name=r.display_name, is_bot=r.is_bot)
+            for r in rows
+        }
+
+    # -- answers -------------------------------------------------------------
+
+    def claim(self, channel_id: str, ts: str) -> bool:
+        return self._insert(ClaimRow(channel_id=channel_id, ts=ts, claimed_at=self._clock.now()))
+
+    def unclaimed_mentions(self, user_id: str, since: datetime) -> list[Message]:
+        mentions_text = type_coerce(col(MessageRow.mentions), Text)
+        in_dm = select(ChannelRow.id).where(ChannelRow.kind == ChannelKind.IM.value)
+        claimed = exists().where(
+            ClaimRow.channel_id == MessageRow.channel_id, ClaimRow.ts == MessageRow.ts
+        )
+        with Session(self._engine) as session:
+            rows = session.exec(
+                select(MessageRow)
+                .where(
+                    col(MessageRow.posted_at) > since,
+                    col(MessageRow.is_bot).is_(False),
+                    or_(
+                        mentions_text.contains(json.dumps(user_id), autoescape=True),
+                        col(MessageRow.channel_id).in_(in_dm),
+                    ),
+                    ~claimed,
+                )
+                .order_by(col(MessageRow.posted_at), col(MessageRow.ts))
+            ).all()
+        return [_to_message(r) for r in rows]
+
+    # -- helpers -------------------------------------------------------------
+
+    def _insert(self, row: SQLModel) -> bool:
+        """Insert `row` in its own transaction; False when its key is already taken."""
+        try:
+            with Session(self._engine) as session, session.begin():
+                session.add(row)
+        except IntegrityError:
+            return False
+        return True
+
+    def _update(self, table: type[SQLModel], where: list[Any], values: dict[str, Any]) -> None:
+        with Session(self._engine) as session, session.begin():
+            session.exec(update(table).where(*where).values(**values))
+
+    def _newest(self, limit: int, *conditions: Any) -> list[Message]:
+        """The newest `limit` messages matching `conditions`, oldest first."""
+        with Session(self._engine) as session:
+            rows = session.exec(
+                select(MessageRow).where(*conditions).order_by(*_newest_first()).limit(limit)
+            ).all()
+        return [_to_message(r) for r in reversed(rows)]
+
+
+def _message_key(channel_id: str, ts: str) -> list[Any]:
+    return [MessageRow.channel_id == channel_id, MessageRow.ts == ts]
+
+
+def _newest_first() -> tuple[Any, ...]:
+    """Posting order, newest first: `posted_at` is the ts as sortable text, `ts` breaks ties."""
+    return col(MessageRow.posted_at).desc(), col(MessageRow.ts).desc()
+
+
+def _message_values(message: Message) -> dict[str, Any]:
+    """The columns of a message that a later delivery may change."""
+    return {
+        "thread_ts": message.thread_ts,
+        "user_id": message.user_id,
+        "user_name": message.user_name,
+        "text": message.text,
+        "is_bot": message.is_bot,
+        "mentions": list(message.mentions),
+    }
+
+
+def _to_message(row: MessageRow) -> Message:
+    return Message(
+        channel_id=row.channel_id,
+        ts=row.ts,
+        user_id=row.user_id,
+        text=row.text,
+        user_name=row.user_name,
+        is_bot=row.is_bot,
+        thread_ts=row.thread_ts,
+        mentions=tuple(row.mentions),
+    )

@@ -1,0 +1,292 @@
+"""SqlConversationStore against a real SQLite file."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine
+
+from myao2.domain.conversation import Channel, ChannelKind, Message, Person, ts_to_datetime
+from myao2.infrastructure.db.conversation_store import SqlConversationStore
+from myao2.infrastructure.db.engine import open_database
+
+BOT = "UBOT"
+T0 = 1_700_000_000
+
+
+class FixedClock:
+    def __init__(self) -> None:
+        self.at = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+
+    def now(self) -> datetime:
+        return self.at
+
+
+def ts(seconds: int, micros: int = 0) -> str:
+    return f"{T0 + seconds}.{micros:06d}"
+
+
+def msg(seconds: int, text: str = "hi", channel: str = "C1", **kwargs: object) -> Message:
+    fields: dict = {"user_id": "U1", "user_name": "alice", **kwargs}
+    return Message(channel_id=channel, ts=ts(seconds), text=text, **fields)
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "c.db"
+
+
+@pytest.fixture
+def engine(db_path: Path) -> Iterator[Engine]:
+    engine = open_database(f"sqlite:///{db_path}")
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def clock() -> FixedClock:
+    return FixedClock()
+
+
+@pytest.fixture
+def store(engine: Engine, clock: FixedClock) -> SqlConversationStore:
+    return SqlConversationStore(engine, clock)
+
+
+def texts(messages: list[Message]) -> list[str]:
+    return [m.text for m in messages]
+
+
+# -- schema ------------------------------------------------------------------
+
+
+def test_migrates_an_empty_database_to_head(engine: Engine, db_path: Path) -> None:
+    with sqlite3.connect(db_path) as plain:
+        assert plain.execute("SELECT version_num FROM alembic_version").fetchall() == [("0002",)]
+        tables = {r[0] for r in plain.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert {"channels", "people", "messages", "claims", "memos"} <= tables
+
+
+def test_rows_are_readable_with_plain_sqlite(store: SqlConversationStore, db_path: Path) -> None:
+    store.save_message(msg(0, "こんにちは", user_name="ありす", mentions=(BOT, "U2")))
+    store.save_channel(Channel("C1", "雑談", ChannelKind.PRIVATE))
+    store.claim("C1", ts(0))
+
+    with sqlite3.connect(db_path) as plain:
+        rows = plain.execute("SELECT channel_id, ts, user_name, text, posted_at FROM messages").fetchall()
+        mentions = plain.execute("SELECT mentions FROM messages").fetchone()[0]
+        channel = plain.execute("SELECT name, kind, updated_at FROM channels").fetchone()
+        claimed_at = plain.execute("SELECT claimed_at FROM claims").fetchone()[0]
+
+    assert rows == [("C1", ts(0), "ありす", "こんにちは", "2023-11-14T22:13:20.000000+00:00")]
+    assert mentions == '["UBOT", "U2"]'
+    assert channel == ("雑談", "private", "2026-01-02T03:04:05.000000+00:00")
+    assert claimed_at == "2026-01-02T03:04:05.000000+00:00"
+
+
+# -- messages ----------------------------------------------------------------
+
+
+def test_save_message_is_an_upsert(store: SqlConversationStore) -> None:
+    original = msg(0, "first", mentions=(BOT,))
+
+    assert store.save_message(original) is True
+    assert store.save_message(original) is False
+    assert store.save_message(msg(0, "second")) is False
+
+    assert store.get_message("C1", ts(0)) == msg(0, "second")
+    assert texts(store.channel_messages("C1", 10)) == ["second"]
+
+
+def test_same_ts_in_other_channels_are_other_messages(store: SqlConversationStore) -> None:
+    assert store.save_message(msg(0, "one", channel="C1")) is True
+    assert store.save_message(msg(0, "two", channel="C2")) is True
+
+    assert store.get_message("C1", ts(0)).text == "one"
+    assert store.get_message("C2", ts(0)).text == "two"
+
+
+def test_get_message_round_trips_every_field(store: SqlConversationStore) -> None:
+    message = Message(
+        channel_id="C1",
+        ts=ts(5, 123),
+        user_id=None,
+        text="<@UBOT> ✨",
+        user_name="a bot",
+        is_bot=True,
+        thread_ts=ts(1),
+        mentions=(BOT, "U2"),
+    )
+    store.save_message(message)
+
+    assert store.get_message("C1", ts(5, 123)) == message
+    assert store.get_message("C1", ts(6)) is None
+    assert store.get_message("C9", ts(5, 123)) is None
+
+
+def test_edit_message_updates_text_and_edited_at(
+    store: SqlConversationStore, clock: FixedClock, db_path: Path
+) -> None:
+    store.save_message(msg(0, "typo"))
+    clock.at += timedelta(minutes=1)
+
+    store.edit_message("C1", ts(0), "fixed")
+    store.edit_message("C1", ts(9), "nobody")
+
+    assert store.get_message("C1", ts(0)).text == "fixed"
+    assert store.get_message("C1", ts(9)) is None
+    with sqlite3.connect(db_path) as plain:
+        edited = plain.execute("SELECT edited_at FROM messages").fetchall()
+    assert edited == [("2026-01-02T03:05:05.000000+00:00",)]
+
+
+def test_delete_message_removes_only_that_row(store: SqlConversationStore) -> None:
+    store.save_message(msg(0, "keep"))
+    store.save_message(msg(1, "drop"))
+
+    store.delete_message("C1", ts(1))
+    store.delete_message("C1", ts(9))
+
+    assert store.get_message("C1", ts(1)) is None
+    assert texts(store.channel_messages("C1", 10)) == ["keep"]
+
+
+def test_thread_and_channel_messages_are_kept_apart(store: SqlConversationStore) -> None:
+    store.save_message(msg(0, "top"))
+    store.save_message(msg(1, "parent", thread_ts=ts(1)))
+    store.save_message(msg(2, "reply 1", thread_ts=ts(1)))
+    store.save_message(msg(3, "later top"))
+    store.save_message(msg(4, "reply 2", thread_ts=ts(1)))
+    store.save_message(msg(5, "other thread", thread_ts=ts(0)))
+    store.save_message(msg(6, "elsewhere", channel="C2"))
+
+    assert texts(store.channel_messages("C1", 10)) == ["top", "parent", "later top"]
+    assert texts(store.thread_messages("C1", ts(1), 10)) == ["parent", "reply 1", "reply 2"]
+    assert texts(store.thread_messages("C1", ts(0), 10)) == ["top", "other thread"]
+    assert store.thread_messages("C2", ts(1), 10) == []
+
+
+def test_limits_keep_the_newest_oldest_first(store: SqlConversationStore) -> None:
+    for second in range(6):
+        store.save_message(msg(second, f"top {second}"))
+        store.save_message(msg(100 + second, f"reply {second}", thread_ts=ts(0)))
+
+    assert texts(store.channel_messages("C1", 3)) == ["top 3", "top 4", "top 5"]
+    assert texts(store.thread_messages("C1", ts(0), 3)) == ["reply 3", "reply 4", "reply 5"]
+
+
+def test_channel_messages_since(store: SqlConversationStore) -> None:
+    for second in range(4):
+        store.save_message(msg(second, f"top {second}"))
+
+    since = ts_to_datetime(ts(1))
+    assert texts(store.channel_messages("C1", 10, since)) == ["top 2", "top 3"]
+    assert texts(store.channel_messages("C1", 1, since)) == ["top 3"]
+
+
+def test_order_is_numeric_not_textual(store: SqlConversationStore) -> None:
+    store.save_message(Message("C1", "1000000000.000000", "U1", "new", "alice"))
+    store.save_message(Message("C1", "999999999.000000", "U1", "old", "alice"))
+
+    assert store.latest_ts("C1") == "1000000000.000000"
+    assert texts(store.channel_messages("C1", 10)) == ["old", "new"]
+
+
+def test_latest_ts_includes_threads(store: SqlConversationStore) -> None:
+    assert store.latest_ts("C1") is None
+    store.save_message(msg(0, "top"))
+    store.save_message(msg(2, "reply", thread_ts=ts(0)))
+    store.save_message(msg(1, "later top"))
+    store.save_message(msg(9, "elsewhere", channel="C2"))
+
+    assert store.latest_ts("C1") == ts(2)
+
+
+# -- channels and people -----------------------------------------------------
+
+
+def test_channels_are_upserted(store: SqlConversationStore) -> None:
+    assert store.get_channel("C1") is None
+
+    store.save_channel(Channel("C1", "general"))
+    store.save_channel(Channel("D1", "alice", ChannelKind.IM))
+    store.save_channel(Channel("C1", "renamed", ChannelKind.PRIVATE))
+
+    assert store.get_channel("C1") == Channel("C1", "renamed", ChannelKind.PRIVATE)
+    assert store.get_channel("D1") == Channel("D1", "alice", ChannelKind.IM)
+
+
+def test_people_are_upserted(store: SqlConversationStore) -> None:
+    assert store.people() == {}
+
+    store.save_person(Person("U1", "alice"))
+    store.save_person(Person("U2", "helper", is_bot=True))
+    store.save_person(Person("U1", "Alice"))
+
+    assert store.people() == {"U1": Person("U1", "Alice"), "U2": Person("U2", "helper", True)}
+
+
+# -- claims ------------------------------------------------------------------
+
+
+def test_claim_is_first_come(store: SqlConversationStore) -> None:
+    assert store.claim("C1", ts(0)) is True
+    assert store.claim("C1", ts(0)) is False
+    assert store.claim("C2", ts(0)) is True
+
+
+def run_together(count: int, call) -> list:  # type: ignore[no-untyped-def]
+    start = threading.Barrier(count)
+
+    def racer(_: int):  # type: ignore[no-untyped-def]
+        start.wait()
+        return call()
+
+    with ThreadPoolExecutor(count) as pool:
+        return list(pool.map(racer, range(count)))
+
+
+def test_claim_from_racing_threads_has_one_winner(store: SqlConversationStore) -> None:
+    results = run_together(8, lambda: store.claim("C1", ts(0)))
+    assert sorted(results) == [False] * 7 + [True]
+
+
+def test_save_message_from_racing_threads_stores_one_row(store: SqlConversationStore) -> None:
+    results = run_together(8, lambda: store.save_message(msg(0)))
+    assert sorted(results) == [False] * 7 + [True]
+    assert len(store.channel_messages("C1", 10)) == 1
+
+
+def test_unclaimed_mentions(store: SqlConversationStore) -> None:
+    store.save_channel(Channel("C1", "general"))
+    store.save_channel(Channel("D1", "alice", ChannelKind.IM))
+    store.save_channel(Channel("G1", "group", ChannelKind.MPIM))
+    store.save_message(msg(0, "too old", mentions=(BOT,)))
+    store.save_message(msg(1, "at the bound", mentions=(BOT,)))
+    store.save_message(msg(5, "dm", channel="D1"))
+    store.save_message(msg(2, "mention in thread", mentions=("U2", BOT), thread_ts=ts(0)))
+    store.save_message(msg(3, "mentions someone else", mentions=("U2",)))
+    store.save_message(msg(4, "mentions a prefix", mentions=(BOT + "2",)))
+    store.save_message(msg(6, "group without mention", channel="G1"))
+    store.save_message(msg(7, "from a bot", mentions=(BOT,), is_bot=True))
+    store.save_message(msg(8, "bot in dm", channel="D1", is_bot=True))
+    store.save_message(msg(9, "claimed", mentions=(BOT,)))
+    store.save_message(msg(10, "unknown channel", channel="C9", mentions=(BOT,)))
+    store.claim("C1", ts(9))
+
+    found = store.unclaimed_mentions(BOT, ts_to_datetime(ts(1)))
+
+    assert texts(found) == ["mention in thread", "dm", "unknown channel"]
+    assert found[0] == msg(2, "mention in thread", mentions=("U2", BOT), thread_ts=ts(0))
+
+    store.claim("D1", ts(5))
+    assert texts(store.unclaimed_mentions(BOT, ts_to_datetime(ts(1)))) == [
+        "mention in thread",
+        "unknown channel",
+    ]
