@@ -1,0 +1,66 @@
+"""Catching up with Slack: recent history of every member channel into the conversation store."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import timedelta
+
+from myao2.domain.conversation import Channel, Message, Person
+from myao2.domain.ports import ChatPlatform, Clock, ConversationStore
+
+logger = logging.getLogger(__name__)
+
+
+class HistorySync:
+    """Stores what was said in the bot's channels during the last `max_age_seconds`.
+
+    Every run re-reads that whole span (at most `limit` messages per channel):
+    the store upserts, so re-reading is harmless, and replies posted since the
+    last run under threads started earlier in the span are found too.
+    """
+
+    def __init__(
+        self,
+        platform: ChatPlatform,
+        store: ConversationStore,
+        clock: Clock,
+        bot_user_id: str,
+        max_age_seconds: int,
+        limit: int,
+    ) -> None:
+        self._platform = platform
+        self._store = store
+        self._clock = clock
+        self._bot_user_id = bot_user_id
+        self._max_age = timedelta(seconds=max_age_seconds)
+        self._limit = limit
+
+    async def sync(self) -> list[Message]:
+        """Fetch and store recent history; returns the messages by others that were not stored yet.
+
+        A channel that cannot be read is logged and skipped.
+        """
+        oldest = f"{(self._clock.now() - self._max_age).timestamp():.6f}"
+        new: list[Message] = []
+        for channel in await self._platform.member_channels():
+            try:
+                messages = await self._platform.fetch_history(channel.id, oldest, self._limit)
+            except Exception as exc:  # one unreadable channel must not stop the others
+                logger.warning("history of channel %s (%s) skipped: %s", channel.id, channel.name, exc)
+                continue
+            stored = await asyncio.to_thread(self._save, channel, messages)
+            new.extend(m for m in stored if m.user_id != self._bot_user_id)
+        return new
+
+    def _save(self, channel: Channel, messages: list[Message]) -> list[Message]:
+        """Store the channel, its messages and their authors; returns the messages that were new."""
+        self._store.save_channel(channel)
+        authors = {
+            m.user_id: Person(user_id=m.user_id, display_name=m.user_name, is_bot=m.is_bot)
+            for m in messages
+            if m.user_id
+        }
+        for person in authors.values():
+            self._store.save_person(person)
+        return [m for m in messages if self._store.save_message(m)]

@@ -1,0 +1,186 @@
+"""The Slack Web API as the bot's `ChatPlatform`: posting, reactions, people, channels and history."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from decimal import Decimal
+from typing import Any
+
+import aiohttp
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.http_retry.builtin_async_handlers import (
+    AsyncConnectionErrorRetryHandler,
+    AsyncRateLimitErrorRetryHandler,
+)
+from slack_sdk.web.async_client import AsyncWebClient
+
+from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Message, Person
+from myao2.infrastructure.slack import translate
+
+logger = logging.getLogger(__name__)
+
+RATE_LIMIT_RETRIES = 5
+CONNECTION_RETRIES = 2
+PAGE_SIZE = 200
+MEMBER_CHANNEL_TYPES = "public_channel,private_channel,mpim,im"
+AUTH_ERRORS = frozenset({"invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired"})
+BOT_SCOPES = (
+    "app_mentions:read, chat:write, reactions:write, users:read, "
+    "channels:read, groups:read, im:read, mpim:read, "
+    "channels:history, groups:history, im:history, mpim:history"
+)
+
+
+class SlackAuthError(Exception):
+    """Slack refused the bot token; the message tells what to set (and never contains the token)."""
+
+
+def make_web_client(token: str, base_url: str = "https://slack.com/api/") -> AsyncWebClient:
+    """A Web API client for `base_url` that waits out rate limits and retries dropped connections."""
+    return AsyncWebClient(
+        token=token,
+        base_url=base_url.rstrip("/") + "/",  # urljoin drops a last segment without the slash
+        retry_handlers=[
+            AsyncRateLimitErrorRetryHandler(max_retry_count=RATE_LIMIT_RETRIES),
+            AsyncConnectionErrorRetryHandler(max_retry_count=CONNECTION_RETRIES),
+        ],
+    )
+
+
+class SlackGateway:
+    """`ChatPlatform` over an `AsyncWebClient`; people are cached for `ttl` seconds."""
+
+    def __init__(self, client: AsyncWebClient, ttl: float = 3600.0) -> None:
+        self._client = client
+        self._ttl = ttl
+        self._people: dict[str, tuple[float, Person]] = {}  # user id -> (expiry, person)
+        self._lookups: dict[str, asyncio.Future[Person]] = {}
+
+    async def auth(self) -> BotIdentity:
+        """Who the bot is (auth.test); raises `SlackAuthError` when the token is refused."""
+        try:
+            response = await self._client.auth_test()
+        except SlackApiError as exc:
+            error = exc.response.get("error")
+            if error in AUTH_ERRORS:
+                raise SlackAuthError(_auth_help(error)) from None
+            raise
+        return BotIdentity(
+            user_id=response["user_id"], bot_id=response.get("bot_id"), team_id=response.get("team_id")
+        )
+
+    async def post(self, channel_id: str, text: str, thread_ts: str | None) -> str:
+        response = await self._client.chat_postMessage(channel=channel_id, text=text, thread_ts=thread_ts)
+        return response["ts"]
+
+    async def react(self, channel_id: str, ts: str, emoji: str) -> None:
+        """Add a reaction; failures are only logged, a reaction being a courtesy."""
+        try:
+            await self._client.reactions_add(channel=channel_id, timestamp=ts, name=emoji.strip(":"))
+        except SlackApiError as exc:
+            error = exc.response.get("error")
+            if error != "already_reacted":
+                logger.warning("could not react :%s: to %s/%s: %s", emoji, channel_id, ts, error)
+        except (SlackClientError, aiohttp.ClientError, TimeoutError) as exc:
+            logger.warning("could not react :%s: to %s/%s: %r", emoji, channel_id, ts, exc)
+
+    async def person(self, user_id: str) -> Person:
+        """Who a user id is; bot ids (B…) and unknown users are named by their id.
+
+        Concurrent lookups of one id share a single users.info request.
+        """
+        if user_id.startswith("B"):
+            return Person(user_id=user_id, display_name=user_id, is_bot=True)
+        cached = self._people.get(user_id)
+        if cached is not None and cached[0] > time.monotonic():
+            return cached[1]
+        lookup = self._lookups.get(user_id)
+        if lookup is None:
+            lookup = asyncio.ensure_future(self._look_up(user_id))
+            self._lookups[user_id] = lookup
+            lookup.add_done_callback(lambda _: self._lookups.pop(user_id, None))
+        return await asyncio.shield(lookup)
+
+    async def channel(self, channel_id: str) -> Channel:
+        response = await self._client.conversations_info(channel=channel_id)
+        return await self._to_channel(response["channel"])
+
+    async def member_channels(self) -> list[Channel]:
+        """Every unarchived conversation the bot is in; a DM is named after the other person."""
+        response = await self._client.users_conversations(
+            types=MEMBER_CHANNEL_TYPES, exclude_archived=True, limit=PAGE_SIZE
+        )
+        return [await self._to_channel(info) async for page in response for info in page["channels"]]
+
+    async def fetch_history(self, channel_id: str, oldest: str, limit: int) -> list[Message]:
+        """Spoken messages after `oldest`, replies of the threads started in that span included.
+
+        Oldest first, one per ts, the newest `limit` when there are more.
+        """
+        top_level = await self._history(channel_id, oldest, limit)
+        raws = {raw["ts"]: raw for raw in top_level}
+        for parent in top_level:
+            if parent.get("reply_count"):
+                replies = await self._client.conversations_replies(
+                    channel=channel_id, ts=parent["ts"], oldest=oldest, limit=PAGE_SIZE
+                )
+                async for page in replies:
+                    raws.update((raw["ts"], raw) for raw in page["messages"])
+        spoken = sorted(
+            (raw for raw in raws.values() if raw.get("subtype") in translate.SPOKEN_SUBTYPES),
+            key=lambda raw: Decimal(raw["ts"]),
+        )[-limit:]
+        user_ids = {raw["user"] for raw in spoken if raw.get("user")}
+        people = {p.user_id: p for p in await asyncio.gather(*map(self.person, user_ids))}
+        return [translate.to_message(raw, channel_id, _author_name(raw, people)) for raw in spoken]
+
+    async def _history(self, channel_id: str, oldest: str, limit: int) -> list[dict[str, Any]]:
+        """Up to `limit` top-level messages after `oldest`, newest first."""
+        found: list[dict[str, Any]] = []
+        response = await self._client.conversations_history(
+            channel=channel_id, oldest=oldest, limit=min(limit, PAGE_SIZE)
+        )
+        async for page in response:
+            found.extend(page["messages"])
+            if len(found) >= limit:
+                break
+        return found[:limit]
+
+    async def _look_up(self, user_id: str) -> Person:
+        try:
+            response = await self._client.users_info(user=user_id)
+            person = translate.to_person(response["user"])
+        except SlackApiError as exc:
+            if exc.response.get("error") != "user_not_found":
+                raise
+            person = Person(user_id=user_id, display_name=user_id)
+        self._people[user_id] = (time.monotonic() + self._ttl, person)
+        return person
+
+    async def _to_channel(self, info: dict[str, Any]) -> Channel:
+        channel = translate.to_channel(info)
+        if channel.kind is ChannelKind.IM and info.get("user"):
+            other = await self.person(info["user"])
+            channel = dataclasses.replace(channel, name=other.display_name)
+        return channel
+
+
+def _author_name(raw: dict[str, Any], people: dict[str, Person]) -> str:
+    """A person's display name, else the name an integration posted under, else its id."""
+    person = people.get(raw.get("user") or "")
+    if person is not None:
+        return person.display_name
+    return translate.posted_name(raw) or translate.author_of(raw) or "unknown"
+
+
+def _auth_help(error: str) -> str:
+    return (
+        f"Slack refused the bot token ({error}). Set SLACK_BOT_TOKEN to the app's Bot User OAuth Token "
+        "(xoxb-…, under OAuth & Permissions once the app is installed to the workspace) and "
+        "SLACK_APP_TOKEN to an app-level token (xapp-…) with the connections:write scope; "
+        "reinstall the app if it was uninstalled or the token revoked. "
+        f"The bot token needs these scopes: {BOT_SCOPES}."
+    )

@@ -1,0 +1,97 @@
+"""Slack payloads to domain objects: the one place that reads Slack's message shapes."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from myao2.domain.conversation import Channel, ChannelKind, Message, Person
+
+MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>")
+
+_KIND_BY_EVENT_CHANNEL_TYPE = {
+    "channel": ChannelKind.PUBLIC,
+    "group": ChannelKind.PRIVATE,
+    "im": ChannelKind.IM,
+    "mpim": ChannelKind.MPIM,
+}
+
+# Message subtypes that carry something a person (or another bot) said.
+SPOKEN_SUBTYPES = frozenset({None, "thread_broadcast", "bot_message", "file_share", "me_message"})
+
+
+def mentions_in(text: str) -> tuple[str, ...]:
+    """User ids mentioned as <@U…> in the text, in order, without repeats."""
+    return tuple(dict.fromkeys(MENTION.findall(text)))
+
+
+def author_of(raw: dict[str, Any]) -> str | None:
+    """The user id (or, for integrations, the bot id) that posted a raw message."""
+    return raw.get("user") or raw.get("bot_id")
+
+
+def posted_name(raw: dict[str, Any]) -> str | None:
+    """The name a message carries itself (integrations and bots post under their own name)."""
+    return raw.get("username") or (raw.get("bot_profile") or {}).get("name")
+
+
+def is_from_bot(raw: dict[str, Any]) -> bool:
+    return bool(raw.get("bot_id")) or raw.get("subtype") == "bot_message"
+
+
+def text_of(raw: dict[str, Any]) -> str:
+    """The message text, with the names of shared files when there is no text."""
+    text = raw.get("text") or ""
+    files = [f.get("name") or f.get("title") or "file" for f in raw.get("files") or []]
+    if files:
+        text = (text + "\n" if text else "") + " ".join(f"[file: {name}]" for name in files)
+    return text
+
+
+def to_message(raw: dict[str, Any], channel_id: str, user_name: str) -> Message:
+    """A stored-form message from a Slack message payload (event or history item)."""
+    ts = raw["ts"]
+    thread_ts = raw.get("thread_ts")
+    text = text_of(raw)
+    return Message(
+        channel_id=channel_id,
+        ts=ts,
+        user_id=author_of(raw),
+        text=text,
+        user_name=user_name,
+        is_bot=is_from_bot(raw),
+        thread_ts=thread_ts if thread_ts and thread_ts != ts else None,
+        mentions=mentions_in(text),
+    )
+
+
+def kind_from_event(channel_type: str | None) -> ChannelKind | None:
+    """The channel kind named by an event's `channel_type`, if it names one."""
+    return _KIND_BY_EVENT_CHANNEL_TYPE.get(channel_type or "")
+
+
+def to_channel(info: dict[str, Any]) -> Channel:
+    """A channel from a `conversations.info` / `users.conversations` item."""
+    if info.get("is_im"):
+        kind = ChannelKind.IM
+    elif info.get("is_mpim"):
+        kind = ChannelKind.MPIM
+    elif info.get("is_private") or info.get("is_group"):
+        kind = ChannelKind.PRIVATE
+    else:
+        kind = ChannelKind.PUBLIC
+    name = info.get("name") or info.get("user") or info["id"]
+    return Channel(id=info["id"], name=name, kind=kind)
+
+
+def to_person(user: dict[str, Any]) -> Person:
+    """A person from a `users.info` user: display name, else real name, else user name."""
+    profile = user.get("profile") or {}
+    name = (
+        profile.get("display_name")
+        or profile.get("real_name")
+        or user.get("real_name")
+        or user.get("name")
+        or user["id"]
+    )
+    return Person(user_id=user["id"], display_name=name, is_bot=bool(user.get("is_bot")))

@@ -1,0 +1,99 @@
+"""HistorySync: the fake Slack's history into a real SQLite conversation store."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from myao2.application.history_sync import HistorySync
+from myao2.domain.conversation import Channel, ChannelKind, Person
+from myao2.infrastructure.clock import SystemClock
+from myao2.infrastructure.db.conversation_store import SqlConversationStore
+from myao2.infrastructure.db.engine import open_database
+from myao2.infrastructure.slack.gateway import SlackGateway, make_web_client
+from tests.fakes.slack_server import FakeSlack
+
+PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy")
+DAY = 86400
+
+
+@pytest.fixture(autouse=True)
+def no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in PROXY_VARS:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def fake():
+    with FakeSlack() as slack:
+        slack.add_user("U1", "alice", display_name="Alice")
+        slack.add_user("U2", "bob", real_name="Bob Builder")
+        slack.add_channel("C1", "general", members=["U1", "U2"])
+        slack.add_channel("D1", "dm", is_im=True, members=["U2"])
+        yield slack
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> SqlConversationStore:
+    return SqlConversationStore(open_database(f"sqlite:///{tmp_path}/c.db"))
+
+
+@pytest.fixture
+def gateway(fake: FakeSlack) -> SlackGateway:
+    return SlackGateway(make_web_client(fake.bot_token, fake.base_url))
+
+
+@pytest.fixture
+def history(fake: FakeSlack, gateway: SlackGateway, store: SqlConversationStore) -> HistorySync:
+    return HistorySync(gateway, store, SystemClock(), fake.bot_user_id, max_age_seconds=DAY, limit=100)
+
+
+async def test_missed_messages_are_stored_with_names_and_threads(
+    fake: FakeSlack, gateway: SlackGateway, store: SqlConversationStore, history: HistorySync
+) -> None:
+    fake.post_message("C1", "U1", "long ago", ts=f"{time.time() - 2 * DAY:.6f}", emit=False)
+    parent = fake.post_message("C1", "U1", "anyone? <@UBOT>", emit=False)
+    reply = fake.post_message("C1", "U2", "me", thread_ts=parent, emit=False)
+    own = await gateway.post("C1", "and me", parent)
+    dm = fake.post_message("D1", "U2", "psst", emit=False)
+
+    new = await history.sync()
+
+    assert [(m.channel_id, m.ts) for m in new] == [("C1", parent), ("C1", reply), ("D1", dm)]
+    assert [(m.ts, m.user_name, m.text) for m in store.thread_messages("C1", parent, 10)] == [
+        (parent, "Alice", "anyone? <@UBOT>"),
+        (reply, "Bob Builder", "me"),
+        (own, "bot", "and me"),
+    ]
+    assert [m.ts for m in store.channel_messages("C1", 10)] == [parent]
+    assert store.get_message("C1", parent).mentions == ("UBOT",)
+    assert store.get_channel("D1") == Channel("D1", "Bob Builder", ChannelKind.IM)
+    assert store.people()["U1"] == Person("U1", "Alice")
+    assert store.people()["U2"] == Person("U2", "Bob Builder")
+
+
+async def test_a_second_sync_finds_nothing_new(fake: FakeSlack, history: HistorySync) -> None:
+    parent = fake.post_message("C1", "U1", "hi", emit=False)
+    fake.post_message("C1", "U2", "hello", thread_ts=parent, emit=False)
+    assert len(await history.sync()) == 2
+
+    assert await history.sync() == []
+
+    late = fake.post_message("C1", "U2", "and later", thread_ts=parent, emit=False)
+    assert [m.ts for m in await history.sync()] == [late]
+
+
+async def test_a_channel_that_fails_is_skipped(
+    fake: FakeSlack, store: SqlConversationStore, history: HistorySync, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake.post_message("C1", "U1", "lost for now", emit=False)
+    dm = fake.post_message("D1", "U2", "still here", emit=False)
+    fake.inject_error("conversations.history", "not_in_channel")
+
+    new = await history.sync()
+
+    assert [(m.channel_id, m.ts) for m in new] == [("D1", dm)]
+    assert store.channel_messages("C1", 10) == []
+    assert "C1" in caplog.text and "not_in_channel" in caplog.text

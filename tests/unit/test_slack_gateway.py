@@ -1,0 +1,185 @@
+"""SlackGateway against the fake Slack server."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import traceback
+
+import pytest
+
+from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Person
+from myao2.infrastructure.slack import gateway as gateway_module
+from myao2.infrastructure.slack.gateway import SlackAuthError, SlackGateway, make_web_client
+from tests.fakes.slack_server import FakeSlack
+
+PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy")
+
+
+@pytest.fixture(autouse=True)
+def no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in PROXY_VARS:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def fake():
+    with FakeSlack() as slack:
+        slack.add_user("U1", "alice", display_name="Alice", real_name="Alice Liddell")
+        slack.add_user("U2", "bob", real_name="Bob Builder")
+        slack.add_channel("C1", "general", members=["U1", "U2"])
+        slack.add_channel("G1", "secret", is_private=True, members=["U1"])
+        slack.add_channel("D1", "dm", is_im=True, members=["U1"])
+        slack.add_channel("C9", "elsewhere", members=["U1"], bot_member=False)
+        yield slack
+
+
+@pytest.fixture
+def gateway(fake: FakeSlack) -> SlackGateway:
+    return SlackGateway(make_web_client(fake.bot_token, fake.base_url), ttl=60)
+
+
+def calls(fake: FakeSlack, method: str) -> list[dict]:
+    return [params for name, params in fake.web_calls if name == method]
+
+
+async def test_post_returns_the_ts_and_replies_in_threads(fake: FakeSlack, gateway: SlackGateway) -> None:
+    parent = await gateway.post("C1", "hello", None)
+    reply = await gateway.post("C1", "again", parent)
+
+    assert [(p["ts"], p["text"], p["thread_ts"]) for p in fake.posted] == [
+        (parent, "hello", None),
+        (reply, "again", parent),
+    ]
+
+
+async def test_react_adds_once_and_swallows_errors(
+    fake: FakeSlack, gateway: SlackGateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    ts = fake.post_message("C1", "U1", "hi", emit=False)
+
+    await gateway.react("C1", ts, ":eyes:")
+    await gateway.react("C1", ts, "eyes")  # already_reacted: silent
+    await gateway.react("C1", "1.000000", "eyes")  # message_not_found: a warning
+
+    assert fake.reactions == [("C1", ts, "eyes")]
+    assert [r.levelno for r in caplog.records if "message_not_found" in r.getMessage()] == [logging.WARNING]
+
+
+async def test_person_is_looked_up_once_while_cached(fake: FakeSlack, gateway: SlackGateway) -> None:
+    first = await gateway.person("U1")
+    together = await asyncio.gather(gateway.person("U2"), gateway.person("U2"), gateway.person("U2"))
+    again = await gateway.person("U1")
+
+    assert first == again == Person("U1", "Alice")
+    assert set(together) == {Person("U2", "Bob Builder")}
+    assert [c["user"] for c in calls(fake, "users.info")] == ["U1", "U2"]
+
+
+async def test_person_is_refreshed_after_the_ttl(fake: FakeSlack) -> None:
+    gateway = SlackGateway(make_web_client(fake.bot_token, fake.base_url), ttl=0.05)
+    await gateway.person("U1")
+    fake.add_user("U1", "alice", display_name="Alice II")
+    assert (await gateway.person("U1")).display_name == "Alice"
+
+    await asyncio.sleep(0.1)
+
+    assert (await gateway.person("U1")).display_name == "Alice II"
+    assert len(calls(fake, "users.info")) == 2
+
+
+async def test_unknown_users_and_bots_are_named_by_their_id(fake: FakeSlack, gateway: SlackGateway) -> None:
+    assert await gateway.person("U404") == Person("U404", "U404")
+    assert await gateway.person("B77") == Person("B77", "B77", is_bot=True)
+    assert await gateway.person("UBOT") == Person("UBOT", "bot", is_bot=True)
+    assert [c["user"] for c in calls(fake, "users.info")] == ["U404", "UBOT"]
+
+
+async def test_channel_names_a_dm_after_the_other_person(gateway: SlackGateway) -> None:
+    assert await gateway.channel("C1") == Channel("C1", "general", ChannelKind.PUBLIC)
+    assert await gateway.channel("G1") == Channel("G1", "secret", ChannelKind.PRIVATE)
+    assert await gateway.channel("D1") == Channel("D1", "Alice", ChannelKind.IM)
+
+
+async def test_member_channels_reads_every_page(
+    fake: FakeSlack, gateway: SlackGateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(gateway_module, "PAGE_SIZE", 2)
+    fake.add_channel("M1", "mpdm-alice--bob", is_mpim=True, members=["U1", "U2"])
+    fake.add_channel("C2", "random")
+
+    channels = await gateway.member_channels()
+
+    assert channels == [
+        Channel("C1", "general", ChannelKind.PUBLIC),
+        Channel("G1", "secret", ChannelKind.PRIVATE),
+        Channel("D1", "Alice", ChannelKind.IM),
+        Channel("M1", "mpdm-alice--bob", ChannelKind.MPIM),
+        Channel("C2", "random", ChannelKind.PUBLIC),
+    ]
+    assert len(calls(fake, "users.conversations")) == 3
+    assert calls(fake, "users.conversations")[0]["types"] == "public_channel,private_channel,mpim,im"
+
+
+async def test_fetch_history_reads_pages_and_threads(
+    fake: FakeSlack, gateway: SlackGateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(gateway_module, "PAGE_SIZE", 2)
+    now = time.time()
+    oldest = f"{now - 3600:.6f}"
+    fake.post_message("C1", "U1", "too old", ts=f"{now - 7200:.6f}", emit=False)
+    parent = fake.post_message("C1", "U1", "a thread <@U2>", emit=False)
+    fake.post_message("C1", "U2", "joined", subtype="channel_join", emit=False)
+    replies = [fake.post_message("C1", "U2", f"reply {i}", thread_ts=parent, emit=False) for i in range(3)]
+    broadcast = fake.post_message(
+        "C1", "U1", "also here", thread_ts=parent, subtype="thread_broadcast", emit=False
+    )
+    later = [fake.post_message("C1", "U2", f"later {i}", emit=False) for i in range(3)]
+
+    messages = await gateway.fetch_history("C1", oldest, 100)
+
+    assert [m.ts for m in messages] == [parent, *replies, broadcast, *later]
+    alice, bob = "Alice", "Bob Builder"
+    assert [m.user_name for m in messages] == [alice, bob, bob, bob, alice, bob, bob, bob]
+    assert messages[0].mentions == ("U2",) and messages[0].thread_ts is None
+    assert {m.thread_ts for m in messages[1:5]} == {parent}
+    assert len(calls(fake, "conversations.history")) > 1
+    assert len(calls(fake, "conversations.replies")) > 1
+    assert len(calls(fake, "users.info")) == 2
+
+
+async def test_fetch_history_keeps_the_newest_when_cut(fake: FakeSlack, gateway: SlackGateway) -> None:
+    posted = [fake.post_message("C1", "U1", f"m{i}", emit=False) for i in range(5)]
+
+    messages = await gateway.fetch_history("C1", "0", 3)
+
+    assert [m.ts for m in messages] == posted[-3:]
+
+
+async def test_a_rate_limit_is_waited_out(fake: FakeSlack, gateway: SlackGateway) -> None:
+    fake.inject_rate_limit("chat.postMessage", times=1, retry_after=1)
+
+    ts = await gateway.post("C1", "patience", None)
+
+    assert [p["ts"] for p in fake.posted] == [ts]
+    assert len(calls(fake, "chat.postMessage")) == 2
+
+
+async def test_auth_names_the_bot(fake: FakeSlack) -> None:
+    gateway = SlackGateway(make_web_client(fake.bot_token, fake.base_url.rstrip("/")))
+
+    assert await gateway.auth() == BotIdentity(user_id="UBOT", bot_id="BBOT", team_id="T1")
+
+
+async def test_auth_failure_says_what_to_set_without_the_token(fake: FakeSlack) -> None:
+    token = "xoxb-not-the-right-secret"
+    gateway = SlackGateway(make_web_client(token, fake.base_url))
+
+    with pytest.raises(SlackAuthError) as caught:
+        await gateway.auth()
+
+    message = str(caught.value)
+    assert "invalid_auth" in message
+    assert "SLACK_BOT_TOKEN" in message and "SLACK_APP_TOKEN" in message and "chat:write" in message
+    assert token not in "".join(traceback.format_exception(caught.value))
