@@ -1,0 +1,1081 @@
+"""A fake Slack workspace: Web API over HTTP and Socket Mode over WebSocket.
+
+It speaks the wire protocols of the real ``slack_sdk`` clients, listens on
+127.0.0.1 only and records everything it receives.
+
+In-process use (tests, benchmarks)::
+
+    with FakeSlack() as slack:
+        slack.add_user("U1", "alice")
+        slack.add_channel("C1", "general", members=["U1"])
+        # point the bot at slack.base_url, with slack.bot_token / slack.app_token
+        slack.wait_connected()
+        slack.post_message("C1", "U1", "hello <@UBOT>")
+        slack.wait_for_posts(1)
+
+All public methods are thread-safe and never block on the clients, so they may
+be called from a test's event loop. ``wait_*`` methods block the calling
+thread: inside a coroutine whose loop also runs a Slack client, use
+``await slack.async_wait_for(...)`` instead.
+
+Behaviour worth knowing:
+
+* Events are delivered only for channels the bot is a member of, to the most
+  recent open Socket Mode connection, and only while one is open; otherwise
+  the message is just stored (the bot must find it through the history).
+* An envelope not acked within ``ack_timeout`` seconds is redelivered, like
+  Slack does, with a new envelope id, the same event id, ``retry_attempt``
+  1..3 and ``retry_reason`` "timeout".
+* ``chat.postMessage`` and ``chat.update`` emit the ``message`` /
+  ``message_changed`` events of the bot's own messages, as Slack does.
+  ``reactions.add`` emits nothing.
+
+Subprocess use: ``python -m tests.fakes.slack_server --port N`` prints the Web
+API base URL and serves until SIGTERM/SIGINT. There the world is driven over
+HTTP: ``POST /_fake/<method>`` with a JSON object of keyword arguments calls
+one of ``CONTROL_METHODS`` and answers ``{"result": ...}``; ``GET
+/_fake/state`` returns the recordings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import bisect
+import copy
+import json
+import re
+import signal
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any, Callable
+
+from aiohttp import WSMsgType, web
+
+CONTROL_METHODS = (
+    "add_user",
+    "add_channel",
+    "post_message",
+    "edit_message",
+    "delete_message",
+    "emit_event",
+    "redeliver",
+    "disconnect",
+    "inject_error",
+    "inject_rate_limit",
+)
+MAX_RETRIES = 3
+_THREAD_SUMMARY = ("reply_count", "reply_users", "reply_users_count", "latest_reply")
+_CLOSE = object()
+_ABORT = object()
+
+
+class _SlackError(Exception):
+    """A Web API error answered as ``{"ok": false, "error": code}``."""
+
+
+@dataclass
+class _Channel:
+    id: str
+    name: str
+    is_private: bool
+    is_im: bool
+    is_mpim: bool
+    members: list[str]
+    created: int
+    messages: list[dict[str, Any]] = field(default_factory=list)  # ascending ts
+
+    @property
+    def type(self) -> str:
+        """The ``types`` value of users.conversations for this channel."""
+        if self.is_im:
+            return "im"
+        if self.is_mpim:
+            return "mpim"
+        return "private_channel" if self.is_private else "public_channel"
+
+    @property
+    def channel_type(self) -> str:
+        """The ``channel_type`` field of message events in this channel."""
+        return {"im": "im", "mpim": "mpim", "private_channel": "group"}.get(self.type, "channel")
+
+
+@dataclass
+class _Connection:
+    ws: web.WebSocketResponse
+    request: web.Request
+    outbox: asyncio.Queue = field(default_factory=asyncio.Queue)
+    closing: bool = False  # the server started a clean close
+
+
+@dataclass
+class _Injection:
+    kind: str  # "error" | "rate_limit"
+    value: Any
+    remaining: int
+
+
+def _ts_key(ts: str) -> Decimal:
+    return Decimal(ts)
+
+
+def _truthy(value: Any) -> bool:
+    return str(value).lower() in ("1", "true", "yes")
+
+
+def _encode_cursor(value: str) -> str:
+    return base64.urlsafe_b64encode(value.encode()).decode()
+
+
+def _decode_cursor(cursor: str, prefix: str) -> str:
+    try:
+        text = base64.urlsafe_b64decode(cursor.encode()).decode()
+    except (ValueError, UnicodeDecodeError):
+        raise _SlackError("invalid_cursor") from None
+    if not text.startswith(prefix):
+        raise _SlackError("invalid_cursor")
+    return text[len(prefix) :]
+
+
+class FakeSlack:
+    """A fake Slack workspace serving the Web API and Socket Mode on 127.0.0.1."""
+
+    def __init__(
+        self,
+        bot_token: str = "xoxb-test-token",
+        app_token: str = "xapp-test-token",
+        bot_user_id: str = "UBOT",
+        bot_id: str = "BBOT",
+        team_id: str = "T1",
+        ack_timeout: float | None = 3.0,
+        port: int = 0,
+        app_id: str = "A1",
+        bot_name: str = "bot",
+    ) -> None:
+        """Configure the workspace; ``ack_timeout=None`` disables redelivery."""
+        self.bot_token = bot_token
+        self.app_token = app_token
+        self.bot_user_id = bot_user_id
+        self.bot_id = bot_id
+        self.team_id = team_id
+        self.app_id = app_id
+        self.bot_name = bot_name
+        self.ack_timeout = ack_timeout
+        self._requested_port = port
+        self._port: int | None = None
+        self._lock = threading.RLock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
+        self._mention = re.compile(rf"<@{re.escape(bot_user_id)}(\|[^>]*)?>")
+        # world
+        self._users: dict[str, dict[str, Any]] = {}
+        self._channels: dict[str, _Channel] = {}
+        self._last_us = 0
+        self._event_seq = 0
+        # socket mode
+        self._conns: list[_Connection] = []
+        self._tickets: set[str] = set()
+        self._connection_count = 0
+        self._payloads: dict[str, dict[str, Any]] = {}  # event_id -> payload
+        self._envelope_events: dict[str, str] = {}  # envelope_id -> event_id
+        self._acked_events: set[str] = set()
+        self._injections: dict[str, list[_Injection]] = {}
+        # recordings
+        self._web_calls: list[tuple[str, dict[str, Any]]] = []
+        self._acks: list[str] = []
+        self._ack_frames: list[dict[str, Any]] = []
+        self._envelopes: list[dict[str, Any]] = []
+        self._posted: list[dict[str, Any]] = []
+        self._reactions: list[tuple[str, str, str]] = []
+        self.add_user(bot_user_id, bot_name, is_bot=True, bot_id=bot_id)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> "FakeSlack":
+        """Start serving in a background thread; returns self."""
+        if self._thread is not None:
+            return self
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="FakeSlack", daemon=True)
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._astart(), self._loop).result(timeout=10)
+        return self
+
+    def stop(self) -> None:
+        """Close all connections, stop the server and its thread."""
+        if self._thread is None or self._loop is None:
+            return
+        asyncio.run_coroutine_threadsafe(self._astop(), self._loop).result(timeout=10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        self._loop.close()
+        self._thread = self._loop = None
+
+    def __enter__(self) -> "FakeSlack":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    async def _astart(self) -> None:
+        app = web.Application()
+        app.router.add_route("*", "/api/{method}", self._handle_api)
+        app.router.add_get("/link/", self._handle_ws)
+        app.router.add_get("/_fake/state", self._handle_state)
+        app.router.add_post("/_fake/{method}", self._handle_control)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", self._requested_port)
+        await site.start()
+        self._port = self._runner.addresses[0][1]
+
+    async def _astop(self) -> None:
+        await asyncio.gather(*(conn.ws.close(code=1001) for conn in list(self._conns)))
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def port(self) -> int:
+        """The TCP port the server listens on (after ``start()``)."""
+        if self._port is None:
+            raise RuntimeError("FakeSlack is not started")
+        return self._port
+
+    @property
+    def base_url(self) -> str:
+        """Web API base URL for ``AsyncWebClient(base_url=...)``."""
+        return f"http://127.0.0.1:{self.port}/api/"
+
+    @property
+    def web_calls(self) -> list[tuple[str, dict[str, Any]]]:
+        """Every Web API call received: (method, params without token)."""
+        with self._lock:
+            return copy.deepcopy(self._web_calls)
+
+    @property
+    def acks(self) -> list[str]:
+        """Envelope ids acked by clients, in arrival order."""
+        with self._lock:
+            return list(self._acks)
+
+    @property
+    def ack_frames(self) -> list[dict[str, Any]]:
+        """Full ack frames (``envelope_id`` and optional ``payload``)."""
+        with self._lock:
+            return copy.deepcopy(self._ack_frames)
+
+    @property
+    def envelopes(self) -> list[dict[str, Any]]:
+        """Every envelope pushed to a client (excluding hello/disconnect)."""
+        with self._lock:
+            return copy.deepcopy(self._envelopes)
+
+    @property
+    def posted(self) -> list[dict[str, Any]]:
+        """Bot's chat.postMessage / chat.update: dicts with method, channel, ts, text, thread_ts."""
+        with self._lock:
+            return copy.deepcopy(self._posted)
+
+    @property
+    def reactions(self) -> list[tuple[str, str, str]]:
+        """Reactions added through reactions.add: (channel, ts, name)."""
+        with self._lock:
+            return list(self._reactions)
+
+    @property
+    def connected(self) -> bool:
+        """True while at least one Socket Mode connection is open."""
+        return self.open_connections > 0
+
+    @property
+    def open_connections(self) -> int:
+        """Number of currently open Socket Mode connections."""
+        with self._lock:
+            return sum(1 for c in self._conns if not c.ws.closed)
+
+    @property
+    def connection_count(self) -> int:
+        """Number of Socket Mode connections accepted since start."""
+        with self._lock:
+            return self._connection_count
+
+    def messages(self, channel: str) -> list[dict[str, Any]]:
+        """All stored messages of a channel (replies included), oldest first."""
+        with self._lock:
+            return copy.deepcopy(self._get_channel(channel).messages)
+
+    # ------------------------------------------------------------------ world set-up
+
+    def add_user(
+        self,
+        user_id: str,
+        name: str,
+        display_name: str | None = None,
+        real_name: str | None = None,
+        is_bot: bool = False,
+        bot_id: str | None = None,
+    ) -> None:
+        """Register a user returned by users.info."""
+        real = real_name if real_name is not None else name
+        user = {
+            "id": user_id,
+            "team_id": self.team_id,
+            "name": name,
+            "real_name": real,
+            "deleted": False,
+            "is_bot": is_bot,
+            "is_app_user": False,
+            "profile": {"display_name": display_name or "", "real_name": real, "team": self.team_id},
+        }
+        if bot_id:
+            user["profile"]["bot_id"] = bot_id
+        with self._lock:
+            self._users[user_id] = user
+
+    def add_channel(
+        self,
+        channel_id: str,
+        name: str,
+        is_private: bool = False,
+        is_im: bool = False,
+        is_mpim: bool = False,
+        members: tuple[str, ...] | list[str] = (),
+        bot_member: bool = True,
+    ) -> None:
+        """Create a conversation; the bot is a member unless ``bot_member=False``."""
+        member_list = [m for m in members if m != self.bot_user_id]
+        if bot_member:
+            member_list.append(self.bot_user_id)
+        with self._lock:
+            self._channels[channel_id] = _Channel(
+                channel_id, name, is_private, is_im, is_mpim, member_list, int(time.time())
+            )
+
+    # ------------------------------------------------------------------ driving
+
+    def post_message(
+        self,
+        channel: str,
+        user: str,
+        text: str,
+        thread_ts: str | None = None,
+        ts: str | None = None,
+        subtype: str | None = None,
+        bot_id: str | None = None,
+        emit: bool = True,
+    ) -> str:
+        """Store a message from ``user`` and (if ``emit``) push its events; returns its ts."""
+        with self._lock:
+            ch = self._get_channel(channel)
+            extra = {"subtype": subtype} if subtype else {}
+            if bot_id:
+                extra["bot_id"] = bot_id
+            msg = self._store_message(ch, user, text, thread_ts, ts, extra)
+            if emit:
+                self._emit_message(ch, msg)
+            return msg["ts"]
+
+    def edit_message(self, channel: str, ts: str, new_text: str, emit: bool = True) -> None:
+        """Change a message's text and emit ``message_changed``."""
+        with self._lock:
+            ch = self._get_channel(channel)
+            self._edit(ch, ts, new_text, emit)
+
+    def delete_message(self, channel: str, ts: str, emit: bool = True) -> None:
+        """Remove a message and emit ``message_deleted``."""
+        with self._lock:
+            ch = self._get_channel(channel)
+            msg = self._find_message(ch, ts)
+            if msg is None:
+                raise KeyError(f"no message {ts} in {channel}")
+            ch.messages.remove(msg)
+            root = msg.get("thread_ts")
+            if root and root != ts:
+                self._recount_thread(ch, root)
+            if emit and self._bot_in(ch):
+                event_ts = self._next_ts()
+                event = {
+                    "type": "message",
+                    "subtype": "message_deleted",
+                    "hidden": True,
+                    "deleted_ts": ts,
+                    "channel": ch.id,
+                    "previous_message": copy.deepcopy(msg),
+                    "ts": event_ts,
+                    "event_ts": event_ts,
+                    "channel_type": ch.channel_type,
+                }
+                if root and root != ts:
+                    event["thread_ts"] = root
+                self._emit(event)
+
+    def emit_event(self, event: dict[str, Any]) -> str:
+        """Push an arbitrary event (``event_ts`` filled in if missing); returns its event_id."""
+        event = copy.deepcopy(event)
+        with self._lock:
+            event.setdefault("event_ts", self._next_ts())
+            return self._emit(event)
+
+    def redeliver(self, event_id: str, times: int = MAX_RETRIES) -> None:
+        """Send an event again ``times`` times (retry_attempt 1..times), acked or not."""
+        with self._lock:
+            payload = self._payloads[event_id]
+        for attempt in range(1, times + 1):
+            self._in_loop(self._deliver, payload, attempt, "timeout", False)
+
+    def disconnect(self, kind: str = "message") -> None:
+        """Make clients reconnect.
+
+        ``kind``: "message" sends ``{"type": "disconnect"}``, "close" closes the
+        WebSocket (close frame), "abort" drops the TCP connection without one.
+        """
+        if kind not in ("message", "close", "abort"):
+            raise ValueError(f"unknown disconnect kind {kind!r}")
+        frame = {"type": "disconnect", "reason": "refresh_requested", "debug_info": {"host": "fake-applink"}}
+        item = {"message": json.dumps(frame), "close": _CLOSE, "abort": _ABORT}[kind]
+
+        def push() -> None:
+            for conn in self._conns:
+                conn.outbox.put_nowait(item)
+
+        self._in_loop(push)
+
+    def inject_error(self, method: str, error: str = "internal_error", times: int = 1) -> None:
+        """Answer the next ``times`` calls of ``method`` with ``{"ok": false, "error": error}``."""
+        with self._lock:
+            self._injections.setdefault(method, []).append(_Injection("error", error, times))
+
+    def inject_rate_limit(self, method: str, times: int = 1, retry_after: int = 1) -> None:
+        """Answer the next ``times`` calls of ``method`` with HTTP 429 and ``Retry-After``."""
+        with self._lock:
+            self._injections.setdefault(method, []).append(_Injection("rate_limit", retry_after, times))
+
+    # ------------------------------------------------------------------ waiting
+
+    def wait_for(self, predicate: Callable[[], Any], timeout: float = 10.0, what: str | None = None) -> Any:
+        """Poll ``predicate`` until it returns a truthy value, which is returned.
+
+        Raises TimeoutError describing what was awaited and the recent traffic.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            result = predicate()
+            if result:
+                return result
+            if time.monotonic() >= deadline:
+                raise TimeoutError(self._timeout_message(predicate, timeout, what))
+            time.sleep(0.01)
+
+    async def async_wait_for(
+        self, predicate: Callable[[], Any], timeout: float = 10.0, what: str | None = None
+    ) -> Any:
+        """Like ``wait_for`` but sleeps with asyncio, for use inside coroutines."""
+        deadline = time.monotonic() + timeout
+        while True:
+            result = predicate()
+            if result:
+                return result
+            if time.monotonic() >= deadline:
+                raise TimeoutError(self._timeout_message(predicate, timeout, what))
+            await asyncio.sleep(0.01)
+
+    def wait_connected(self, timeout: float = 10.0) -> None:
+        """Wait until a Socket Mode client is connected."""
+        self.wait_for(lambda: self.connected, timeout, "a Socket Mode connection")
+
+    def wait_for_posts(self, n: int, timeout: float = 10.0) -> list[dict[str, Any]]:
+        """Wait until the bot made at least ``n`` chat.postMessage calls; returns those records."""
+
+        def posts() -> list[dict[str, Any]]:
+            found = [p for p in self.posted if p["method"] == "chat.postMessage"]
+            return found if len(found) >= n else []
+
+        return self.wait_for(posts, timeout, f"{n} chat.postMessage call(s)")
+
+    def wait_for_acks(self, n: int, timeout: float = 10.0) -> list[str]:
+        """Wait until at least ``n`` envelopes were acked; returns the acked ids."""
+        return self.wait_for(lambda: len(self.acks) >= n and self.acks, timeout, f"{n} ack(s)")
+
+    def _timeout_message(self, predicate: Callable[[], Any], timeout: float, what: str | None) -> str:
+        with self._lock:
+            methods = [m for m, _ in self._web_calls[-10:]]
+            summary = (
+                f"connected={self.connected} connections={self._connection_count} "
+                f"envelopes={len(self._envelopes)} acks={len(self._acks)} posted={len(self._posted)} "
+                f"last web calls={methods}"
+            )
+        label = what or getattr(predicate, "__name__", repr(predicate))
+        return f"timed out after {timeout}s waiting for {label}; {summary}"
+
+    # ------------------------------------------------------------------ world internals (hold the lock)
+
+    def _get_channel(self, channel_id: str) -> _Channel:
+        try:
+            return self._channels[channel_id]
+        except KeyError:
+            raise KeyError(f"unknown channel {channel_id!r}; add it with add_channel()") from None
+
+    def _bot_in(self, ch: _Channel) -> bool:
+        return self.bot_user_id in ch.members
+
+    def _next_ts(self, ts: str | None = None) -> str:
+        if ts is not None:
+            us = int(_ts_key(ts) * 1_000_000)
+            self._last_us = max(self._last_us, us)
+            return ts
+        us = max(int(time.time() * 1_000_000), self._last_us + 1)
+        self._last_us = us
+        return f"{us // 1_000_000}.{us % 1_000_000:06d}"
+
+    def _find_message(self, ch: _Channel, ts: str) -> dict[str, Any] | None:
+        for msg in ch.messages:
+            if msg["ts"] == ts:
+                return msg
+        return None
+
+    def _store_message(
+        self,
+        ch: _Channel,
+        user: str,
+        text: str,
+        thread_ts: str | None,
+        ts: str | None,
+        extra: dict[str, Any],
+    ) -> dict[str, Any]:
+        """Create a message (a thread reply when ``thread_ts``) and update its parent."""
+        root = None
+        if thread_ts:
+            parent = self._find_message(ch, thread_ts)
+            if parent is None:
+                raise KeyError(f"no thread parent {thread_ts} in {ch.id}")
+            root = parent.get("thread_ts", parent["ts"])
+        if ts is not None and self._find_message(ch, ts) is not None:
+            raise ValueError(f"duplicate ts {ts} in {ch.id}")
+        msg: dict[str, Any] = {"type": "message", "user": user, "text": text, "ts": self._next_ts(ts)}
+        msg.update(extra)
+        msg["team"] = self.team_id
+        if root:
+            msg["thread_ts"] = root
+            msg["parent_user_id"] = self._find_message(ch, root)["user"]
+        bisect.insort(ch.messages, msg, key=lambda m: _ts_key(m["ts"]))
+        if root:
+            self._recount_thread(ch, root)
+        return msg
+
+    def _recount_thread(self, ch: _Channel, root: str) -> None:
+        parent = self._find_message(ch, root)
+        if parent is None:
+            return
+        replies = [m for m in ch.messages if m.get("thread_ts") == root and m["ts"] != root]
+        for key in _THREAD_SUMMARY:
+            parent.pop(key, None)
+        parent["thread_ts"] = root
+        if replies:
+            users = list(dict.fromkeys(m["user"] for m in replies))
+            parent.update(
+                reply_count=len(replies),
+                reply_users_count=len(users),
+                latest_reply=replies[-1]["ts"],
+                reply_users=users,
+            )
+
+    def _edit(self, ch: _Channel, ts: str, text: str, emit: bool) -> dict[str, Any]:
+        msg = self._find_message(ch, ts)
+        if msg is None:
+            raise KeyError(f"no message {ts} in {ch.id}")
+        previous = copy.deepcopy(msg)
+        event_ts = self._next_ts()
+        msg["text"] = text
+        msg["edited"] = {"user": msg.get("user"), "ts": event_ts}
+        if emit and self._bot_in(ch):
+            self._emit(
+                {
+                    "type": "message",
+                    "subtype": "message_changed",
+                    "hidden": True,
+                    "message": copy.deepcopy(msg),
+                    "previous_message": previous,
+                    "channel": ch.id,
+                    "ts": event_ts,
+                    "event_ts": event_ts,
+                    "channel_type": ch.channel_type,
+                }
+            )
+        return msg
+
+    def _emit_message(self, ch: _Channel, msg: dict[str, Any]) -> None:
+        """Emit the ``message`` event of a stored message, plus ``app_mention`` if it mentions the bot."""
+        if not self._bot_in(ch):
+            return
+        event = {k: v for k, v in msg.items() if k not in _THREAD_SUMMARY}
+        event.update(channel=ch.id, event_ts=msg["ts"], channel_type=ch.channel_type)
+        self._emit(event)
+        own = msg.get("bot_id") == self.bot_id
+        mentionable = msg.get("subtype") in (None, "thread_broadcast", "file_share")
+        if not own and mentionable and self._mention.search(msg["text"]):
+            mention = {
+                "type": "app_mention",
+                "user": msg["user"],
+                "text": msg["text"],
+                "ts": msg["ts"],
+                "team": self.team_id,
+                "channel": ch.id,
+                "event_ts": msg["ts"],
+            }
+            if "thread_ts" in msg:
+                mention["thread_ts"] = msg["thread_ts"]
+            self._emit(mention)
+
+    # ------------------------------------------------------------------ socket mode internals
+
+    def _in_loop(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` on the server loop, in call order, without waiting."""
+        if self._loop is None:
+            raise RuntimeError("FakeSlack is not started")
+        self._loop.call_soon_threadsafe(fn, *args)
+
+    def _emit(self, event: dict[str, Any]) -> str:
+        """Wrap an event in an event_callback payload and deliver it; returns the event_id."""
+        with self._lock:
+            self._event_seq += 1
+            event_id = f"Ev{self._event_seq:08X}"
+            payload = {
+                "token": "fake-verification-token",
+                "team_id": self.team_id,
+                "context_team_id": self.team_id,
+                "api_app_id": self.app_id,
+                "event": event,
+                "type": "event_callback",
+                "event_id": event_id,
+                "event_time": int(time.time()),
+                "authorizations": [
+                    {
+                        "enterprise_id": None,
+                        "team_id": self.team_id,
+                        "user_id": self.bot_user_id,
+                        "is_bot": True,
+                        "is_enterprise_install": False,
+                    }
+                ],
+                "is_ext_shared_channel": False,
+                "event_context": f"4-fake-{event_id}",
+            }
+            self._payloads[event_id] = payload
+        if self._loop is not None:
+            self._in_loop(self._deliver, payload, 0, "", True)
+        return event_id
+
+    def _live_connection(self) -> _Connection | None:
+        for conn in reversed(self._conns):
+            if not conn.ws.closed:
+                return conn
+        return None
+
+    def _deliver(self, payload: dict[str, Any], attempt: int, reason: str, retry: bool) -> None:
+        """(Loop thread) Push one envelope to the newest connection; arm the ack timer."""
+        conn = self._live_connection()
+        if conn is None and attempt == 0:
+            return  # nobody connected: the event is lost, the message stays in history
+        if conn is not None:
+            envelope = {
+                "envelope_id": str(uuid.uuid4()),
+                "payload": payload,
+                "type": "events_api",
+                "accepts_response_payload": False,
+                "retry_attempt": attempt,
+                "retry_reason": reason,
+            }
+            with self._lock:
+                self._envelope_events[envelope["envelope_id"]] = payload["event_id"]
+                self._envelopes.append(copy.deepcopy(envelope))
+            conn.outbox.put_nowait(json.dumps(envelope))
+        if retry and self.ack_timeout is not None and attempt < MAX_RETRIES:
+            self._loop.call_later(self.ack_timeout, self._retry_unacked, payload, attempt + 1)
+
+    def _retry_unacked(self, payload: dict[str, Any], attempt: int) -> None:
+        with self._lock:
+            acked = payload["event_id"] in self._acked_events
+        if not acked:
+            self._deliver(payload, attempt, "timeout", True)
+
+    async def _handle_ws(self, request: web.Request) -> web.StreamResponse:
+        with self._lock:  # tickets stay valid: slack_sdk retries a failed connect with the same URL
+            valid = request.query.get("ticket") in self._tickets
+        if not valid:
+            return web.Response(status=401, text="invalid ticket")
+        ws = web.WebSocketResponse(timeout=1.0)  # autoping answers pings; timeout bounds close()
+        await ws.prepare(request)
+        conn = _Connection(ws, request)
+        with self._lock:
+            self._conns.append(conn)
+            self._connection_count += 1
+            hello = {
+                "type": "hello",
+                "num_connections": sum(1 for c in self._conns if not c.ws.closed),
+                "debug_info": {"host": "fake-applink", "build_number": 1, "approximate_connection_time": 18060},
+                "connection_info": {"app_id": self.app_id},
+            }
+        conn.outbox.put_nowait(json.dumps(hello))
+        writer = asyncio.create_task(self._write_loop(conn))
+        try:
+            async for msg in ws:
+                if msg.type == WSMsgType.TEXT:
+                    self._on_client_frame(msg.data)
+        finally:
+            if conn.closing:
+                await writer  # let close() finish its handshake
+            else:
+                writer.cancel()
+            with self._lock:
+                self._conns.remove(conn)
+        return ws
+
+    async def _write_loop(self, conn: _Connection) -> None:
+        while True:
+            item = await conn.outbox.get()
+            if item is _CLOSE:
+                conn.closing = True
+                await conn.ws.close(code=1001)
+                return
+            if item is _ABORT:
+                if conn.request.transport is not None:
+                    conn.request.transport.abort()
+                return
+            try:
+                await conn.ws.send_str(item)
+            except ConnectionError:
+                return
+
+    def _on_client_frame(self, data: str) -> None:
+        try:
+            frame = json.loads(data)
+        except ValueError:
+            return
+        if isinstance(frame, dict) and "envelope_id" in frame:
+            with self._lock:
+                self._acks.append(frame["envelope_id"])
+                self._ack_frames.append(frame)
+                event_id = self._envelope_events.get(frame["envelope_id"])
+                if event_id:
+                    self._acked_events.add(event_id)
+
+    # ------------------------------------------------------------------ Web API
+
+    async def _handle_api(self, request: web.Request) -> web.Response:
+        method = request.match_info["method"]
+        params: dict[str, Any] = dict(request.query)
+        if request.method == "POST" and request.can_read_body:
+            if request.content_type == "application/json":
+                try:
+                    body = await request.json()
+                except ValueError:
+                    return web.json_response({"ok": False, "error": "invalid_json"})
+                if isinstance(body, dict):
+                    params.update(body)
+            else:
+                form = await request.post()
+                params.update({k: v for k, v in form.items() if isinstance(v, str)})
+        token = params.pop("token", None)
+        auth = request.headers.get("Authorization", "")
+        if auth.lower().startswith("bearer "):
+            token = auth[7:].strip()
+        with self._lock:
+            self._web_calls.append((method, copy.deepcopy(params)))
+            handler = self._api_methods().get(method)
+            if handler is None:
+                return web.json_response({"ok": False, "error": "unknown_method"})
+            expected = self.app_token if method == "apps.connections.open" else self.bot_token
+            if token != expected:
+                return web.json_response({"ok": False, "error": "invalid_auth"})
+            injection = self._take_injection(method)
+            if injection is not None and injection.kind == "rate_limit":
+                return web.json_response(
+                    {"ok": False, "error": "ratelimited"},
+                    status=429,
+                    headers={"Retry-After": str(injection.value)},
+                )
+            if injection is not None:
+                return web.json_response({"ok": False, "error": injection.value})
+            try:
+                result = handler(params)
+            except _SlackError as e:
+                return web.json_response({"ok": False, "error": str(e)})
+        return web.json_response({"ok": True, **result})
+
+    def _take_injection(self, method: str) -> _Injection | None:
+        queue = self._injections.get(method)
+        if not queue:
+            return None
+        injection = queue[0]
+        injection.remaining -= 1
+        if injection.remaining <= 0:
+            queue.pop(0)
+        return injection
+
+    def _api_methods(self) -> dict[str, Callable[[dict[str, Any]], dict[str, Any]]]:
+        return {
+            "auth.test": self._api_auth_test,
+            "apps.connections.open": self._api_connections_open,
+            "chat.postMessage": self._api_post_message,
+            "chat.update": self._api_chat_update,
+            "reactions.add": self._api_reactions_add,
+            "users.info": self._api_users_info,
+            "users.conversations": self._api_users_conversations,
+            "conversations.info": self._api_conversations_info,
+            "conversations.history": self._api_conversations_history,
+            "conversations.replies": self._api_conversations_replies,
+            "conversations.members": self._api_conversations_members,
+        }
+
+    def _channel_param(self, params: dict[str, Any]) -> _Channel:
+        ref = str(params.get("channel") or "")
+        if ref in self._channels:
+            return self._channels[ref]
+        for ch in self._channels.values():
+            if ref.lstrip("#") == ch.name:
+                return ch
+        raise _SlackError("channel_not_found")
+
+    @staticmethod
+    def _limit(params: dict[str, Any], default: int) -> int:
+        try:
+            limit = int(params.get("limit") or 0)
+        except (TypeError, ValueError):
+            raise _SlackError("invalid_limit") from None
+        return min(limit, 1000) if limit > 0 else default
+
+    @staticmethod
+    def _in_range(ts: str, params: dict[str, Any]) -> bool:
+        try:
+            key = _ts_key(ts)
+            oldest = _ts_key(str(params.get("oldest") or "0"))
+            latest = _ts_key(str(params["latest"])) if params.get("latest") else None
+        except InvalidOperation:
+            raise _SlackError("invalid_ts_oldest") from None
+        if _truthy(params.get("inclusive")):
+            return key >= oldest and (latest is None or key <= latest)
+        return key > oldest and (latest is None or key < latest)
+
+    def _channel_object(self, ch: _Channel) -> dict[str, Any]:
+        obj = {
+            "id": ch.id,
+            "name": ch.name,
+            "name_normalized": ch.name,
+            "is_channel": not (ch.is_im or ch.is_mpim),
+            "is_group": False,
+            "is_im": ch.is_im,
+            "is_mpim": ch.is_mpim,
+            "is_private": ch.is_private or ch.is_im or ch.is_mpim,
+            "is_archived": False,
+            "is_general": False,
+            "is_member": self._bot_in(ch),
+            "created": ch.created,
+            "num_members": len(ch.members),
+        }
+        if ch.is_im:
+            others = [m for m in ch.members if m != self.bot_user_id]
+            obj["user"] = others[0] if others else self.bot_user_id
+        return obj
+
+    @staticmethod
+    def _page_by_offset(items: list[Any], params: dict[str, Any], limit: int) -> tuple[list[Any], str]:
+        start = int(_decode_cursor(params["cursor"], "offset:")) if params.get("cursor") else 0
+        page = items[start : start + limit]
+        more = start + limit < len(items)
+        return page, _encode_cursor(f"offset:{start + limit}") if more else ""
+
+    def _api_auth_test(self, params: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "url": f"https://fake-{self.team_id.lower()}.slack.com/",
+            "team": "Fake Team",
+            "user": self.bot_name,
+            "team_id": self.team_id,
+            "user_id": self.bot_user_id,
+            "bot_id": self.bot_id,
+            "is_enterprise_install": False,
+        }
+
+    def _api_connections_open(self, params: dict[str, Any]) -> dict[str, Any]:
+        ticket = uuid.uuid4().hex
+        self._tickets.add(ticket)
+        return {"url": f"ws://127.0.0.1:{self.port}/link/?ticket={ticket}&app_id={self.app_id}"}
+
+    def _api_post_message(self, params: dict[str, Any]) -> dict[str, Any]:
+        ch = self._channel_param(params)
+        if not self._bot_in(ch):
+            raise _SlackError("not_in_channel")
+        text = str(params.get("text") or "")
+        if not text and not params.get("blocks"):
+            raise _SlackError("no_text")
+        thread_ts = params.get("thread_ts") or None
+        if thread_ts and self._find_message(ch, str(thread_ts)) is None:
+            raise _SlackError("thread_not_found")
+        extra: dict[str, Any] = {"bot_id": self.bot_id, "app_id": self.app_id}
+        if thread_ts and _truthy(params.get("reply_broadcast")):
+            extra["subtype"] = "thread_broadcast"
+        msg = self._store_message(ch, self.bot_user_id, text, thread_ts and str(thread_ts), None, extra)
+        self._record_post("chat.postMessage", ch, msg)
+        self._emit_message(ch, msg)
+        return {"channel": ch.id, "ts": msg["ts"], "message": copy.deepcopy(msg)}
+
+    def _api_chat_update(self, params: dict[str, Any]) -> dict[str, Any]:
+        ch = self._channel_param(params)
+        ts = str(params.get("ts") or "")
+        msg = self._find_message(ch, ts)
+        if msg is None:
+            raise _SlackError("message_not_found")
+        if msg.get("user") != self.bot_user_id:
+            raise _SlackError("cant_update_message")
+        text = str(params.get("text") or "")
+        msg = self._edit(ch, ts, text, emit=True)
+        self._record_post("chat.update", ch, msg)
+        return {"channel": ch.id, "ts": ts, "text": text, "message": copy.deepcopy(msg)}
+
+    def _record_post(self, method: str, ch: _Channel, msg: dict[str, Any]) -> None:
+        record = {"method": method, "channel": ch.id, "ts": msg["ts"], "text": msg["text"]}
+        self._posted.append({**record, "thread_ts": msg.get("thread_ts")})
+
+    def _api_reactions_add(self, params: dict[str, Any]) -> dict[str, Any]:
+        ch = self._channel_param(params)
+        ts = str(params.get("timestamp") or "")
+        name = str(params.get("name") or "").strip(":")
+        if not name:
+            raise _SlackError("invalid_name")
+        msg = self._find_message(ch, ts)
+        if msg is None:
+            raise _SlackError("message_not_found")
+        reactions = msg.setdefault("reactions", [])
+        entry = next((r for r in reactions if r["name"] == name), None)
+        if entry is None:
+            entry = {"name": name, "users": [], "count": 0}
+            reactions.append(entry)
+        if self.bot_user_id in entry["users"]:
+            raise _SlackError("already_reacted")
+        entry["users"].append(self.bot_user_id)
+        entry["count"] += 1
+        self._reactions.append((ch.id, ts, name))
+        return {}
+
+    def _api_users_info(self, params: dict[str, Any]) -> dict[str, Any]:
+        user = self._users.get(str(params.get("user") or ""))
+        if user is None:
+            raise _SlackError("user_not_found")
+        return {"user": copy.deepcopy(user)}
+
+    def _api_users_conversations(self, params: dict[str, Any]) -> dict[str, Any]:
+        types = {t.strip() for t in str(params.get("types") or "public_channel").split(",")}
+        user = str(params.get("user") or self.bot_user_id)
+        channels = [
+            self._channel_object(ch)
+            for ch in self._channels.values()
+            if ch.type in types and user in ch.members
+        ]
+        page, cursor = self._page_by_offset(channels, params, self._limit(params, 100))
+        return {"channels": page, "response_metadata": {"next_cursor": cursor}}
+
+    def _api_conversations_info(self, params: dict[str, Any]) -> dict[str, Any]:
+        return {"channel": self._channel_object(self._channel_param(params))}
+
+    def _api_conversations_members(self, params: dict[str, Any]) -> dict[str, Any]:
+        ch = self._channel_param(params)
+        page, cursor = self._page_by_offset(list(ch.members), params, self._limit(params, 100))
+        return {"members": page, "response_metadata": {"next_cursor": cursor}}
+
+    def _api_conversations_history(self, params: dict[str, Any]) -> dict[str, Any]:
+        ch = self._channel_param(params)
+        limit = self._limit(params, 100)
+        found = [
+            m
+            for m in reversed(ch.messages)
+            if ("thread_ts" not in m or m["thread_ts"] == m["ts"] or m.get("subtype") == "thread_broadcast")
+            and self._in_range(m["ts"], params)
+        ]
+        if params.get("cursor"):
+            before = _ts_key(_decode_cursor(str(params["cursor"]), "next_ts:"))
+            found = [m for m in found if _ts_key(m["ts"]) < before]
+        page, rest = found[:limit], found[limit:]
+        return {
+            "messages": copy.deepcopy(page),
+            "has_more": bool(rest),
+            "pin_count": 0,
+            "response_metadata": {"next_cursor": _encode_cursor(f"next_ts:{page[-1]['ts']}") if rest else ""},
+        }
+
+    def _api_conversations_replies(self, params: dict[str, Any]) -> dict[str, Any]:
+        ch = self._channel_param(params)
+        msg = self._find_message(ch, str(params.get("ts") or ""))
+        if msg is None:
+            raise _SlackError("thread_not_found")
+        root = msg.get("thread_ts", msg["ts"])
+        parent = self._find_message(ch, root) or msg
+        replies = [
+            m
+            for m in ch.messages
+            if m.get("thread_ts") == root and m["ts"] != root and self._in_range(m["ts"], params)
+        ]
+        items = [parent, *replies]
+        if params.get("cursor"):
+            after = _ts_key(_decode_cursor(str(params["cursor"]), "next_ts:"))
+            items = [m for m in replies if _ts_key(m["ts"]) > after]
+        limit = self._limit(params, 100)
+        page, rest = items[:limit], items[limit:]
+        return {
+            "messages": copy.deepcopy(page),
+            "has_more": bool(rest),
+            "response_metadata": {"next_cursor": _encode_cursor(f"next_ts:{page[-1]['ts']}") if rest else ""},
+        }
+
+    # ------------------------------------------------------------------ subprocess control
+
+    async def _handle_control(self, request: web.Request) -> web.Response:
+        name = request.match_info["method"]
+        if name not in CONTROL_METHODS:
+            return web.json_response({"error": f"unknown control method {name}"}, status=404)
+        kwargs = await request.json() if request.can_read_body else {}
+        try:
+            result = getattr(self, name)(**kwargs)
+        except (KeyError, ValueError, TypeError) as e:
+            return web.json_response({"error": f"{type(e).__name__}: {e}"}, status=400)
+        return web.json_response({"result": result})
+
+    async def _handle_state(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            {
+                "web_calls": self.web_calls,
+                "acks": self.acks,
+                "posted": self.posted,
+                "reactions": self.reactions,
+                "envelopes": self.envelopes,
+                "connected": self.connected,
+                "connection_count": self.connection_count,
+            }
+        )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve a FakeSlack until SIGTERM/SIGINT, printing its Web API base URL."""
+    parser = argparse.ArgumentParser(description="Fake Slack (Web API + Socket Mode) on 127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="port to listen on (0 = any free port)")
+    parser.add_argument("--bot-token", default="xoxb-test-token")
+    parser.add_argument("--app-token", default="xapp-test-token")
+    parser.add_argument("--ack-timeout", type=float, default=3.0)
+    args = parser.parse_args(argv)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    fake = FakeSlack(bot_token=args.bot_token, app_token=args.app_token, ack_timeout=args.ack_timeout, port=args.port)
+    with fake:
+        print(fake.base_url, flush=True)
+        while not stop.wait(0.5):
+            pass
+
+
+if __name__ == "__main__":
+    main()
