@@ -76,6 +76,12 @@ class SlackConfig(_Section):
     bot_token: str = ""
     app_token: str = ""
     api_base_url: str = "https://slack.com/api/"
+    mode: Literal["socket", "http"] = "socket"
+    """Socket Mode (default) or the HTTP Events API behind a load balancer."""
+    signing_secret: str = ""
+    """Verifies requests in HTTP mode."""
+    http_port: int = Field(default=3000, ge=1, le=65535)
+    """Where the HTTP Events API listens in HTTP mode."""
 
 
 class AgentConfig(_Section):
@@ -86,6 +92,13 @@ class AgentConfig(_Section):
     client_args: dict[str, Any] = {}
     system_prompt: str | None = None
     """Overrides the system prompt rendered from the templates when set."""
+    provider: Literal["openai", "litellm"] = "openai"
+    """openai: any OpenAI-compatible server; litellm: other vendors (needs the litellm package)."""
+    max_retries: int = Field(default=2, ge=0, le=10)
+    """Retries of a failed model call (timeouts, 429, 5xx) before giving up."""
+    timeout_seconds: float = Field(default=60.0, gt=0)
+    max_tool_cycles: int = Field(default=8, ge=1, le=50)
+    """Model turns per answer, tool calls included."""
 
 
 class AgentsConfig(_Section):
@@ -148,6 +161,101 @@ class LoggingConfig(_Section):
         return level
 
 
+class WaitThreshold(_Section):
+    messages_per_minute: float = Field(ge=0)
+    multiplier: float = Field(gt=0, le=1)
+
+
+class SkipThreshold(_Section):
+    confidence: float = Field(ge=0, le=1)
+    seconds: float = Field(ge=0)
+
+
+class ResponseConfig(_Section):
+    """How and when the bot answers."""
+
+    reply_in_thread: bool = True
+    """Answer a top-level mention in a thread under it."""
+    reaction: str = "eyes"
+    """Emoji put on a mention as soon as it is taken up; empty: none."""
+    max_message_age_seconds: int = Field(default=86400, ge=60)
+    """How far back history is fetched and conversations are considered."""
+    history_message_limit: int = Field(default=200, ge=1, le=1000)
+    """Messages fetched per channel by one history sync."""
+    history_sync_interval_seconds: float = Field(default=600.0, gt=0)
+    context_message_limit: int = Field(default=30, ge=1, le=200)
+    """Messages of the conversation shown to the model."""
+    mention_catchup_seconds: int = Field(default=3600, ge=0)
+    """A mention missed while the bot was down is answered if younger than this."""
+    check_interval_seconds: float = Field(default=60.0, gt=0)
+    """How often conversations nobody answered are looked for; the rest below is about those."""
+    active_channel_days: float = Field(default=7.0, gt=0)
+    """Only channels with a message this recent are looked at."""
+    min_wait_seconds: float = Field(default=300.0, ge=0)
+    jitter_ratio: float = Field(default=0.3, ge=0, le=1)
+    dynamic_wait: DynamicWaitConfig = _section()
+    judgment_skip: JudgmentSkipConfig = _section()
+    response_interval: IntervalConfig = _section()
+    max_autonomous_replies_per_hour: int = Field(default=6, ge=0)
+    reply_to_bots: bool = False
+    channels: ChannelFilterConfig = _section()
+
+
+class DynamicWaitConfig(_Section):
+    """Shorter waits in lively channels."""
+
+    enabled: bool = True
+    thresholds: list[WaitThreshold] = Field(
+        default_factory=lambda: [
+            WaitThreshold(messages_per_minute=1.0, multiplier=0.2),
+            WaitThreshold(messages_per_minute=0.5, multiplier=0.4),
+            WaitThreshold(messages_per_minute=0.1, multiplier=0.7),
+        ]
+    )
+    min_seconds: float = Field(default=60.0, ge=0)
+    """The shortening never goes below this (a smaller min_wait_seconds is used as is)."""
+
+
+class JudgmentSkipConfig(_Section):
+    """How long a judgment stands while nobody posts: longer for surer judgments."""
+
+    enabled: bool = True
+    thresholds: list[SkipThreshold] = Field(
+        default_factory=lambda: [
+            SkipThreshold(confidence=0.9, seconds=12 * 3600),
+            SkipThreshold(confidence=0.7, seconds=3600),
+        ]
+    )
+    default_seconds: float = Field(default=600.0, ge=0)
+
+
+class IntervalConfig(_Section):
+    """A random pause between two autonomous posts in one channel."""
+
+    min: float = Field(default=5.0, ge=0)
+    max: float = Field(default=20.0, ge=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> IntervalConfig:
+        if self.max < self.min:
+            raise ValueError("max must not be smaller than min")
+        return self
+
+
+class ChannelFilterConfig(_Section):
+    """Where the bot may speak unasked: an include list (empty: everywhere) minus an exclude list."""
+
+    include: list[str] = []
+    exclude: list[str] = []
+
+
+class HealthCheckConfig(_Section):
+    """HTTP health endpoints /live and /ready."""
+
+    port: int | None = Field(default=8080, ge=0, le=65535)
+    """null: no health endpoints."""
+
+
 class PromptsConfig(_Section):
     """Prompt templates."""
 
@@ -164,6 +272,8 @@ class Config(_Section):
     memory: MemoryConfig = _section()
     logging: LoggingConfig = _section()
     prompts: PromptsConfig = _section()
+    response: ResponseConfig = _section()
+    health_check: HealthCheckConfig = _section()
 
     _missing_env: dict[str, str] = PrivateAttr(default_factory=dict)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Protocol
 
@@ -79,6 +80,10 @@ class ConversationStore(Protocol):
         """The newest `limit` top-level messages of a channel posted after `since`, oldest first."""
         ...
 
+    def messages_since(self, channel_id: str, since: datetime) -> list[Message]:
+        """Every message of the channel (threads included) posted after `since`, oldest first."""
+        ...
+
     def latest_ts(self, channel_id: str) -> str | None:
         """The ts of the newest stored message in the channel (threads included)."""
         ...
@@ -87,12 +92,20 @@ class ConversationStore(Protocol):
 
     def get_channel(self, channel_id: str) -> Channel | None: ...
 
+    def active_channels(self, since: datetime) -> list[Channel]:
+        """Stored channels with a message posted after `since`."""
+        ...
+
     def save_person(self, person: Person) -> None: ...
 
     def people(self) -> dict[str, Person]: ...
 
     def claim(self, channel_id: str, ts: str) -> bool:
         """Mark a message as taken up for an answer; True only for the first claim."""
+        ...
+
+    def claimed(self, channel_id: str, ts: Iterable[str]) -> set[str]:
+        """Which of these messages were taken up for an answer."""
         ...
 
     def unclaimed_mentions(self, user_id: str, since: datetime) -> list[Message]:

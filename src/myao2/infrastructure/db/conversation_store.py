@@ -7,6 +7,7 @@ callers racing from several threads never store a message twice nor claim it twi
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -68,6 +69,15 @@ class SqlConversationStore:
             conditions.append(col(MessageRow.posted_at) > since)
         return self._newest(limit, *conditions)
 
+    def messages_since(self, channel_id: str, since: datetime) -> list[Message]:
+        with Session(self._engine) as session:
+            rows = session.exec(
+                select(MessageRow)
+                .where(MessageRow.channel_id == channel_id, col(MessageRow.posted_at) > since)
+                .order_by(col(MessageRow.posted_at), col(MessageRow.ts))
+            ).all()
+        return [_to_message(r) for r in rows]
+
     def latest_ts(self, channel_id: str) -> str | None:
         with Session(self._engine) as session:
             return session.exec(
@@ -88,6 +98,12 @@ class SqlConversationStore:
         with Session(self._engine) as session:
             row = session.get(ChannelRow, channel_id)
         return None if row is None else Channel(id=row.id, name=row.name, kind=ChannelKind(row.kind))
+
+    def active_channels(self, since: datetime) -> list[Channel]:
+        active = select(MessageRow.channel_id).where(col(MessageRow.posted_at) > since).distinct()
+        with Session(self._engine) as session:
+            rows = session.exec(select(ChannelRow).where(col(ChannelRow.id).in_(active))).all()
+        return [Channel(id=r.id, name=r.name, kind=ChannelKind(r.kind)) for r in rows]
 
     def save_person(self, person: Person) -> None:
         values = {
@@ -110,6 +126,13 @@ class SqlConversationStore:
 
     def claim(self, channel_id: str, ts: str) -> bool:
         return self._insert(ClaimRow(channel_id=channel_id, ts=ts, claimed_at=self._clock.now()))
+
+    def claimed(self, channel_id: str, ts: Iterable[str]) -> set[str]:
+        with Session(self._engine) as session:
+            rows = session.exec(
+                select(ClaimRow.ts).where(ClaimRow.channel_id == channel_id, col(ClaimRow.ts).in_(list(ts)))
+            ).all()
+        return set(rows)
 
     def unclaimed_mentions(self, user_id: str, since: datetime) -> list[Message]:
         mentions_text = type_coerce(col(MessageRow.mentions), Text)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
+from sqlalchemy.pool import StaticPool
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 SQLITE_BUSY_TIMEOUT_MS = 5000
@@ -22,10 +23,14 @@ def _create(url: str) -> Engine:
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
         return create_engine(url, pool_pre_ping=True)
-    if parsed.database and parsed.database != ":memory:":
+    in_memory = not parsed.database or parsed.database == ":memory:"
+    if not in_memory:
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(
-        url, connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
+        url,
+        connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000},
+        # An in-memory database lives in its one connection: every thread must share it.
+        poolclass=StaticPool if in_memory else None,
     )
     event.listen(engine, "connect", _sqlite_pragmas)
     return engine

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Engine, or_
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from myao2.domain.memo import (
@@ -24,6 +28,11 @@ from myao2.domain.memo import (
 from myao2.domain.ports import Clock
 from myao2.infrastructure.db.tables import MemoRevisionRow, MemoRow
 
+# A change reads the rules' inputs (live names, tag kinds) and then writes. Threads of one
+# process (tool calls run in worker threads) take turns so no two changes interleave; across
+# processes the unique index on live names still holds.
+_CHANGES = threading.Lock()
+
 
 class SqlMemoStore:
     """`MemoStore` over a SQLAlchemy engine (SQLite or PostgreSQL)."""
@@ -36,7 +45,7 @@ class SqlMemoStore:
 
     def add(self, draft: MemoDraft, origin: Origin, actor: str) -> Memo:
         now = self._clock.now()
-        with Session(self._engine) as session, session.begin():
+        with self._change() as session:
             if self._live_row(session, draft.name) is not None:
                 raise MemoError("name_taken", name=draft.name)
             check_tag_kinds(draft.tags, self._tag_kinds(session))
@@ -54,13 +63,13 @@ class SqlMemoStore:
                 updated_at=now,
             )
             session.add(row)
-            session.flush()
+            _flush(session, draft.name)
             memo = _to_memo(row)
             self._revise(session, memo, Action.ADD, actor, None)
             return memo
 
     def edit(self, name: str, changes: MemoChanges, channel_id: str | None, actor: str) -> Memo:
-        with Session(self._engine) as session, session.begin():
+        with self._change() as session:
             row = self._visible_row(session, name, channel_id)
             before = _to_memo(row)
             after = changes.apply(before, self._clock.now())
@@ -70,11 +79,12 @@ class SqlMemoStore:
                 others = self._tag_kinds(session, exclude_id=row.id)
                 check_tag_kinds(after.tags, others)
             _copy_into(row, after)
+            _flush(session, after.name)
             self._revise(session, after, Action.EDIT, actor, before)
             return after
 
     def remove(self, name: str, channel_id: str | None, actor: str) -> Memo:
-        with Session(self._engine) as session, session.begin():
+        with self._change() as session:
             row = self._visible_row(session, name, channel_id)
             before = _to_memo(row)
             row.removed_at = self._clock.now()
@@ -83,7 +93,7 @@ class SqlMemoStore:
             return after
 
     def restore(self, name: str, actor: str) -> Memo:
-        with Session(self._engine) as session, session.begin():
+        with self._change() as session:
             if self._live_row(session, name) is not None:
                 raise MemoError("name_taken", name=name)
             row = session.exec(
@@ -97,6 +107,7 @@ class SqlMemoStore:
             check_tag_kinds(before.tags, self._tag_kinds(session))
             row.removed_at = None
             row.updated_at = self._clock.now()
+            _flush(session, name)
             after = _to_memo(row)
             self._revise(session, after, Action.RESTORE, actor, before)
             return after
@@ -122,7 +133,11 @@ class SqlMemoStore:
             if min_priority > 1:
                 query = query.where(MemoRow.priority >= min_priority)
             rows = session.exec(
-                query.order_by(col(MemoRow.priority).desc(), col(MemoRow.updated_at).desc())
+                query.order_by(
+                    col(MemoRow.priority).desc(),
+                    col(MemoRow.updated_at).desc(),
+                    col(MemoRow.id).desc(),
+                )
             ).all()
         memos = [_to_memo(r) for r in rows]
         if tag is not None:
@@ -183,6 +198,12 @@ class SqlMemoStore:
 
     # -- helpers -------------------------------------------------------------
 
+    @contextmanager
+    def _change(self) -> Iterator[Session]:
+        """A session in one transaction, taking its turn among this process's changes."""
+        with _CHANGES, Session(self._engine) as session, session.begin():
+            yield session
+
     @staticmethod
     def _live_row(session: Session, name: str) -> MemoRow | None:
         return session.exec(
@@ -228,6 +249,14 @@ def _scoped(query: Any, channel_id: str | None, *, removed: bool = False) -> Any
             or_(MemoRow.visibility == Visibility.WORKSPACE.value, MemoRow.channel_id == channel_id)
         )
     return query
+
+
+def _flush(session: Session, name: str) -> None:
+    """Write pending rows; a live name taken meanwhile by another process is refused as such."""
+    try:
+        session.flush()
+    except IntegrityError as error:
+        raise MemoError("name_taken", name=name) from error
 
 
 def _to_memo(row: MemoRow) -> Memo:

@@ -1,0 +1,215 @@
+"""Joining conversations nobody answered: after a human-like wait, and only when the judge says so."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from myao2.application.agents import Judge, ModelUnavailable, ReplyWriter
+from myao2.application.context import ContextBuilder
+from myao2.application.conversations import Conversations
+from myao2.application.inbox import Spawn
+from myao2.application.locks import KeyedLocks
+from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Message
+from myao2.domain.judgment import ConversationKey, SkipPolicy, WaitPolicy, messages_per_minute
+from myao2.domain.memo import Origin
+from myao2.domain.ports import Clock, ConversationStore
+
+logger = logging.getLogger(__name__)
+
+HOUR = timedelta(hours=1)
+
+
+@dataclass(frozen=True)
+class AutonomySettings:
+    """When and how often the bot speaks unasked (from the `response` config section)."""
+
+    active_channel_days: float
+    max_message_age_seconds: float
+    context_message_limit: int
+    wait: WaitPolicy
+    skip: SkipPolicy | None
+    interval_seconds: tuple[float, float]
+    max_replies_per_hour: int
+    reply_to_bots: bool
+    include: frozenset[str]
+    exclude: frozenset[str]
+
+    def allows(self, channel: Channel) -> bool:
+        """DMs are answered as mentions; other channels by the include/exclude lists (id or name)."""
+        if channel.kind is ChannelKind.IM:
+            return False
+        names = {channel.id, channel.name}
+        if self.include and not names & self.include:
+            return False
+        return not names & self.exclude
+
+
+@dataclass
+class _Standing:
+    """A judgment that stands until `newest_ts` changes or `until` passes."""
+
+    newest_ts: str
+    until: datetime
+
+
+class AutonomousResponder:
+    """One `check()` per interval: finds quiet conversations and considers each in the background."""
+
+    def __init__(
+        self,
+        *,
+        store: ConversationStore,
+        conversations: Conversations,
+        contexts: ContextBuilder,
+        judge: Judge,
+        writer: ReplyWriter,
+        bot: BotIdentity,
+        clock: Clock,
+        settings: AutonomySettings,
+        spawn: Spawn,
+        sleep: Callable[[float], object] = asyncio.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._store = store
+        self._conversations = conversations
+        self._contexts = contexts
+        self._judge = judge
+        self._writer = writer
+        self._bot = bot
+        self._clock = clock
+        self._settings = settings
+        self._spawn = spawn
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+        self._standing: dict[ConversationKey, _Standing] = {}
+        self._considering: set[ConversationKey] = set()
+        self._channel_turns = KeyedLocks()
+        self._next_post: dict[str, datetime] = {}
+        self._posts: dict[str, deque[datetime]] = {}
+
+    async def check(self) -> int:
+        """Start considering every conversation that has waited long enough; returns how many."""
+        now = self._clock.now()
+        active_since = now - timedelta(days=self._settings.active_channel_days)
+        channels = await asyncio.to_thread(self._store.active_channels, active_since)
+        started = 0
+        for channel in channels:
+            if not self._settings.allows(channel) or self._out_of_budget(channel.id, now):
+                continue
+            for key, newest, elapsed in await self._quiet_conversations(channel, now):
+                self._considering.add(key)
+                self._spawn(self._consider(channel, key, newest, elapsed))
+                started += 1
+        return started
+
+    async def _quiet_conversations(
+        self, channel: Channel, now: datetime
+    ) -> list[tuple[ConversationKey, Message, timedelta]]:
+        since = now - timedelta(seconds=self._settings.max_message_age_seconds)
+        messages = await asyncio.to_thread(self._store.messages_since, channel.id, since)
+        rate = messages_per_minute([m.posted_at for m in messages], now)
+        candidates = []
+        for key, newest in _newest_per_conversation(messages).items():
+            if key in self._considering or not self._from_someone_to_answer(newest):
+                continue
+            standing = self._standing.get(key)
+            if standing and standing.newest_ts == newest.ts and now < standing.until:
+                continue
+            elapsed = now - newest.posted_at
+            seed = f"{key.channel_id}/{key.thread_ts}/{newest.ts}"
+            if elapsed >= self._settings.wait.wait(rate, seed):
+                candidates.append((key, newest, elapsed))
+        if not candidates:
+            return []
+        claimed = await asyncio.to_thread(self._store.claimed, channel.id, [m.ts for _, m, _ in candidates])
+        return [c for c in candidates if c[1].ts not in claimed]
+
+    def _from_someone_to_answer(self, message: Message) -> bool:
+        if message.user_id == self._bot.user_id:
+            return False
+        return self._settings.reply_to_bots or not message.is_bot
+
+    async def _consider(self, channel: Channel, key: ConversationKey, newest: Message, elapsed: timedelta) -> None:
+        try:
+            since = self._clock.now() - timedelta(seconds=self._settings.max_message_age_seconds)
+            messages = await self._conversations.messages(
+                channel.id, key.thread_ts, self._settings.context_message_limit, since
+            )
+            context = await self._contexts.build(channel, messages, await self._conversations.names())
+            try:
+                judgment = await self._judge.judge(context, elapsed)
+            except ModelUnavailable as exc:
+                logger.warning("no judgment for %s: %s", key, exc)
+                judgment = None
+            self._remember(key, newest, judgment.confidence if judgment else 0.0)
+            if judgment is None or not judgment.should_respond:
+                return
+            logger.info("joining %s (confidence %.2f): %s", key, judgment.confidence, judgment.reason)
+            if not await asyncio.to_thread(self._store.claim, channel.id, newest.ts):
+                return
+            origin = Origin(
+                channel_id=channel.id, channel_private=channel.is_private, user_id=newest.user_id, message_ts=newest.ts
+            )
+            async with self._channel_turns.hold(channel.id):
+                await self._pace(channel.id)
+                if self._out_of_budget(channel.id, self._clock.now()):
+                    return
+                text = await self._writer.write(context, origin)
+                await self._conversations.post(channel.id, text, key.thread_ts)
+                self._posted(channel.id)
+        except ModelUnavailable as exc:
+            logger.warning("gave up joining %s: %s", key, exc)
+        finally:
+            self._considering.discard(key)
+
+    def _remember(self, key: ConversationKey, newest: Message, confidence: float) -> None:
+        skip = self._settings.skip
+        holds = skip.holds_for(confidence) if skip else timedelta(0)
+        self._standing[key] = _Standing(newest_ts=newest.ts, until=self._clock.now() + holds)
+
+    async def _pace(self, channel_id: str) -> None:
+        """Wait out the pause since the bot's last unasked post in this channel."""
+        ready_at = self._next_post.get(channel_id)
+        if ready_at is not None:
+            delay = (ready_at - self._clock.now()).total_seconds()
+            if delay > 0:
+                await self._sleep(delay)
+
+    def _posted(self, channel_id: str) -> None:
+        now = self._clock.now()
+        self._posts.setdefault(channel_id, deque()).append(now)
+        low, high = self._settings.interval_seconds
+        self._next_post[channel_id] = now + timedelta(seconds=self._rng.uniform(low, high))
+
+    def _out_of_budget(self, channel_id: str, now: datetime) -> bool:
+        posts = self._posts.get(channel_id)
+        if not posts:
+            return self._settings.max_replies_per_hour <= 0
+        while posts and now - posts[0] >= HOUR:
+            posts.popleft()
+        return len(posts) >= self._settings.max_replies_per_hour
+
+
+def _newest_per_conversation(messages: Sequence[Message]) -> dict[ConversationKey, Message]:
+    """The newest message of each thread and of the top-level flow (messages oldest first).
+
+    A top-level message that has replies was answered in its thread, so the
+    top-level flow only counts when its newest message started no thread.
+    """
+    newest: dict[ConversationKey, Message] = {}
+    threaded: set[str] = set()
+    for message in messages:
+        if message.thread_ts:
+            threaded.add(message.thread_ts)
+        newest[ConversationKey(message.channel_id, message.thread_ts)] = message
+    return {
+        key: message
+        for key, message in newest.items()
+        if key.thread_ts is not None or message.ts not in threaded
+    }

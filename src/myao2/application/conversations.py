@@ -1,0 +1,55 @@
+"""Reading a stored conversation for a prompt, and posting the bot's reply into it."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+
+from myao2.domain.conversation import BotIdentity, Channel, Message
+from myao2.domain.ports import ChatPlatform, ConversationStore
+
+
+class Conversations:
+    """The bot's view of conversations: the channel, the messages, people's names; its own posts."""
+
+    def __init__(self, store: ConversationStore, chat: ChatPlatform, bot: BotIdentity, bot_name: str) -> None:
+        self._store = store
+        self._chat = chat
+        self._bot = bot
+        self._bot_name = bot_name
+
+    async def channel(self, channel_id: str) -> Channel:
+        """The channel as stored, fetched from the chat platform the first time."""
+        channel = await asyncio.to_thread(self._store.get_channel, channel_id)
+        if channel is None:
+            channel = await self._chat.channel(channel_id)
+            await asyncio.to_thread(self._store.save_channel, channel)
+        return channel
+
+    async def messages(self, channel_id: str, thread_ts: str | None, limit: int, since: datetime) -> list[Message]:
+        """A thread's newest messages, or for `thread_ts` None the channel's top-level flow since `since`."""
+        if thread_ts:
+            return await asyncio.to_thread(self._store.thread_messages, channel_id, thread_ts, limit)
+        return await asyncio.to_thread(self._store.channel_messages, channel_id, limit, since)
+
+    async def names(self) -> dict[str, str]:
+        """Display names by user id, the bot's own included."""
+        people = await asyncio.to_thread(self._store.people)
+        names = {user_id: person.display_name for user_id, person in people.items()}
+        names[self._bot.user_id] = self._bot_name
+        return names
+
+    async def post(self, channel_id: str, text: str, thread_ts: str | None) -> Message:
+        """Post as the bot and store the post with the ts Slack gave it."""
+        ts = await self._chat.post(channel_id, text, thread_ts)
+        reply = Message(
+            channel_id=channel_id,
+            ts=ts,
+            user_id=self._bot.user_id,
+            text=text,
+            user_name=self._bot_name,
+            is_bot=True,
+            thread_ts=thread_ts,
+        )
+        await asyncio.to_thread(self._store.save_message, reply)
+        return reply

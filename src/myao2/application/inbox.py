@@ -1,0 +1,91 @@
+"""What Slack reports, kept in the store; messages addressed to the bot handed on for an answer."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
+from datetime import timedelta
+from typing import Any
+
+from myao2.domain.conversation import BotIdentity, ChannelKind, Message
+from myao2.domain.ports import ChatPlatform, Clock, ConversationStore
+
+logger = logging.getLogger(__name__)
+
+Spawn = Callable[[Coroutine[Any, Any, None]], None]
+
+
+class Inbox:
+    """Ingests events as domain objects; never waits for an answer to be written."""
+
+    def __init__(
+        self,
+        *,
+        store: ConversationStore,
+        chat: ChatPlatform,
+        bot: BotIdentity,
+        answer: Callable[[Message], Awaitable[None]],
+        spawn: Spawn,
+    ) -> None:
+        self._store = store
+        self._chat = chat
+        self._bot = bot
+        self._answer = answer
+        self._spawn = spawn
+        self._known_channels: dict[str, ChannelKind] = {}
+
+    def addressed_to_bot(self, message: Message, kind: ChannelKind | None) -> bool:
+        """A person's message that mentions the bot, or anything a person says to it in a DM."""
+        if message.is_bot or message.user_id == self._bot.user_id:
+            return False
+        return self._bot.user_id in message.mentions or kind is ChannelKind.IM
+
+    async def message_posted(self, message: Message, kind: ChannelKind | None) -> None:
+        """Store a message (new or redelivered) and hand it on if it is for the bot."""
+        await asyncio.to_thread(self._store.save_message, message)
+        kind = self._known_channels.get(message.channel_id) or await self._learn_channel(
+            message.channel_id, kind
+        )
+        if self.addressed_to_bot(message, kind):
+            self._spawn(self._answer(message))
+
+    async def message_edited(self, channel_id: str, ts: str, text: str) -> None:
+        await asyncio.to_thread(self._store.edit_message, channel_id, ts, text)
+
+    async def message_deleted(self, channel_id: str, ts: str) -> None:
+        await asyncio.to_thread(self._store.delete_message, channel_id, ts)
+
+    async def channel_changed(self, channel_id: str) -> None:
+        """The bot joined a channel, or a channel was renamed: refresh what is stored of it."""
+        await self._learn_channel(channel_id)
+
+    async def catch_up(self, clock: Clock, max_age_seconds: int) -> int:
+        """Answer messages for the bot that arrived while it was away; returns how many."""
+        since = clock.now() - timedelta(seconds=max_age_seconds)
+        missed = await asyncio.to_thread(self._store.unclaimed_mentions, self._bot.user_id, since)
+        answered = 0
+        for message in missed:
+            if await self._already_answered(message):
+                await asyncio.to_thread(self._store.claim, message.channel_id, message.ts)
+                continue
+            self._spawn(self._answer(message))
+            answered += 1
+        return answered
+
+    async def _already_answered(self, message: Message) -> bool:
+        thread = await asyncio.to_thread(
+            self._store.thread_messages, message.channel_id, message.thread_ts or message.ts, 100
+        )
+        return any(m.user_id == self._bot.user_id and float(m.ts) > float(message.ts) for m in thread)
+
+    async def _learn_channel(self, channel_id: str, hint: ChannelKind | None = None) -> ChannelKind:
+        """Fetch and store a channel; if Slack cannot tell, trust the event's hint, else assume private."""
+        try:
+            channel = await self._chat.channel(channel_id)
+        except Exception as exc:  # noqa: BLE001 - any failure: fall back to the safe side
+            logger.warning("could not look up channel %s: %s", channel_id, exc)
+            return hint or ChannelKind.PRIVATE
+        await asyncio.to_thread(self._store.save_channel, channel)
+        self._known_channels[channel.id] = channel.kind
+        return channel.kind

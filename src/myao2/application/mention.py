@@ -1,0 +1,96 @@
+"""Answering a message addressed to the bot: a mention, or anything said to it in a DM."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+
+from myao2.application.agents import ModelUnavailable, ReplyWriter
+from myao2.application.context import ContextBuilder
+from myao2.application.conversations import Conversations
+from myao2.application.locks import KeyedLocks
+from myao2.domain.conversation import Message
+from myao2.domain.memo import Origin
+from myao2.domain.ports import ChatPlatform, Clock, ConversationStore
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class MentionSettings:
+    """How mentions are answered (from the `response` config section)."""
+
+    reaction: str
+    reply_in_thread: bool
+    context_message_limit: int
+    max_message_age_seconds: int
+    apology: str
+
+
+class AnswerMention:
+    """Takes up a message addressed to the bot once, and answers it in its thread.
+
+    The message is claimed in the store first, so Slack's redeliveries, the
+    app_mention/message pair and restarts never produce a second answer.
+    Answers in one thread are written one after another; other threads go on
+    concurrently.
+    """
+
+    def __init__(
+        self,
+        *,
+        store: ConversationStore,
+        chat: ChatPlatform,
+        contexts: ContextBuilder,
+        writer: ReplyWriter,
+        conversations: Conversations,
+        clock: Clock,
+        settings: MentionSettings,
+    ) -> None:
+        self._store = store
+        self._chat = chat
+        self._conversations = conversations
+        self._contexts = contexts
+        self._writer = writer
+        self._clock = clock
+        self._settings = settings
+        self._threads = KeyedLocks()
+
+    async def __call__(self, message: Message) -> None:
+        if not await asyncio.to_thread(self._store.claim, message.channel_id, message.ts):
+            return
+        if self._settings.reaction:
+            await self._chat.react(message.channel_id, message.ts, self._settings.reaction)
+        reply_thread = message.thread_ts or (message.ts if self._settings.reply_in_thread else None)
+        async with self._threads.hold((message.channel_id, reply_thread)):
+            await self._answer(message, reply_thread)
+
+    async def _answer(self, message: Message, reply_thread: str | None) -> None:
+        try:
+            text = await self._compose(message)
+        except ModelUnavailable as exc:
+            logger.warning("answering %s/%s with an apology: %s", message.channel_id, message.ts, exc)
+            text = self._settings.apology
+        except Exception:
+            logger.exception("could not write an answer to %s/%s", message.channel_id, message.ts)
+            text = self._settings.apology
+        await self._conversations.post(message.channel_id, text, reply_thread)
+
+    async def _compose(self, message: Message) -> str:
+        channel = await self._conversations.channel(message.channel_id)
+        since = self._clock.now() - timedelta(seconds=self._settings.max_message_age_seconds)
+        messages = await self._conversations.messages(
+            message.channel_id, message.thread_ts, self._settings.context_message_limit, since
+        )
+        if message.ts not in {m.ts for m in messages}:
+            messages.append(message)
+        context = await self._contexts.build(channel, messages, await self._conversations.names())
+        origin = Origin(
+            channel_id=channel.id,
+            channel_private=channel.is_private,
+            user_id=message.user_id,
+            message_ts=message.ts,
+        )
+        return await self._writer.write(context, origin)

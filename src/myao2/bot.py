@@ -1,0 +1,304 @@
+"""`myao2 run`: wires the bot together, connects to Slack and runs until SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from contextlib import suppress
+from datetime import timedelta
+from typing import Protocol
+
+from sqlalchemy import Engine, text
+
+from myao2.application.autonomous import AutonomousResponder, AutonomySettings
+from myao2.application.context import ContextBuilder, Persona
+from myao2.application.conversations import Conversations
+from myao2.application.history_sync import HistorySync
+from myao2.application.inbox import Inbox
+from myao2.application.mention import AnswerMention, MentionSettings
+from myao2.config import Config, ConfigError
+from myao2.domain.judgment import SkipPolicy, WaitPolicy
+from myao2.infrastructure.clock import SystemClock
+from myao2.infrastructure.db.conversation_store import SqlConversationStore
+from myao2.infrastructure.db.engine import open_database
+from myao2.infrastructure.db.memo_store import SqlMemoStore
+from myao2.infrastructure.health import Health, HealthServer
+from myao2.infrastructure.llm.agents import ModelClients, StrandsJudge, StrandsReplyWriter
+from myao2.infrastructure.llm.phrases import apology
+from myao2.infrastructure.llm.prompts import PromptRenderer
+from myao2.infrastructure.slack.app import build_app
+from myao2.infrastructure.slack.gateway import SlackAuthError, SlackGateway, make_web_client
+from myao2.infrastructure.tasks import TaskSet
+
+logger = logging.getLogger(__name__)
+
+SHUTDOWN_GRACE_SECONDS = 5.0
+
+
+def run_bot(config: Config) -> int:
+    """Run the bot until it is told to stop; returns the process exit status."""
+    check_slack_settings(config)
+    config.require("agents.response")
+    return asyncio.run(Bot(config).run())
+
+
+def check_slack_settings(config: Config) -> None:
+    """Fail early, naming the key, on missing or malformed Slack credentials."""
+    slack = config.slack
+    if slack.mode == "http":
+        config.require("slack.bot_token", "slack.signing_secret")
+    else:
+        config.require("slack.bot_token", "slack.app_token")
+    problems = []
+    if not slack.bot_token.startswith("xoxb-"):
+        problems.append("slack.bot_token: must be a bot token, which starts with xoxb-")
+    if slack.mode == "socket" and not slack.app_token.startswith("xapp-"):
+        problems.append("slack.app_token: must be an app-level token, which starts with xapp-")
+    if problems:
+        raise ConfigError(problems)
+
+
+class Bot:
+    """The running bot: its stores, Slack connection, agents and background work."""
+
+    def __init__(self, config: Config) -> None:
+        self._config = config
+        self._stop = asyncio.Event()
+        self._tasks = TaskSet()
+        self._clock = SystemClock()
+
+    async def run(self) -> int:
+        config = self._config
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self._stop.set)
+
+        engine = await asyncio.to_thread(open_database, config.memory.sqlalchemy_url)
+        gateway = SlackGateway(make_web_client(config.slack.bot_token, config.slack.api_base_url))
+        try:
+            identity = await gateway.auth()
+        except SlackAuthError as exc:
+            print(f"myao2: {exc}", file=sys.stderr)
+            return 2
+
+        conversations = SqlConversationStore(engine, self._clock)
+        memos = SqlMemoStore(engine, self._clock)
+        persona = config.persona
+        contexts = ContextBuilder(
+            memos,
+            self._clock,
+            Persona(persona.name, persona.system_prompt, persona.language, persona.tzinfo),
+        )
+        renderer = PromptRenderer(persona.language, config.prompts.template_dir)
+        clients = ModelClients(config.agents)
+        writer = StrandsReplyWriter(
+            clients, renderer, memos, persona.language, config.logging.debug_llm_messages
+        )
+        response = config.response
+        talk = Conversations(conversations, gateway, identity, persona.name)
+        answer = AnswerMention(
+            store=conversations,
+            chat=gateway,
+            contexts=contexts,
+            writer=writer,
+            conversations=talk,
+            clock=self._clock,
+            settings=MentionSettings(
+                reaction=response.reaction,
+                reply_in_thread=response.reply_in_thread,
+                context_message_limit=response.context_message_limit,
+                max_message_age_seconds=response.max_message_age_seconds,
+                apology=apology(persona.language),
+            ),
+        )
+        inbox = Inbox(store=conversations, chat=gateway, bot=identity, answer=answer, spawn=self._tasks.spawn)
+        history = HistorySync(
+            gateway,
+            conversations,
+            self._clock,
+            identity.user_id,
+            response.max_message_age_seconds,
+            response.history_message_limit,
+        )
+        app = build_app(
+            client=make_web_client(None, config.slack.api_base_url),
+            bot=identity,
+            bot_token=config.slack.bot_token,
+            chat=gateway,
+            inbox=inbox,
+            signing_secret=config.slack.signing_secret if config.slack.mode == "http" else None,
+        )
+
+        autonomous = AutonomousResponder(
+            store=conversations,
+            conversations=talk,
+            contexts=contexts,
+            judge=StrandsJudge(clients, renderer, persona.language, config.logging.debug_llm_messages),
+            writer=writer,
+            bot=identity,
+            clock=self._clock,
+            settings=autonomy_settings(config),
+            spawn=self._tasks.spawn,
+        )
+
+        health = Health(lambda: _database_ok(engine))
+        health_server = self._start_health_server(health)
+        beat = asyncio.create_task(health.beat())
+        connection = await self._connect(app, health)
+        logger.info("connected to Slack as %s (%s)", persona.name, identity.user_id)
+        self._tasks.spawn(self._catch_up(history, inbox))
+        self._tasks.spawn(self._every(response.history_sync_interval_seconds, history.sync))
+        self._tasks.spawn(self._every(response.check_interval_seconds, autonomous.check))
+
+        await self._stop.wait()
+        logger.info("shutting down")
+        health.slack_connected = False
+        await connection.close()
+        await self._tasks.drain(SHUTDOWN_GRACE_SECONDS)
+        beat.cancel()
+        if health_server is not None:
+            health_server.stop()
+        await clients.close()
+        engine.dispose()
+        return 0
+
+    def _start_health_server(self, health: Health) -> HealthServer | None:
+        port = self._config.health_check.port
+        if port is None:
+            return None
+        server = HealthServer(health, port)
+        server.start()
+        return server
+
+    async def _connect(self, app, health: Health) -> "_Connection":  # type: ignore[no-untyped-def]
+        if self._config.slack.mode == "http":
+            connection: _Connection = _HttpConnection(app, self._config.slack.http_port)
+        else:
+            connection = _SocketConnection(app, self._config.slack.app_token)
+        await connection.open()
+        health.slack_connected = True
+        self._tasks.spawn(connection.watch(health, self._stop))
+        return connection
+
+    async def _catch_up(self, history: HistorySync, inbox: Inbox) -> None:
+        """Fill the gap left while the bot was away, then answer the mentions it missed."""
+        try:
+            await history.sync()
+        except Exception:
+            logger.exception("history sync at start-up failed; answering what is stored")
+        missed = await inbox.catch_up(self._clock, self._config.response.mention_catchup_seconds)
+        if missed:
+            logger.info("answering %d mention(s) that arrived while the bot was away", missed)
+
+    async def _every(self, seconds: float, job: Callable[[], Awaitable[object]]) -> None:
+        """Run `job` every `seconds` until the bot stops; a failure is logged and the next round runs."""
+        while not self._stop.is_set():
+            with suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), seconds)
+            if self._stop.is_set():
+                return
+            try:
+                await job()
+            except Exception:
+                logger.exception("periodic job failed")
+
+
+def autonomy_settings(config: Config) -> AutonomySettings:
+    """The autonomous-reply settings from the `response` section."""
+    response = config.response
+    dynamic = response.dynamic_wait
+    skip = response.judgment_skip
+    return AutonomySettings(
+        active_channel_days=response.active_channel_days,
+        max_message_age_seconds=response.max_message_age_seconds,
+        context_message_limit=response.context_message_limit,
+        wait=WaitPolicy(
+            min_wait_seconds=response.min_wait_seconds,
+            jitter_ratio=response.jitter_ratio,
+            dynamic=dynamic.enabled,
+            thresholds=[(t.messages_per_minute, t.multiplier) for t in dynamic.thresholds],
+            floor_seconds=dynamic.min_seconds,
+        ),
+        skip=SkipPolicy(
+            thresholds=[(t.confidence, timedelta(seconds=t.seconds)) for t in skip.thresholds],
+            default=timedelta(seconds=skip.default_seconds),
+        )
+        if skip.enabled
+        else None,
+        interval_seconds=(response.response_interval.min, response.response_interval.max),
+        max_replies_per_hour=response.max_autonomous_replies_per_hour,
+        reply_to_bots=response.reply_to_bots,
+        include=frozenset(response.channels.include),
+        exclude=frozenset(response.channels.exclude),
+    )
+
+
+class _Connection(Protocol):
+    """How events reach the bot: Socket Mode or HTTP."""
+
+    async def open(self) -> None: ...
+
+    async def watch(self, health: Health, stop: asyncio.Event) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class _SocketConnection:
+    """Socket Mode: bolt's aiohttp handler, which reconnects by itself."""
+
+    def __init__(self, app, app_token: str) -> None:  # type: ignore[no-untyped-def]
+        self._app = app
+        self._app_token = app_token
+        self._handler = None
+
+    async def open(self) -> None:
+        from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+
+        self._handler = AsyncSocketModeHandler(self._app, self._app_token)
+        await self._handler.connect_async()
+
+    async def watch(self, health: Health, stop: asyncio.Event) -> None:
+        assert self._handler is not None
+        while not stop.is_set():
+            health.slack_connected = await self._handler.client.is_connected()
+            with suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), 1.0)
+
+    async def close(self) -> None:
+        if self._handler is not None:
+            await self._handler.close_async()
+
+
+class _HttpConnection:
+    """The HTTP Events API, served by aiohttp on the configured port."""
+
+    def __init__(self, app, port: int) -> None:  # type: ignore[no-untyped-def]
+        self._app = app
+        self._port = port
+        self._runner = None
+
+    async def open(self) -> None:
+        from aiohttp import web
+
+        self._runner = web.AppRunner(self._app.web_app(path="/slack/events", port=self._port))
+        await self._runner.setup()
+        await web.TCPSite(self._runner, port=self._port).start()
+
+    async def watch(self, health: Health, stop: asyncio.Event) -> None:
+        await stop.wait()
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+
+def _database_ok(engine: Engine) -> bool:
+    try:
+        with engine.connect() as connection:
+            connection.execute(text("SELECT 1"))
+        return True
+    except Exception:  # noqa: BLE001 - any failure means not ready
+        return False

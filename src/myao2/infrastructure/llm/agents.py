@@ -1,0 +1,303 @@
+"""Strands agents over the configured models: one model client per role, a fresh Agent per reply.
+
+Retries are bounded in two layers. The openai client retries timeouts, 429 and 5xx
+`max_retries` times with its own short backoff; strands' throttle retry adds at most
+one more round a second later. A reply makes at most `max_tool_cycles` model calls.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import time
+from datetime import timedelta
+from typing import Any, Literal
+
+import openai
+from pydantic import BaseModel, Field
+from strands import Agent, ModelRetryStrategy
+from strands.agent.conversation_manager import NullConversationManager
+from strands.hooks import AfterModelCallEvent, BeforeModelCallEvent, HookProvider, HookRegistry
+from strands.models import Model
+from strands.models.openai import OpenAIModel
+from strands.types.content import Message, Messages
+from strands.types.exceptions import (
+    ContextWindowOverflowException,
+    EventLoopException,
+    MaxTokensReachedException,
+    ModelThrottledException,
+    StructuredOutputException,
+)
+
+from myao2.application.agents import ModelUnavailable
+from myao2.application.context import PromptContext
+from myao2.config import AgentConfig, AgentsConfig, ConfigError
+from myao2.domain.judgment import Judgment
+from myao2.domain.memo import Origin
+from myao2.domain.ports import MemoStore
+from myao2.infrastructure.llm.memo_tools import MEMO_TOOLS, SCOPE_KEY, MemoToolScope
+from myao2.infrastructure.llm.phrases import elapsed_phrase
+from myao2.infrastructure.llm.prompts import PromptRenderer
+
+logger = logging.getLogger(__name__)
+
+Role = Literal["response", "judgment", "memory"]
+ROLES: tuple[Role, ...] = ("response", "judgment", "memory")
+
+THROTTLE_ATTEMPTS = 2
+"""Model calls strands makes on a throttled (429) call, each already retried by the client."""
+THROTTLE_DELAY_SECONDS = 1
+
+_MODEL_ERRORS = (
+    openai.APIError,
+    ModelThrottledException,
+    ContextWindowOverflowException,
+    MaxTokensReachedException,
+    EventLoopException,
+)
+_LIMIT_STOPS = ("limit_turns", "limit_total_tokens", "limit_output_tokens")
+
+
+class ModelClients:
+    """One model, with one client, per agent role, shared by every call of that role.
+
+    Models are built on first use, so inside the running event loop that then owns
+    their connections. A litellm provider without the litellm package is refused here.
+    """
+
+    def __init__(self, agents: AgentsConfig) -> None:
+        self._agents = agents
+        self._models: dict[Role, Model] = {}
+        self._clients: list[openai.AsyncOpenAI] = []
+        for role in ROLES:
+            if self.config(role).provider == "litellm" and importlib.util.find_spec("litellm") is None:
+                raise ConfigError(f"agents.{role}.provider: litellm is not installed (pip install litellm)")
+
+    def config(self, role: Role) -> AgentConfig:
+        """The configuration of `role`'s agent."""
+        config: AgentConfig = getattr(self._agents, role)
+        return config
+
+    def model(self, role: Role) -> Model:
+        """`role`'s model, built on the first call."""
+        model = self._models.get(role)
+        if model is None:
+            model = self._models[role] = self._build(role)
+        return model
+
+    async def close(self) -> None:
+        """Close the clients built so far."""
+        clients, self._clients, self._models = self._clients, [], {}
+        for client in clients:
+            await client.close()
+
+    def _build(self, role: Role) -> Model:
+        config = self.config(role)
+        if config.provider == "litellm":
+            from strands.models.litellm import LiteLLMModel
+
+            client_args = {"num_retries": config.max_retries, "timeout": config.timeout_seconds, **config.client_args}
+            return LiteLLMModel(client_args=client_args, model_id=config.model_id, params=config.params)
+        try:
+            client = openai.AsyncOpenAI(
+                **config.client_args, max_retries=config.max_retries, timeout=config.timeout_seconds
+            )
+        except openai.OpenAIError as exc:  # e.g. no API key: its message holds no secret
+            raise ConfigError(f"agents.{role}.client_args: {exc}") from None
+        self._clients.append(client)
+        return OpenAIModel(client=client, model_id=config.model_id, params=config.params)
+
+
+class StrandsReplyWriter:
+    """`ReplyWriter` with the response agent and the memo tools."""
+
+    ROLE: Role = "response"
+
+    def __init__(
+        self,
+        clients: ModelClients,
+        renderer: PromptRenderer,
+        store: MemoStore,
+        language: str,
+        debug_messages: bool = False,
+    ) -> None:
+        self._clients = clients
+        self._config = clients.config(self.ROLE)
+        self._renderer = renderer
+        self._store = store
+        self._language = language
+        self._debug = debug_messages
+
+    async def write(self, context: PromptContext, origin: Origin) -> str:
+        """The reply to the conversation in `context`; memo tools act within `origin`.
+
+        Raises ModelUnavailable when the model fails after the bounded retries or
+        gives no answer.
+        """
+        system = self._config.system_prompt or self._renderer.render(self.ROLE, "system", context)
+        query = self._renderer.render(self.ROLE, "query", context)
+        if self._debug:
+            logger.debug("%s system prompt:\n%s", self.ROLE, system)
+        agent = Agent(
+            model=self._clients.model(self.ROLE),
+            tools=MEMO_TOOLS,
+            system_prompt=system,
+            callback_handler=None,
+            conversation_manager=NullConversationManager(),
+            retry_strategy=bounded_retry_strategy(),
+            hooks=[ModelCallLog(self.ROLE, self._config.model_id, self._debug)],
+        )
+        scope = MemoToolScope(self._store, origin, self._language)
+        try:
+            result = await agent.invoke_async(
+                query,
+                invocation_state={SCOPE_KEY: scope},
+                limits={"turns": self._config.max_tool_cycles},
+            )
+        except _MODEL_ERRORS as exc:
+            raise ModelUnavailable(f"{self.ROLE} model failed: {describe_error(exc)}") from None
+        except Exception as exc:  # malformed output from the provider, or a bug
+            logger.error("%s agent failed unexpectedly: %s", self.ROLE, type(exc).__name__, exc_info=True)
+            raise ModelUnavailable(f"{self.ROLE} agent failed: {type(exc).__name__}") from None
+        if result.stop_reason in _LIMIT_STOPS:
+            logger.warning("%s agent stopped at its cap of %d model calls", self.ROLE, self._config.max_tool_cycles)
+            reply = last_assistant_text(agent.messages)
+        else:
+            reply = message_text(result.message)
+        if not reply:
+            raise ModelUnavailable(f"{self.ROLE} model gave no answer (stop reason {result.stop_reason})")
+        return reply
+
+
+class JudgmentOutput(BaseModel):
+    """Your decision about joining the conversation."""
+
+    should_respond: bool = Field(description="true to post a reply now, false to stay quiet")
+    reason: str = Field(description="one short sentence on why")
+    confidence: float = Field(ge=0, le=1, description="how sure you are, from 0 to 1")
+
+
+class StrandsJudge:
+    """`Judge` with the judgment agent: no tools, structured output, two model calls at most."""
+
+    ROLE: Role = "judgment"
+    MAX_CALLS = 2
+
+    def __init__(self, clients: ModelClients, renderer: PromptRenderer, language: str, debug_messages: bool = False) -> None:
+        self._clients = clients
+        self._config = clients.config(self.ROLE)
+        self._renderer = renderer
+        self._language = language
+        self._debug = debug_messages
+
+    async def judge(self, context: PromptContext, elapsed: timedelta) -> Judgment:
+        system = self._config.system_prompt or self._renderer.render(self.ROLE, "system", context)
+        query = self._renderer.render(
+            self.ROLE, "query", context, elapsed=elapsed_phrase(elapsed, self._language)
+        )
+        agent = Agent(
+            model=self._clients.model(self.ROLE),
+            system_prompt=system,
+            callback_handler=None,
+            conversation_manager=NullConversationManager(),
+            retry_strategy=bounded_retry_strategy(),
+            hooks=[ModelCallLog(self.ROLE, self._config.model_id, self._debug)],
+        )
+        try:
+            result = await agent.invoke_async(
+                query, structured_output_model=JudgmentOutput, limits={"turns": self.MAX_CALLS}
+            )
+        except StructuredOutputException:
+            return Judgment.invalid("no structured answer")
+        except _MODEL_ERRORS as exc:
+            raise ModelUnavailable(f"{self.ROLE} model failed: {describe_error(exc)}") from None
+        except Exception as exc:  # malformed output from the provider, or a bug
+            logger.error("%s agent failed unexpectedly: %s", self.ROLE, type(exc).__name__, exc_info=True)
+            return Judgment.invalid(type(exc).__name__)
+        output = result.structured_output
+        if not isinstance(output, JudgmentOutput):
+            return Judgment.invalid(f"stopped with {result.stop_reason}")
+        return Judgment(output.should_respond, output.reason, output.confidence)
+
+
+class ModelCallLog(HookProvider):
+    """Logs one INFO line per model call (tokens, duration); with `debug`, its input and output."""
+
+    def __init__(self, role: str, model_id: str, debug: bool) -> None:
+        self._role = role
+        self._model_id = model_id
+        self._debug = debug
+        self._started = 0.0
+
+    def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
+        """Register the before and after model call callbacks."""
+        registry.add_callback(BeforeModelCallEvent, self._before)
+        registry.add_callback(AfterModelCallEvent, self._after)
+
+    def _before(self, event: BeforeModelCallEvent) -> None:
+        self._started = time.perf_counter()
+        if self._debug and event.agent.messages:
+            logger.debug("%s model input: %s", self._role, _dump(event.agent.messages[-1]))
+
+    def _after(self, event: AfterModelCallEvent) -> None:
+        duration_ms = round((time.perf_counter() - self._started) * 1000)
+        if event.stop_response is None:
+            error = describe_error(event.exception) if event.exception else "no response"
+            logger.warning(
+                "model call failed: role=%s model=%s error=%s duration_ms=%d",
+                self._role,
+                self._model_id,
+                error,
+                duration_ms,
+            )
+            return
+        message = event.stop_response.message
+        usage = message.get("metadata", {}).get("usage", {})
+        logger.info(
+            "model call: role=%s model=%s input_tokens=%d output_tokens=%d duration_ms=%d stop=%s",
+            self._role,
+            self._model_id,
+            usage.get("inputTokens", 0),
+            usage.get("outputTokens", 0),
+            duration_ms,
+            event.stop_response.stop_reason,
+        )
+        if self._debug:
+            logger.debug("%s model output: %s", self._role, _dump(message))
+
+
+def bounded_retry_strategy() -> ModelRetryStrategy:
+    """Strands' throttle retry, short: the openai client has already backed off by then."""
+    return ModelRetryStrategy(
+        max_attempts=THROTTLE_ATTEMPTS, initial_delay=THROTTLE_DELAY_SECONDS, max_delay=THROTTLE_DELAY_SECONDS
+    )
+
+
+def describe_error(exc: BaseException) -> str:
+    """An error's type (and its cause's) and HTTP status: never its message, which may quote the request."""
+    names = [type(exc).__name__]
+    status = getattr(exc, "status_code", None)
+    cause = exc.__cause__
+    if cause is not None:
+        names.append(type(cause).__name__)
+        status = status or getattr(cause, "status_code", None)
+    described = " from ".join(names)
+    return f"{described} (HTTP {status})" if status else described
+
+
+def message_text(message: Message) -> str:
+    """The text blocks of a message, joined and stripped."""
+    return "".join(block["text"] for block in message.get("content", []) if "text" in block).strip()
+
+
+def last_assistant_text(messages: Messages) -> str:
+    """The text of the latest assistant message that has any."""
+    for message in reversed(messages):
+        if message["role"] == "assistant" and (text := message_text(message)):
+            return text
+    return ""
+
+
+def _dump(message: Message) -> str:
+    return json.dumps(message.get("content", []), ensure_ascii=False, default=str)

@@ -1,0 +1,30 @@
+"""Fixed things the bot says without asking the model, in each persona language."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+_APOLOGY = {
+    "ja": "ごめんね、いまちょっと考えがまとまらないみたい…。少し時間をおいて、もう一度話しかけてくれるとうれしいな。",
+    "en": "Sorry, I can't seem to think straight right now. Could you ask me again in a little while?",
+}
+
+
+def apology(language: str) -> str:
+    """What the bot posts when the model keeps failing."""
+    return _APOLOGY.get(language, _APOLOGY["ja"])
+
+
+def elapsed_phrase(elapsed: timedelta, language: str) -> str:
+    """A rough, human way of saying how long ago: "3 minutes", "2時間"."""
+    seconds = max(0, int(elapsed.total_seconds()))
+    for unit_seconds, ja, en in _UNITS:
+        if seconds >= unit_seconds:
+            count = seconds // unit_seconds
+            if language == "en":
+                return f"{count} {en}{'' if count == 1 else 's'}"
+            return f"{count}{ja}"
+    return "0秒" if language != "en" else "0 seconds"
+
+
+_UNITS = ((86400, "日", "day"), (3600, "時間", "hour"), (60, "分", "minute"), (1, "秒", "second"))

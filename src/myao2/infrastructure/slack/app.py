@@ -1,0 +1,130 @@
+"""The slack-bolt app: thin listeners that translate events and hand them to the inbox."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from slack_bolt.async_app import AsyncApp
+from slack_bolt.authorization import AuthorizeResult
+from slack_bolt.response import BoltResponse
+from slack_sdk.web.async_client import AsyncWebClient
+
+from myao2.application.inbox import Inbox
+from myao2.domain.conversation import BotIdentity
+from myao2.domain.ports import ChatPlatform
+from myao2.infrastructure.slack.translate import (
+    SPOKEN_SUBTYPES,
+    author_of,
+    kind_from_event,
+    text_of,
+    to_message,
+)
+
+logger = logging.getLogger(__name__)
+
+RECENT_EVENT_IDS = 2048
+
+
+class RecentEvents:
+    """Remembers the last event ids seen, so Slack's redeliveries are recognised."""
+
+    def __init__(self, size: int = RECENT_EVENT_IDS) -> None:
+        self._ids: OrderedDict[str, None] = OrderedDict()
+        self._size = size
+
+    def seen(self, event_id: str) -> bool:
+        """True if `event_id` was seen before; remembers it otherwise."""
+        if event_id in self._ids:
+            return True
+        self._ids[event_id] = None
+        if len(self._ids) > self._size:
+            self._ids.popitem(last=False)
+        return False
+
+
+def build_app(
+    *,
+    client: AsyncWebClient,
+    bot: BotIdentity,
+    bot_token: str,
+    chat: ChatPlatform,
+    inbox: Inbox,
+    signing_secret: str | None = None,
+) -> AsyncApp:
+    """A bolt app whose listeners feed `inbox`; every subscribed event is acknowledged.
+
+    `client` carries no token: authorization comes from the identity checked at
+    start-up, so bolt makes no `auth.test` call of its own.
+    """
+
+    async def authorize(**_: Any) -> AuthorizeResult:
+        return AuthorizeResult(
+            enterprise_id=None,
+            team_id=bot.team_id,
+            bot_user_id=bot.user_id,
+            bot_id=bot.bot_id,
+            bot_token=bot_token,
+        )
+
+    app = AsyncApp(
+        client=client,
+        authorize=authorize,
+        signing_secret=signing_secret or "",
+        request_verification_enabled=bool(signing_secret),
+        process_before_response=False,
+    )
+    recent = RecentEvents()
+
+    @app.middleware
+    async def drop_redeliveries(body: dict[str, Any], next: Callable[[], Awaitable[Any]]) -> Any:
+        event_id = body.get("event_id")
+        if event_id and recent.seen(event_id):
+            logger.debug("event %s redelivered (retry %s): acknowledged, skipped", event_id, body.get("retry_attempt"))
+            return BoltResponse(status=200, body="")
+        return await next()
+
+    async def spoken(event: dict[str, Any]) -> None:
+        author = author_of(event) or ""
+        if event.get("subtype") == "bot_message" or not author.startswith(("U", "W")):
+            name = event.get("username") or author
+        else:
+            name = (await chat.person(author)).display_name
+        message = to_message(event, event["channel"], name)
+        await inbox.message_posted(message, kind_from_event(event.get("channel_type")))
+
+    @app.event("message")
+    async def on_message(event: dict[str, Any]) -> None:
+        subtype = event.get("subtype")
+        channel = event.get("channel", "")
+        if subtype == "message_changed":
+            changed = event.get("message") or {}
+            if "ts" in changed:
+                await inbox.message_edited(channel, changed["ts"], text_of(changed))
+        elif subtype == "message_deleted":
+            if event.get("deleted_ts"):
+                await inbox.message_deleted(channel, event["deleted_ts"])
+        elif subtype in SPOKEN_SUBTYPES and "ts" in event:
+            await spoken(event)
+
+    @app.event("app_mention")
+    async def on_mention(event: dict[str, Any]) -> None:
+        await spoken(event)
+
+    @app.event("member_joined_channel")
+    async def on_joined(event: dict[str, Any]) -> None:
+        if event.get("user") == bot.user_id:
+            await inbox.channel_changed(event["channel"])
+
+    @app.event("channel_rename")
+    async def on_rename(event: dict[str, Any]) -> None:
+        await inbox.channel_changed(event["channel"]["id"])
+
+    @app.event(re.compile(".*"))
+    async def acknowledge_others(event: dict[str, Any]) -> None:
+        """member_left_channel and any other subscribed event: acknowledged, nothing to keep."""
+
+    return app

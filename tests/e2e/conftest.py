@@ -1,0 +1,164 @@
+"""End-to-end harness: the real bot process (`python -m myao2`) against the fake Slack and LLM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.slack_server import FakeSlack
+
+ROOT = Path(__file__).resolve().parents[2]
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy")
+
+ALICE, BOB = "UALICE", "UBOB"
+GENERAL = "CGENERAL"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def slack() -> Iterator[FakeSlack]:
+    fake = FakeSlack(bot_name="myao")
+    fake.add_user(ALICE, "alice", display_name="Alice")
+    fake.add_user(BOB, "bob", display_name="Bob")
+    fake.add_channel(GENERAL, "general", members=[ALICE, BOB])
+    with fake:
+        yield fake
+
+
+@pytest.fixture
+def llm() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI(api_key="sk-e2e-secret-key") as fake:
+        yield fake
+
+
+class BotProcess:
+    """The bot running as a subprocess with its own config, database and log."""
+
+    def __init__(self, tmp_path: Path, slack: FakeSlack, llm: FakeOpenAI) -> None:
+        self.tmp_path = tmp_path
+        self.slack = slack
+        self.llm = llm
+        self.config_path = tmp_path / "config.yaml"
+        self.database = tmp_path / "memory.db"
+        self.log_path = tmp_path / "bot.log"
+        self.health_port = free_port()
+        self.settings: dict[str, Any] = {}
+        self.env_overrides: dict[str, str | None] = {}
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def write_config(self) -> None:
+        agent = {
+            "model_id": "fake",
+            "client_args": {"api_key": "${OPENAI_API_KEY}", "base_url": "${OPENAI_BASE_URL}"},
+            "max_retries": 2,
+            "timeout_seconds": 10,
+        }
+        config: dict[str, Any] = {
+            "slack": {
+                "bot_token": "${SLACK_BOT_TOKEN}",
+                "app_token": "${SLACK_APP_TOKEN}",
+                "api_base_url": "${SLACK_API_URL}",
+            },
+            "agents": {"response": agent, "judgment": agent, "memory": agent},
+            "persona": {"name": "myao", "language": "en", "timezone": "UTC"},
+            "memory": {"database_path": str(self.database)},
+            "logging": {"level": "INFO"},
+            "health_check": {"port": self.health_port},
+        }
+        for dotted, value in self.settings.items():
+            node = config
+            *parents, leaf = dotted.split(".")
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[leaf] = value
+        self.config_path.write_text(yaml.safe_dump(config), encoding="utf-8")
+
+    def environment(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in PROXY_VARIABLES}
+        env.update(
+            SLACK_BOT_TOKEN=self.slack.bot_token,
+            SLACK_APP_TOKEN=self.slack.app_token,
+            SLACK_API_URL=self.slack.base_url,
+            OPENAI_API_KEY="sk-e2e-secret-key",
+            OPENAI_BASE_URL=self.llm.base_url,
+            PYTHONPATH=str(ROOT / "src"),
+        )
+        for key, value in self.env_overrides.items():
+            if value is None:
+                env.pop(key, None)
+            else:
+                env[key] = value
+        return env
+
+    def start(self, wait_connected: bool = True) -> BotProcess:
+        self.write_config()
+        connections = self.slack.connection_count
+        self._log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "myao2", "run", "--config", str(self.config_path)],
+            cwd=self.tmp_path,
+            env=self.environment(),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+        if wait_connected:
+            self.slack.wait_for(
+                lambda: self.slack.connection_count > connections or self.process.poll() is not None,
+                timeout=20,
+                what="the bot to connect",
+            )
+            assert self.process.poll() is None, f"the bot exited early:\n{self.log()}"
+        return self
+
+    def wait_exit(self, timeout: float = 20) -> int:
+        assert self.process is not None
+        return self.process.wait(timeout=timeout)
+
+    def stop(self) -> int:
+        """SIGTERM, then the exit status (the bot must exit by itself within a few seconds)."""
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=15)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+            self._log.close()
+
+    def log(self) -> str:
+        return self.log_path.read_text(encoding="utf-8", errors="replace") if self.log_path.exists() else ""
+
+
+@pytest.fixture
+def bot(tmp_path: Path, slack: FakeSlack, llm: FakeOpenAI) -> Iterator[BotProcess]:
+    process = BotProcess(tmp_path, slack, llm)
+    yield process
+    if process.process is not None and process.process.poll() is None:
+        process.stop()
+
+
+def wait_until(predicate, timeout: float = 10.0, what: str = "condition"):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise TimeoutError(f"timed out waiting for {what}")

@@ -1,0 +1,268 @@
+from __future__ import annotations
+
+import importlib.util
+import logging
+import time
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import openai
+import pytest
+
+from myao2.application.agents import ModelUnavailable
+from myao2.application.context import Persona, PromptContext
+from myao2.config import AgentConfig, AgentsConfig, ConfigError
+from myao2.domain.conversation import Channel
+from myao2.domain.memo import Origin
+from myao2.infrastructure.clock import SystemClock
+from myao2.infrastructure.db.engine import open_database
+from myao2.infrastructure.db.memo_store import SqlMemoStore
+from myao2.infrastructure.llm.agents import ModelClients, StrandsReplyWriter
+from myao2.infrastructure.llm.prompts import PromptRenderer
+from tests.fakes.openai_server import Error, FakeOpenAI, Text, ToolCall, ToolCalls
+
+API_KEY = "sk-test-7f3a9c1e5b2d4f60a8e1-distinctive"
+MEMO_TOOL_NAMES = {"add_memo", "edit_memo", "remove_memo", "list_memo", "get_memo", "list_memo_tags"}
+FAST_RETRY = {"retry-after-ms": "1"}
+LOGGER = "myao2.infrastructure.llm.agents"
+
+CONTEXT = PromptContext(
+    persona=Persona(name="myao", system_prompt="You adore cats.", language="en", timezone=ZoneInfo("UTC")),
+    now=datetime(2025, 1, 2, 3, 0, tzinfo=timezone.utc),
+    channel=Channel("C1", "general"),
+    conversation=("[2025-01-02 02:59] Alice: @myao I love ramen!",),
+    important_memos=(),
+    recent_memos=(),
+)
+ORIGIN = Origin(channel_id="C1", user_id="U1", message_ts="1735786740.000100")
+RENDERER = PromptRenderer("en")
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI(api_key=API_KEY) as server:
+        yield server
+
+
+@pytest.fixture
+def store(tmp_path) -> Iterator[SqlMemoStore]:
+    engine = open_database(f"sqlite:///{tmp_path}/m.db")
+    yield SqlMemoStore(engine, SystemClock())
+    engine.dispose()
+
+
+@pytest.fixture
+async def make_writer(fake, store):
+    """Builds a writer against the fake; keyword arguments override the response AgentConfig."""
+    opened: list[ModelClients] = []
+
+    def make(debug: bool = False, **overrides: Any) -> StrandsReplyWriter:
+        settings = {
+            "model_id": "fake-model",
+            "client_args": {"base_url": fake.base_url, "api_key": API_KEY},
+            "max_retries": 2,
+            "timeout_seconds": 5,
+            **overrides,
+        }
+        clients = ModelClients(AgentsConfig(response=AgentConfig(**settings)))
+        opened.append(clients)
+        return StrandsReplyWriter(clients, RENDERER, store, "en", debug)
+
+    yield make
+    for clients in opened:
+        await clients.close()
+
+
+def text_of(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content)
+    return content or ""
+
+
+async def test_a_plain_answer_is_returned_stripped(fake, make_writer):
+    fake.script(Text("  Ramen is the best!  \n"))
+
+    reply = await make_writer().write(CONTEXT, ORIGIN)
+
+    assert reply == "Ramen is the best!"
+    assert len(fake.requests) == 1
+
+
+async def test_the_request_carries_the_memo_tools_and_the_rendered_prompts(fake, make_writer):
+    await make_writer().write(CONTEXT, ORIGIN)
+
+    request = fake.requests[0]
+    assert request["model"] == "fake-model"
+    assert {tool["function"]["name"] for tool in request["tools"]} == MEMO_TOOL_NAMES
+    system, query = request["messages"]
+    assert system["role"] == "system"
+    assert text_of(system) == RENDERER.render("response", "system", CONTEXT)
+    assert "You adore cats." in text_of(system)
+    assert query["role"] == "user"
+    assert text_of(query) == RENDERER.render("response", "query", CONTEXT)
+    assert "Alice: @myao I love ramen!" in text_of(query)
+
+
+async def test_a_configured_system_prompt_replaces_the_rendered_one(fake, make_writer):
+    await make_writer(system_prompt="You are a terse bot.").write(CONTEXT, ORIGIN)
+
+    assert text_of(fake.requests[0]["messages"][0]) == "You are a terse bot."
+
+
+async def test_add_memo_writes_a_memo_with_the_origin(fake, make_writer, store):
+    fake.script(
+        ToolCalls([ToolCall("add_memo", {"name": "alice-ramen", "content": "Alice loves ramen", "priority": 3})]),
+        Text("Noted, Alice!"),
+    )
+
+    reply = await make_writer().write(CONTEXT, ORIGIN)
+
+    assert reply == "Noted, Alice!"
+    memo = store.get("alice-ramen", "C1")
+    assert (memo.content, memo.channel_id, memo.user_id) == ("Alice loves ramen", "C1", "U1")
+    second = fake.requests[1]["messages"]
+    assert second[-1]["role"] == "tool"
+    assert "alice-ramen" in text_of(second[-1])
+
+
+async def test_server_errors_are_retried_by_the_client(fake, make_writer):
+    fake.script(Error(500, "boom", headers=FAST_RETRY), Error(502, "bad gateway", headers=FAST_RETRY), Text("Hi!"))
+
+    assert await make_writer(max_retries=2).write(CONTEXT, ORIGIN) == "Hi!"
+    assert len(fake.requests) == 3
+
+
+async def test_persistent_server_errors_give_up_after_the_client_retries(fake, make_writer):
+    fake.set_responder(lambda request: Error(500, "boom", headers=FAST_RETRY))
+    started = time.monotonic()
+
+    with pytest.raises(ModelUnavailable, match=r"InternalServerError \(HTTP 500\)"):
+        await make_writer(max_retries=2).write(CONTEXT, ORIGIN)
+
+    assert len(fake.requests) == 3
+    assert time.monotonic() - started < 2
+
+
+async def test_a_429_storm_ends_within_seconds(fake, make_writer):
+    fake.set_responder(lambda request: Error(429, "Rate limit reached", "requests", "rate_limit_exceeded"))
+    started = time.monotonic()
+
+    with pytest.raises(ModelUnavailable, match=r"ModelThrottledException from RateLimitError \(HTTP 429\)"):
+        await make_writer(max_retries=1).write(CONTEXT, ORIGIN)
+
+    assert len(fake.requests) == 2 * 2  # two strands attempts of (1 + max_retries) requests
+    assert time.monotonic() - started < 5
+
+
+async def test_a_timeout_is_unavailable(fake, make_writer):
+    fake.script(Text("too late", delay=0.5))
+
+    with pytest.raises(ModelUnavailable, match="APITimeoutError"):
+        await make_writer(max_retries=0, timeout_seconds=0.1).write(CONTEXT, ORIGIN)
+
+
+async def test_an_empty_answer_is_unavailable(fake, make_writer):
+    fake.script(Text("   "))
+
+    with pytest.raises(ModelUnavailable, match="no answer"):
+        await make_writer().write(CONTEXT, ORIGIN)
+
+
+async def test_the_tool_cycle_cap_stops_a_model_that_calls_tools_forever(fake, make_writer):
+    fake.set_responder(lambda request: ToolCalls([ToolCall("list_memo_tags", {})]))
+
+    with pytest.raises(ModelUnavailable, match="no answer"):
+        await make_writer(max_tool_cycles=3).write(CONTEXT, ORIGIN)
+
+    assert len(fake.requests) == 3
+
+
+async def test_at_the_cap_the_last_text_the_model_wrote_is_the_reply(fake, make_writer):
+    fake.script(ToolCalls([ToolCall("list_memo", {})], content="Let me check my notes."))
+    fake.set_responder(lambda request: ToolCalls([ToolCall("list_memo_tags", {})]))
+
+    reply = await make_writer(max_tool_cycles=2).write(CONTEXT, ORIGIN)
+
+    assert reply == "Let me check my notes."
+    assert len(fake.requests) == 2
+
+
+async def test_one_log_line_per_model_call_with_tokens(fake, make_writer, caplog):
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    fake.script(ToolCalls([ToolCall("list_memo_tags", {})]), Text("Nothing yet."))
+
+    await make_writer().write(CONTEXT, ORIGIN)
+
+    lines = [r.getMessage() for r in caplog.records if r.name == LOGGER and r.levelno == logging.INFO]
+    assert len(lines) == 2
+    for line in lines:
+        assert line.startswith("model call: role=response model=fake-model input_tokens=")
+        fields = dict(part.split("=", 1) for part in line.split(": ", 1)[1].split())
+        assert int(fields["input_tokens"]) > 0 and int(fields["output_tokens"]) > 0
+        assert int(fields["duration_ms"]) >= 0
+    assert "stop=tool_use" in lines[0] and "stop=end_turn" in lines[1]
+    assert not [r for r in caplog.records if r.name == LOGGER and r.levelno == logging.DEBUG]
+
+
+async def test_debug_messages_log_prompts_and_output(fake, make_writer, caplog):
+    caplog.set_level(logging.DEBUG, logger=LOGGER)
+    fake.script(Text("Purr."))
+
+    await make_writer(debug=True).write(CONTEXT, ORIGIN)
+
+    debug = "\n".join(r.getMessage() for r in caplog.records if r.name == LOGGER and r.levelno == logging.DEBUG)
+    assert "You adore cats." in debug
+    assert "I love ramen!" in debug
+    assert "Purr." in debug
+
+
+async def test_the_api_key_never_appears_in_logs_or_errors(fake, make_writer, caplog):
+    caplog.set_level(logging.DEBUG)
+    fake.script(
+        ToolCalls([ToolCall("add_memo", {"name": "k", "content": "c", "priority": 1})]),
+        Text("ok"),
+        Error(401, f"Incorrect API key provided: {API_KEY}", "invalid_request_error", "invalid_api_key"),
+    )
+    writer = make_writer(debug=True)
+
+    await writer.write(CONTEXT, ORIGIN)
+    with pytest.raises(ModelUnavailable) as failure:
+        await writer.write(CONTEXT, ORIGIN)
+
+    assert "AuthenticationError (HTTP 401)" in str(failure.value)
+    assert API_KEY not in str(failure.value)
+    assert failure.value.__cause__ is None and failure.value.__suppress_context__
+    assert caplog.text and API_KEY not in caplog.text
+    assert all(h["api_key_matched"] for h in fake.request_headers)
+
+
+async def test_one_client_serves_every_call_and_close_closes_it(fake, store, monkeypatch):
+    built: list[openai.AsyncOpenAI] = []
+
+    class CountingAsyncOpenAI(openai.AsyncOpenAI):
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            built.append(self)
+
+    monkeypatch.setattr(openai, "AsyncOpenAI", CountingAsyncOpenAI)
+    config = AgentConfig(model_id="fake-model", client_args={"base_url": fake.base_url, "api_key": API_KEY})
+    clients = ModelClients(AgentsConfig(response=config))
+    writer = StrandsReplyWriter(clients, RENDERER, store, "en")
+
+    for _ in range(5):
+        assert await writer.write(CONTEXT, ORIGIN) == "OK"
+
+    assert len(built) == 1 and len(fake.requests) == 5
+    await clients.close()
+    assert built[0].is_closed()
+
+
+def test_litellm_without_the_package_is_a_config_error():
+    if importlib.util.find_spec("litellm") is not None:
+        pytest.skip("litellm is installed")
+
+    with pytest.raises(ConfigError, match=r"agents\.memory\.provider: litellm is not installed"):
+        ModelClients(AgentsConfig(memory=AgentConfig(provider="litellm")))
