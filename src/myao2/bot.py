@@ -26,7 +26,7 @@ from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
 from myao2.infrastructure.health import Health, HealthServer
-from myao2.infrastructure.llm.agents import ModelClients, StrandsJudge, StrandsReplyWriter
+from myao2.infrastructure.llm.agents import ROLES, ModelClients, StrandsJudge, StrandsReplyWriter
 from myao2.infrastructure.llm.phrases import apology
 from myao2.infrastructure.llm.prompts import PromptRenderer
 from myao2.infrastructure.slack.app import build_app
@@ -92,7 +92,11 @@ class Bot:
             self._clock,
             Persona(persona.name, persona.system_prompt, persona.language, persona.tzinfo),
         )
-        renderer = PromptRenderer(persona.language, config.prompts.template_dir)
+        renderer = PromptRenderer(
+            persona.language,
+            config.prompts.template_dir,
+            system_overrides={role: getattr(config.agents, role).system_prompt for role in ROLES},
+        )
         clients = ModelClients(config.agents)
         writer = StrandsReplyWriter(
             clients, renderer, memos, persona.language, config.logging.debug_llm_messages

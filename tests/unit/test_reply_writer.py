@@ -66,9 +66,11 @@ async def make_writer(fake, store):
             "timeout_seconds": 5,
             **overrides,
         }
-        clients = ModelClients(AgentsConfig(response=AgentConfig(**settings)))
+        config = AgentConfig(**settings)
+        clients = ModelClients(AgentsConfig(response=config))
         opened.append(clients)
-        return StrandsReplyWriter(clients, RENDERER, store, "en", debug)
+        renderer = PromptRenderer("en", system_overrides={"response": config.system_prompt})
+        return StrandsReplyWriter(clients, renderer, store, "en", debug)
 
     yield make
     for clients in opened:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from typing import Literal
 
-from myao2.domain.conversation import Channel, Message
+from myao2.domain.conversation import MENTION, Channel, Message
 from myao2.domain.memo import IMPORTANT_PRIORITY, Memo
 from myao2.domain.ports import Clock, MemoStore
 
@@ -20,7 +20,6 @@ IMPORTANT_MEMO_LIMIT = 20
 RECENT_MEMO_LIMIT = 5
 TIME_FORMAT = "%Y-%m-%d %H:%M"
 
-_MENTION = re.compile(r"<@([A-Z0-9]+)(?:\|[^>]*)?>")
 
 
 @dataclass(frozen=True)
@@ -109,5 +108,5 @@ def format_message(message: Message, timezone: tzinfo, user_names: Mapping[str, 
         name = user_names.get(match.group(1))
         return f"@{name}" if name else match.group(0)
 
-    text = _MENTION.sub(mention, message.text)
+    text = MENTION.sub(mention, message.text)
     return f"[{format_time(message.posted_at, timezone)}] {message.user_name}: {text}"

@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from enum import Enum
+
+
+MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>")
+"""How a message text mentions someone: <@U123> or <@U123|name>."""
+
+
+def mentions_in(text: str) -> tuple[str, ...]:
+    """User ids mentioned in the text, in order, without repeats."""
+    return tuple(dict.fromkeys(MENTION.findall(text)))
 
 
 class ChannelKind(str, Enum):

@@ -135,7 +135,7 @@ class StrandsReplyWriter:
         Raises ModelUnavailable when the model fails after the bounded retries or
         gives no answer.
         """
-        system = self._config.system_prompt or self._renderer.render(self.ROLE, "system", context)
+        system = self._renderer.render(self.ROLE, "system", context)
         query = self._renderer.render(self.ROLE, "query", context)
         if self._debug:
             logger.debug("%s system prompt:\n%s", self.ROLE, system)
@@ -192,7 +192,7 @@ class StrandsJudge:
         self._debug = debug_messages
 
     async def judge(self, context: PromptContext, elapsed: timedelta) -> Judgment:
-        system = self._config.system_prompt or self._renderer.render(self.ROLE, "system", context)
+        system = self._renderer.render(self.ROLE, "system", context)
         query = self._renderer.render(
             self.ROLE, "query", context, elapsed=elapsed_phrase(elapsed, self._language)
         )

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from myao2.domain.conversation import Channel, ChannelKind, Message, Person
-
-MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>")
+from myao2.domain.conversation import Channel, ChannelKind, Message, Person, mentions_in
 
 _KIND_BY_EVENT_CHANNEL_TYPE = {
     "channel": ChannelKind.PUBLIC,
@@ -18,11 +15,6 @@ _KIND_BY_EVENT_CHANNEL_TYPE = {
 
 # Message subtypes that carry something a person (or another bot) said.
 SPOKEN_SUBTYPES = frozenset({None, "thread_broadcast", "bot_message", "file_share", "me_message"})
-
-
-def mentions_in(text: str) -> tuple[str, ...]:
-    """User ids mentioned as <@U…> in the text, in order, without repeats."""
-    return tuple(dict.fromkeys(MENTION.findall(text)))
 
 
 def author_of(raw: dict[str, Any]) -> str | None:
