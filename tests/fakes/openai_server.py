@@ -190,7 +190,7 @@ class FakeOpenAI:
         app.router.add_get("/v1/models", self._handle_models)
         app.router.add_post("/_fake/script", self._handle_script)
         app.router.add_get("/_fake/requests", self._handle_requests)
-        self._runner = web.AppRunner(app, access_log=None)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", self._requested_port)
         await site.start()

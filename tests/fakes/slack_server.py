@@ -228,7 +228,7 @@ class FakeSlack:
         app.router.add_get("/link/", self._handle_ws)
         app.router.add_get("/_fake/state", self._handle_state)
         app.router.add_post("/_fake/{method}", self._handle_control)
-        self._runner = web.AppRunner(app, access_log=None)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", self._requested_port)
         await site.start()

@@ -11,7 +11,7 @@ from myao2.application.agents import ModelUnavailable, ReplyWriter
 from myao2.application.context import ContextBuilder
 from myao2.application.conversations import Conversations
 from myao2.application.locks import KeyedLocks
-from myao2.domain.conversation import Message
+from myao2.domain.conversation import Channel, ChannelKind, Message
 from myao2.domain.memo import Origin
 from myao2.domain.ports import ChatPlatform, Clock, ConversationStore
 
@@ -63,13 +63,18 @@ class AnswerMention:
             return
         if self._settings.reaction:
             await self._chat.react(message.channel_id, message.ts, self._settings.reaction)
-        reply_thread = message.thread_ts or (message.ts if self._settings.reply_in_thread else None)
+        channel = await self._conversations.channel(message.channel_id)
+        reply_thread = message.thread_ts or (message.ts if self._threads_replies(channel) else None)
         async with self._threads.hold((message.channel_id, reply_thread)):
-            await self._answer(message, reply_thread)
+            await self._answer(channel, message, reply_thread)
 
-    async def _answer(self, message: Message, reply_thread: str | None) -> None:
+    def _threads_replies(self, channel: Channel) -> bool:
+        """Top-level messages get a threaded answer, except in a DM, which reads like a chat."""
+        return self._settings.reply_in_thread and channel.kind is not ChannelKind.IM
+
+    async def _answer(self, channel: Channel, message: Message, reply_thread: str | None) -> None:
         try:
-            text = await self._compose(message)
+            text = await self._compose(channel, message)
         except ModelUnavailable as exc:
             logger.warning("answering %s/%s with an apology: %s", message.channel_id, message.ts, exc)
             text = self._settings.apology
@@ -78,8 +83,7 @@ class AnswerMention:
             text = self._settings.apology
         await self._conversations.post(message.channel_id, text, reply_thread)
 
-    async def _compose(self, message: Message) -> str:
-        channel = await self._conversations.channel(message.channel_id)
+    async def _compose(self, channel: Channel, message: Message) -> str:
         since = self._clock.now() - timedelta(seconds=self._settings.max_message_age_seconds)
         messages = await self._conversations.messages(
             message.channel_id, message.thread_ts, self._settings.context_message_limit, since

@@ -1,0 +1,86 @@
+"""DMs, edits and deletions, privacy between conversations, concurrency and shutdown, end to end."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+from tests.e2e.conftest import ALICE, BOB, GENERAL, BotProcess, wait_until
+from tests.e2e.test_mentions import prompt_text, replies_in
+from tests.fakes.openai_server import Text, ToolCall, ToolCalls
+from tests.fakes.slack_server import FakeSlack
+
+SECRET_ROOM = "GSECRET"
+ALICE_DM = "DALICE"
+
+
+def stored_text(bot: BotProcess, channel: str, ts: str) -> str | None:
+    with sqlite3.connect(bot.database) as db:
+        row = db.execute("SELECT text FROM messages WHERE channel_id = ? AND ts = ?", (channel, ts)).fetchone()
+    return row[0] if row else None
+
+
+def test_a_dm_is_answered_without_a_mention_and_without_a_thread(bot: BotProcess, slack: FakeSlack, llm) -> None:
+    slack.add_channel(ALICE_DM, ALICE, is_im=True, members=[ALICE])
+    bot.start()
+    llm.script(Text("Hey Alice, I'm here."))
+    slack.post_message(ALICE_DM, ALICE, "hi, are you around?")
+    posts = slack.wait_for_posts(1)
+    assert posts[0]["channel"] == ALICE_DM and posts[0]["text"] == "Hey Alice, I'm here."
+    assert not posts[0].get("thread_ts")
+    assert bot.stop() == 0
+
+
+def test_edits_and_deletions_reach_the_database(bot: BotProcess, slack: FakeSlack) -> None:
+    bot.start()
+    ts = slack.post_message(GENERAL, BOB, "lunch at 12?")
+    wait_until(lambda: stored_text(bot, GENERAL, ts) == "lunch at 12?", what="the message stored")
+    slack.edit_message(GENERAL, ts, "lunch at 1?")
+    wait_until(lambda: stored_text(bot, GENERAL, ts) == "lunch at 1?", what="the edit stored")
+    slack.delete_message(GENERAL, ts)
+    wait_until(lambda: stored_text(bot, GENERAL, ts) is None, what="the deletion stored")
+    assert bot.stop() == 0
+
+
+def test_a_memo_from_a_private_channel_never_reaches_another_channel(bot: BotProcess, slack: FakeSlack, llm) -> None:
+    slack.add_channel(SECRET_ROOM, "secret-room", is_private=True, members=[ALICE, BOB])
+    bot.start()
+    llm.script(
+        ToolCalls([ToolCall("add_memo", {"name": "surprise-party", "content": "Surprise party for Bob on Friday", "priority": 5})]),
+        Text("My lips are sealed."),
+    )
+    secret = slack.post_message(SECRET_ROOM, ALICE, f"<@{slack.bot_user_id}> we're planning a surprise party for Bob on Friday")
+    slack.wait_for(lambda: replies_in(slack, secret), what="the reply in the private channel")
+
+    llm.script(
+        ToolCalls([ToolCall("list_memo", {})]),
+        Text("Nothing special planned that I know of!"),
+    )
+    public = slack.post_message(GENERAL, BOB, f"<@{slack.bot_user_id}> anything planned for me on Friday?")
+    slack.wait_for(lambda: replies_in(slack, public), what="the reply in the public channel")
+
+    public_requests = [r for r in llm.requests if "anything planned for me on Friday?" in prompt_text(r)]
+    assert len(public_requests) == 2  # the first call, and the one after list_memo
+    for request in public_requests:
+        assert "Surprise party" not in prompt_text(request)
+        assert "surprise-party" not in prompt_text(request)
+    assert bot.stop() == 0
+
+
+def test_simultaneous_mentions_are_all_answered(bot: BotProcess, slack: FakeSlack, llm) -> None:
+    bot.start()
+    llm.set_responder(lambda request: Text("On it!", delay=0.5))
+    mentions = [slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> question {i}") for i in range(6)]
+    slack.wait_for(lambda: all(replies_in(slack, ts) for ts in mentions), timeout=20, what="six replies")
+    assert all(len(replies_in(slack, ts)) == 1 for ts in mentions)
+    assert bot.stop() == 0
+
+
+def test_sigterm_with_an_answer_in_flight_exits_0_within_seconds(bot: BotProcess, slack: FakeSlack, llm) -> None:
+    bot.start()
+    llm.set_responder(lambda request: Text("too late", delay=30))
+    slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> take your time")
+    llm.wait_for_requests(1)
+    started = time.monotonic()
+    assert bot.stop() == 0
+    assert time.monotonic() - started < 10
