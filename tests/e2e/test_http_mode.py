@@ -1,0 +1,61 @@
+"""The HTTP Events API mode: signed requests from Slack are verified, acknowledged and answered."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import time
+import urllib.error
+import urllib.request
+
+from tests.e2e.conftest import ALICE, GENERAL, BotProcess, free_port, wait_until
+from tests.e2e.test_mentions import replies_in
+from tests.fakes.openai_server import Text
+from tests.fakes.slack_server import FakeSlack
+
+SIGNING_SECRET = "e2e-signing-secret"
+
+
+def send_event(port: int, event: dict, secret: str = SIGNING_SECRET) -> int:
+    body = json.dumps(
+        {"type": "event_callback", "team_id": "T1", "api_app_id": "A1", "event": event, "event_id": "Ev1", "event_time": int(time.time())}
+    ).encode()
+    timestamp = str(int(time.time()))
+    signature = "v0=" + hmac.new(secret.encode(), b"v0:" + timestamp.encode() + b":" + body, hashlib.sha256).hexdigest()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/slack/events",
+        data=body,
+        headers={
+            "Content-Type": "application/json",
+            "X-Slack-Request-Timestamp": timestamp,
+            "X-Slack-Signature": signature,
+        },
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def test_signed_mention_over_http_is_answered_and_forged_one_refused(bot: BotProcess, slack: FakeSlack, llm) -> None:
+    port = free_port()
+    bot.settings.update({"slack.mode": "http", "slack.http_port": port, "slack.signing_secret": SIGNING_SECRET})
+    bot.start(wait_connected=False)
+    ts = f"{time.time():.6f}"  # delivered only over HTTP: history holds nothing to catch up on
+    event = {"type": "app_mention", "user": ALICE, "text": f"<@{slack.bot_user_id}> hello over http", "ts": ts, "channel": GENERAL, "event_ts": ts}
+
+    def accepted() -> bool:
+        try:
+            return send_event(port, event, secret="forged") == 401
+        except OSError:
+            return False
+
+    wait_until(accepted, timeout=20, what="the HTTP endpoint to refuse a forged request")
+    assert not slack.posted
+    llm.script(Text("Hi from HTTP mode."))
+    assert send_event(port, event) == 200
+    slack.wait_for(lambda: replies_in(slack, ts), what="the reply")
+    assert replies_in(slack, ts)[0]["text"] == "Hi from HTTP mode."
+    assert bot.stop() == 0
