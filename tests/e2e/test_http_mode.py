@@ -42,8 +42,9 @@ def send_event(port: int, event: dict, secret: str = SIGNING_SECRET) -> int:
 def test_signed_mention_over_http_is_answered_and_forged_one_refused(bot: BotProcess, slack: FakeSlack, llm) -> None:
     port = free_port()
     bot.settings.update({"slack.mode": "http", "slack.http_port": port, "slack.signing_secret": SIGNING_SECRET})
+    bot.settings["response.mention_catchup_seconds"] = 0  # the mention must come over HTTP, not catch-up
     bot.start(wait_connected=False)
-    ts = f"{time.time():.6f}"  # delivered only over HTTP: history holds nothing to catch up on
+    ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> hello over http", emit=False)
     event = {"type": "app_mention", "user": ALICE, "text": f"<@{slack.bot_user_id}> hello over http", "ts": ts, "channel": GENERAL, "event_ts": ts}
 
     def accepted() -> bool:
