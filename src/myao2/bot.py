@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 import sys
@@ -30,7 +31,7 @@ from myao2.infrastructure.llm.agents import ROLES, ModelClients, StrandsJudge, S
 from myao2.infrastructure.llm.phrases import apology
 from myao2.infrastructure.llm.prompts import PromptRenderer
 from myao2.infrastructure.slack.app import build_app
-from myao2.infrastructure.slack.gateway import SlackAuthError, SlackGateway, make_web_client
+from myao2.infrastructure.slack.gateway import SlackAuthError, SlackGateway, make_web_client, web_session
 from myao2.infrastructure.tasks import TaskSet
 
 logger = logging.getLogger(__name__)
@@ -77,11 +78,13 @@ class Bot:
             loop.add_signal_handler(signum, self._stop.set)
 
         engine = await asyncio.to_thread(open_database, config.memory.sqlalchemy_url)
-        gateway = SlackGateway(make_web_client(config.slack.bot_token, config.slack.api_base_url))
+        web = web_session()  # kept-alive connections for the bot's Web API calls
+        gateway = SlackGateway(make_web_client(config.slack.bot_token, config.slack.api_base_url, web))
         try:
             identity = await gateway.auth()
         except SlackAuthError as exc:
             print(f"myao2: {exc}", file=sys.stderr)
+            await web.close()
             return 2
 
         conversations = SqlConversationStore(engine, self._clock)
@@ -153,6 +156,7 @@ class Bot:
         beat = asyncio.create_task(health.beat())
         connection = await self._connect(app, health)
         logger.info("connected to Slack as %s (%s)", persona.name, identity.user_id)
+        self._tasks.spawn(self._settle(clients))
         self._tasks.spawn(self._catch_up(history, inbox))
         self._tasks.spawn(self._every(response.history_sync_interval_seconds, history.sync))
         self._tasks.spawn(self._every(response.check_interval_seconds, autonomous.check))
@@ -166,6 +170,7 @@ class Bot:
         if health_server is not None:
             health_server.stop()
         await clients.close()
+        await web.close()
         engine.dispose()
         return 0
 
@@ -186,6 +191,18 @@ class Bot:
         health.slack_connected = True
         self._tasks.spawn(connection.watch(health, self._stop))
         return connection
+
+    async def _settle(self, clients: ModelClients) -> None:
+        """Once connected: load the model libraries, then exempt what start-up made from garbage collection.
+
+        The libraries are left out of start-up (about 0.6 s) but loaded before the
+        first mention needs them, if it comes late enough. Frozen, the start-up objects
+        (~190k) no longer make every full collection a ~100 ms pause of the event loop.
+        """
+        try:
+            await clients.load()
+        finally:
+            gc.freeze()
 
     async def _catch_up(self, history: HistorySync, inbox: Inbox) -> None:
         """Fill the gap left while the bot was away, then answer the mentions it missed."""

@@ -151,22 +151,32 @@ class AutonomousResponder:
             if judgment is None or not judgment.should_respond:
                 return
             logger.info("joining %s (confidence %.2f): %s", key, judgment.confidence, judgment.reason)
-            if not await asyncio.to_thread(self._store.claim, channel.id, newest.ts):
-                return
             origin = Origin(
                 channel_id=channel.id, channel_private=channel.is_private, user_id=newest.user_id, message_ts=newest.ts
             )
             async with self._channel_turns.hold(channel.id):
                 await self._pace(channel.id)
                 if self._out_of_budget(channel.id, self._clock.now()):
+                    # Unclaimed and not standing: judged afresh once the budget allows.
+                    self._standing.pop(key, None)
+                    return
+                if not await asyncio.to_thread(self._store.claim, channel.id, newest.ts):
                     return
                 text = await self._writer.write(context, origin)
+                if not await self._still_newest(channel.id, key, newest):
+                    logger.info("not joining %s: someone spoke while the reply was written", key)
+                    return
                 await self._conversations.post(channel.id, text, key.thread_ts)
                 self._posted(channel.id)
         except ModelUnavailable as exc:
             logger.warning("gave up joining %s: %s", key, exc)
         finally:
             self._considering.discard(key)
+
+    async def _still_newest(self, channel_id: str, key: ConversationKey, newest: Message) -> bool:
+        since = newest.posted_at - timedelta(seconds=1)
+        latest = await self._conversations.messages(channel_id, key.thread_ts, 1, since)
+        return not latest or latest[-1].ts == newest.ts
 
     def _remember(self, key: ConversationKey, newest: Message, confidence: float) -> None:
         skip = self._settings.skip

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from datetime import datetime
 
-from myao2.domain.conversation import BotIdentity, Channel, Message
+from myao2.domain.conversation import MENTION, BotIdentity, Channel, Message
 from myao2.domain.ports import ChatPlatform, ConversationStore
 
 
@@ -32,9 +33,16 @@ class Conversations:
             return await asyncio.to_thread(self._store.thread_messages, channel_id, thread_ts, limit)
         return await asyncio.to_thread(self._store.channel_messages, channel_id, limit, since)
 
-    async def names(self) -> dict[str, str]:
-        """Display names by user id, the bot's own included."""
-        people = await asyncio.to_thread(self._store.people)
+    async def names(self, messages: Iterable[Message] | None = None) -> dict[str, str]:
+        """Display names by user id, the bot's own included.
+
+        With `messages`, only the names their texts mention are read (all a prompt shows).
+        """
+        if messages is None:
+            people = await asyncio.to_thread(self._store.people)
+        else:
+            wanted = {user_id for m in messages for user_id in MENTION.findall(m.text)} - {self._bot.user_id}
+            people = await asyncio.to_thread(self._store.people, wanted) if wanted else {}
         names = {user_id: person.display_name for user_id, person in people.items()}
         names[self._bot.user_id] = self._bot_name
         return names

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine
 from datetime import timedelta
 from typing import Any
@@ -14,6 +15,9 @@ from myao2.domain.ports import ChatPlatform, Clock, ConversationStore
 logger = logging.getLogger(__name__)
 
 Spawn = Callable[[Coroutine[Any, Any, None]], None]
+
+RECENTLY_STORED = 256
+"""Messages remembered as stored: Slack sends a mention twice (message and app_mention)."""
 
 
 class Inbox:
@@ -34,6 +38,7 @@ class Inbox:
         self._answer = answer
         self._spawn = spawn
         self._known_channels: dict[str, ChannelKind] = {}
+        self._stored: OrderedDict[tuple[str, str], Message] = OrderedDict()
 
     def addressed_to_bot(self, message: Message, kind: ChannelKind | None) -> bool:
         """A person's message that mentions the bot, or anything a person says to it in a DM."""
@@ -42,8 +47,16 @@ class Inbox:
         return self._bot.user_id in message.mentions or kind is ChannelKind.IM
 
     async def message_posted(self, message: Message, kind: ChannelKind | None) -> None:
-        """Store a message (new or redelivered) and hand it on if it is for the bot."""
-        await asyncio.to_thread(self._store.save_message, message)
+        """Store a message (new or redelivered) and hand it on if it is for the bot.
+
+        A message just stored as it is now is not written again.
+        """
+        key = (message.channel_id, message.ts)
+        if self._stored.get(key) != message:
+            await asyncio.to_thread(self._store.save_message, message)
+            self._stored[key] = message
+            if len(self._stored) > RECENTLY_STORED:
+                self._stored.popitem(last=False)
         kind = self._known_channels.get(message.channel_id) or await self._learn_channel(
             message.channel_id, kind
         )
@@ -51,9 +64,11 @@ class Inbox:
             self._spawn(self._answer(message))
 
     async def message_edited(self, channel_id: str, ts: str, text: str) -> None:
+        self._stored.pop((channel_id, ts), None)
         await asyncio.to_thread(self._store.edit_message, channel_id, ts, text)
 
     async def message_deleted(self, channel_id: str, ts: str) -> None:
+        self._stored.pop((channel_id, ts), None)
         await asyncio.to_thread(self._store.delete_message, channel_id, ts)
 
     async def channel_changed(self, channel_id: str) -> None:

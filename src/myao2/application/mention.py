@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -16,6 +17,9 @@ from myao2.domain.memo import Origin
 from myao2.domain.ports import ChatPlatform, Clock, ConversationStore
 
 logger = logging.getLogger(__name__)
+
+RECENT_CLAIMS = 1024
+"""Claims remembered in memory; a claim is never undone, so a remembered one needs no query."""
 
 
 @dataclass(frozen=True)
@@ -57,22 +61,46 @@ class AnswerMention:
         self._clock = clock
         self._settings = settings
         self._threads = KeyedLocks()
+        self._claimed: OrderedDict[tuple[str, str], None] = OrderedDict()
 
     async def __call__(self, message: Message) -> None:
-        if not await asyncio.to_thread(self._store.claim, message.channel_id, message.ts):
+        if not await self._claim(message):
             return
+        # The reaction goes out while the answer is composed; it lands before the answer.
+        reaction = asyncio.ensure_future(self._react(message))
+        try:
+            channel = await self._conversations.channel(message.channel_id)
+            reply_thread = message.thread_ts or (message.ts if self._threads_replies(channel) else None)
+            async with self._threads.hold((message.channel_id, reply_thread)):
+                await self._answer(channel, message, reply_thread, reaction)
+        finally:
+            await reaction
+
+    async def _claim(self, message: Message) -> bool:
+        """Claim the message in the store; a message already claimed here is refused without asking it."""
+        key = (message.channel_id, message.ts)
+        if key in self._claimed:
+            return False
+        self._claimed[key] = None  # the other event of the pair, arriving meanwhile, is refused
+        if len(self._claimed) > RECENT_CLAIMS:
+            self._claimed.popitem(last=False)
+        try:
+            return await asyncio.to_thread(self._store.claim, message.channel_id, message.ts)
+        except BaseException:
+            self._claimed.pop(key, None)  # not claimed after all: a redelivery may try again
+            raise
+
+    async def _react(self, message: Message) -> None:
         if self._settings.reaction:
             await self._chat.react(message.channel_id, message.ts, self._settings.reaction)
-        channel = await self._conversations.channel(message.channel_id)
-        reply_thread = message.thread_ts or (message.ts if self._threads_replies(channel) else None)
-        async with self._threads.hold((message.channel_id, reply_thread)):
-            await self._answer(channel, message, reply_thread)
 
     def _threads_replies(self, channel: Channel) -> bool:
         """Top-level messages get a threaded answer, except in a DM, which reads like a chat."""
         return self._settings.reply_in_thread and channel.kind is not ChannelKind.IM
 
-    async def _answer(self, channel: Channel, message: Message, reply_thread: str | None) -> None:
+    async def _answer(
+        self, channel: Channel, message: Message, reply_thread: str | None, reaction: asyncio.Future[None]
+    ) -> None:
         try:
             text = await self._compose(channel, message)
         except ModelUnavailable as exc:
@@ -81,6 +109,7 @@ class AnswerMention:
         except Exception:
             logger.exception("could not write an answer to %s/%s", message.channel_id, message.ts)
             text = self._settings.apology
+        await reaction
         await self._conversations.post(message.channel_id, text, reply_thread)
 
     async def _compose(self, channel: Channel, message: Message) -> str:
@@ -90,7 +119,7 @@ class AnswerMention:
         )
         if message.ts not in {m.ts for m in messages}:
             messages.append(message)
-        context = await self._contexts.build(channel, messages, await self._conversations.names())
+        context = await self._contexts.build(channel, messages, await self._conversations.names(messages))
         origin = Origin(
             channel_id=channel.id,
             channel_private=channel.is_private,

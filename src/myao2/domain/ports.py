@@ -98,7 +98,9 @@ class ConversationStore(Protocol):
 
     def save_person(self, person: Person) -> None: ...
 
-    def people(self) -> dict[str, Person]: ...
+    def people(self, user_ids: Iterable[str] | None = None) -> dict[str, Person]:
+        """Everyone stored, or only those of `user_ids` who are."""
+        ...
 
     def claim(self, channel_id: str, ts: str) -> bool:
         """Mark a message as taken up for an answer; True only for the first claim."""

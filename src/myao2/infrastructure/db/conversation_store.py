@@ -7,11 +7,13 @@ callers racing from several threads never store a message twice nor claim it twi
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, Text, delete, exists, or_, type_coerce, update
+from sqlalchemy import Engine, Table, Text, delete, exists, insert, or_, type_coerce, update
+from sqlalchemy import select as core_select
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, SQLModel, col, select
 
@@ -32,10 +34,8 @@ class SqlConversationStore:
 
     def save_message(self, message: Message) -> bool:
         values = _message_values(message)
-        row = MessageRow(
-            channel_id=message.channel_id, ts=message.ts, posted_at=message.posted_at, **values
-        )
-        if self._insert(row):
+        row = {"channel_id": message.channel_id, "ts": message.ts, "posted_at": message.posted_at, **values}
+        if self._insert(MessageRow, row):
             return True
         self._update(MessageRow, _message_key(message.channel_id, message.ts), values)
         return False
@@ -91,7 +91,7 @@ class SqlConversationStore:
 
     def save_channel(self, channel: Channel) -> None:
         values = {"name": channel.name, "kind": channel.kind.value, "updated_at": self._clock.now()}
-        if not self._insert(ChannelRow(id=channel.id, **values)):
+        if not self._insert(ChannelRow, {"id": channel.id, **values}):
             self._update(ChannelRow, [ChannelRow.id == channel.id], values)
 
     def get_channel(self, channel_id: str) -> Channel | None:
@@ -111,12 +111,15 @@ class SqlConversationStore:
             "is_bot": person.is_bot,
             "updated_at": self._clock.now(),
         }
-        if not self._insert(PersonRow(user_id=person.user_id, **values)):
+        if not self._insert(PersonRow, {"user_id": person.user_id, **values}):
             self._update(PersonRow, [PersonRow.user_id == person.user_id], values)
 
-    def people(self) -> dict[str, Person]:
+    def people(self, user_ids: Iterable[str] | None = None) -> dict[str, Person]:
+        query = select(PersonRow)
+        if user_ids is not None:
+            query = query.where(col(PersonRow.user_id).in_(list(user_ids)))
         with Session(self._engine) as session:
-            rows = session.exec(select(PersonRow)).all()
+            rows = session.exec(query).all()
         return {
             r.user_id: Person(user_id=r.user_id, display_name=r.display_name, is_bot=r.is_bot)
             for r in rows
@@ -125,7 +128,7 @@ class SqlConversationStore:
     # -- answers -------------------------------------------------------------
 
     def claim(self, channel_id: str, ts: str) -> bool:
-        return self._insert(ClaimRow(channel_id=channel_id, ts=ts, claimed_at=self._clock.now()))
+        return self._insert(ClaimRow, {"channel_id": channel_id, "ts": ts, "claimed_at": self._clock.now()})
 
     def claimed(self, channel_id: str, ts: Iterable[str]) -> set[str]:
         with Session(self._engine) as session:
@@ -158,26 +161,44 @@ class SqlConversationStore:
 
     # -- helpers -------------------------------------------------------------
 
-    def _insert(self, row: SQLModel) -> bool:
-        """Insert `row` in its own transaction; False when its key is already taken."""
-        try:
-            with Session(self._engine) as session, session.begin():
-                session.add(row)
-        except IntegrityError:
-            return False
-        return True
+    def _insert(self, model: type[SQLModel], values: dict[str, Any]) -> bool:
+        """Insert a row in its own transaction; False when its key is already taken.
 
-    def _update(self, table: type[SQLModel], where: list[Any], values: dict[str, Any]) -> None:
-        with Session(self._engine) as session, session.begin():
-            session.exec(update(table).where(*where).values(**values))
+        Core statements, and on SQLite and PostgreSQL no exception for a taken key:
+        the hot paths (every message, every claim) skip the ORM's per-row work.
+        """
+        table = _table(model)
+        insert_ignoring = _INSERT_IGNORING.get(self._engine.dialect.name)
+        if insert_ignoring is None:
+            try:
+                with self._engine.begin() as connection:
+                    connection.execute(insert(table).values(values))
+            except IntegrityError:
+                return False
+            return True
+        with self._engine.begin() as connection:
+            result = connection.execute(insert_ignoring(table).values(values).on_conflict_do_nothing())
+        return result.rowcount == 1
+
+    def _update(self, model: type[SQLModel], where: list[Any], values: dict[str, Any]) -> None:
+        with self._engine.begin() as connection:
+            connection.execute(update(_table(model)).where(*where).values(**values))
 
     def _newest(self, limit: int, *conditions: Any) -> list[Message]:
         """The newest `limit` messages matching `conditions`, oldest first."""
-        with Session(self._engine) as session:
-            rows = session.exec(
-                select(MessageRow).where(*conditions).order_by(*_newest_first()).limit(limit)
+        with self._engine.connect() as connection:
+            rows = connection.execute(
+                core_select(_table(MessageRow)).where(*conditions).order_by(*_newest_first()).limit(limit)
             ).all()
         return [_to_message(r) for r in reversed(rows)]
+
+
+_INSERT_IGNORING: dict[str, Callable[[Table], Any]] = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
+"""Dialects whose INSERT can skip a row whose key is taken (ON CONFLICT DO NOTHING)."""
+
+
+def _table(model: type[SQLModel]) -> Table:
+    return model.__table__  # type: ignore[attr-defined, no-any-return]
 
 
 def _message_key(channel_id: str, ts: str) -> list[Any]:
@@ -201,7 +222,8 @@ def _message_values(message: Message) -> dict[str, Any]:
     }
 
 
-def _to_message(row: MessageRow) -> Message:
+def _to_message(row: Any) -> Message:
+    """A message from a `MessageRow` or a Core row of the messages table."""
     return Message(
         channel_id=row.channel_id,
         ts=row.ts,

@@ -3,32 +3,22 @@
 Retries are bounded in two layers. The openai client retries timeouts, 429 and 5xx
 `max_retries` times with its own short backoff; strands' throttle retry adds at most
 one more round a second later. A reply makes at most `max_tool_cycles` model calls.
+
+openai and strands take about 0.6 s to import and are not needed to connect to
+Slack: they are imported on first use, or beforehand by `ModelClients.load`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import logging
 import time
 from datetime import timedelta
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import openai
 from pydantic import BaseModel, Field
-from strands import Agent, ModelRetryStrategy
-from strands.agent.conversation_manager import NullConversationManager
-from strands.hooks import AfterModelCallEvent, BeforeModelCallEvent, HookProvider, HookRegistry
-from strands.models import Model
-from strands.models.openai import OpenAIModel
-from strands.types.content import Message, Messages
-from strands.types.exceptions import (
-    ContextWindowOverflowException,
-    EventLoopException,
-    MaxTokensReachedException,
-    ModelThrottledException,
-    StructuredOutputException,
-)
 
 from myao2.application.agents import ModelUnavailable
 from myao2.application.context import PromptContext
@@ -36,9 +26,15 @@ from myao2.config import AgentConfig, AgentsConfig, ConfigError
 from myao2.domain.judgment import Judgment
 from myao2.domain.memo import Origin
 from myao2.domain.ports import MemoStore
-from myao2.infrastructure.llm.memo_tools import MEMO_TOOLS, SCOPE_KEY, MemoToolScope
 from myao2.infrastructure.llm.phrases import elapsed_phrase
 from myao2.infrastructure.llm.prompts import PromptRenderer
+
+if TYPE_CHECKING:
+    import openai
+    from strands import ModelRetryStrategy
+    from strands.hooks import AfterModelCallEvent, BeforeModelCallEvent, HookRegistry
+    from strands.models import Model
+    from strands.types.content import Message, Messages
 
 logger = logging.getLogger(__name__)
 
@@ -49,13 +45,6 @@ THROTTLE_ATTEMPTS = 2
 """Model calls strands makes on a throttled (429) call, each already retried by the client."""
 THROTTLE_DELAY_SECONDS = 1
 
-_MODEL_ERRORS = (
-    openai.APIError,
-    ModelThrottledException,
-    ContextWindowOverflowException,
-    MaxTokensReachedException,
-    EventLoopException,
-)
 _LIMIT_STOPS = ("limit_turns", "limit_total_tokens", "limit_output_tokens")
 
 
@@ -70,9 +59,22 @@ class ModelClients:
         self._agents = agents
         self._models: dict[Role, Model] = {}
         self._clients: list[openai.AsyncOpenAI] = []
+        self._loading: asyncio.Future[None] | None = None
         for role in ROLES:
             if self.config(role).provider == "litellm" and importlib.util.find_spec("litellm") is None:
                 raise ConfigError(f"agents.{role}.provider: litellm is not installed (pip install litellm)")
+
+    async def load(self) -> None:
+        """Import the model libraries (about 0.6 s) in a worker thread, once; concurrent callers share it.
+
+        Model calls await this first: the event loop goes on meanwhile, and never
+        imports them itself nor blocks on the thread importing them.
+        """
+        if self._loading is None:
+            self._loading = asyncio.ensure_future(asyncio.to_thread(import_model_libraries))
+        if not self._loading.done():
+            await asyncio.shield(self._loading)
+        self._loading.result()
 
     def config(self, role: Role) -> AgentConfig:
         """The configuration of `role`'s agent."""
@@ -93,6 +95,9 @@ class ModelClients:
             await client.close()
 
     def _build(self, role: Role) -> Model:
+        import openai
+        from strands.models.openai import OpenAIModel
+
         config = self.config(role)
         if config.provider == "litellm":
             from strands.models.litellm import LiteLLMModel
@@ -135,6 +140,12 @@ class StrandsReplyWriter:
         Raises ModelUnavailable when the model fails after the bounded retries or
         gives no answer.
         """
+        await self._clients.load()
+        from strands import Agent
+        from strands.agent.conversation_manager import NullConversationManager
+
+        from myao2.infrastructure.llm.memo_tools import MEMO_TOOLS, SCOPE_KEY, MemoToolScope
+
         system = self._renderer.render(self.ROLE, "system", context)
         query = self._renderer.render(self.ROLE, "query", context)
         if self._debug:
@@ -155,7 +166,7 @@ class StrandsReplyWriter:
                 invocation_state={SCOPE_KEY: scope},
                 limits={"turns": self._config.max_tool_cycles},
             )
-        except _MODEL_ERRORS as exc:
+        except model_errors() as exc:
             raise ModelUnavailable(f"{self.ROLE} model failed: {describe_error(exc)}") from None
         except Exception as exc:  # malformed output from the provider, or a bug
             logger.error("%s agent failed unexpectedly: %s", self.ROLE, type(exc).__name__, exc_info=True)
@@ -192,6 +203,11 @@ class StrandsJudge:
         self._debug = debug_messages
 
     async def judge(self, context: PromptContext, elapsed: timedelta) -> Judgment:
+        await self._clients.load()
+        from strands import Agent
+        from strands.agent.conversation_manager import NullConversationManager
+        from strands.types.exceptions import StructuredOutputException
+
         system = self._renderer.render(self.ROLE, "system", context)
         query = self._renderer.render(
             self.ROLE, "query", context, elapsed=elapsed_phrase(elapsed, self._language)
@@ -210,7 +226,7 @@ class StrandsJudge:
             )
         except StructuredOutputException:
             return Judgment.invalid("no structured answer")
-        except _MODEL_ERRORS as exc:
+        except model_errors() as exc:
             raise ModelUnavailable(f"{self.ROLE} model failed: {describe_error(exc)}") from None
         except Exception as exc:  # malformed output from the provider, or a bug
             logger.error("%s agent failed unexpectedly: %s", self.ROLE, type(exc).__name__, exc_info=True)
@@ -221,8 +237,11 @@ class StrandsJudge:
         return Judgment(output.should_respond, output.reason, output.confidence)
 
 
-class ModelCallLog(HookProvider):
-    """Logs one INFO line per model call (tokens, duration); with `debug`, its input and output."""
+class ModelCallLog:
+    """Logs one INFO line per model call (tokens, duration); with `debug`, its input and output.
+
+    A strands `HookProvider` (a runtime-checkable protocol: no base class, so no import).
+    """
 
     def __init__(self, role: str, model_id: str, debug: bool) -> None:
         self._role = role
@@ -232,6 +251,8 @@ class ModelCallLog(HookProvider):
 
     def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
         """Register the before and after model call callbacks."""
+        from strands.hooks import AfterModelCallEvent, BeforeModelCallEvent
+
         registry.add_callback(BeforeModelCallEvent, self._before)
         registry.add_callback(AfterModelCallEvent, self._after)
 
@@ -267,8 +288,38 @@ class ModelCallLog(HookProvider):
             logger.debug("%s model output: %s", self._role, _dump(message))
 
 
+def import_model_libraries() -> None:
+    """Import openai, strands and the memo tools (about 0.6 s of CPU)."""
+    import openai  # noqa: F401
+    import strands.models.openai  # noqa: F401
+    import strands.types.exceptions  # noqa: F401
+
+    import myao2.infrastructure.llm.memo_tools  # noqa: F401
+
+
+def model_errors() -> tuple[type[BaseException], ...]:
+    """The errors that mean the model failed (after the bounded retries), not the bot."""
+    import openai
+    from strands.types.exceptions import (
+        ContextWindowOverflowException,
+        EventLoopException,
+        MaxTokensReachedException,
+        ModelThrottledException,
+    )
+
+    return (
+        openai.APIError,
+        ModelThrottledException,
+        ContextWindowOverflowException,
+        MaxTokensReachedException,
+        EventLoopException,
+    )
+
+
 def bounded_retry_strategy() -> ModelRetryStrategy:
     """Strands' throttle retry, short: the openai client has already backed off by then."""
+    from strands import ModelRetryStrategy
+
     return ModelRetryStrategy(
         max_attempts=THROTTLE_ATTEMPTS, initial_delay=THROTTLE_DELAY_SECONDS, max_delay=THROTTLE_DELAY_SECONDS
     )

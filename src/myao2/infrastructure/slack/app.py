@@ -71,6 +71,7 @@ def build_app(
         )
 
     app = AsyncApp(
+        name="myao2",  # without a name, bolt reads the whole call stack (inspect.stack) to make one up
         client=client,
         authorize=authorize,
         signing_secret=signing_secret or "",

@@ -25,6 +25,7 @@ logger = logging.getLogger(__name__)
 RATE_LIMIT_RETRIES = 5
 CONNECTION_RETRIES = 2
 PAGE_SIZE = 200
+WEB_API_TIMEOUT_SECONDS = 30  # slack_sdk's default
 MEMBER_CHANNEL_TYPES = "public_channel,private_channel,mpim,im"
 AUTH_ERRORS = frozenset({"invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired"})
 BOT_SCOPES = (
@@ -38,16 +39,32 @@ class SlackAuthError(Exception):
     """Slack refused the bot token; the message tells what to set (and never contains the token)."""
 
 
-def make_web_client(token: str, base_url: str = "https://slack.com/api/") -> AsyncWebClient:
-    """A Web API client for `base_url` that waits out rate limits and retries dropped connections."""
+def make_web_client(
+    token: str | None, base_url: str = "https://slack.com/api/", session: aiohttp.ClientSession | None = None
+) -> AsyncWebClient:
+    """A Web API client for `base_url` that waits out rate limits and retries dropped connections.
+
+    Without `session`, slack_sdk opens a new session (and connection) for every call;
+    pass one (see `web_session`) to keep connections alive between calls.
+    """
     return AsyncWebClient(
         token=token,
         base_url=base_url.rstrip("/") + "/",  # urljoin drops a last segment without the slash
+        session=session,
         retry_handlers=[
             AsyncRateLimitErrorRetryHandler(max_retry_count=RATE_LIMIT_RETRIES),
             AsyncConnectionErrorRetryHandler(max_retry_count=CONNECTION_RETRIES),
         ],
     )
+
+
+def web_session() -> aiohttp.ClientSession:
+    """An HTTP session for `make_web_client`, with slack_sdk's per-call timeout; call inside the event loop.
+
+    A connection that Slack closed while idle fails the next call with a connection
+    error, which the client's retry handler retries.
+    """
+    return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=WEB_API_TIMEOUT_SECONDS))
 
 
 class SlackGateway:

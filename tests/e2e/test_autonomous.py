@@ -1,0 +1,241 @@
+"""Joining conversations nobody answered, end to end: the bot process against the fake Slack and LLM.
+
+Second-scale settings: a check every 0.25 s, a 1.5 s wait without jitter, no pacing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import time
+from collections import Counter
+from collections.abc import Callable
+
+from tests.e2e.conftest import ALICE, BOB, GENERAL, BotProcess
+from tests.fakes.openai_server import FakeOpenAI, Reply, Text, ToolCall, ToolCalls
+from tests.fakes.slack_server import FakeSlack
+
+CHECK = 0.25
+WAIT = 1.5
+FAST = {
+    "response.check_interval_seconds": CHECK,
+    "response.min_wait_seconds": WAIT,
+    "response.jitter_ratio": 0,
+    "response.dynamic_wait": {"enabled": False},
+    "response.response_interval": {"min": 0, "max": 0},
+}
+
+
+def start(bot: BotProcess, **extra: object) -> BotProcess:
+    bot.settings.update(FAST)
+    bot.settings.update(extra)
+    return bot.start()
+
+
+def is_judgment(request: dict) -> bool:
+    return any(t["function"]["name"] == "JudgmentOutput" for t in request.get("tools") or [])
+
+
+def prompt_text(request: dict) -> str:
+    return "\n".join(
+        m["content"] if isinstance(m["content"], str) else json.dumps(m["content"], ensure_ascii=False)
+        for m in request["messages"]
+        if m.get("content")
+    )
+
+
+def judgment(should_respond: bool, confidence: float = 0.8, reason: str = "because") -> ToolCalls:
+    arguments = {"should_respond": should_respond, "reason": reason, "confidence": confidence}
+    return ToolCalls([ToolCall("JudgmentOutput", arguments)])
+
+
+def responder(judge: Callable[[dict], Reply], write: Callable[[dict], Reply]) -> Callable[[dict], Reply]:
+    """Route judgment requests (the JudgmentOutput tool) to `judge`, the rest to `write`."""
+    return lambda request: judge(request) if is_judgment(request) else write(request)
+
+
+def judgments(llm: FakeOpenAI) -> list[dict]:
+    return [r for r in llm.requests if is_judgment(r)]
+
+
+def generations(llm: FakeOpenAI) -> list[dict]:
+    return [r for r in llm.requests if not is_judgment(r)]
+
+
+def test_lone_question_gets_one_reply_after_the_wait(bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI) -> None:
+    llm.set_responder(responder(lambda r: judgment(True), lambda r: Text("Try the place on 5th street!")))
+    start(bot)
+    ts = slack.post_message(GENERAL, ALICE, "does anyone know a good ramen place?")
+    posted_at = time.monotonic()
+
+    time.sleep(WAIT - 0.4)
+    assert slack.posted == [] and llm.requests == [], "nothing may happen before the wait is over"
+
+    slack.wait_for(lambda: slack.posted, timeout=10, what="the autonomous reply")
+    time.sleep(4 * CHECK)  # room for a wrong second reply
+    posts = slack.posted
+    assert [(p["text"], p["thread_ts"]) for p in posts] == [("Try the place on 5th street!", None)]
+    assert float(posts[0]["ts"]) - float(ts) >= WAIT
+    assert time.monotonic() - posted_at >= WAIT
+
+    [asked] = judgments(llm)
+    text = prompt_text(asked)
+    assert "Alice: does anyone know a good ramen place?" in text
+    waited = re.search(r"Time since the last message: (\d+) seconds?", text)
+    assert waited and int(waited.group(1)) >= int(WAIT)  # shown in whole seconds
+    assert len(generations(llm)) == 1
+    assert bot.stop() == 0
+
+
+def test_lively_exchange_judged_no_is_not_rejudged_until_someone_posts(
+    bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
+) -> None:
+    llm.set_responder(responder(lambda r: judgment(False, 0.95), lambda r: Text("should never be written")))
+    start(bot)
+    for user, text in [(ALICE, "did you see the match?"), (BOB, "yes! what a goal"), (ALICE, "that last minute"),
+                       (BOB, "unreal"), (ALICE, "haha right")]:
+        slack.post_message(GENERAL, user, text)
+
+    slack.wait_for(lambda: judgments(llm), timeout=10, what="the first judgment")
+    shown = prompt_text(judgments(llm)[0])
+    assert "Alice: did you see the match?" in shown and "Bob: unreal" in shown
+    time.sleep(8 * CHECK)
+    assert len(judgments(llm)) == 1
+    assert slack.posted == []
+
+    slack.post_message(GENERAL, BOB, "see you at practice")
+    slack.wait_for(lambda: len(judgments(llm)) == 2, timeout=10, what="a judgment of the new state")
+    time.sleep(8 * CHECK)
+    assert len(judgments(llm)) == 2
+    assert "Bob: see you at practice" in prompt_text(judgments(llm)[1])
+    assert slack.posted == [] and generations(llm) == []
+    assert bot.stop() == 0
+
+
+def test_thread_and_top_level_are_judged_and_answered_separately(
+    bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
+) -> None:
+    def write(request: dict) -> Text:
+        return Text("thread answer" if "what about the staging db?" in prompt_text(request) else "top answer")
+
+    llm.set_responder(responder(lambda r: judgment(True), write))
+    start(bot)
+    parent = slack.post_message(GENERAL, ALICE, "the deploy failed again")
+    slack.post_message(GENERAL, BOB, "what about the staging db?", thread_ts=parent)
+    slack.post_message(GENERAL, BOB, "unrelated: is lunch at noon?")
+
+    slack.wait_for(lambda: len(slack.posted) >= 2, timeout=10, what="two autonomous replies")
+    time.sleep(4 * CHECK)
+    posts = sorted((p["text"], p["thread_ts"]) for p in slack.posted)
+    assert posts == [("thread answer", parent), ("top answer", None)]
+
+    asked = [prompt_text(r) for r in judgments(llm)]
+    assert len(asked) == 2
+    thread_prompt = next(t for t in asked if "what about the staging db?" in t)
+    top_prompt = next(t for t in asked if "is lunch at noon?" in t)
+    assert "is lunch at noon?" not in thread_prompt
+    assert "what about the staging db?" not in top_prompt
+    assert bot.stop() == 0
+
+
+INVALID = {
+    "general": Text("Yes, I think I should respond."),
+    "dev": ToolCalls([ToolCall("JudgmentOutput", '{"should_respond": "maybe", "confid')]),
+    "qa": ToolCalls([ToolCall("JudgmentOutput", {"should_respond": True, "confidence": 7})]),
+}
+
+
+def test_invalid_judgment_output_means_no_reply_and_no_storm(
+    bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
+) -> None:
+    """Plain text, broken JSON and out-of-schema arguments, one kind per channel."""
+    slack.add_channel("CDEV", "dev", members=[ALICE, BOB])
+    slack.add_channel("CQA", "qa", members=[ALICE, BOB])
+
+    def judge(request: dict) -> Reply:
+        where = re.search(r"Where: #(\w+)", prompt_text(request))
+        return INVALID[where.group(1)]
+
+    llm.set_responder(responder(judge, lambda r: Text("should never be written")))
+    start(bot)
+    for channel in (GENERAL, "CDEV", "CQA"):
+        slack.post_message(channel, ALICE, "is the coffee machine fixed?")
+
+    slack.wait_for(lambda: len(llm.requests) >= 3, timeout=10, what="a judgment in each channel")
+    time.sleep(10 * CHECK)
+    calls = Counter(re.search(r"Where: #(\w+)", prompt_text(r)).group(1) for r in llm.requests)
+    assert set(calls) == set(INVALID)
+    assert all(1 <= n <= 2 for n in calls.values()), f"at most two model calls per conversation state: {calls}"
+    assert all(is_judgment(r) for r in llm.requests)
+    assert slack.posted == []
+    assert bot.process.poll() is None
+    assert "Traceback" not in bot.log()
+    assert bot.stop() == 0
+
+
+def test_mention_is_answered_during_a_slow_autonomous_reply(bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI) -> None:
+    def write(request: dict) -> Text:
+        if "quick one" in prompt_text(request):
+            return Text("mention answer")
+        return Text("slow answer", delay=5)
+
+    llm.set_responder(responder(lambda r: judgment(True), write))
+    slack.add_channel("CDEV", "dev", members=[ALICE, BOB])
+    start(bot)
+    slack.post_message(GENERAL, ALICE, "what should we do this weekend?")
+    slack.wait_for(lambda: generations(llm), timeout=10, what="the slow autonomous generation to start")
+
+    # In another channel: a post in #general would make the slow reply stale, and it would be dropped.
+    mention = slack.post_message("CDEV", BOB, f"<@{slack.bot_user_id}> quick one: are you there?")
+    slack.wait_for(lambda: any(p["thread_ts"] == mention for p in slack.posted), timeout=5, what="the mention reply")
+    answered = next(p for p in slack.posted if p["thread_ts"] == mention)
+    assert answered["text"] == "mention answer"
+    assert float(answered["ts"]) - float(mention) < 2.0
+
+    slack.wait_for(lambda: len(slack.posted) >= 2, timeout=10, what="the slow autonomous reply")
+    assert [(p["text"], p["thread_ts"]) for p in slack.posted] == [("mention answer", mention), ("slow answer", None)]
+    assert bot.stop() == 0
+
+
+def test_never_answers_itself_other_bots_or_excluded_channels(
+    bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
+) -> None:
+    slack.add_user("UOTHER", "deploybot", is_bot=True, bot_id="BOTHER")
+    slack.add_channel("CDEV", "dev", members=[ALICE, BOB])
+    slack.add_channel("CRANDOM", "random", members=[ALICE, BOB])
+    slack.add_channel("CQA", "qa", members=[ALICE, BOB])
+    llm.set_responder(responder(lambda r: judgment(True), lambda r: Text("answer")))
+    start(bot, **{"response.channels": {"exclude": ["random"]}})
+
+    parent = slack.post_message(GENERAL, ALICE, "deploy status?")
+    slack.post_message(GENERAL, "UOTHER", "Deploy finished, anything else?", thread_ts=parent, bot_id="BOTHER")
+    slack.post_message("CDEV", slack.bot_user_id, "myao here, anyone need help?", bot_id=slack.bot_id)
+    slack.post_message("CRANDOM", ALICE, "is anyone here?")
+    slack.post_message("CQA", BOB, "what time is the meeting?")  # the control: this one is answered
+
+    slack.wait_for(lambda: slack.posted, timeout=10, what="the answer in #qa")
+    time.sleep(6 * CHECK)
+    assert [(p["channel"], p["text"]) for p in slack.posted] == [("CQA", "answer")]
+    [asked] = judgments(llm)
+    assert "what time is the meeting?" in prompt_text(asked)
+    with sqlite3.connect(bot.database) as db:  # the skipped messages were seen, not missed
+        seen = {text for (text,) in db.execute("SELECT text FROM messages")}
+    assert {"Deploy finished, anything else?", "myao here, anyone need help?", "is anyone here?"} <= seen
+    assert bot.stop() == 0
+
+
+def test_a_reply_made_stale_by_a_new_message_is_not_posted(bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI) -> None:
+    def judge(request: dict) -> Reply:
+        return judgment("by the station" not in prompt_text(request), confidence=0.95)
+
+    llm.set_responder(responder(judge, lambda r: Text("slow answer", delay=3)))
+    start(bot)
+    slack.post_message(GENERAL, ALICE, "anyone know a good ramen place?")
+    slack.wait_for(lambda: generations(llm), timeout=10, what="the autonomous generation to start")
+    slack.post_message(GENERAL, BOB, "try the one by the station")
+    slack.wait_for(lambda: len(judgments(llm)) == 2, timeout=10, what="the new state judged")
+    time.sleep(3)  # the slow reply has been written by now
+    assert len(generations(llm)) == 1
+    assert slack.posted == []
+    assert bot.stop() == 0
