@@ -62,6 +62,13 @@ class Origin:
         return Visibility.CONVERSATION
 
 
+def visible_in(visibility: Visibility, memo_channel_id: str | None, channel_id: str | None) -> bool:
+    """Whether a memo from `memo_channel_id` may be shown in `channel_id` (None: a person's own view)."""
+    if channel_id is None or visibility is Visibility.WORKSPACE:
+        return True
+    return memo_channel_id == channel_id
+
+
 @dataclass(frozen=True)
 class Memo:
     """One memo as stored."""
@@ -86,9 +93,7 @@ class Memo:
 
     def visible_in(self, channel_id: str | None) -> bool:
         """Whether this memo may be shown in the conversation `channel_id` (None: a person's own view)."""
-        if channel_id is None or self.visibility is Visibility.WORKSPACE:
-            return True
-        return self.channel_id == channel_id
+        return visible_in(self.visibility, self.channel_id, channel_id)
 
     def snapshot(self) -> dict[str, Any]:
         """The full state as JSON-ready data, for revisions and exports."""
@@ -255,15 +260,22 @@ def normalize_tags(value: object) -> tuple[str, ...]:
     return tuple(tags)
 
 
-def check_tag_kinds(new_tags: tuple[str, ...], existing_kinds: set[str]) -> None:
-    """Refuse tags that would bring the distinct tag kinds past 20."""
+def check_tag_kinds(
+    new_tags: tuple[str, ...], existing_kinds: set[str], visible_kinds: set[str] | None = None
+) -> None:
+    """Refuse tags that would bring the distinct tag kinds past 20.
+
+    The refusal lists the existing tags the caller may see (`visible_kinds`, default all):
+    tags of memos kept in another private conversation are not named.
+    """
     added = [t for t in new_tags if t not in existing_kinds]
     if added and len(existing_kinds) + len(added) > MAX_TAG_KINDS:
+        shown = existing_kinds if visible_kinds is None else existing_kinds & visible_kinds
         raise MemoError(
             "too_many_tag_kinds",
             limit=MAX_TAG_KINDS,
             new=", ".join(added),
-            existing=", ".join(sorted(existing_kinds)),
+            existing=", ".join(sorted(shown)),
         )
 
 

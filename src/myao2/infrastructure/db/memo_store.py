@@ -24,6 +24,7 @@ from myao2.domain.memo import (
     TagUsage,
     Visibility,
     check_tag_kinds,
+    visible_in,
 )
 from myao2.domain.ports import Clock
 from myao2.infrastructure.db.tables import MemoRevisionRow, MemoRow
@@ -48,7 +49,7 @@ class SqlMemoStore:
         with self._change() as session:
             if self._live_row(session, draft.name) is not None:
                 raise MemoError("name_taken", name=draft.name)
-            check_tag_kinds(draft.tags, self._tag_kinds(session))
+            check_tag_kinds(draft.tags, *self._tag_kinds(session, origin.channel_id))
             row = MemoRow(
                 name=draft.name,
                 content=draft.content,
@@ -76,8 +77,7 @@ class SqlMemoStore:
             if after.name != before.name and self._live_row(session, after.name) is not None:
                 raise MemoError("name_taken", name=after.name)
             if after.tags != before.tags:
-                others = self._tag_kinds(session, exclude_id=row.id)
-                check_tag_kinds(after.tags, others)
+                check_tag_kinds(after.tags, *self._tag_kinds(session, channel_id, exclude_id=row.id))
             _copy_into(row, after)
             _flush(session, after.name)
             self._revise(session, after, Action.EDIT, actor, before)
@@ -104,7 +104,7 @@ class SqlMemoStore:
             if row is None:
                 raise MemoError("not_removed", name=name)
             before = _to_memo(row)
-            check_tag_kinds(before.tags, self._tag_kinds(session))
+            check_tag_kinds(before.tags, *self._tag_kinds(session, None))
             row.removed_at = None
             row.updated_at = self._clock.now()
             _flush(session, name)
@@ -217,11 +217,20 @@ class SqlMemoStore:
         return row
 
     @staticmethod
-    def _tag_kinds(session: Session, exclude_id: int | None = None) -> set[str]:
-        query = select(MemoRow.tags).where(col(MemoRow.removed_at).is_(None))
+    def _tag_kinds(
+        session: Session, channel_id: str | None, exclude_id: int | None = None
+    ) -> tuple[set[str], set[str]]:
+        """The tag kinds of all live memos, and those of the memos `channel_id` may see."""
+        query = select(MemoRow.tags, MemoRow.visibility, MemoRow.channel_id).where(col(MemoRow.removed_at).is_(None))
         if exclude_id is not None:
             query = query.where(MemoRow.id != exclude_id)
-        return {tag for tags in session.exec(query).all() for tag in tags}
+        every: set[str] = set()
+        visible: set[str] = set()
+        for tags, visibility, memo_channel in session.exec(query).all():
+            every.update(tags)
+            if visible_in(Visibility(visibility), memo_channel, channel_id):
+                visible.update(tags)
+        return every, visible
 
     def _revise(
         self, session: Session, memo: Memo, action: Action, actor: str, before: Memo | None

@@ -82,7 +82,6 @@ _TEXTS: dict[str, dict[str, str]] = {
         "added": "メモ「{name}」を追加しました（優先度{priority}、タグ: {tags}）。",
         "edited": "メモ「{name}」を更新しました。",
         "removed": "メモ「{name}」を削除しました。",
-        "no_tags": "なし",
         "none": "なし",
         "page": "メモ {first}-{last}件目 / 全{total}件",
         "page_tagged": "タグ「{tag}」のメモ {first}-{last}件目 / 全{total}件",
@@ -109,7 +108,6 @@ _TEXTS: dict[str, dict[str, str]] = {
         "added": 'Added memo "{name}" (priority {priority}, tags: {tags}).',
         "edited": 'Updated memo "{name}".',
         "removed": 'Removed memo "{name}".',
-        "no_tags": "none",
         "none": "none",
         "page": "memos {first}-{last} of {total}",
         "page_tagged": 'memos tagged "{tag}" {first}-{last} of {total}',
@@ -144,16 +142,19 @@ def error_message(error: MemoError, language: str) -> str:
 
 
 def added_message(memo: Memo, language: str) -> str:
+    """Confirms a new memo, with its priority and tags."""
     texts = _catalog(_TEXTS, language)
-    tags = ", ".join(memo.tags) or texts["no_tags"]
+    tags = ", ".join(memo.tags) or texts["none"]
     return texts["added"].format(name=memo.name, priority=memo.priority, tags=tags)
 
 
 def edited_message(memo: Memo, language: str) -> str:
+    """Confirms a change, naming the memo as it is now called."""
     return _catalog(_TEXTS, language)["edited"].format(name=memo.name)
 
 
 def removed_message(memo: Memo, language: str) -> str:
+    """Confirms a removal."""
     return _catalog(_TEXTS, language)["removed"].format(name=memo.name)
 
 
@@ -193,7 +194,7 @@ def memo_message(memo: Memo, language: str) -> str:
     fields = [
         ("field_name", memo.name),
         ("field_priority", str(memo.priority)),
-        ("field_tags", ", ".join(memo.tags) or texts["no_tags"]),
+        ("field_tags", ", ".join(memo.tags) or texts["none"]),
         ("field_content", memo.content),
         ("field_detail", memo.detail or texts["none"]),
     ]

@@ -53,7 +53,7 @@ class MemoToolScope:
     language: str = say.DEFAULT_LANGUAGE
 
 
-ToolReply = str | dict[str, Any]
+_Reply = str | dict[str, Any]
 
 
 @tool(context=True)
@@ -64,7 +64,7 @@ async def add_memo(
     tags: list[str] | None = None,
     *,
     tool_context: ToolContext,
-) -> ToolReply:
+) -> _Reply:
     """Save a new memo: a fact worth remembering, usually about a person (what they like,
     what they are working on, how they want to be treated) or about the workspace.
 
@@ -98,7 +98,7 @@ async def edit_memo(
     new_name: str | None = None,
     *,
     tool_context: ToolContext,
-) -> ToolReply:
+) -> _Reply:
     """Change an existing memo. When what you know has changed or grown, update the memo
     rather than adding another one. Give only what changes; omitted fields stay as they are.
 
@@ -129,7 +129,7 @@ async def edit_memo(
 
 
 @tool(context=True)
-async def remove_memo(memo_name: str, *, tool_context: ToolContext) -> ToolReply:
+async def remove_memo(memo_name: str, *, tool_context: ToolContext) -> _Reply:
     """Remove a memo that is wrong, obsolete or useless. A person can still restore it.
 
     Args:
@@ -152,7 +152,7 @@ async def list_memo(
     limit: int = 10,
     *,
     tool_context: ToolContext,
-) -> ToolReply:
+) -> _Reply:
     """List memos, the most important and most recently updated first. Use it before
     answering about what you know or remember, and to find a memo's exact name.
     Memos marked as having a detail can be read in full with get_memo.
@@ -175,7 +175,7 @@ async def list_memo(
 
 
 @tool(context=True)
-async def get_memo(memo_name: str, *, tool_context: ToolContext) -> ToolReply:
+async def get_memo(memo_name: str, *, tool_context: ToolContext) -> _Reply:
     """Read one memo in full: content, detail, priority, tags and dates. Use it when a
     listed memo has a detail that matters to your answer, or before editing it.
 
@@ -193,7 +193,7 @@ async def get_memo(memo_name: str, *, tool_context: ToolContext) -> ToolReply:
 
 
 @tool(context=True)
-async def list_memo_tags(*, tool_context: ToolContext) -> ToolReply:
+async def list_memo_tags(*, tool_context: ToolContext) -> _Reply:
     """List the tags in use, each with how many memos carry it and when one last changed,
     most used first. Check it before adding or tagging a memo, and reuse these tags
     rather than inventing near-duplicates.
@@ -230,24 +230,25 @@ def _publish_bounds(memo_tool: DecoratedFunctionTool[Any, Any], **bounds: dict[s
     spec = copy.deepcopy(memo_tool.tool_spec)
     properties = spec["inputSchema"]["json"]["properties"]
     for parameter, schema in bounds.items():
-        properties[parameter].update(schema)
+        properties[parameter].update(copy.deepcopy(schema))
     memo_tool.tool_spec = spec
 
 
 _NAME = {"minLength": 1, "maxLength": MAX_NAME_LENGTH}
+_CONTENT = {"minLength": 1, "maxLength": MAX_CONTENT_LENGTH}
 _PRIORITY = {"minimum": MIN_PRIORITY, "maximum": MAX_PRIORITY}
 _TAGS = {"maxItems": MAX_TAGS_PER_MEMO, "items": {"type": "string", "maxLength": MAX_TAG_LENGTH}}
 
 _publish_bounds(
     add_memo,
     name=_NAME,
-    content={"minLength": 1, "maxLength": MAX_CONTENT_LENGTH},
+    content=_CONTENT,
     priority=_PRIORITY,
     tags=_TAGS,
 )
 _publish_bounds(
     edit_memo,
-    content={"minLength": 1, "maxLength": MAX_CONTENT_LENGTH},
+    content=_CONTENT,
     priority=_PRIORITY,
     tags=_TAGS,
     detail={"maxLength": MAX_DETAIL_LENGTH},
