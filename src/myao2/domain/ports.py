@@ -63,7 +63,11 @@ class ConversationStore(Protocol):
     """What the bot has seen in Slack: channels, people and messages (synchronous; run in a thread)."""
 
     def save_message(self, message: Message) -> bool:
-        """Store or update a message by (channel, ts); True when it was new."""
+        """Store a message unless one with its (channel, ts) is stored; True when it was new.
+
+        A stored message changes only through `edit_message` and `delete_message`, so a
+        history fetched before an edit cannot undo it.
+        """
         ...
 
     def edit_message(self, channel_id: str, ts: str, text: str) -> None: ...

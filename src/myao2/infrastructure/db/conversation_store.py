@@ -33,12 +33,7 @@ class SqlConversationStore:
     # -- messages ------------------------------------------------------------
 
     def save_message(self, message: Message) -> bool:
-        values = _message_values(message)
-        row = {"channel_id": message.channel_id, "ts": message.ts, "posted_at": message.posted_at, **values}
-        if self._insert(MessageRow, row):
-            return True
-        self._update(MessageRow, _message_key(message.channel_id, message.ts), values)
-        return False
+        return self._insert(MessageRow, _message_row(message))
 
     def edit_message(self, channel_id: str, ts: str, text: str) -> None:
         values = {"text": text, "edited_at": self._clock.now()}
@@ -210,9 +205,11 @@ def _newest_first() -> tuple[Any, ...]:
     return col(MessageRow.posted_at).desc(), col(MessageRow.ts).desc()
 
 
-def _message_values(message: Message) -> dict[str, Any]:
-    """The columns of a message that a later delivery may change."""
+def _message_row(message: Message) -> dict[str, Any]:
     return {
+        "channel_id": message.channel_id,
+        "ts": message.ts,
+        "posted_at": message.posted_at,
         "thread_ts": message.thread_ts,
         "user_id": message.user_id,
         "user_name": message.user_name,
