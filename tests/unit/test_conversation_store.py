@@ -195,18 +195,7 @@ def test_order_is_numeric_not_textual(store: SqlConversationStore) -> None:
     store.save_message(Message("C1", "1000000000.000000", "U1", "new", "alice"))
     store.save_message(Message("C1", "999999999.000000", "U1", "old", "alice"))
 
-    assert store.latest_ts("C1") == "1000000000.000000"
     assert texts(store.channel_messages("C1", 10)) == ["old", "new"]
-
-
-def test_latest_ts_includes_threads(store: SqlConversationStore) -> None:
-    assert store.latest_ts("C1") is None
-    store.save_message(msg(0, "top"))
-    store.save_message(msg(2, "reply", thread_ts=ts(0)))
-    store.save_message(msg(1, "later top"))
-    store.save_message(msg(9, "elsewhere", channel="C2"))
-
-    assert store.latest_ts("C1") == ts(2)
 
 
 # -- channels and people -----------------------------------------------------

@@ -73,15 +73,6 @@ class SqlConversationStore:
             ).all()
         return [_to_message(r) for r in rows]
 
-    def latest_ts(self, channel_id: str) -> str | None:
-        with Session(self._engine) as session:
-            return session.exec(
-                select(MessageRow.ts)
-                .where(MessageRow.channel_id == channel_id)
-                .order_by(*_newest_first())
-                .limit(1)
-            ).first()
-
     # -- channels and people -------------------------------------------------
 
     def save_channel(self, channel: Channel) -> None:
