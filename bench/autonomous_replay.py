@@ -34,7 +34,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.e2e.conftest import PROXY_VARIABLES, BotProcess  # noqa: E402
+from tests.e2e.conftest import BotProcess  # noqa: E402
+from tests.fakes import PROXY_VARIABLES  # noqa: E402
 from tests.fakes.openai_server import FakeOpenAI, Reply, Text, ToolCall, ToolCalls  # noqa: E402
 from tests.fakes.slack_server import FakeSlack  # noqa: E402
 

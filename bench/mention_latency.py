@@ -43,7 +43,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.e2e.conftest import ALICE, BOB, GENERAL, PROXY_VARIABLES, BotProcess  # noqa: E402
+from tests.e2e.conftest import ALICE, BOB, GENERAL, BotProcess  # noqa: E402
+from tests.fakes import PROXY_VARIABLES  # noqa: E402
 from tests.fakes.slack_server import FakeSlack  # noqa: E402
 
 BOT_USER_ID = "UBOT"

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.fakes import PROXY_VARIABLES
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.slack_server import FakeSlack
 
 ROOT = Path(__file__).resolve().parents[2]
-PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy")
 
 ALICE, BOB = "UALICE", "UBOB"
 GENERAL = "CGENERAL"

@@ -16,16 +16,10 @@ import pytest
 from strands import Agent, tool
 from strands.models.openai import OpenAIModel
 
+from tests.fakes import PROXY_VARIABLES
 from tests.fakes.openai_server import Error, FakeOpenAI, Text, ToolCall, ToolCalls
 
-PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy")
 MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say hello to everyone here."}]
-
-
-@pytest.fixture(autouse=True)
-def no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in PROXY_VARS:
-        monkeypatch.delenv(name, raising=False)
 
 
 @pytest.fixture
@@ -174,7 +168,7 @@ async def test_strands_agent_calls_tool_then_answers(fake: FakeOpenAI) -> None:
 
 
 def test_runs_as_subprocess() -> None:
-    env = {k: v for k, v in os.environ.items() if k not in PROXY_VARS}
+    env = {k: v for k, v in os.environ.items() if k not in PROXY_VARIABLES}
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.fakes.openai_server", "--port", "0", "--text", "hi"],
         stdout=subprocess.PIPE,

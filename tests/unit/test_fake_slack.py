@@ -21,15 +21,9 @@ from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
+from tests.fakes import PROXY_VARIABLES
 from tests.fakes.slack_server import FakeSlack
 
-PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy")
-
-
-@pytest.fixture(autouse=True)
-def no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in PROXY_VARS:
-        monkeypatch.delenv(name, raising=False)
 
 
 @pytest.fixture
@@ -385,7 +379,7 @@ def test_sync_waits_and_timeout_message() -> None:
 
 
 def test_runs_as_subprocess() -> None:
-    env = {k: v for k, v in os.environ.items() if k not in PROXY_VARS}
+    env = {k: v for k, v in os.environ.items() if k not in PROXY_VARIABLES}
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.fakes.slack_server", "--port", "0"],
         stdout=subprocess.PIPE,

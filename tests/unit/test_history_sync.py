@@ -15,14 +15,7 @@ from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.slack.gateway import SlackGateway, make_web_client
 from tests.fakes.slack_server import FakeSlack
 
-PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy")
 DAY = 86400
-
-
-@pytest.fixture(autouse=True)
-def no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in PROXY_VARS:
-        monkeypatch.delenv(name, raising=False)
 
 
 @pytest.fixture

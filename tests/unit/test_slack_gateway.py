@@ -14,13 +14,6 @@ from myao2.infrastructure.slack import gateway as gateway_module
 from myao2.infrastructure.slack.gateway import SlackAuthError, SlackGateway, make_web_client
 from tests.fakes.slack_server import FakeSlack
 
-PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy")
-
-
-@pytest.fixture(autouse=True)
-def no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in PROXY_VARS:
-        monkeypatch.delenv(name, raising=False)
 
 
 @pytest.fixture
