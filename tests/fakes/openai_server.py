@@ -40,7 +40,6 @@ import argparse
 import asyncio
 import copy
 import json
-import signal
 import threading
 import time
 import uuid
@@ -49,6 +48,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Union
 
 from aiohttp import web
+
+from tests.fakes._server import LoopbackServer, serve_until_signalled
 
 
 @dataclass
@@ -138,72 +139,29 @@ def _split(text: str, pieces: int) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)]
 
 
-class FakeOpenAI:
+class FakeOpenAI(LoopbackServer):
     """A scripted OpenAI-compatible server on 127.0.0.1."""
 
     def __init__(self, api_key: str | None = None, port: int = 0, models: tuple[str, ...] = ("fake",)) -> None:
         """``api_key=None`` accepts any key; otherwise a different key gets HTTP 401."""
+        super().__init__(port)
         self.api_key = api_key
         self.models = models
-        self._requested_port = port
-        self._port: int | None = None
         self._lock = threading.Lock()
         self._queue: deque[Reply] = deque()
         self._responder: Responder = default_responder
         self._requests: list[dict[str, Any]] = []
         self._headers: list[dict[str, Any]] = []
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._runner: web.AppRunner | None = None
 
-    # ------------------------------------------------------------------ lifecycle
-
-    def start(self) -> "FakeOpenAI":
-        """Start serving in a background thread; returns self."""
-        if self._thread is not None:
-            return self
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="FakeOpenAI", daemon=True)
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._astart(), self._loop).result(timeout=10)
-        return self
-
-    def stop(self) -> None:
-        """Stop the server and its thread."""
-        if self._thread is None or self._loop is None:
-            return
-        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(timeout=10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
-        self._loop.close()
-        self._thread = self._loop = None
-
-    def __enter__(self) -> "FakeOpenAI":
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    async def _astart(self) -> None:
+    def _app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self._handle_completions)
         app.router.add_get("/v1/models", self._handle_models)
         app.router.add_post("/_fake/script", self._handle_script)
         app.router.add_get("/_fake/requests", self._handle_requests)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", self._requested_port)
-        await site.start()
-        self._port = self._runner.addresses[0][1]
+        return app
 
     # ------------------------------------------------------------------ public API
-
-    @property
-    def port(self) -> int:
-        """The TCP port the server listens on (after ``start()``)."""
-        if self._port is None:
-            raise RuntimeError("FakeOpenAI is not started")
-        return self._port
 
     @property
     def base_url(self) -> str:
@@ -425,14 +383,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--text", default="OK", help="default reply text")
     parser.add_argument("--delay", type=float, default=0.0, help="default reply delay in seconds")
     args = parser.parse_args(argv)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    with FakeOpenAI(api_key=args.api_key, port=args.port) as fake:
-        fake.set_responder(lambda request: Text(args.text, delay=args.delay))
-        print(fake.base_url, flush=True)
-        while not stop.wait(0.5):
-            pass
+    fake = FakeOpenAI(api_key=args.api_key, port=args.port)
+    fake.set_responder(lambda request: Text(args.text, delay=args.delay))
+    serve_until_signalled(fake, lambda: fake.base_url)
 
 
 if __name__ == "__main__":

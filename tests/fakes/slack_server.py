@@ -46,7 +46,6 @@ import bisect
 import copy
 import json
 import re
-import signal
 import threading
 import time
 import uuid
@@ -55,6 +54,8 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Callable
 
 from aiohttp import WSMsgType, web
+
+from tests.fakes._server import LoopbackServer, serve_until_signalled
 
 CONTROL_METHODS = (
     "add_user",
@@ -141,7 +142,7 @@ def _decode_cursor(cursor: str, prefix: str) -> str:
     return text[len(prefix) :]
 
 
-class FakeSlack:
+class FakeSlack(LoopbackServer):
     """A fake Slack workspace serving the Web API and Socket Mode on 127.0.0.1."""
 
     def __init__(
@@ -157,6 +158,7 @@ class FakeSlack:
         bot_name: str = "bot",
     ) -> None:
         """Configure the workspace; ``ack_timeout=None`` disables redelivery."""
+        super().__init__(port)
         self.bot_token = bot_token
         self.app_token = app_token
         self.bot_user_id = bot_user_id
@@ -165,12 +167,7 @@ class FakeSlack:
         self.app_id = app_id
         self.bot_name = bot_name
         self.ack_timeout = ack_timeout
-        self._requested_port = port
-        self._port: int | None = None
         self._lock = threading.RLock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._runner: web.AppRunner | None = None
         self._mention = re.compile(rf"<@{re.escape(bot_user_id)}(\|[^>]*)?>")
         # world
         self._users: dict[str, dict[str, Any]] = {}
@@ -194,59 +191,18 @@ class FakeSlack:
         self._reactions: list[tuple[str, str, str]] = []
         self.add_user(bot_user_id, bot_name, is_bot=True, bot_id=bot_id)
 
-    # ------------------------------------------------------------------ lifecycle
-
-    def start(self) -> "FakeSlack":
-        """Start serving in a background thread; returns self."""
-        if self._thread is not None:
-            return self
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="FakeSlack", daemon=True)
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._astart(), self._loop).result(timeout=10)
-        return self
-
-    def stop(self) -> None:
-        """Close all connections, stop the server and its thread."""
-        if self._thread is None or self._loop is None:
-            return
-        asyncio.run_coroutine_threadsafe(self._astop(), self._loop).result(timeout=10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
-        self._loop.close()
-        self._thread = self._loop = None
-
-    def __enter__(self) -> "FakeSlack":
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    async def _astart(self) -> None:
+    def _app(self) -> web.Application:
         app = web.Application()
         app.router.add_route("*", "/api/{method}", self._handle_api)
         app.router.add_get("/link/", self._handle_ws)
         app.router.add_get("/_fake/state", self._handle_state)
         app.router.add_post("/_fake/{method}", self._handle_control)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", self._requested_port)
-        await site.start()
-        self._port = self._runner.addresses[0][1]
+        return app
 
-    async def _astop(self) -> None:
+    async def _before_cleanup(self) -> None:
         await asyncio.gather(*(conn.ws.close(code=1001) for conn in list(self._conns)))
-        if self._runner is not None:
-            await self._runner.cleanup()
 
     # ------------------------------------------------------------------ properties
-
-    @property
-    def port(self) -> int:
-        """The TCP port the server listens on (after ``start()``)."""
-        if self._port is None:
-            raise RuntimeError("FakeSlack is not started")
-        return self._port
 
     @property
     def base_url(self) -> str:
@@ -1067,14 +1023,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--app-token", default="xapp-test-token")
     parser.add_argument("--ack-timeout", type=float, default=3.0)
     args = parser.parse_args(argv)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
     fake = FakeSlack(bot_token=args.bot_token, app_token=args.app_token, ack_timeout=args.ack_timeout, port=args.port)
-    with fake:
-        print(fake.base_url, flush=True)
-        while not stop.wait(0.5):
-            pass
+    serve_until_signalled(fake, lambda: fake.base_url)
 
 
 if __name__ == "__main__":
