@@ -27,6 +27,7 @@ from myao2.domain.memo import Origin
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
+from tests.clocks import ManualClock
 
 BOT = BotIdentity(user_id="UBOT", bot_id="BBOT", team_id="T1")
 WAIT = 60.0
@@ -47,17 +48,6 @@ SETTINGS = AutonomySettings(
     include=frozenset(),
     exclude=frozenset(),
 )
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.at = START
-
-    def now(self) -> datetime:
-        return self.at
-
-    def advance(self, seconds: float) -> None:
-        self.at += timedelta(seconds=seconds)
 
 
 class FakeJudge:
@@ -97,7 +87,7 @@ class World:
     """The store, the fakes and the responder under test."""
 
     def __init__(self, tmp_path: Path, settings: AutonomySettings = SETTINGS) -> None:
-        self.clock = Clock()
+        self.clock = ManualClock(START)
         engine = open_database(f"sqlite:///{tmp_path}/a.db")
         self.store = SqlConversationStore(engine, self.clock)
         self.judge = FakeJudge()
@@ -209,9 +199,9 @@ async def test_a_no_stands_for_as_long_as_its_confidence_says(
     assert await world.check(after=WAIT) == 1
     judged_at = world.clock.now()
 
-    world.clock.at = judged_at + holds - timedelta(seconds=1)
+    world.clock.current = judged_at + holds - timedelta(seconds=1)
     assert await world.check() == 0
-    world.clock.at = judged_at + holds
+    world.clock.current = judged_at + holds
     assert await world.check() == 1
     assert len(world.judge.calls) == 2
     assert world.chat.posts == []

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -11,6 +11,7 @@ from myao2.domain.conversation import Channel, ChannelKind, Message
 from myao2.domain.memo import MemoChanges, MemoDraft, Origin
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
+from tests.clocks import ManualClock
 
 TOKYO = ZoneInfo("Asia/Tokyo")
 PERSONA = Persona(name="myao", system_prompt="", language="en", timezone=TOKYO)
@@ -20,22 +21,9 @@ SECRET = Channel("G1", "secret", ChannelKind.PRIVATE)
 DM = Channel("D1", "alice", ChannelKind.IM)
 
 
-class StepClock:
-    """A clock that stands still until a test moves it."""
-
-    def __init__(self) -> None:
-        self.current = datetime(2025, 1, 2, 3, 0, tzinfo=timezone.utc)
-
-    def now(self) -> datetime:
-        return self.current
-
-    def tick(self) -> None:
-        self.current += timedelta(minutes=1)
-
-
 @pytest.fixture
-def clock() -> StepClock:
-    return StepClock()
+def clock() -> ManualClock:
+    return ManualClock()
 
 
 @pytest.fixture
@@ -45,8 +33,8 @@ def store(tmp_path, clock) -> Iterator[SqlMemoStore]:
     engine.dispose()
 
 
-def add(store: SqlMemoStore, clock: StepClock, name: str, priority: int, channel: Channel = GENERAL) -> None:
-    clock.tick()
+def add(store: SqlMemoStore, clock: ManualClock, name: str, priority: int, channel: Channel = GENERAL) -> None:
+    clock.advance()
     origin = Origin(channel_id=channel.id, channel_private=channel.is_private, user_id="U1")
     store.add(MemoDraft.create(name, f"about {name}", priority), origin, "test")
 
@@ -68,7 +56,7 @@ async def test_recent_memos_are_the_five_latest_others(store, clock):
     add(store, clock, "important", 4)
     for i in range(8):
         add(store, clock, f"minor-{i}", 2)
-    clock.tick()
+    clock.advance()
     store.edit("minor-0", MemoChanges.create(content="fresh news"), None, "test")
 
     context = await ContextBuilder(store, clock, PERSONA).build(GENERAL, [])
@@ -82,7 +70,7 @@ async def test_recent_memos_do_not_repeat_important_ones(store, clock):
         add(store, clock, f"important-{i}", 5)
     for i in range(5):
         add(store, clock, f"minor-{i}", 1)
-    clock.tick()
+    clock.advance()
     store.edit("important-0", MemoChanges.create(content="updated last"), None, "test")
 
     context = await ContextBuilder(store, clock, PERSONA).build(GENERAL, [])

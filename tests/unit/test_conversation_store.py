@@ -6,7 +6,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -15,17 +15,10 @@ from sqlalchemy import Engine
 from myao2.domain.conversation import Channel, ChannelKind, Message, Person, ts_to_datetime
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
+from tests.clocks import ManualClock
 
 BOT = "UBOT"
 T0 = 1_700_000_000
-
-
-class FixedClock:
-    def __init__(self) -> None:
-        self.at = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
-
-    def now(self) -> datetime:
-        return self.at
 
 
 def ts(seconds: int, micros: int = 0) -> str:
@@ -50,12 +43,12 @@ def engine(db_path: Path) -> Iterator[Engine]:
 
 
 @pytest.fixture
-def clock() -> FixedClock:
-    return FixedClock()
+def clock() -> ManualClock:
+    return ManualClock(datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc))
 
 
 @pytest.fixture
-def store(engine: Engine, clock: FixedClock) -> SqlConversationStore:
+def store(engine: Engine, clock: ManualClock) -> SqlConversationStore:
     return SqlConversationStore(engine, clock)
 
 
@@ -132,10 +125,10 @@ def test_get_message_round_trips_every_field(store: SqlConversationStore) -> Non
 
 
 def test_edit_message_updates_text_and_edited_at(
-    store: SqlConversationStore, clock: FixedClock, db_path: Path
+    store: SqlConversationStore, clock: ManualClock, db_path: Path
 ) -> None:
     store.save_message(msg(0, "typo"))
-    clock.at += timedelta(minutes=1)
+    clock.advance()
 
     store.edit_message("C1", ts(0), "fixed")
     store.edit_message("C1", ts(9), "nobody")

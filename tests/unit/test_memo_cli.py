@@ -4,7 +4,6 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -14,6 +13,7 @@ from myao2.domain.memo import MemoChanges, MemoDraft, Origin
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
 from myao2.memo_cli import run_memo_command
+from tests.clocks import ManualClock
 
 CONFIG_YAML = """\
 persona:
@@ -21,19 +21,6 @@ persona:
 memory:
   database_path: data/memos.db
 """
-
-
-class StepClock:
-    """A clock that stands still until a test moves it."""
-
-    def __init__(self) -> None:
-        self.current = datetime(2025, 1, 2, 3, 0, tzinfo=timezone.utc)
-
-    def now(self) -> datetime:
-        return self.current
-
-    def tick(self) -> None:
-        self.current += timedelta(minutes=1)
 
 
 @pytest.fixture
@@ -49,21 +36,21 @@ def config(config_path) -> Config:
 
 
 @pytest.fixture
-def store(config) -> Iterator[tuple[SqlMemoStore, StepClock]]:
+def store(config) -> Iterator[tuple[SqlMemoStore, ManualClock]]:
     """The configured database with three memos: one edited, one removed."""
     engine = open_database(config.memory.sqlalchemy_url)
-    clock = StepClock()
+    clock = ManualClock()
     memos = SqlMemoStore(engine, clock)
     origin = Origin(channel_id="G1", channel_private=True, user_id="U1", message_ts="1735786800.000100")
     detail = "Likes Ichiran\nin Shibuya"
     memos.add(MemoDraft.create("alice-ramen", "Alice loves spicy ramen", 3, ["food"], detail), origin, "model:U1")
-    clock.tick()
+    clock.advance()
     memos.add(MemoDraft.create("ボブの誕生日", "ボブの誕生日は5月3日", 5, ["family"]), Origin("C1"), "model:U2")
-    clock.tick()
+    clock.advance()
     memos.add(MemoDraft.create("dave-cold", "Dave has a cold", 1), Origin("C1"), "model:U3")
-    clock.tick()
+    clock.advance()
     memos.edit("alice-ramen", MemoChanges.create(priority=4, tags=["food", "alice"]), None, "model:U1")
-    clock.tick()
+    clock.advance()
     memos.remove("dave-cold", None, "model:U3")
     yield memos, clock
     engine.dispose()

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -14,6 +13,7 @@ from myao2.domain.memo import MemoDraft, Origin
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
 from myao2.infrastructure.llm.prompts import PromptRenderer
+from tests.clocks import ManualClock
 
 KINDS = ("judgment", "response", "memory")
 PARTS = ("system", "query")
@@ -23,24 +23,11 @@ MESSAGES = [
 ]
 
 
-class StepClock:
-    """A clock that stands still until a test moves it."""
-
-    def __init__(self) -> None:
-        self.current = datetime(2025, 1, 2, 3, 0, tzinfo=timezone.utc)
-
-    def now(self) -> datetime:
-        return self.current
-
-    def tick(self) -> None:
-        self.current += timedelta(minutes=1)
-
-
 @pytest.fixture(scope="module")
 def context(tmp_path_factory) -> PromptContext:
     """A context with two important memos (one with tags and detail) and two recent ones."""
     engine = open_database(f"sqlite:///{tmp_path_factory.mktemp('prompts')}/m.db")
-    clock = StepClock()
+    clock = ManualClock()
     store = SqlMemoStore(engine, clock)
     origin = Origin(channel_id="C1", user_id="U1")
     for draft in (
@@ -49,9 +36,9 @@ def context(tmp_path_factory) -> PromptContext:
         MemoDraft.create("carol-trip", "Carol visits Kyoto next week", 2),
         MemoDraft.create("dave-cold", "Dave has a cold", 1),
     ):
-        clock.tick()
+        clock.advance()
         store.add(draft, origin, "test")
-    clock.tick()
+    clock.advance()
     persona = Persona("myao", "You adore cats.", "en", ZoneInfo("Asia/Tokyo"))
     builder = ContextBuilder(store, clock, persona)
     built = asyncio.run(builder.build(Channel("C1", "general"), MESSAGES, {"U2": "Bob"}))
