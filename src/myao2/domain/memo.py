@@ -12,6 +12,8 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
+from myao2.domain.visibility import Audience, can_read
+
 MAX_NAME_LENGTH = 32
 MAX_CONTENT_LENGTH = 500
 RECOMMENDED_CONTENT_LENGTH = 50
@@ -55,18 +57,24 @@ class Origin:
     message_ts: str | None = None
 
     @property
+    def audience(self) -> Audience:
+        """Who hears this conversation (see `myao2.domain.visibility`)."""
+        return Audience.of(self.channel_id, self.channel_private)
+
+    @property
     def visibility(self) -> Visibility:
         """Public channels share with the workspace; private channels, DMs and group DMs keep to themselves."""
-        if self.channel_id is None or not self.channel_private:
-            return Visibility.WORKSPACE
-        return Visibility.CONVERSATION
+        return Visibility.WORKSPACE if self.audience.is_workspace else Visibility.CONVERSATION
+
+
+def memo_audience(visibility: Visibility, memo_channel_id: str | None) -> Audience:
+    """The audience of a memo stored with `visibility` from `memo_channel_id`."""
+    return Audience(memo_channel_id if visibility is Visibility.CONVERSATION else None)
 
 
 def visible_in(visibility: Visibility, memo_channel_id: str | None, channel_id: str | None) -> bool:
     """Whether a memo from `memo_channel_id` may be shown in `channel_id` (None: a person's own view)."""
-    if channel_id is None or visibility is Visibility.WORKSPACE:
-        return True
-    return memo_channel_id == channel_id
+    return can_read(channel_id, memo_audience(visibility, memo_channel_id))
 
 
 @dataclass(frozen=True)
@@ -91,9 +99,13 @@ class Memo:
     def removed(self) -> bool:
         return self.removed_at is not None
 
+    @property
+    def audience(self) -> Audience:
+        return memo_audience(self.visibility, self.channel_id)
+
     def visible_in(self, channel_id: str | None) -> bool:
         """Whether this memo may be shown in the conversation `channel_id` (None: a person's own view)."""
-        return visible_in(self.visibility, self.channel_id, channel_id)
+        return can_read(channel_id, self.audience)
 
     def snapshot(self) -> dict[str, Any]:
         """The full state as JSON-ready data, for revisions and exports."""

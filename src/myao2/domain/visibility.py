@@ -1,0 +1,48 @@
+"""Who may read what: the one visibility rule for everything the bot keeps or shows.
+
+Every piece of stored text (a memo, a message, a summary, a digest, a profile fact,
+a search hit) belongs to an audience: the whole workspace, or one conversation.
+Text from a public channel belongs to the workspace; text from a private channel,
+a DM, a group DM or a channel shared outside the workspace belongs to that
+conversation alone. A reader is a conversation (what a prompt, a tool result or a
+refusal there may contain) or a person's own view (`None`: the command line, which
+sees everything). Every reader of stored text asks this module, and nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Audience:
+    """Who may read a piece of text: the workspace (`conversation_id` None) or one conversation."""
+
+    conversation_id: str | None = None
+
+    @classmethod
+    def of(cls, channel_id: str | None, private: bool) -> Audience:
+        """The audience of what is said in a conversation: its own if private, else the workspace's."""
+        return cls(channel_id if private and channel_id else None)
+
+    @property
+    def is_workspace(self) -> bool:
+        return self.conversation_id is None
+
+
+WORKSPACE = Audience()
+
+
+def can_read(reader: str | None, audience: Audience) -> bool:
+    """Whether text kept for `audience` may be shown in conversation `reader` (None: a person's own view)."""
+    return reader is None or audience.conversation_id is None or audience.conversation_id == reader
+
+
+def can_write(writer: Audience | None, audience: Audience) -> bool:
+    """Whether a conversation whose audience is `writer` may change text kept for `audience`.
+
+    Only when the result reaches exactly the people who heard the conversation: an
+    edit from a DM of a workspace memo would carry the DM into every channel.
+    `None` is a person's own view, which may change anything.
+    """
+    return writer is None or writer == audience
