@@ -29,6 +29,14 @@ Behaviour worth knowing:
 * ``chat.postMessage`` and ``chat.update`` emit the ``message`` /
   ``message_changed`` events of the bot's own messages, as Slack does.
   ``reactions.add`` emits nothing.
+* ``chat.startStream`` / ``appendStream`` / ``stopStream`` stream a bot
+  message: it is stored (and its ``message`` event emitted) at the start and
+  its text grows with each ``markdown_text`` (argument or chunk); task and plan
+  chunks are recorded in ``streams``. Outside a DM the recipient ids are
+  required and a top-level stream is refused; after stop the message is no
+  longer streaming. ``refuse_streaming`` makes all three methods fail (as a
+  workspace without the feature does), ``append_min_interval`` answers 429 to
+  appends that come faster than that on one stream.
 
 Subprocess use: ``python -m tests.fakes.slack_server --port N`` prints the Web
 API base URL and serves until SIGTERM/SIGINT. There the world is driven over
@@ -68,9 +76,13 @@ CONTROL_METHODS = (
     "disconnect",
     "inject_error",
     "inject_rate_limit",
+    "refuse_streaming",
 )
 MAX_RETRIES = 3
 _THREAD_SUMMARY = ("reply_count", "reply_users", "reply_users_count", "latest_reply")
+STREAM_CHUNK_TYPES = ("markdown_text", "task_update", "plan_update", "blocks")
+TASK_STATUSES = ("pending", "in_progress", "complete", "error")
+MARKDOWN_LIMIT = 12_000
 _CLOSE = object()
 _ABORT = object()
 
@@ -111,6 +123,39 @@ class _Connection:
     request: web.Request
     outbox: asyncio.Queue = field(default_factory=asyncio.Queue)
     closing: bool = False  # the server started a clean close
+
+
+@dataclass
+class _Stream:
+    """A streamed bot message while and after it streams."""
+
+    channel: str
+    ts: str
+    thread_ts: str | None
+    recipient_user_id: str | None
+    recipient_team_id: str | None
+    task_display_mode: str
+    streaming: bool = True
+    calls: list[dict[str, Any]] = field(default_factory=list)  # method, time, markdown, chunks
+    tasks: dict[str, dict[str, Any]] = field(default_factory=dict)  # id -> latest task_update chunk
+    task_history: list[dict[str, Any]] = field(default_factory=list)  # every task_update chunk
+    plan_title: str | None = None
+    last_call: float = 0.0
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "channel": self.channel,
+            "ts": self.ts,
+            "thread_ts": self.thread_ts,
+            "recipient_user_id": self.recipient_user_id,
+            "recipient_team_id": self.recipient_team_id,
+            "task_display_mode": self.task_display_mode,
+            "streaming": self.streaming,
+            "calls": self.calls,
+            "tasks": self.tasks,
+            "task_history": self.task_history,
+            "plan_title": self.plan_title,
+        }
 
 
 @dataclass
@@ -156,8 +201,13 @@ class FakeSlack(LoopbackServer):
         port: int = 0,
         app_id: str = "A1",
         bot_name: str = "bot",
+        append_min_interval: float | None = None,
     ) -> None:
-        """Configure the workspace; ``ack_timeout=None`` disables redelivery."""
+        """Configure the workspace; ``ack_timeout=None`` disables redelivery.
+
+        ``append_min_interval``: seconds that must pass between two calls on one
+        stream before an ``appendStream`` is accepted (else HTTP 429).
+        """
         super().__init__(port)
         self.bot_token = bot_token
         self.app_token = app_token
@@ -167,6 +217,7 @@ class FakeSlack(LoopbackServer):
         self.app_id = app_id
         self.bot_name = bot_name
         self.ack_timeout = ack_timeout
+        self.append_min_interval = append_min_interval
         self._lock = threading.RLock()
         self._mention = re.compile(rf"<@{re.escape(bot_user_id)}(\|[^>]*)?>")
         # world
@@ -189,6 +240,8 @@ class FakeSlack(LoopbackServer):
         self._envelopes: list[dict[str, Any]] = []
         self._posted: list[dict[str, Any]] = []
         self._reactions: list[tuple[str, str, str]] = []
+        self._streams: dict[tuple[str, str], _Stream] = {}
+        self._stream_refusal: str | None = None
         self.add_user(bot_user_id, bot_name, is_bot=True, bot_id=bot_id)
 
     def _app(self) -> web.Application:
@@ -244,6 +297,14 @@ class FakeSlack(LoopbackServer):
         """Reactions added through reactions.add: (channel, ts, name)."""
         with self._lock:
             return list(self._reactions)
+
+    @property
+    def streams(self) -> list[dict[str, Any]]:
+        """Streamed messages in start order: channel, ts, thread_ts, recipient ids, ``streaming``,
+        ``calls`` (method, time, markdown, chunks of each accepted call), ``tasks`` (id -> latest
+        task_update), ``task_history`` and ``plan_title``."""
+        with self._lock:
+            return copy.deepcopy([stream.record() for stream in self._streams.values()])
 
     @property
     def connected(self) -> bool:
@@ -412,6 +473,11 @@ class FakeSlack(LoopbackServer):
         """Answer the next ``times`` calls of ``method`` with HTTP 429 and ``Retry-After``."""
         with self._lock:
             self._injections.setdefault(method, []).append(_Injection("rate_limit", retry_after, times))
+
+    def refuse_streaming(self, error: str | None = "feature_not_enabled") -> None:
+        """Answer every chat.*Stream call with ``error`` (e.g. not_allowed, unknown_method); None accepts again."""
+        with self._lock:
+            self._stream_refusal = error
 
     # ------------------------------------------------------------------ waiting
 
@@ -744,6 +810,10 @@ class FakeSlack(LoopbackServer):
             token = auth[7:].strip()
         with self._lock:
             self._web_calls.append((method, copy.deepcopy(params)))
+            if method in ("chat.startStream", "chat.appendStream", "chat.stopStream") and self._stream_refusal:
+                if token != self.bot_token:
+                    return web.json_response({"ok": False, "error": "invalid_auth"})
+                return web.json_response({"ok": False, "error": self._stream_refusal})
             handler = self._api_methods().get(method)
             if handler is None:
                 return web.json_response({"ok": False, "error": "unknown_method"})
@@ -759,6 +829,10 @@ class FakeSlack(LoopbackServer):
                 )
             if injection is not None:
                 return web.json_response({"ok": False, "error": injection.value})
+            if method == "chat.appendStream" and self._append_too_soon(params):
+                return web.json_response(
+                    {"ok": False, "error": "ratelimited"}, status=429, headers={"Retry-After": "1"}
+                )
             try:
                 result = handler(params)
             except _SlackError as e:
@@ -781,6 +855,9 @@ class FakeSlack(LoopbackServer):
             "apps.connections.open": self._api_connections_open,
             "chat.postMessage": self._api_post_message,
             "chat.update": self._api_chat_update,
+            "chat.startStream": self._api_start_stream,
+            "chat.appendStream": self._api_append_stream,
+            "chat.stopStream": self._api_stop_stream,
             "reactions.add": self._api_reactions_add,
             "users.info": self._api_users_info,
             "users.conversations": self._api_users_conversations,
@@ -893,6 +970,137 @@ class FakeSlack(LoopbackServer):
         msg = self._edit(ch, ts, text, emit=True)
         self._record_post("chat.update", ch, msg)
         return {"channel": ch.id, "ts": ts, "text": text, "message": copy.deepcopy(msg)}
+
+    def _api_start_stream(self, params: dict[str, Any]) -> dict[str, Any]:
+        ch = self._channel_param(params)
+        if not self._bot_in(ch):
+            raise _SlackError("not_in_channel")
+        thread_ts = str(params.get("thread_ts") or "") or None
+        if not ch.is_im:
+            if thread_ts is None:
+                raise _SlackError("invalid_arguments")  # a top-level stream is only taken in a DM
+            if not params.get("recipient_user_id"):
+                raise _SlackError("missing_recipient_user_id")
+            if not params.get("recipient_team_id"):
+                raise _SlackError("missing_recipient_team_id")
+        if thread_ts and self._find_message(ch, thread_ts) is None:
+            raise _SlackError("thread_not_found")
+        mode = str(params.get("task_display_mode") or "timeline")
+        if mode not in ("timeline", "plan"):
+            raise _SlackError("invalid_arguments")
+        markdown, chunks = self._stream_content(params)
+        extra: dict[str, Any] = {"bot_id": self.bot_id, "app_id": self.app_id}
+        msg = self._store_message(ch, self.bot_user_id, "", thread_ts, None, extra)
+        stream = _Stream(
+            ch.id,
+            msg["ts"],
+            thread_ts,
+            params.get("recipient_user_id"),
+            params.get("recipient_team_id"),
+            mode,
+        )
+        self._streams[(ch.id, msg["ts"])] = stream
+        self._stream_write(stream, msg, "chat.startStream", markdown, chunks)
+        self._emit_message(ch, msg)
+        return {"channel": ch.id, "ts": msg["ts"]}
+
+    def _api_append_stream(self, params: dict[str, Any]) -> dict[str, Any]:
+        ch, stream, msg = self._live_stream(params)
+        markdown, chunks = self._stream_content(params)
+        if not markdown and not chunks:
+            raise _SlackError("no_text")
+        self._stream_write(stream, msg, "chat.appendStream", markdown, chunks)
+        return {"channel": ch.id, "ts": stream.ts}
+
+    def _api_stop_stream(self, params: dict[str, Any]) -> dict[str, Any]:
+        ch, stream, msg = self._live_stream(params)
+        markdown, chunks = self._stream_content(params)
+        metadata = params.get("metadata")
+        if isinstance(metadata, str):
+            try:
+                metadata = json.loads(metadata)
+            except ValueError:
+                raise _SlackError("invalid_metadata_format") from None
+        if metadata is not None and not (isinstance(metadata, dict) and "event_type" in metadata):
+            raise _SlackError("invalid_metadata_schema")
+        self._stream_write(stream, msg, "chat.stopStream", markdown, chunks)
+        stream.streaming = False
+        if metadata is not None:
+            msg["metadata"] = metadata
+        if params.get("blocks"):
+            msg["blocks"] = params["blocks"]
+        return {"channel": ch.id, "ts": stream.ts, "message": copy.deepcopy(msg)}
+
+    def _live_stream(self, params: dict[str, Any]) -> tuple[_Channel, _Stream, dict[str, Any]]:
+        """The channel, stream and message named by ``channel``/``ts``, refused unless it is streaming."""
+        ch = self._channel_param(params)
+        ts = str(params.get("ts") or "")
+        msg = self._find_message(ch, ts)
+        if msg is None:
+            raise _SlackError("message_not_found")
+        stream = self._streams.get((ch.id, ts))
+        if stream is None:
+            if msg.get("bot_id") != self.bot_id:
+                raise _SlackError("message_not_owned_by_app")
+            raise _SlackError("message_not_in_streaming_state")
+        if not stream.streaming:
+            raise _SlackError("message_not_in_streaming_state")
+        return ch, stream, msg
+
+    def _append_too_soon(self, params: dict[str, Any]) -> bool:
+        """(Holding the lock) An append on a stream whose last call was under ``append_min_interval`` ago."""
+        if self.append_min_interval is None:
+            return False
+        stream = self._streams.get((str(params.get("channel") or ""), str(params.get("ts") or "")))
+        return stream is not None and time.monotonic() - stream.last_call < self.append_min_interval
+
+    @staticmethod
+    def _stream_content(params: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
+        """The ``markdown_text`` and the validated ``chunks`` of a stream call."""
+        markdown = params.get("markdown_text")
+        if markdown is not None and not isinstance(markdown, str):
+            raise _SlackError("invalid_arguments")
+        chunks = params.get("chunks")
+        if isinstance(chunks, str):
+            try:
+                chunks = json.loads(chunks)
+            except ValueError:
+                raise _SlackError("invalid_chunks") from None
+        chunks = chunks or []
+        if not isinstance(chunks, list):
+            raise _SlackError("invalid_chunks")
+        for chunk in chunks:
+            if not isinstance(chunk, dict) or chunk.get("type") not in STREAM_CHUNK_TYPES:
+                raise _SlackError("invalid_chunks")
+            if chunk["type"] == "markdown_text" and not isinstance(chunk.get("text"), str):
+                raise _SlackError("invalid_chunks")
+            if chunk["type"] == "task_update" and not (
+                chunk.get("id") and chunk.get("title") and chunk.get("status") in TASK_STATUSES
+            ):
+                raise _SlackError("invalid_chunks")
+            if chunk["type"] == "plan_update" and not chunk.get("title"):
+                raise _SlackError("invalid_chunks")
+        texts = [markdown or ""] + [c["text"] for c in chunks if c["type"] == "markdown_text"]
+        if any(len(text) > MARKDOWN_LIMIT for text in texts):
+            raise _SlackError("msg_too_long")
+        return markdown or "", chunks
+
+    def _stream_write(
+        self, stream: _Stream, msg: dict[str, Any], method: str, markdown: str, chunks: list[dict[str, Any]]
+    ) -> None:
+        """Apply a stream call's content to the stored message and record it."""
+        added = markdown + "".join(c["text"] for c in chunks if c["type"] == "markdown_text")
+        msg["text"] += added
+        for chunk in chunks:
+            if chunk["type"] == "task_update":
+                stream.tasks[chunk["id"]] = copy.deepcopy(chunk)
+                stream.task_history.append(copy.deepcopy(chunk))
+            elif chunk["type"] == "plan_update":
+                stream.plan_title = chunk["title"]
+        stream.last_call = time.monotonic()
+        stream.calls.append(
+            {"method": method, "time": time.time(), "markdown": added, "chunks": copy.deepcopy(chunks)}
+        )
 
     def _record_post(self, method: str, ch: _Channel, msg: dict[str, Any]) -> None:
         record = {"method": method, "channel": ch.id, "ts": msg["ts"], "text": msg["text"]}
@@ -1008,6 +1216,7 @@ class FakeSlack(LoopbackServer):
                 "acks": self.acks,
                 "posted": self.posted,
                 "reactions": self.reactions,
+                "streams": self.streams,
                 "envelopes": self.envelopes,
                 "connected": self.connected,
                 "connection_count": self.connection_count,
