@@ -61,7 +61,7 @@ def texts(messages: list[Message]) -> list[str]:
 
 def test_migrates_an_empty_database_to_head(engine: Engine, db_path: Path) -> None:
     with sqlite3.connect(db_path) as plain:
-        assert plain.execute("SELECT version_num FROM alembic_version").fetchall() == [("0002",)]
+        assert plain.execute("SELECT version_num FROM alembic_version").fetchall() == [("0003",)]
         tables = {r[0] for r in plain.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {"channels", "people", "messages", "claims", "memos"} <= tables
 
@@ -149,6 +149,17 @@ def test_delete_message_removes_only_that_row(store: SqlConversationStore) -> No
 
     assert store.get_message("C1", ts(1)) is None
     assert texts(store.channel_messages("C1", 10)) == ["keep"]
+
+
+def test_a_deleted_message_is_never_stored_again(store: SqlConversationStore) -> None:
+    store.save_message(msg(0, "secret"))
+    store.delete_message("C1", ts(0))
+    store.delete_message("C1", ts(1))  # deleted before it was ever stored
+
+    assert store.save_message(msg(0, "secret")) is False
+    assert store.save_message(msg(1, "also secret")) is False
+    assert store.save_message(msg(0, "same ts elsewhere", channel="C2")) is True
+    assert store.get_message("C1", ts(0)) is None and store.get_message("C1", ts(1)) is None
 
 
 def test_thread_and_channel_messages_are_kept_apart(store: SqlConversationStore) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from myao2.application.history_sync import HistorySync
-from myao2.domain.conversation import Channel, ChannelKind, Person
+from myao2.domain.conversation import Channel, ChannelKind, Message, Person
 from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
@@ -90,3 +90,80 @@ async def test_a_channel_that_fails_is_skipped(
     assert [(m.channel_id, m.ts) for m in new] == [("D1", dm)]
     assert store.channel_messages("C1", 10) == []
     assert "C1" in caplog.text and "not_in_channel" in caplog.text
+
+
+async def test_a_message_deleted_while_away_is_deleted_from_the_store(
+    fake: FakeSlack, store: SqlConversationStore, history: HistorySync
+) -> None:
+    secret = fake.post_message("C1", "U1", "my password is hunter2", emit=False)
+    parent = fake.post_message("C1", "U1", "thread", emit=False)
+    reply = fake.post_message("C1", "U2", "the key is 1234", thread_ts=parent, emit=False)
+    kept = fake.post_message("C1", "U2", "lunch?", emit=False)
+    await history.sync()
+    assert store.get_message("C1", secret) is not None
+
+    fake.delete_message("C1", secret, emit=False)
+    fake.delete_message("C1", reply, emit=False)
+    await history.sync()
+
+    assert store.get_message("C1", secret) is None
+    assert store.get_message("C1", reply) is None
+    assert [m.ts for m in store.channel_messages("C1", 10)] == [parent, kept]
+
+
+async def test_a_message_edited_while_away_is_updated(
+    fake: FakeSlack, store: SqlConversationStore, history: HistorySync
+) -> None:
+    ts = fake.post_message("C1", "U1", "token xoxb-123 <@UBOT>", emit=False)
+    await history.sync()
+
+    fake.edit_message("C1", ts, "token [redacted]", emit=False)
+    await history.sync()
+
+    stored = store.get_message("C1", ts)
+    assert stored.text == "token [redacted]" and stored.mentions == ()
+
+
+async def test_a_sync_leaves_alone_what_it_did_not_read(
+    fake: FakeSlack, store: SqlConversationStore, gateway: SlackGateway
+) -> None:
+    old_parent = fake.post_message("C1", "U1", "old thread", ts=f"{time.time() - 2 * DAY:.6f}", emit=False)
+    old_reply = fake.post_message("C1", "U2", "late reply", thread_ts=old_parent, emit=False)
+    cut = [fake.post_message("C1", "U1", f"m{i}", emit=False) for i in range(4)]
+    for ts, text, thread in [(old_parent, "old thread", None), (old_reply, "late reply", old_parent)]:
+        store.save_message(Message("C1", ts, "U1", text, "Alice", thread_ts=thread))
+    sync = HistorySync(gateway, store, SystemClock(), fake.bot_user_id, max_age_seconds=DAY, limit=2)
+
+    await sync.sync()
+    await sync.sync()
+
+    assert store.get_message("C1", old_parent) is not None  # older than the span
+    assert store.get_message("C1", old_reply) is not None  # its thread was not read
+    assert [m.ts for m in store.channel_messages("C1", 10)] == [old_parent, *cut[-2:]]
+    assert store.get_message("C1", cut[0]) is None and store.get_message("C1", cut[1]) is None  # never stored
+
+
+async def test_a_deletion_during_a_fetch_is_not_undone(
+    fake: FakeSlack, store: SqlConversationStore, gateway: SlackGateway, history: HistorySync
+) -> None:
+    ts = fake.post_message("C1", "U1", "oops, a secret", emit=False)
+    fetched_at = SystemClock().now()
+    fetched = await gateway.fetch_history("C1", "0", 100)
+    store.delete_message("C1", ts)  # the message_deleted event lands while the fetch is on its way
+
+    assert store.reconcile(fetched, fetched_at) == []
+    assert store.get_message("C1", ts) is None
+
+
+async def test_an_edit_during_a_fetch_is_not_undone(
+    fake: FakeSlack, store: SqlConversationStore, gateway: SlackGateway, history: HistorySync
+) -> None:
+    ts = fake.post_message("C1", "U1", "first", emit=False)
+    await history.sync()
+    fetched_at = SystemClock().now()
+    fetched = await gateway.fetch_history("C1", "0", 100)
+    store.edit_message("C1", ts, "second")  # the message_changed event lands meanwhile
+
+    store.reconcile(fetched, fetched_at)
+
+    assert store.get_message("C1", ts).text == "second"

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import time
 import traceback
+from decimal import Decimal
 
 import pytest
 
@@ -130,9 +131,11 @@ async def test_fetch_history_reads_pages_and_threads(
     )
     later = [fake.post_message("C1", "U2", f"later {i}", emit=False) for i in range(3)]
 
-    messages = await gateway.fetch_history("C1", oldest, 100)
+    history = await gateway.fetch_history("C1", oldest, 100)
+    messages = history.messages
 
     assert [m.ts for m in messages] == [parent, *replies, broadcast, *later]
+    assert history.complete_after == oldest and parent in history.threads
     alice, bob = "Alice", "Bob Builder"
     assert [m.user_name for m in messages] == [alice, bob, bob, bob, alice, bob, bob, bob]
     assert messages[0].mentions == ("U2",) and messages[0].thread_ts is None
@@ -145,9 +148,22 @@ async def test_fetch_history_reads_pages_and_threads(
 async def test_fetch_history_keeps_the_newest_when_cut(fake: FakeSlack, gateway: SlackGateway) -> None:
     posted = [fake.post_message("C1", "U1", f"m{i}", emit=False) for i in range(5)]
 
-    messages = await gateway.fetch_history("C1", "0", 3)
+    history = await gateway.fetch_history("C1", "0", 3)
 
-    assert [m.ts for m in messages] == posted[-3:]
+    assert [m.ts for m in history.messages] == posted[-3:]
+    assert Decimal(posted[1]) < Decimal(history.complete_after) < Decimal(posted[2])
+
+
+async def test_fetch_history_cut_by_replies_is_complete_only_from_the_oldest_kept(
+    fake: FakeSlack, gateway: SlackGateway
+) -> None:
+    parent = fake.post_message("C1", "U1", "thread", emit=False)
+    replies = [fake.post_message("C1", "U2", f"r{i}", thread_ts=parent, emit=False) for i in range(4)]
+
+    history = await gateway.fetch_history("C1", "0", 3)
+
+    assert [m.ts for m in history.messages] == replies[-3:]
+    assert Decimal(replies[0]) < Decimal(history.complete_after) < Decimal(replies[1])
 
 
 async def test_a_rate_limit_is_waited_out(fake: FakeSlack, gateway: SlackGateway) -> None:

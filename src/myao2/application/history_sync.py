@@ -4,20 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 
-from myao2.domain.conversation import Channel, Message, Person
+from myao2.domain.conversation import Channel, History, Message, Person
 from myao2.domain.ports import ChatPlatform, Clock, ConversationStore
 
 logger = logging.getLogger(__name__)
 
 
 class HistorySync:
-    """Stores what was said in the bot's channels during the last `max_age_seconds`.
+    """Keeps the store in step with what was said in the bot's channels during the last `max_age_seconds`.
 
-    Every run re-reads that whole span (at most `limit` messages per channel):
-    the store upserts, so re-reading is harmless, and replies posted since the
-    last run under threads started earlier in the span are found too.
+    Every run re-reads that whole span (at most `limit` messages per channel) and
+    reconciles it with the store: new messages are stored (replies posted since the
+    last run under threads started earlier in the span included), texts edited
+    while the bot was away are updated, and messages deleted meanwhile are deleted.
     """
 
     def __init__(
@@ -44,23 +45,24 @@ class HistorySync:
         oldest = f"{(self._clock.now() - self._max_age).timestamp():.6f}"
         new: list[Message] = []
         for channel in await self._platform.member_channels():
+            fetched_at = self._clock.now()
             try:
-                messages = await self._platform.fetch_history(channel.id, oldest, self._limit)
+                history = await self._platform.fetch_history(channel.id, oldest, self._limit)
             except Exception as exc:  # one unreadable channel must not stop the others
                 logger.warning("history of channel %s (%s) skipped: %s", channel.id, channel.name, exc)
                 continue
-            stored = await asyncio.to_thread(self._save, channel, messages)
+            stored = await asyncio.to_thread(self._save, channel, history, fetched_at)
             new.extend(m for m in stored if m.user_id != self._bot_user_id)
         return new
 
-    def _save(self, channel: Channel, messages: list[Message]) -> list[Message]:
-        """Store the channel, its messages and their authors; returns the messages that were new."""
+    def _save(self, channel: Channel, history: History, fetched_at: datetime) -> list[Message]:
+        """Store the channel and the messages' authors, reconcile the messages; returns those that were new."""
         self._store.save_channel(channel)
         authors = {
             m.user_id: Person(user_id=m.user_id, display_name=m.user_name, is_bot=m.is_bot)
-            for m in messages
+            for m in history.messages
             if m.user_id
         }
         for person in authors.values():
             self._store.save_person(person)
-        return [m for m in messages if self._store.save_message(m)]
+        return self._store.reconcile(history, fetched_at)

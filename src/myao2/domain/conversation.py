@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
 from enum import Enum
 
 
@@ -72,6 +74,46 @@ class BotIdentity:
     user_id: str
     bot_id: str | None
     team_id: str | None
+
+
+CLOCK_SKEW = timedelta(seconds=2)
+"""How far Slack's clock (message ts) may be ahead of ours."""
+
+
+@dataclass(frozen=True)
+class History:
+    """What one history fetch of a channel returned, and the span it saw in full.
+
+    Every top-level message posted after `complete_after` (a ts) was returned, and
+    every reply posted then in a thread whose parent ts is in `threads`. A stored
+    message inside that span which the fetch did not return has been deleted in Slack.
+    """
+
+    channel_id: str
+    messages: list[Message]
+    complete_after: str
+    threads: frozenset[str]
+
+    def deleted(self, stored: Iterable[Message], fetched_at: datetime) -> list[Message]:
+        """The stored messages this fetch, started at `fetched_at`, shows to be deleted.
+
+        Only messages posted before the fetch started (less clock skew), or before the
+        newest message it returned, count: a newer one may simply have come too late.
+        """
+        returned = {m.ts for m in self.messages}
+        until = max(
+            (Decimal(m.ts) for m in self.messages),
+            default=Decimal(0),
+        )
+        until = max(until, Decimal(str((fetched_at - CLOCK_SKEW).timestamp())))
+        after = Decimal(self.complete_after)
+        return [
+            m
+            for m in stored
+            if m.ts not in returned
+            and after < Decimal(m.ts) <= until
+            and (m.thread_ts is None or m.thread_ts in self.threads)
+        ]
 
 
 def ts_to_datetime(ts: str) -> datetime:

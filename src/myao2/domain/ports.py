@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Protocol
 
-from myao2.domain.conversation import Channel, Message, Person
+from myao2.domain.conversation import Channel, History, Message, Person
 from myao2.domain.memo import (
     Memo,
     MemoChanges,
@@ -65,14 +65,24 @@ class ConversationStore(Protocol):
     def save_message(self, message: Message) -> bool:
         """Store a message unless one with its (channel, ts) is stored; True when it was new.
 
-        A stored message changes only through `edit_message` and `delete_message`, so a
-        history fetched before an edit cannot undo it.
+        A stored message changes only through `edit_message`, `delete_message` and
+        `reconcile`, so a history fetched before an edit or a deletion cannot undo it.
         """
         ...
 
     def edit_message(self, channel_id: str, ts: str, text: str) -> None: ...
 
-    def delete_message(self, channel_id: str, ts: str) -> None: ...
+    def delete_message(self, channel_id: str, ts: str) -> None:
+        """Delete a message for good: it is never stored again, whoever fetched it earlier."""
+        ...
+
+    def reconcile(self, history: History, fetched_at: datetime) -> list[Message]:
+        """Make the stored messages match a history fetch started at `fetched_at`; returns the new ones.
+
+        New messages are stored, changed texts updated (an edit recorded after
+        `fetched_at` wins) and the messages the fetch shows to be deleted deleted.
+        """
+        ...
 
     def get_message(self, channel_id: str, ts: str) -> Message | None: ...
 
@@ -134,6 +144,6 @@ class ChatPlatform(Protocol):
         """Every conversation the bot is a member of."""
         ...
 
-    async def fetch_history(self, channel_id: str, oldest: str, limit: int) -> list[Message]:
+    async def fetch_history(self, channel_id: str, oldest: str, limit: int) -> History:
         """Messages posted after `oldest`, thread replies included, oldest first, at most `limit`."""
         ...

@@ -8,19 +8,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, Table, Text, delete, exists, insert, or_, type_coerce, update
+from sqlalchemy import Connection, Engine, Table, Text, delete, exists, insert, literal, or_, type_coerce, update
 from sqlalchemy import select as core_select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, SQLModel, col, select
 
-from myao2.domain.conversation import Channel, ChannelKind, Message, Person
+from myao2.domain.conversation import Channel, ChannelKind, History, Message, Person, mentions_in, ts_to_datetime
 from myao2.domain.ports import Clock
 from myao2.infrastructure.clock import SystemClock
-from myao2.infrastructure.db.tables import ChannelRow, ClaimRow, MessageRow, PersonRow
+from myao2.infrastructure.db.tables import ChannelRow, ClaimRow, MessageRow, PersonRow, TombstoneRow
+
+TOMBSTONE_LIFETIME = timedelta(hours=1)
+"""How long a deletion is remembered: longer than any history fetch takes."""
 
 
 class SqlConversationStore:
@@ -33,15 +36,64 @@ class SqlConversationStore:
     # -- messages ------------------------------------------------------------
 
     def save_message(self, message: Message) -> bool:
-        return self._insert(MessageRow, _message_row(message))
+        with self._engine.begin() as connection:
+            return _save_message(connection, message)
 
     def edit_message(self, channel_id: str, ts: str, text: str) -> None:
-        values = {"text": text, "edited_at": self._clock.now()}
-        self._update(MessageRow, _message_key(channel_id, ts), values)
+        with self._engine.begin() as connection:
+            self._edit(connection, channel_id, ts, text)
 
     def delete_message(self, channel_id: str, ts: str) -> None:
-        with Session(self._engine) as session, session.begin():
-            session.exec(delete(MessageRow).where(*_message_key(channel_id, ts)))
+        with self._engine.begin() as connection:
+            self._delete(connection, channel_id, ts)
+
+    def reconcile(self, history: History, fetched_at: datetime) -> list[Message]:
+        """Make the stored messages of a channel match a history fetch started at `fetched_at`.
+
+        New messages are stored (unless deleted meanwhile), changed texts updated unless
+        an edit arrived after the fetch started, and messages the fetch shows to be
+        deleted are deleted. Returns the messages that were new.
+        """
+        channel_id = history.channel_id
+        since = ts_to_datetime(history.complete_after) - timedelta(seconds=1)
+        table = _table(MessageRow)
+        with self._engine.begin() as connection:
+            rows = connection.execute(
+                core_select(table).where(MessageRow.channel_id == channel_id, col(MessageRow.posted_at) > since)
+            ).all()
+            stored = {row.ts: row for row in rows}
+            new = []
+            for message in history.messages:
+                row = stored.get(message.ts)
+                if row is None:
+                    if _save_message(connection, message):
+                        new.append(message)
+                elif row.text != message.text and (row.edited_at is None or row.edited_at < fetched_at):
+                    self._edit(connection, channel_id, message.ts, message.text)
+            for gone in history.deleted((_to_message(row) for row in rows), fetched_at):
+                self._delete(connection, channel_id, gone.ts)
+            connection.execute(
+                delete(TombstoneRow).where(
+                    TombstoneRow.channel_id == channel_id,
+                    col(TombstoneRow.deleted_at) < fetched_at - TOMBSTONE_LIFETIME,
+                )
+            )
+        return new
+
+    def _edit(self, connection: Connection, channel_id: str, ts: str, text: str) -> None:
+        values = {"text": text, "mentions": list(mentions_in(text)), "edited_at": self._clock.now()}
+        connection.execute(update(MessageRow).where(*_message_key(channel_id, ts)).values(**values))
+
+    def _delete(self, connection: Connection, channel_id: str, ts: str) -> None:
+        """Delete a message and leave a tombstone, so a history fetched earlier cannot bring it back."""
+        connection.execute(delete(MessageRow).where(*_message_key(channel_id, ts)))
+        values = {"channel_id": channel_id, "ts": ts, "deleted_at": self._clock.now()}
+        insert_ignoring = _INSERT_IGNORING.get(self._engine.dialect.name)
+        if insert_ignoring is None:
+            connection.execute(delete(TombstoneRow).where(TombstoneRow.channel_id == channel_id, TombstoneRow.ts == ts))
+            connection.execute(insert(_table(TombstoneRow)).values(values))
+        else:
+            connection.execute(insert_ignoring(_table(TombstoneRow)).values(values).on_conflict_do_nothing())
 
     def get_message(self, channel_id: str, ts: str) -> Message | None:
         with Session(self._engine) as session:
@@ -181,6 +233,27 @@ class SqlConversationStore:
 
 _INSERT_IGNORING: dict[str, Callable[[Table], Any]] = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
 """Dialects whose INSERT can skip a row whose key is taken (ON CONFLICT DO NOTHING)."""
+
+
+def _save_message(connection: Connection, message: Message) -> bool:
+    """Insert a message unless its (channel, ts) is stored or was deleted; True when inserted.
+
+    One statement, so a deletion committed meanwhile by another thread is respected.
+    """
+    table = _table(MessageRow)
+    values = _message_row(message)
+    tombstoned = exists().where(TombstoneRow.channel_id == message.channel_id, TombstoneRow.ts == message.ts)
+    source = core_select(*(literal(value, table.c[name].type) for name, value in values.items())).where(~tombstoned)
+    insert_ignoring = _INSERT_IGNORING.get(connection.dialect.name)
+    if insert_ignoring is None:
+        try:
+            with connection.begin_nested():
+                result = connection.execute(insert(table).from_select(list(values), source))
+        except IntegrityError:
+            return False
+    else:
+        result = connection.execute(insert_ignoring(table).from_select(list(values), source).on_conflict_do_nothing())
+    return result.rowcount == 1
 
 
 def _table(model: type[SQLModel]) -> Table:

@@ -89,6 +89,16 @@ class MessageRow(SQLModel, table=True):
     edited_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime, nullable=True))
 
 
+class TombstoneRow(SQLModel, table=True):
+    """A message deleted in Slack; it is never stored again."""
+
+    __tablename__ = "message_tombstones"
+
+    channel_id: str = Field(primary_key=True, max_length=32)
+    ts: str = Field(primary_key=True, max_length=32)
+    deleted_at: datetime = Field(sa_column=Column(UTCDateTime, nullable=False))
+
+
 class ClaimRow(SQLModel, table=True):
     __tablename__ = "claims"
 

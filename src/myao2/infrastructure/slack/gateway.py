@@ -17,7 +17,7 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 )
 from slack_sdk.web.async_client import AsyncWebClient
 
-from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Message, Person
+from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, History, Person
 from myao2.infrastructure.slack import translate
 
 logger = logging.getLogger(__name__)
@@ -132,12 +132,16 @@ class SlackGateway:
         )
         return [await self._to_channel(info) async for page in response for info in page["channels"]]
 
-    async def fetch_history(self, channel_id: str, oldest: str, limit: int) -> list[Message]:
+    async def fetch_history(self, channel_id: str, oldest: str, limit: int) -> History:
         """Spoken messages after `oldest`, replies of the threads started in that span included.
 
-        Oldest first, one per ts, the newest `limit` when there are more.
+        Oldest first, one per ts, the newest `limit` when there are more; the span
+        returned in full shrinks to what was kept when messages were cut.
         """
-        top_level = await self._history(channel_id, oldest, limit)
+        top_level, cut = await self._history(channel_id, oldest, limit)
+        complete_after = oldest
+        if cut and top_level:
+            complete_after = _just_before(top_level[-1]["ts"])
         raws = {raw["ts"]: raw for raw in top_level}
         for parent in top_level:
             if parent.get("reply_count"):
@@ -149,13 +153,21 @@ class SlackGateway:
         spoken = sorted(
             (raw for raw in raws.values() if raw.get("subtype") in translate.SPOKEN_SUBTYPES),
             key=lambda raw: Decimal(raw["ts"]),
-        )[-limit:]
+        )
+        if len(spoken) > limit:
+            spoken = spoken[-limit:]
+            complete_after = max(complete_after, _just_before(spoken[0]["ts"]), key=Decimal)
         user_ids = {raw["user"] for raw in spoken if raw.get("user")}
         people = {p.user_id: p for p in await asyncio.gather(*map(self.person, user_ids))}
-        return [translate.to_message(raw, channel_id, _author_name(raw, people)) for raw in spoken]
+        return History(
+            channel_id=channel_id,
+            messages=[translate.to_message(raw, channel_id, _author_name(raw, people)) for raw in spoken],
+            complete_after=complete_after,
+            threads=frozenset(raw["ts"] for raw in top_level),
+        )
 
-    async def _history(self, channel_id: str, oldest: str, limit: int) -> list[dict[str, Any]]:
-        """Up to `limit` top-level messages after `oldest`, newest first."""
+    async def _history(self, channel_id: str, oldest: str, limit: int) -> tuple[list[dict[str, Any]], bool]:
+        """Up to `limit` top-level messages after `oldest`, newest first, and whether more were left."""
         found: list[dict[str, Any]] = []
         response = await self._client.conversations_history(
             channel=channel_id, oldest=oldest, limit=min(limit, PAGE_SIZE)
@@ -163,8 +175,8 @@ class SlackGateway:
         async for page in response:
             found.extend(page["messages"])
             if len(found) >= limit:
-                break
-        return found[:limit]
+                return found[:limit], len(found) > limit or bool(page.get("has_more"))
+        return found, False
 
     async def _look_up(self, user_id: str) -> Person:
         try:
@@ -191,6 +203,11 @@ def _author_name(raw: dict[str, Any], people: dict[str, Person]) -> str:
     if person is not None:
         return person.display_name
     return translate.posted_name(raw) or translate.author_of(raw) or "unknown"
+
+
+def _just_before(ts: str) -> str:
+    """The ts one microsecond before `ts`: a span starting after it includes `ts`."""
+    return f"{Decimal(ts) - Decimal('0.000001'):.6f}"
 
 
 def _auth_help(error: str) -> str:
