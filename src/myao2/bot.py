@@ -15,7 +15,7 @@ from typing import Protocol
 from sqlalchemy import Engine, text
 
 from myao2.application.autonomous import AutonomousResponder, AutonomySettings
-from myao2.application.context import ContextBuilder, Persona
+from myao2.application.context import Budget, ContextBuilder, Persona
 from myao2.application.conversations import Conversations
 from myao2.application.history_sync import HistorySync
 from myao2.application.inbox import Inbox
@@ -28,7 +28,7 @@ from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
 from myao2.infrastructure.health import Health, HealthServer
 from myao2.infrastructure.llm.agents import ROLES, ModelClients, StrandsJudge, StrandsReplyWriter
-from myao2.infrastructure.llm.phrases import apology
+from myao2.infrastructure.llm.phrases import apology, prompt_marks
 from myao2.infrastructure.llm.prompts import PromptRenderer
 from myao2.infrastructure.slack.app import build_app
 from myao2.infrastructure.slack.gateway import SlackAuthError, SlackGateway, make_web_client, web_session
@@ -94,6 +94,9 @@ class Bot:
             memos,
             self._clock,
             Persona(persona.name, persona.system_prompt, persona.language, persona.tzinfo),
+            bot_user_id=identity.user_id,
+            budget=Budget(config.response.conversation_max_tokens, config.response.message_max_tokens),
+            marks=prompt_marks(persona.language),
         )
         renderer = PromptRenderer(
             persona.language,

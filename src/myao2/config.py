@@ -185,6 +185,10 @@ class ResponseConfig(_Section):
     history_sync_interval_seconds: float = Field(default=600.0, gt=0)
     context_message_limit: int = Field(default=30, ge=1, le=200)
     """Messages of the conversation shown to the model."""
+    conversation_max_tokens: int = Field(default=6000, ge=200)
+    """Estimated tokens the conversation may take in a prompt; the oldest messages are left out first."""
+    message_max_tokens: int = Field(default=1000, ge=50)
+    """Estimated tokens one message may take in a prompt; a longer one is cut, with a marker."""
     mention_catchup_seconds: int = Field(default=3600, ge=0)
     """A mention missed while the bot was down is answered if younger than this."""
     check_interval_seconds: float = Field(default=60.0, gt=0)

@@ -387,13 +387,19 @@ class FakeSlack(LoopbackServer):
         subtype: str | None = None,
         bot_id: str | None = None,
         emit: bool = True,
+        username: str | None = None,
     ) -> str:
-        """Store a message from ``user`` and (if ``emit``) push its events; returns its ts."""
+        """Store a message from ``user`` and (if ``emit``) push its events; returns its ts.
+
+        ``username`` is the name an integration posts under (with ``subtype="bot_message"``).
+        """
         with self._lock:
             ch = self._get_channel(channel)
             extra = {"subtype": subtype} if subtype else {}
             if bot_id:
                 extra["bot_id"] = bot_id
+            if username:
+                extra["username"] = username
             msg = self._store_message(ch, user, text, thread_ts, ts, extra)
             if emit:
                 self._emit_message(ch, msg)

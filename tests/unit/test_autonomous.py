@@ -19,7 +19,7 @@ import pytest
 
 from myao2.application.agents import ModelUnavailable
 from myao2.application.autonomous import AutonomousResponder, AutonomySettings
-from myao2.application.context import ContextBuilder, Persona, PromptContext
+from myao2.application.context import Budget, ContextBuilder, Persona, PromptContext
 from myao2.application.conversations import Conversations
 from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Message
 from myao2.domain.judgment import Judgment, SkipPolicy, WaitPolicy
@@ -27,6 +27,7 @@ from myao2.domain.memo import Origin
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
+from myao2.infrastructure.llm.phrases import prompt_marks
 from tests.clocks import ManualClock
 
 BOT = BotIdentity(user_id="UBOT", bot_id="BBOT", team_id="T1")
@@ -96,7 +97,12 @@ class World:
         self.spawned: list[Coroutine[Any, Any, None]] = []
         self.sleeps: list[float] = []
         self.contexts = ContextBuilder(
-            SqlMemoStore(engine, self.clock), self.clock, Persona("myao", "", "en", ZoneInfo("UTC"))
+            SqlMemoStore(engine, self.clock),
+            self.clock,
+            Persona("myao", "", "en", ZoneInfo("UTC")),
+            bot_user_id=BOT.user_id,
+            budget=Budget(conversation_tokens=6000, message_tokens=1000),
+            marks=prompt_marks("en"),
         )
         self.conversations = Conversations(self.store, self.chat, BOT, "myao")
         self.responder = self.build(settings)

@@ -7,11 +7,12 @@ from zoneinfo import ZoneInfo
 import pytest
 from jinja2 import UndefinedError
 
-from myao2.application.context import ContextBuilder, Persona, PromptContext
+from myao2.application.context import Budget, ContextBuilder, Persona, PromptContext
 from myao2.domain.conversation import Channel, Message
 from myao2.domain.memo import MemoDraft, Origin
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
+from myao2.infrastructure.llm.phrases import prompt_marks
 from myao2.infrastructure.llm.prompts import PromptRenderer
 from tests.clocks import ManualClock
 
@@ -40,7 +41,9 @@ def context(tmp_path_factory) -> PromptContext:
         store.add(draft, origin, "test")
     clock.advance()
     persona = Persona("myao", "You adore cats.", "en", ZoneInfo("Asia/Tokyo"))
-    builder = ContextBuilder(store, clock, persona)
+    builder = ContextBuilder(
+        store, clock, persona, bot_user_id="UBOT", budget=Budget(6000, 1000), marks=prompt_marks("en")
+    )
     built = asyncio.run(builder.build(Channel("C1", "general"), MESSAGES, {"U2": "Bob"}))
     engine.dispose()
     return built

@@ -141,7 +141,7 @@ class AutonomousResponder:
             messages = await self._conversations.messages(
                 channel.id, key.thread_ts, self._settings.context_message_limit, since
             )
-            context = await self._contexts.build(channel, messages, await self._conversations.names())
+            context = await self._contexts.build(channel, messages, await self._conversations.names(messages))
             try:
                 judgment = await self._judge.judge(context, elapsed)
             except ModelUnavailable as exc:

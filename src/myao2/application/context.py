@@ -7,19 +7,24 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from typing import Literal
 
+from myao2.domain.budget import cut_text, fit_items
 from myao2.domain.conversation import MENTION, Channel, Message
 from myao2.domain.memo import IMPORTANT_PRIORITY, Memo
 from myao2.domain.ports import Clock, MemoStore
+from myao2.domain.tokens import estimate_tokens
 
 IMPORTANT_MEMO_LIMIT = 20
 RECENT_MEMO_LIMIT = 5
 TIME_FORMAT = "%Y-%m-%d %H:%M"
-
+OWN_MARK = "★ "
+"""Begins each of the bot's own messages in a prompt; no text can begin a line, so nobody can forge it."""
+CONTINUATION_INDENT = "  "
+"""Begins each further line of a message, so a line break cannot start a line that looks like another message."""
 
 
 @dataclass(frozen=True)
@@ -52,36 +57,85 @@ class PromptContext:
         return format_time(moment, self.persona.timezone)
 
 
-class ContextBuilder:
-    """Builds the `PromptContext` for a conversation from the memo store."""
+@dataclass(frozen=True)
+class Budget:
+    """How many tokens (see `estimate_tokens`) the conversation may take in a prompt, and each message in it."""
 
-    def __init__(self, memo_store: MemoStore, clock: Clock, persona: Persona) -> None:
+    conversation_tokens: int
+    message_tokens: int
+
+
+@dataclass(frozen=True)
+class Marks:
+    """What the context writes where it left something out, in the persona's language."""
+
+    cut: Callable[[int], str]
+    """Ends a message cut short, given how many characters were left out."""
+    dropped: Callable[[int], str]
+    """Stands in place of the older messages left out, given how many."""
+
+
+class ContextBuilder:
+    """Builds the `PromptContext` for a conversation from the memo store, within the prompt budget."""
+
+    def __init__(
+        self, memo_store: MemoStore, clock: Clock, persona: Persona, *, bot_user_id: str, budget: Budget, marks: Marks
+    ) -> None:
         self._memos = memo_store
         self._clock = clock
         self._persona = persona
+        self._bot_user_id = bot_user_id
+        self._budget = budget
+        self._marks = marks
 
     async def build(
         self,
         channel: Channel,
         messages: Sequence[Message],
         user_names: Mapping[str, str] | None = None,
+        answering: Message | None = None,
     ) -> PromptContext:
-        """The context for `messages` (chosen by the caller) in `channel`.
+        """The context for `messages` (chosen by the caller, oldest first) in `channel`.
 
         `user_names` maps user ids to display names for mentions in message text.
+        Each message is cut to the message budget; the oldest are left out until
+        the conversation fits its budget, except `answering`, the message being
+        answered, which is always shown. Memos are always shown.
         The store is read in a worker thread, so this may be awaited on the event loop.
         """
         important, recent = await asyncio.to_thread(self._read_memos, channel.id)
-        tz = self._persona.timezone
-        names = user_names or {}
         return PromptContext(
             persona=self._persona,
-            now=self._clock.now().astimezone(tz),
+            now=self._clock.now().astimezone(self._persona.timezone),
             channel=channel,
-            conversation=tuple(format_message(m, tz, names) for m in messages),
+            conversation=self._conversation(messages, user_names or {}, answering),
             important_memos=important,
             recent_memos=recent,
         )
+
+    def _conversation(
+        self, messages: Sequence[Message], names: Mapping[str, str], answering: Message | None
+    ) -> tuple[str, ...]:
+        tz = self._persona.timezone
+        lines = [
+            (
+                message,
+                cut_text(
+                    format_message(message, tz, names, own=message.user_id == self._bot_user_id),
+                    self._budget.message_tokens,
+                    self._marks.cut,
+                ),
+            )
+            for message in messages
+        ]
+        fitted = fit_items(
+            lines,
+            self._budget.conversation_tokens,
+            lambda item: estimate_tokens(item[1]) + 1,  # and its line break
+            keep=lambda item: answering is not None and item[0].ts == answering.ts,
+            marker=lambda count: (None, self._marks.dropped(count)),
+        )
+        return tuple(line for _, line in fitted)
 
     def _read_memos(self, channel_id: str) -> tuple[tuple[Memo, ...], tuple[Memo, ...]]:
         important = self._memos.list(
@@ -98,15 +152,26 @@ def format_time(moment: datetime, timezone: tzinfo) -> str:
     return moment.astimezone(timezone).strftime(TIME_FORMAT)
 
 
-def format_message(message: Message, timezone: tzinfo, user_names: Mapping[str, str]) -> str:
-    """One message for a prompt: "[YYYY-MM-DD HH:MM] display name: text".
+def format_message(
+    message: Message, timezone: tzinfo, user_names: Mapping[str, str], *, own: bool = False
+) -> str:
+    """One message for a prompt: "[YYYY-MM-DD HH:MM] display name: text", further lines indented under it.
 
-    Mentions of known users (`<@U123>`) become "@display name"; unknown ones stay as they are.
+    The bot's own messages (`own`, decided by user id, never by name) begin with
+    `OWN_MARK`. Names are shown on one line. Mentions of known users (`<@U123>`)
+    become "@display name"; unknown ones stay as they are.
     """
 
     def mention(match: re.Match[str]) -> str:
         name = user_names.get(match.group(1))
-        return f"@{name}" if name else match.group(0)
+        return f"@{one_line(name)}" if name else match.group(0)
 
     text = MENTION.sub(mention, message.text)
-    return f"[{format_time(message.posted_at, timezone)}] {message.user_name}: {text}"
+    body = ("\n" + CONTINUATION_INDENT).join(text.splitlines() or [""])
+    mark = OWN_MARK if own else ""
+    return f"{mark}[{format_time(message.posted_at, timezone)}] {one_line(message.user_name)}: {body}"
+
+
+def one_line(name: str) -> str:
+    """A name with every run of white space (line breaks included) made one space."""
+    return " ".join(name.split())

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterable
 from datetime import datetime
 
-from myao2.domain.conversation import MENTION, BotIdentity, Channel, Message
+from myao2.domain.conversation import MENTION, BotIdentity, Channel, Message, Person
 from myao2.domain.ports import ChatPlatform, ConversationStore
+
+logger = logging.getLogger(__name__)
 
 
 class Conversations:
@@ -33,19 +36,32 @@ class Conversations:
             return await asyncio.to_thread(self._store.thread_messages, channel_id, thread_ts, limit)
         return await asyncio.to_thread(self._store.channel_messages, channel_id, limit, since)
 
-    async def names(self, messages: Iterable[Message] | None = None) -> dict[str, str]:
-        """Display names by user id, the bot's own included.
+    async def names(self, messages: Iterable[Message]) -> dict[str, str]:
+        """Display names of the people the messages' texts mention (all a prompt shows), the bot's own included.
 
-        With `messages`, only the names their texts mention are read (all a prompt shows).
+        Someone not stored yet is looked up on the chat platform (which caches) and
+        stored; one whose lookup fails stays unnamed.
         """
-        if messages is None:
-            people = await asyncio.to_thread(self._store.people)
-        else:
-            wanted = {user_id for m in messages for user_id in MENTION.findall(m.text)} - {self._bot.user_id}
-            people = await asyncio.to_thread(self._store.people, wanted) if wanted else {}
+        wanted = {user_id for m in messages for user_id in MENTION.findall(m.text)} - {self._bot.user_id}
+        people = await asyncio.to_thread(self._store.people, wanted) if wanted else {}
+        unknown = sorted(wanted - people.keys())
+        if unknown:
+            found = await asyncio.gather(*map(self._look_up, unknown))
+            people.update((person.user_id, person) for person in found if person is not None)
         names = {user_id: person.display_name for user_id, person in people.items()}
         names[self._bot.user_id] = self._bot_name
         return names
+
+    async def _look_up(self, user_id: str) -> Person | None:
+        try:
+            person = await self._chat.person(user_id)
+        except Exception as exc:  # noqa: BLE001 - a name is a courtesy: the answer goes on without it
+            logger.warning("could not look up mentioned user %s: %s", user_id, exc)
+            return None
+        if person.display_name == user_id:  # not found: nothing worth storing
+            return None
+        await asyncio.to_thread(self._store.save_person, person)
+        return person
 
     async def post(self, channel_id: str, text: str, thread_ts: str | None) -> Message:
         """Post as the bot and store the post with the ts Slack gave it."""

@@ -119,7 +119,9 @@ class AnswerMention:
         )
         if message.ts not in {m.ts for m in messages}:
             messages.append(message)
-        context = await self._contexts.build(channel, messages, await self._conversations.names(messages))
+        context = await self._contexts.build(
+            channel, messages, await self._conversations.names(messages), answering=message
+        )
         origin = Origin(
             channel_id=channel.id,
             channel_private=channel.is_private,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from myao2.application.context import Marks
+
 _APOLOGY = {
     "ja": "ごめんね、いまちょっと考えがまとまらないみたい…。少し時間をおいて、もう一度話しかけてくれるとうれしいな。",
     "en": "Sorry, I can't seem to think straight right now. Could you ask me again in a little while?",
@@ -13,6 +15,19 @@ _APOLOGY = {
 def apology(language: str) -> str:
     """What the bot posts when the model keeps failing."""
     return _APOLOGY.get(language, _APOLOGY["ja"])
+
+
+def prompt_marks(language: str) -> Marks:
+    """How a prompt says that part of a message, or older messages, were left out."""
+    if language == "en":
+        return Marks(
+            cut=lambda count: f" … [{count} more characters left out]",
+            dropped=lambda count: f"({count} earlier messages left out)",
+        )
+    return Marks(
+        cut=lambda count: f" …［以下{count}文字省略］",
+        dropped=lambda count: f"（これより前の{count}件のメッセージは省略）",
+    )
 
 
 def elapsed_phrase(elapsed: timedelta, language: str) -> str:
