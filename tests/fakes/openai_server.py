@@ -54,10 +54,18 @@ from tests.fakes._server import LoopbackServer, serve_until_signalled
 
 @dataclass
 class Text:
-    """A plain assistant message."""
+    """A plain assistant message.
+
+    Streamed, the content goes out in ``pieces`` fragments, ``interval`` seconds
+    apart (after ``delay``); with ``fail_after`` the connection is dropped after
+    that many fragments, as a provider failing mid-answer does.
+    """
 
     content: str
     delay: float = 0.0
+    pieces: int = 3
+    interval: float = 0.0
+    fail_after: int | None = None
 
 
 @dataclass
@@ -348,7 +356,8 @@ class FakeOpenAI(LoopbackServer):
             return data
 
         chunks = [chunk({"role": "assistant", "content": "", "refusal": None})]
-        chunks += [chunk({"content": piece}) for piece in _split(reply.content, 3)]
+        text_pieces = _split(reply.content, reply.pieces if isinstance(reply, Text) else 3)
+        chunks += [chunk({"content": piece}) for piece in text_pieces]
         completion_text = reply.content
         finish = "stop"
         if isinstance(reply, ToolCalls):
@@ -366,9 +375,17 @@ class FakeOpenAI(LoopbackServer):
         if include_usage:
             chunks.append({**base, "choices": [], "usage": self._usage(body, completion_text)})
 
+        interval = reply.interval if isinstance(reply, Text) else 0.0
+        fail_after = reply.fail_after if isinstance(reply, Text) else None
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
-        for data in chunks:
+        for index, data in enumerate(chunks):
+            if fail_after is not None and index > fail_after:
+                if request.transport is not None:
+                    request.transport.abort()
+                return response
+            if interval and 1 < index <= len(text_pieces):
+                await asyncio.sleep(interval)
             await response.write(f"data: {json.dumps(data)}\n\n".encode())
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()

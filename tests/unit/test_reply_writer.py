@@ -13,6 +13,7 @@ import pytest
 
 from myao2.application.agents import ModelUnavailable
 from myao2.application.context import Persona, PromptContext
+from myao2.application.reply_stream import ReplyDone, TextDelta, ToolFinished, ToolStarted
 from myao2.config import AgentConfig, AgentsConfig, ConfigError
 from myao2.domain.conversation import Channel
 from myao2.domain.memo import Origin
@@ -20,6 +21,7 @@ from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
 from myao2.infrastructure.llm.agents import ModelClients, StrandsReplyWriter
+from myao2.infrastructure.llm.phrases import tool_title
 from myao2.infrastructure.llm.prompts import PromptRenderer
 from tests.fakes.openai_server import Error, FakeOpenAI, Text, ToolCall, ToolCalls
 
@@ -268,3 +270,73 @@ def test_litellm_without_the_package_is_a_config_error():
 
     with pytest.raises(ConfigError, match=r"agents\.memory\.provider: litellm is not installed"):
         ModelClients(AgentsConfig(memory=AgentConfig(provider="litellm")))
+
+
+# ---------------------------------------------------------------- the reply as a stream
+
+
+async def collect(writer: StrandsReplyWriter) -> list[Any]:
+    return [event async for event in writer.stream(CONTEXT, ORIGIN)]
+
+
+async def test_the_stream_yields_text_as_it_comes_then_the_whole_reply(fake, make_writer):
+    fake.script(Text("Ramen is the best, and so are you!", pieces=5))
+
+    events = await collect(make_writer())
+
+    deltas = [e for e in events if isinstance(e, TextDelta)]
+    assert len(deltas) == 5
+    assert "".join(d.text for d in deltas) == "Ramen is the best, and so are you!"
+    assert events[-1] == ReplyDone("Ramen is the best, and so are you!")
+
+
+async def test_memo_tool_calls_are_announced_and_completed(fake, make_writer, store):
+    fake.script(
+        ToolCalls([ToolCall("add_memo", {"name": "alice-ramen", "content": "Alice loves ramen", "priority": 3}, id="c1")],
+                  content="Noting that."),
+        ToolCalls([ToolCall("list_memo_tags", {}, id="c2")]),
+        Text("Noted!"),
+    )
+
+    events = await collect(make_writer())
+
+    tool_events = [e for e in events if isinstance(e, (ToolStarted, ToolFinished))]
+    assert tool_events == [
+        ToolStarted("c1", "add_memo", "Add memo: alice-ramen"),
+        ToolFinished("c1", "add_memo", True),
+        ToolStarted("c2", "list_memo_tags", None),
+        ToolFinished("c2", "list_memo_tags", True),
+    ]
+    text = "".join(e.text for e in events if isinstance(e, TextDelta))
+    assert text == "Noting that.\n\nNoted!"
+    assert events[-1] == ReplyDone("Noted!")
+    assert store.get("alice-ramen", "C1").content == "Alice loves ramen"
+
+
+async def test_a_refused_tool_call_finishes_not_ok(fake, make_writer):
+    fake.script(ToolCalls([ToolCall("get_memo", {"memo_name": "nobody"}, id="c1")]), Text("I don't know."))
+
+    events = await collect(make_writer())
+
+    assert ToolStarted("c1", "get_memo", "Read memo: nobody") in events
+    assert ToolFinished("c1", "get_memo", False) in events
+
+
+async def test_a_model_failing_midway_raises_after_the_text_it_wrote(fake, make_writer):
+    fake.script(Text("This answer will break off somewhere in the middle", pieces=6, fail_after=2))
+
+    seen: list[Any] = []
+    with pytest.raises(ModelUnavailable):
+        async for event in make_writer(max_retries=0).stream(CONTEXT, ORIGIN):
+            seen.append(event)
+
+    assert seen and all(isinstance(e, TextDelta) for e in seen)
+    assert not any(isinstance(e, ReplyDone) for e in seen)
+
+
+def test_task_titles_name_the_memo_in_the_persona_language():
+    assert tool_title("add_memo", "alice-birthday", "ja") == "メモを追加: alice-birthday"
+    assert tool_title("get_memo", "alice-birthday", "ja") == "メモを参照: alice-birthday"
+    assert tool_title("remove_memo", "x\n  y", "en") == "Remove memo: x y"
+    assert tool_title("list_memo", None, "ja") is None
+    assert tool_title("add_memo", 42, "ja") is None

@@ -6,6 +6,7 @@ from datetime import timedelta
 from typing import Protocol
 
 from myao2.application.context import PromptContext
+from myao2.application.reply_stream import ReplyStream
 from myao2.domain.judgment import Judgment
 from myao2.domain.memo import Origin
 
@@ -19,6 +20,14 @@ class ReplyWriter(Protocol):
         """A reply for the conversation in `context`; memo tools act within `origin`.
 
         Raises ModelUnavailable when the model keeps failing.
+        """
+        ...
+
+    def stream(self, context: PromptContext, origin: Origin) -> ReplyStream:
+        """The same reply as it is written: text deltas, tool calls, then `ReplyDone` last.
+
+        Raises ModelUnavailable (while iterating) when the model keeps failing, also
+        after some text was yielded.
         """
         ...
 

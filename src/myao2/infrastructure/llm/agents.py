@@ -22,11 +22,19 @@ from pydantic import BaseModel, Field
 
 from myao2.application.agents import ModelUnavailable
 from myao2.application.context import PromptContext
+from myao2.application.reply_stream import (
+    ReplyDone,
+    ReplyEvent,
+    ReplyStream,
+    TextDelta,
+    ToolFinished,
+    ToolStarted,
+)
 from myao2.config import AgentConfig, AgentsConfig, ConfigError
 from myao2.domain.judgment import Judgment
 from myao2.domain.memo import Origin
 from myao2.domain.ports import MemoStore
-from myao2.infrastructure.llm.phrases import elapsed_phrase
+from myao2.infrastructure.llm.phrases import elapsed_phrase, tool_title
 from myao2.infrastructure.llm.prompts import PromptRenderer
 
 if TYPE_CHECKING:
@@ -140,6 +148,17 @@ class StrandsReplyWriter:
         Raises ModelUnavailable when the model fails after the bounded retries or
         gives no answer.
         """
+        async for event in self.stream(context, origin):
+            if isinstance(event, ReplyDone):
+                return event.text
+        raise AssertionError("a reply stream ends with ReplyDone")  # pragma: no cover
+
+    async def stream(self, context: PromptContext, origin: Origin) -> ReplyStream:
+        """The reply as the model writes it: text deltas, memo tool calls, then `ReplyDone`.
+
+        The text of a model turn that follows tool calls is set apart by a blank line.
+        Raises ModelUnavailable when the model fails (also midway) or gives no answer.
+        """
         await self._clients.load()
         from strands import Agent
         from strands.agent.conversation_manager import NullConversationManager
@@ -160,17 +179,29 @@ class StrandsReplyWriter:
             hooks=[ModelCallLog(self.ROLE, self._config.model_id, self._debug)],
         )
         scope = MemoToolScope(self._store, origin, self._language)
+        tools: dict[str, str] = {}  # tool use id -> tool name
+        wrote = after_tools = False
+        result = None
         try:
-            result = await agent.invoke_async(
-                query,
-                invocation_state={SCOPE_KEY: scope},
-                limits={"turns": self._config.max_tool_cycles},
-            )
+            async for event in agent.stream_async(
+                query, invocation_state={SCOPE_KEY: scope}, limits={"turns": self._config.max_tool_cycles}
+            ):
+                if event.get("data"):
+                    yield TextDelta(("\n\n" if wrote and after_tools else "") + event["data"])
+                    wrote, after_tools = True, False
+                elif "message" in event:
+                    for tool_event in self._tool_events(event["message"], tools):
+                        after_tools = True
+                        yield tool_event
+                elif "result" in event:
+                    result = event["result"]
         except model_errors() as exc:
             raise ModelUnavailable(f"{self.ROLE} model failed: {describe_error(exc)}") from None
         except Exception as exc:  # malformed output from the provider, or a bug
             logger.error("%s agent failed unexpectedly: %s", self.ROLE, type(exc).__name__, exc_info=True)
             raise ModelUnavailable(f"{self.ROLE} agent failed: {type(exc).__name__}") from None
+        if result is None:
+            raise ModelUnavailable(f"{self.ROLE} agent ended without a result")
         if result.stop_reason in _LIMIT_STOPS:
             logger.warning("%s agent stopped at its cap of %d model calls", self.ROLE, self._config.max_tool_cycles)
             reply = last_assistant_text(agent.messages)
@@ -178,7 +209,23 @@ class StrandsReplyWriter:
             reply = message_text(result.message)
         if not reply:
             raise ModelUnavailable(f"{self.ROLE} model gave no answer (stop reason {result.stop_reason})")
-        return reply
+        yield ReplyDone(reply)
+
+    def _tool_events(self, message: Message, tools: dict[str, str]) -> list[ReplyEvent]:
+        """Tool calls an assistant message makes, or tool results a user message carries."""
+        events: list[ReplyEvent] = []
+        for block in message.get("content", []):
+            if "toolUse" in block:
+                use = block["toolUse"]
+                tools[use["toolUseId"]] = use["name"]
+                args = use.get("input") if isinstance(use.get("input"), dict) else {}
+                title = tool_title(use["name"], args.get("memo_name", args.get("name")), self._language)
+                events.append(ToolStarted(use["toolUseId"], use["name"], title))
+            elif "toolResult" in block:
+                done = block["toolResult"]
+                tool = tools.get(done["toolUseId"], "")
+                events.append(ToolFinished(done["toolUseId"], tool, done.get("status") == "success"))
+        return events
 
 
 class JudgmentOutput(BaseModel):

@@ -30,6 +30,30 @@ def prompt_marks(language: str) -> Marks:
     )
 
 
+_TOOL_TITLES = {
+    "ja": {
+        "add_memo": "メモを追加: {name}",
+        "edit_memo": "メモを更新: {name}",
+        "remove_memo": "メモを削除: {name}",
+        "get_memo": "メモを参照: {name}",
+    },
+    "en": {
+        "add_memo": "Add memo: {name}",
+        "edit_memo": "Edit memo: {name}",
+        "remove_memo": "Remove memo: {name}",
+        "get_memo": "Read memo: {name}",
+    },
+}
+
+
+def tool_title(tool: str, memo_name: object, language: str) -> str | None:
+    """The line shown while the model uses a memo tool on one memo; None for other tools."""
+    template = _TOOL_TITLES.get(language, _TOOL_TITLES["ja"]).get(tool)
+    if template is None or not isinstance(memo_name, str) or not memo_name.strip():
+        return None
+    return template.format(name=" ".join(memo_name.split())[:80])
+
+
 def elapsed_phrase(elapsed: timedelta, language: str) -> str:
     """A rough, human way of saying how long ago: "3 minutes", "2時間"."""
     seconds = max(0, int(elapsed.total_seconds()))
