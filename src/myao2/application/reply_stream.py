@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Protocol
+
+from myao2.domain.conversation import Channel
 
 
 @dataclass(frozen=True)
@@ -40,3 +43,25 @@ class ReplyDone:
 
 ReplyEvent = TextDelta | ToolStarted | ToolFinished | ReplyDone
 ReplyStream = AsyncIterator[ReplyEvent]
+
+
+@dataclass(frozen=True)
+class PublishedReply:
+    """A reply as it stands in the conversation: its ts and its whole final text."""
+
+    ts: str
+    text: str
+
+
+class ReplyPublisher(Protocol):
+    """Shows a reply in the chat while it is written (or whole, where streaming is not possible)."""
+
+    async def publish(
+        self, channel: Channel, thread_ts: str | None, recipient_user_id: str | None, reply: ReplyStream, apology: str
+    ) -> PublishedReply:
+        """Consume `reply` into one message answering `recipient_user_id` in `thread_ts`.
+
+        When the stream fails (ModelUnavailable or any other error), the message ends
+        with what was written and `apology`, or is `apology` alone.
+        """
+        ...

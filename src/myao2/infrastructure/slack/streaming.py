@@ -1,0 +1,225 @@
+"""Replies streamed into Slack as they are written (chat.startStream / appendStream / stopStream).
+
+slack_sdk's `chat_stream` helper flushes only by size; here text is flushed by size
+or by age, so the first words appear as soon as the model writes them and a long
+answer still takes few calls. Where the workspace refuses streaming (or the setting
+turns it off) the whole reply is posted with chat.postMessage instead, as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from myao2.application.agents import ModelUnavailable
+from myao2.application.reply_stream import (
+    PublishedReply,
+    ReplyDone,
+    ReplyStream,
+    TextDelta,
+    ToolFinished,
+    ToolStarted,
+)
+from myao2.domain.conversation import Channel, ChannelKind
+
+logger = logging.getLogger(__name__)
+
+FLUSH_CHARS = 120
+"""Text held back until this much is buffered (a 1,000-character answer: about 8 appends)..."""
+FLUSH_SECONDS = 1.0
+"""...or until the oldest unsent text is this old."""
+REFUSALS = frozenset({"not_allowed", "feature_not_enabled", "unknown_method", "method_deprecated"})
+"""Errors of chat.startStream meaning this workspace does not take streamed messages."""
+TOP_LEVEL_REFUSALS = frozenset({"invalid_arguments", "thread_ts_required", "missing_argument"})
+"""Errors of a top-level chat.startStream (a DM answered inline) meaning only threads stream."""
+
+
+@dataclass(frozen=True)
+class StreamSettings:
+    """`response.streaming` and `response.show_memo_tasks`."""
+
+    streaming: bool = True
+    show_tasks: bool = True
+
+
+class SlackReplyPublisher:
+    """`ReplyPublisher` on the Slack Web API; one per workspace, which it remembers refusing streams."""
+
+    def __init__(self, client: AsyncWebClient, team_id: str | None, settings: StreamSettings) -> None:
+        self._client = client
+        self._team_id = team_id
+        self._settings = settings
+        self._streaming = settings.streaming
+        self._top_level = True  # a refused top-level stream (an inline DM answer) is not tried again
+
+    async def publish(
+        self, channel: Channel, thread_ts: str | None, recipient_user_id: str | None, reply: ReplyStream, apology: str
+    ) -> PublishedReply:
+        """Stream `reply` into the conversation, or post it whole where streaming is not possible."""
+        if self._streaming and (thread_ts or self._top_level):
+            stream = _Stream(self, channel, thread_ts, recipient_user_id)
+            published = await stream.run(reply, apology)
+            if published is not None:
+                return published
+        text = await _whole(reply, apology)
+        response = await self._client.chat_postMessage(channel=channel.id, text=text, thread_ts=thread_ts)
+        return PublishedReply(response["ts"], text)
+
+    def _refused(self, error: str, top_level: bool) -> bool:
+        """Whether `error` from chat.startStream means falling back; remembered and logged once."""
+        if error in REFUSALS:
+            self._streaming = False
+            logger.warning("Slack refused a streamed reply (%s): replies are posted whole from now on", error)
+            return True
+        if top_level and error in TOP_LEVEL_REFUSALS:
+            self._top_level = False
+            logger.warning("Slack refused a top-level streamed reply (%s): DM answers are posted whole", error)
+            return True
+        return False
+
+
+class _Stream:
+    """One reply being streamed: buffers text, sends it in few calls, shows memo tasks."""
+
+    def __init__(
+        self, owner: SlackReplyPublisher, channel: Channel, thread_ts: str | None, recipient_user_id: str | None
+    ) -> None:
+        self._owner = owner
+        self._client = owner._client
+        self._channel = channel
+        self._thread_ts = thread_ts
+        self._recipient = recipient_user_id
+        self._ts: str | None = None
+        self._written = ""  # everything sent or buffered
+        self._buffer = ""  # text not sent yet
+        self._since = 0.0  # when the oldest buffered text came
+        self._tasks: dict[str, str] = {}  # call id -> title, for the tasks shown
+        self._broken = False  # the stream stopped taking text (e.g. expired): finish with chat.update
+
+    async def run(self, reply: ReplyStream, apology: str) -> PublishedReply | None:
+        """Stream the reply; None when Slack refused to start a stream (nothing was shown yet)."""
+        final = ""
+        failed = False
+        try:
+            async for event in reply:
+                if not await self._show(event):
+                    return None
+                if isinstance(event, ReplyDone):
+                    final = event.text
+        except ModelUnavailable as exc:
+            logger.warning("reply in %s failed midway: %s", self._channel.id, exc)
+            failed = True
+        except Exception:
+            logger.exception("reply in %s failed midway", self._channel.id)
+            failed = True
+        if failed:
+            tail = f"\n\n{apology}" if self._written.strip() else apology
+        else:
+            tail = "" if self._written.strip() else final
+        if self._ts is None:  # nothing shown yet (only blank text, or a failure before any)
+            return await self._post(self._written + tail)
+        return await self._stop(tail)
+
+    async def _show(self, event: object) -> bool:
+        """Send what `event` adds to the message; False when Slack refused to start the stream."""
+        if isinstance(event, TextDelta):
+            return await self._text(event.text)
+        if isinstance(event, ToolStarted) and event.title and self._owner._settings.show_tasks:
+            self._tasks[event.call_id] = event.title
+            return await self._send([_task(event.call_id, event.title, "in_progress")])
+        if isinstance(event, ToolFinished) and event.call_id in self._tasks:
+            status = "complete" if event.ok else "error"
+            return await self._send([_task(event.call_id, self._tasks[event.call_id], status)])
+        return True
+
+    async def _text(self, text: str) -> bool:
+        """Buffer text; start the stream with the first words, append when enough is held back."""
+        if not self._buffer:
+            self._since = time.monotonic()
+        self._buffer += text
+        self._written += text
+        if self._ts is None:
+            return not self._buffer.strip() or await self._send([])
+        if len(self._buffer) >= FLUSH_CHARS or time.monotonic() - self._since >= FLUSH_SECONDS:
+            return await self._send([])
+        return True
+
+    async def _send(self, chunks: list[dict[str, Any]]) -> bool:
+        """Send the buffered text and `chunks`: startStream the first time, then appendStream.
+
+        False when Slack refused to start a stream; other failures of the first call
+        raise, later ones leave the message to be completed by chat.update.
+        """
+        text = self._buffer.lstrip() if self._ts is None else self._buffer
+        if text:
+            chunks = [{"type": "markdown_text", "text": text}, *chunks]
+        if not chunks:
+            return True
+        if self._ts is None:
+            try:
+                response = await self._client.chat_startStream(
+                    channel=self._channel.id, thread_ts=self._thread_ts, chunks=chunks, **self._recipients()
+                )
+            except SlackApiError as exc:
+                if self._owner._refused(exc.response.get("error", ""), self._thread_ts is None):
+                    return False
+                raise
+            self._ts = response["ts"]
+        elif not self._broken:
+            try:
+                await self._client.chat_appendStream(channel=self._channel.id, ts=self._ts, chunks=chunks)
+            except SlackApiError as exc:
+                logger.warning("streamed reply %s stopped taking text (%s)", self._ts, exc.response.get("error"))
+                self._broken = True
+                return True
+        self._buffer = ""
+        return True
+
+    def _recipients(self) -> dict[str, str]:
+        """Who the stream answers: required outside DMs, left out in a DM."""
+        if self._channel.kind is ChannelKind.IM or not self._recipient or not self._owner._team_id:
+            return {}
+        return {"recipient_user_id": self._recipient, "recipient_team_id": self._owner._team_id}
+
+    async def _stop(self, tail: str) -> PublishedReply:
+        """Stop the stream with what is still buffered plus `tail`; the stored text is all of it."""
+        assert self._ts is not None
+        text = (self._written + tail).strip()
+        rest = self._buffer + tail
+        chunks: list[dict[str, Any]] = [{"type": "markdown_text", "text": rest}] if rest else []
+        if not self._broken:
+            try:
+                await self._client.chat_stopStream(channel=self._channel.id, ts=self._ts, chunks=chunks)
+                return PublishedReply(self._ts, text)
+            except SlackApiError as exc:
+                logger.warning("streamed reply %s could not be stopped (%s)", self._ts, exc.response.get("error"))
+        await self._client.chat_update(channel=self._channel.id, ts=self._ts, text=text)
+        return PublishedReply(self._ts, text)
+
+    async def _post(self, text: str) -> PublishedReply:
+        response = await self._client.chat_postMessage(
+            channel=self._channel.id, text=text.strip(), thread_ts=self._thread_ts
+        )
+        return PublishedReply(response["ts"], text.strip())
+
+
+def _task(call_id: str, title: str, status: str) -> dict[str, Any]:
+    return {"type": "task_update", "id": call_id, "title": title, "status": status}
+
+
+async def _whole(reply: ReplyStream, apology: str) -> str:
+    """The reply's final text, or `apology` when it fails."""
+    try:
+        async for event in reply:
+            if isinstance(event, ReplyDone):
+                return event.text
+    except ModelUnavailable as exc:
+        logger.warning("reply failed: %s", exc)
+    except Exception:
+        logger.exception("reply failed")
+    return apology

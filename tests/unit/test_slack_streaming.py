@@ -1,0 +1,240 @@
+"""Streamed replies against the fake Slack: chunking, tasks, refusals, failures midway."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+
+import pytest
+
+from myao2.application.agents import ModelUnavailable
+from myao2.application.reply_stream import ReplyDone, ReplyEvent, TextDelta, ToolFinished, ToolStarted
+from myao2.domain.conversation import Channel, ChannelKind
+from myao2.infrastructure.slack.gateway import make_web_client
+from myao2.infrastructure.slack.streaming import SlackReplyPublisher, StreamSettings
+from tests.fakes.slack_server import FakeSlack
+
+GENERAL = Channel("C1", "general")
+DM = Channel("D1", "alice", ChannelKind.IM)
+APOLOGY = "Sorry!"
+STREAM_METHODS = ("chat.startStream", "chat.appendStream", "chat.stopStream")
+
+
+@pytest.fixture
+def fake():
+    with FakeSlack(ack_timeout=None) as slack:
+        slack.add_user("U1", "alice")
+        slack.add_channel("C1", "general", members=["U1"])
+        slack.add_channel("D1", "alice-dm", is_im=True, members=["U1"])
+        yield slack
+
+
+@pytest.fixture
+async def publisher_for(fake):
+    clients = []
+
+    def make(**settings: bool) -> SlackReplyPublisher:
+        client = make_web_client(fake.bot_token, fake.base_url)
+        clients.append(client)
+        return SlackReplyPublisher(client, "T1", StreamSettings(**settings))
+
+    yield make
+
+
+async def events(*items: ReplyEvent | Exception, pause: float = 0.0) -> AsyncIterator[ReplyEvent]:
+    for item in items:
+        if pause:
+            await asyncio.sleep(pause)
+        if isinstance(item, Exception):
+            raise item
+        yield item
+
+
+def deltas(text: str, size: int) -> list[ReplyEvent]:
+    return [TextDelta(text[i : i + size]) for i in range(0, len(text), size)]
+
+
+def stream_calls(fake: FakeSlack) -> list[str]:
+    return [method for method, _ in fake.web_calls if method in STREAM_METHODS]
+
+
+async def test_a_1000_character_answer_streams_in_about_ten_calls(fake, publisher_for):
+    parent = fake.post_message("C1", "U1", "tell me a story <@UBOT>")
+    story = "".join(f"word{i:03d} " for i in range(125))  # 1,000 characters
+    reply = events(*deltas(story, 10), ReplyDone(story.strip()))
+
+    published = await publisher_for().publish(GENERAL, parent, "U1", reply, APOLOGY)
+
+    calls = stream_calls(fake)
+    assert calls[0] == "chat.startStream" and calls[-1] == "chat.stopStream"
+    assert len(calls) <= 11
+    assert "chat.postMessage" not in [m for m, _ in fake.web_calls]
+    [stream] = fake.streams
+    assert stream["thread_ts"] == parent and not stream["streaming"]
+    assert (stream["recipient_user_id"], stream["recipient_team_id"]) == ("U1", "T1")
+    assert fake.messages("C1")[-1]["text"].strip() == story.strip()
+    assert published.ts == stream["ts"] and published.text == story.strip()
+
+
+async def test_the_first_words_go_out_with_the_first_delta(fake, publisher_for):
+    parent = fake.post_message("C1", "U1", "hi <@UBOT>")
+    gate = asyncio.Event()
+
+    async def slow() -> AsyncIterator[ReplyEvent]:
+        yield TextDelta("\n Hello")
+        await gate.wait()
+        yield TextDelta(" there")
+        yield ReplyDone("Hello there")
+
+    task = asyncio.ensure_future(publisher_for().publish(GENERAL, parent, "U1", slow(), APOLOGY))
+    await fake.async_wait_for(lambda: fake.streams, 5, "a stream")
+    assert fake.streams[0]["calls"][0]["markdown"] == "Hello"
+    gate.set()
+    published = await task
+    assert published.text == "Hello there" and fake.messages("C1")[-1]["text"] == "Hello there"
+
+
+async def test_memo_tasks_show_and_complete(fake, publisher_for):
+    parent = fake.post_message("C1", "U1", "remember my birthday <@UBOT>")
+    reply = events(
+        TextDelta("Noting it."),
+        ToolStarted("c1", "add_memo", "Add memo: alice-birthday"),
+        ToolStarted("c2", "list_memo_tags", None),
+        ToolFinished("c2", "list_memo_tags", True),
+        ToolFinished("c1", "add_memo", True),
+        ToolStarted("c3", "get_memo", "Read memo: bob"),
+        ToolFinished("c3", "get_memo", False),
+        TextDelta(" Done!"),
+        ReplyDone("Done!"),
+    )
+
+    published = await publisher_for().publish(GENERAL, parent, "U1", reply, APOLOGY)
+
+    [stream] = fake.streams
+    assert [(t["id"], t["title"], t["status"]) for t in stream["task_history"]] == [
+        ("c1", "Add memo: alice-birthday", "in_progress"),
+        ("c1", "Add memo: alice-birthday", "complete"),
+        ("c3", "Read memo: bob", "in_progress"),
+        ("c3", "Read memo: bob", "error"),
+    ]
+    assert published.text == "Noting it. Done!"
+
+
+async def test_tasks_are_not_shown_when_turned_off(fake, publisher_for):
+    parent = fake.post_message("C1", "U1", "remember <@UBOT>")
+    reply = events(
+        ToolStarted("c1", "add_memo", "Add memo: x"), ToolFinished("c1", "add_memo", True), TextDelta("ok"),
+        ReplyDone("ok"),
+    )
+
+    await publisher_for(show_tasks=False).publish(GENERAL, parent, "U1", reply, APOLOGY)
+
+    assert fake.streams[0]["task_history"] == []
+    assert fake.messages("C1")[-1]["text"] == "ok"
+
+
+@pytest.mark.parametrize("error", ["not_allowed", "feature_not_enabled", "unknown_method"])
+async def test_a_refusing_workspace_gets_whole_posts_decided_once(fake, publisher_for, caplog, error):
+    fake.refuse_streaming(error)
+    publisher = publisher_for()
+    first = fake.post_message("C1", "U1", "one <@UBOT>")
+    second = fake.post_message("C1", "U1", "two <@UBOT>")
+
+    with caplog.at_level(logging.WARNING, "myao2.infrastructure.slack.streaming"):
+        one = await publisher.publish(GENERAL, first, "U1", events(TextDelta("a"), TextDelta("b"),
+                                                                   ReplyDone("ab")), APOLOGY)
+        two = await publisher.publish(GENERAL, second, "U1", events(TextDelta("c"), ReplyDone("c")), APOLOGY)
+
+    assert stream_calls(fake) == ["chat.startStream"]
+    assert [(p["text"], p["thread_ts"]) for p in fake.posted] == [("ab", first), ("c", second)]
+    assert (one.text, two.text) == ("ab", "c")
+    assert len([r for r in caplog.records if error in r.getMessage()]) == 1
+
+
+async def test_streaming_off_posts_whole(fake, publisher_for):
+    parent = fake.post_message("C1", "U1", "hi <@UBOT>")
+
+    published = await publisher_for(streaming=False).publish(
+        GENERAL, parent, "U1", events(TextDelta("hel"), TextDelta("lo"), ReplyDone("hello")), APOLOGY
+    )
+
+    assert stream_calls(fake) == [] and fake.posted[0]["text"] == "hello" == published.text
+
+
+async def test_a_model_failing_midway_stops_the_stream_with_an_apology(fake, publisher_for):
+    parent = fake.post_message("C1", "U1", "hi <@UBOT>")
+    reply = events(TextDelta("I was saying"), TextDelta(" that"), ModelUnavailable("boom"))
+
+    published = await publisher_for().publish(GENERAL, parent, "U1", reply, APOLOGY)
+
+    [stream] = fake.streams
+    assert not stream["streaming"] and stream["calls"][-1]["method"] == "chat.stopStream"
+    assert published.text == f"I was saying that\n\n{APOLOGY}"
+    assert fake.messages("C1")[-1]["text"] == published.text and published.ts == stream["ts"]
+
+
+async def test_a_bug_midway_also_ends_the_stream(fake, publisher_for):
+    parent = fake.post_message("C1", "U1", "hi <@UBOT>")
+
+    published = await publisher_for().publish(
+        GENERAL, parent, "U1", events(TextDelta("Half"), RuntimeError("bug")), APOLOGY
+    )
+
+    assert not fake.streams[0]["streaming"] and published.text == f"Half\n\n{APOLOGY}"
+
+
+async def test_a_failure_before_any_text_posts_the_apology(fake, publisher_for):
+    parent = fake.post_message("C1", "U1", "hi <@UBOT>")
+
+    published = await publisher_for().publish(GENERAL, parent, "U1", events(ModelUnavailable("down")), APOLOGY)
+
+    assert fake.streams == [] and fake.posted[0]["text"] == APOLOGY == published.text
+
+
+async def test_appends_that_are_rate_limited_are_retried(fake, publisher_for):
+    fake.append_min_interval = 0.5
+    parent = fake.post_message("C1", "U1", "hi <@UBOT>")
+    text = "x" * 400
+
+    published = await publisher_for().publish(GENERAL, parent, "U1", events(*deltas(text, 50), ReplyDone(text)),
+                                              APOLOGY)
+
+    assert any(method == "chat.appendStream" for method, _ in fake.web_calls)
+    assert fake.messages("C1")[-1]["text"] == text == published.text
+
+
+async def test_a_stream_that_stops_taking_text_is_completed_by_update(fake, publisher_for):
+    parent = fake.post_message("C1", "U1", "hi <@UBOT>")
+    fake.inject_error("chat.appendStream", "message_not_in_streaming_state", times=5)
+    fake.inject_error("chat.stopStream", "message_not_in_streaming_state")
+    text = "y" * 300
+
+    published = await publisher_for().publish(GENERAL, parent, "U1", events(*deltas(text, 150), ReplyDone(text)),
+                                              APOLOGY)
+
+    assert fake.posted[-1]["method"] == "chat.update" and fake.messages("C1")[-1]["text"] == text
+    assert published.ts == fake.streams[0]["ts"]
+
+
+async def test_a_dm_answer_streams_top_level_without_recipients(fake, publisher_for):
+    fake.post_message("D1", "U1", "hi")
+
+    published = await publisher_for().publish(DM, None, "U1", events(TextDelta("hey"), ReplyDone("hey")), APOLOGY)
+
+    [stream] = fake.streams
+    assert stream["thread_ts"] is None and stream["recipient_user_id"] is None
+    assert stream["recipient_team_id"] is None and published.text == "hey"
+
+
+async def test_a_refused_top_level_stream_falls_back_for_dms_only(fake, publisher_for):
+    fake.add_channel("C9", "no-top-level", members=["U1"])
+    publisher = publisher_for()
+    top = await publisher.publish(Channel("C9", "x"), None, "U1", events(TextDelta("a"), ReplyDone("a")), APOLOGY)
+    parent = fake.post_message("C1", "U1", "hi <@UBOT>")
+    threaded = await publisher.publish(GENERAL, parent, "U1", events(TextDelta("b"), ReplyDone("b")), APOLOGY)
+    again = await publisher.publish(Channel("C9", "x"), None, "U1", events(TextDelta("c"), ReplyDone("c")), APOLOGY)
+
+    assert [p["text"] for p in fake.posted] == ["a", "c"]
+    assert stream_calls(fake) == ["chat.startStream", "chat.startStream", "chat.stopStream"]
+    assert (top.text, threaded.text, again.text) == ("a", "b", "c")
