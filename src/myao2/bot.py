@@ -108,7 +108,9 @@ class Bot:
             clients, renderer, memos, persona.language, config.logging.debug_llm_messages
         )
         response = config.response
-        talk = Conversations(conversations, gateway, identity, persona.name)
+        talk = Conversations(
+            conversations, gateway, identity, persona.name, allow_broadcasts=response.allow_broadcast_mentions
+        )
         answer = AnswerMention(
             store=conversations,
             chat=gateway,

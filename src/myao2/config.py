@@ -178,6 +178,8 @@ class ResponseConfig(_Section):
     """Answer a top-level mention in a thread under it."""
     reaction: str = "eyes"
     """Emoji put on a mention as soon as it is taken up; empty: none."""
+    allow_broadcast_mentions: bool = False
+    """Let the bot's posts notify everyone (@channel, @here, @everyone, user groups); off: they notify nobody."""
     max_message_age_seconds: int = Field(default=86400, ge=60)
     """How far back history is fetched and conversations are considered."""
     history_message_limit: int = Field(default=200, ge=1, le=1000)

@@ -104,3 +104,34 @@ def test_a_never_seen_person_mentioned_is_named_in_the_prompt(bot: BotProcess, s
     carol_lookups = [c for c in slack.web_calls if c[0] == "users.info" and c[1].get("user") == "UCAROL"]
     assert len(carol_lookups) == 1
     assert bot.stop() == 0
+
+
+def test_a_message_sqlite_would_refuse_stops_no_sync_and_no_answer(bot: BotProcess, slack: FakeSlack, llm) -> None:
+    slack.add_channel("CRANDOM", "random", members=[ALICE, BOB])
+    slack.add_channel("CDEV", "dev", members=[ALICE, BOB])
+    slack.post_message("CRANDOM", BOB, "broken \ud83d emoji", emit=False)  # a lone surrogate, as Slack's JSON can carry
+    away = slack.post_message("CDEV", ALICE, f"<@{slack.bot_user_id}> did you see this while away?", emit=False)
+    llm.set_responder(lambda request: Text("Answered."))
+    bot.start()
+    slack.wait_for(lambda: replies_in(slack, away), timeout=20, what="the mention made while away, in a later channel")
+
+    bad = slack.post_message("CRANDOM", ALICE, f"<@{slack.bot_user_id}> what is \udc00 this?")
+    other = slack.post_message(GENERAL, BOB, f"<@{slack.bot_user_id}> and me?")
+
+    slack.wait_for(lambda: replies_in(slack, bad) and replies_in(slack, other), timeout=20, what="both answers")
+    prompts = [prompt_text(request) for request in llm.requests]
+    assert any("what is \ufffd this?" in prompt and "broken \ufffd emoji" in prompt for prompt in prompts)
+    assert bot.stop() == 0
+
+
+def test_a_broadcast_in_the_models_reply_notifies_nobody(bot: BotProcess, slack: FakeSlack, llm) -> None:
+    bot.start()
+    llm.script(Text("<!channel> pizza is here, <!subteam^S0DEVS|@devs> and <!here> come!"))
+
+    ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> tell everyone the pizza arrived")
+
+    slack.wait_for(lambda: replies_in(slack, ts), what="the answer")
+    (posted,) = [p["text"] for p in replies_in(slack, ts)]
+    assert posted == "@\u200bchannel pizza is here, @\u200bdevs and @\u200bhere come!"
+    assert "<!" not in posted
+    assert bot.stop() == 0

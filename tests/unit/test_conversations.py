@@ -1,4 +1,4 @@
-"""Conversations.names: people a prompt mentions are named, looked up once when not stored yet."""
+"""Conversations: people a prompt mentions are named (looked up once when not stored yet); the bot's posts."""
 
 from __future__ import annotations
 
@@ -23,6 +23,12 @@ class FakeChat:
         self.directory = directory
         self.failing = failing
         self.lookups: list[str] = []
+
+        self.posts: list[str] = []
+
+    async def post(self, channel_id: str, text: str, thread_ts: str | None) -> str:
+        self.posts.append(text)
+        return f"{len(self.posts)}.000000"
 
     async def person(self, user_id: str) -> Person:
         self.lookups.append(user_id)
@@ -72,3 +78,23 @@ async def test_a_user_slack_does_not_know_is_not_stored(store) -> None:
 
     assert await conversations.names(mentioning("UGONE")) == {"UBOT": "myao"}
     assert store.people() == {}
+
+
+async def test_a_post_notifies_nobody_by_default_and_is_stored_as_posted(store) -> None:
+    chat = FakeChat({})
+    conversations = Conversations(store, chat, BOT, "myao")  # type: ignore[arg-type]
+
+    reply = await conversations.post("C1", "<!channel> <!subteam^S1|@devs> lunch \ud800 now", None)
+
+    assert chat.posts == ["@\u200bchannel @\u200bdevs lunch \ufffd now"]
+    assert reply.text == chat.posts[0]
+    assert store.get_message("C1", reply.ts).text == chat.posts[0]
+
+
+async def test_broadcasts_go_out_when_allowed(store) -> None:
+    chat = FakeChat({})
+    conversations = Conversations(store, chat, BOT, "myao", allow_broadcasts=True)  # type: ignore[arg-type]
+
+    await conversations.post("C1", "<!here> the build is broken", None)
+
+    assert chat.posts == ["<!here> the build is broken"]

@@ -92,6 +92,43 @@ async def test_a_channel_that_fails_is_skipped(
     assert "C1" in caplog.text and "not_in_channel" in caplog.text
 
 
+async def test_a_surrogate_message_is_stored_cleaned_and_the_other_channels_too(
+    fake: FakeSlack, store: SqlConversationStore, history: HistorySync
+) -> None:
+    bad = fake.post_message("C1", "U1", "broken \ud83d emoji", emit=False)
+    dm = fake.post_message("D1", "U2", "still here", emit=False)
+
+    new = await history.sync()
+
+    assert {(m.channel_id, m.ts) for m in new} == {("C1", bad), ("D1", dm)}
+    assert store.get_message("C1", bad).text == "broken \ufffd emoji"
+
+
+async def test_a_channel_that_cannot_be_stored_is_skipped_without_quoting_it(
+    fake: FakeSlack, store: SqlConversationStore, gateway: SlackGateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    class RefusingGeneral:
+        """The real store, except that storing #general's history fails."""
+
+        def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+            return getattr(store, name)
+
+        def reconcile(self, history, fetched_at):  # type: ignore[no-untyped-def]
+            if history.messages and history.messages[0].channel_id == "C1":
+                raise ValueError("cannot store 'top secret text'")
+            return store.reconcile(history, fetched_at)
+
+    fake.post_message("C1", "U1", "top secret text", emit=False)
+    dm = fake.post_message("D1", "U2", "still here", emit=False)
+    sync = HistorySync(gateway, RefusingGeneral(), SystemClock(), fake.bot_user_id, max_age_seconds=DAY, limit=100)  # type: ignore[arg-type]
+
+    new = await sync.sync()
+
+    assert [(m.channel_id, m.ts) for m in new] == [("D1", dm)]
+    assert "C1" in caplog.text and "ValueError" in caplog.text
+    assert "top secret" not in caplog.text
+
+
 async def test_a_message_deleted_while_away_is_deleted_from_the_store(
     fake: FakeSlack, store: SqlConversationStore, history: HistorySync
 ) -> None:

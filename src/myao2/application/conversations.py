@@ -7,7 +7,15 @@ import logging
 from collections.abc import Iterable
 from datetime import datetime
 
-from myao2.domain.conversation import MENTION, BotIdentity, Channel, Message, Person
+from myao2.domain.conversation import (
+    MENTION,
+    BotIdentity,
+    Channel,
+    Message,
+    Person,
+    clean_text,
+    neutralise_broadcasts,
+)
 from myao2.domain.ports import ChatPlatform, ConversationStore
 
 logger = logging.getLogger(__name__)
@@ -16,11 +24,20 @@ logger = logging.getLogger(__name__)
 class Conversations:
     """The bot's view of conversations: the channel, the messages, people's names; its own posts."""
 
-    def __init__(self, store: ConversationStore, chat: ChatPlatform, bot: BotIdentity, bot_name: str) -> None:
+    def __init__(
+        self,
+        store: ConversationStore,
+        chat: ChatPlatform,
+        bot: BotIdentity,
+        bot_name: str,
+        *,
+        allow_broadcasts: bool = False,
+    ) -> None:
         self._store = store
         self._chat = chat
         self._bot = bot
         self._bot_name = bot_name
+        self._allow_broadcasts = allow_broadcasts
 
     async def channel(self, channel_id: str) -> Channel:
         """The channel as stored, fetched from the chat platform the first time."""
@@ -64,7 +81,14 @@ class Conversations:
         return person
 
     async def post(self, channel_id: str, text: str, thread_ts: str | None) -> Message:
-        """Post as the bot and store the post with the ts Slack gave it."""
+        """Post as the bot and store the post with the ts Slack gave it.
+
+        Unless broadcasts are allowed, @channel, @here, @everyone and user groups
+        in `text` are made to notify nobody (see `neutralise_broadcasts`).
+        """
+        text = clean_text(text)
+        if not self._allow_broadcasts:
+            text = neutralise_broadcasts(text)
         ts = await self._chat.post(channel_id, text, thread_ts)
         reply = Message(
             channel_id=channel_id,

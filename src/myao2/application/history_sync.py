@@ -40,7 +40,7 @@ class HistorySync:
     async def sync(self) -> list[Message]:
         """Fetch and store recent history; returns the messages by others that were not stored yet.
 
-        A channel that cannot be read is logged and skipped.
+        A channel that cannot be read or stored is logged and skipped.
         """
         oldest = f"{(self._clock.now() - self._max_age).timestamp():.6f}"
         new: list[Message] = []
@@ -51,7 +51,11 @@ class HistorySync:
             except Exception as exc:  # one unreadable channel must not stop the others
                 logger.warning("history of channel %s (%s) skipped: %s", channel.id, channel.name, exc)
                 continue
-            stored = await asyncio.to_thread(self._save, channel, history, fetched_at)
+            try:
+                stored = await asyncio.to_thread(self._save, channel, history, fetched_at)
+            except Exception as exc:  # nor one that cannot be stored; the error's text may quote messages
+                logger.error("history of channel %s (%s) not stored: %s", channel.id, channel.name, type(exc).__name__)
+                continue
             new.extend(m for m in stored if m.user_id != self._bot_user_id)
         return new
 

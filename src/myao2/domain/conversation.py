@@ -14,6 +14,35 @@ MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>")
 """How a message text mentions someone: <@U123> or <@U123|name>."""
 
 
+UNSTORABLE = re.compile("[\ud800-\udfff\x00]")
+"""Lone UTF-16 surrogates (no UTF-8 form: SQLite refuses them) and NUL (which cuts text short in C tools)."""
+
+BROADCAST = re.compile(
+    r"<!(?P<special>channel|here|everyone|group)(?:\|[^>]*)?>"
+    r"|<!subteam\^[A-Z0-9]+(?:\|@?(?P<team>[^>]*))?>"
+    r"|(?<![\w@.])@(?P<plain>channel|here|everyone)\b"
+)
+"""Mentions that notify a whole channel or user group: Slack markup, or the plain words."""
+
+BREAK = "\u200b"
+"""A zero-width space: after "@", it keeps Slack from reading a broadcast."""
+
+
+def clean_text(text: str) -> str:
+    """`text` with what no store or model accepts (see `UNSTORABLE`) replaced by U+FFFD."""
+    return UNSTORABLE.sub("\ufffd", text)
+
+
+def neutralise_broadcasts(text: str) -> str:
+    """`text` with @channel, @here, @everyone and user-group mentions kept readable but notifying nobody."""
+
+    def plain(match: re.Match[str]) -> str:
+        name = match.group("special") or match.group("plain") or match.group("team") or "team"
+        return f"@{BREAK}{name}"
+
+    return BROADCAST.sub(plain, text)
+
+
 def mentions_in(text: str) -> tuple[str, ...]:
     """User ids mentioned in the text, in order, without repeats."""
     return tuple(dict.fromkeys(MENTION.findall(text)))

@@ -20,6 +20,7 @@ from myao2.infrastructure.slack.translate import (
     SPOKEN_SUBTYPES,
     author_of,
     kind_from_event,
+    posted_name,
     text_of,
     to_message,
 )
@@ -91,7 +92,7 @@ def build_app(
     async def spoken(event: dict[str, Any]) -> None:
         author = author_of(event) or ""
         if event.get("subtype") == "bot_message" or not author.startswith(("U", "W")):
-            name = event.get("username") or author
+            name = posted_name(event) or author
         else:
             name = (await chat.person(author)).display_name
         message = to_message(event, event["channel"], name)

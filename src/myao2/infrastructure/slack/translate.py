@@ -1,10 +1,14 @@
-"""Slack payloads to domain objects: the one place that reads Slack's message shapes."""
+"""Slack payloads to domain objects: the one place that reads Slack's message shapes.
+
+Every text that enters here leaves as `clean_text`: a payload may carry lone
+surrogates or NUL, which must never stop a store write or a prompt.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from myao2.domain.conversation import Channel, ChannelKind, Message, Person, mentions_in
+from myao2.domain.conversation import Channel, ChannelKind, Message, Person, clean_text, mentions_in
 
 _KIND_BY_EVENT_CHANNEL_TYPE = {
     "channel": ChannelKind.PUBLIC,
@@ -24,7 +28,8 @@ def author_of(raw: dict[str, Any]) -> str | None:
 
 def posted_name(raw: dict[str, Any]) -> str | None:
     """The name a message carries itself (integrations and bots post under their own name)."""
-    return raw.get("username") or (raw.get("bot_profile") or {}).get("name")
+    name = raw.get("username") or (raw.get("bot_profile") or {}).get("name")
+    return clean_text(name) if name else None
 
 
 def is_from_bot(raw: dict[str, Any]) -> bool:
@@ -37,7 +42,7 @@ def text_of(raw: dict[str, Any]) -> str:
     files = [f.get("name") or f.get("title") or "file" for f in raw.get("files") or []]
     if files:
         text = (text + "\n" if text else "") + " ".join(f"[file: {name}]" for name in files)
-    return text
+    return clean_text(text)
 
 
 def to_message(raw: dict[str, Any], channel_id: str, user_name: str) -> Message:
@@ -50,7 +55,7 @@ def to_message(raw: dict[str, Any], channel_id: str, user_name: str) -> Message:
         ts=ts,
         user_id=author_of(raw),
         text=text,
-        user_name=user_name,
+        user_name=clean_text(user_name),
         is_bot=is_from_bot(raw),
         thread_ts=thread_ts if thread_ts and thread_ts != ts else None,
         mentions=mentions_in(text),
@@ -73,7 +78,7 @@ def to_channel(info: dict[str, Any]) -> Channel:
     else:
         kind = ChannelKind.PUBLIC
     name = info.get("name") or info.get("user") or info["id"]
-    return Channel(id=info["id"], name=name, kind=kind)
+    return Channel(id=info["id"], name=clean_text(name), kind=kind)
 
 
 def to_person(user: dict[str, Any]) -> Person:
@@ -86,4 +91,4 @@ def to_person(user: dict[str, Any]) -> Person:
         or user.get("name")
         or user["id"]
     )
-    return Person(user_id=user["id"], display_name=name, is_bot=bool(user.get("is_bot")))
+    return Person(user_id=user["id"], display_name=clean_text(name), is_bot=bool(user.get("is_bot")))

@@ -1,0 +1,58 @@
+"""Slack payloads become domain objects with text that every store and model accepts."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+
+from myao2.domain.conversation import clean_text
+from myao2.infrastructure.slack import translate
+
+LONE = json.loads('"a\\ud800b\\udfffc"')  # what a JSON payload with lone surrogates decodes to
+
+
+def storable(text: str) -> bool:
+    with sqlite3.connect(":memory:") as db:
+        try:
+            db.execute("SELECT ?", (text,)).fetchone()
+        except (UnicodeEncodeError, ValueError):
+            return False
+    return text.encode("utf-8").decode("utf-8") == text
+
+
+def test_lone_surrogates_would_be_refused_by_sqlite() -> None:
+    assert not storable(LONE)
+
+
+@pytest.mark.parametrize(
+    ("raw", "clean"),
+    [
+        (LONE, "a\ufffdb\ufffdc"),
+        ("nul\x00byte", "nul\ufffdbyte"),
+        ("emoji 😀 and 日本語 stay", "emoji 😀 and 日本語 stay"),
+        (json.loads('"pair \\ud83d\\ude00 joined"'), "pair 😀 joined"),
+    ],
+)
+def test_clean_text_replaces_only_what_cannot_be_stored(raw: str, clean: str) -> None:
+    assert clean_text(raw) == clean
+    assert storable(clean_text(raw))
+
+
+def test_a_message_with_lone_surrogates_becomes_storable_text() -> None:
+    raw = {"type": "message", "user": "U1", "ts": "1.0", "text": LONE, "files": [{"name": "x\udc00.png"}]}
+
+    message = translate.to_message(raw, "C1", "Alice\ud800")
+
+    assert storable(message.text) and storable(message.user_name)
+    assert message.text == "a\ufffdb\ufffdc\n[file: x\ufffd.png]"
+
+
+def test_people_channels_and_posted_names_are_cleaned_too() -> None:
+    person = translate.to_person({"id": "U1", "profile": {"display_name": "Al\ud800ice"}})
+    channel = translate.to_channel({"id": "C1", "name": "gen\udfffeneral"})
+
+    assert person.display_name == "Al\ufffdice"
+    assert channel.name == "gen\ufffdeneral"
+    assert translate.posted_name({"username": "bot\ud800"}) == "bot\ufffd"
