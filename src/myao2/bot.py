@@ -15,10 +15,11 @@ from typing import Protocol
 from sqlalchemy import Engine, text
 
 from myao2.application.autonomous import AutonomousResponder, AutonomySettings
-from myao2.application.context import Budget, ContextBuilder, Persona
+from myao2.application.context import Budget, ContextBuilder, MemoryBudgets, Persona
 from myao2.application.conversations import Conversations
 from myao2.application.history_sync import HistorySync
 from myao2.application.inbox import Inbox
+from myao2.application.memory_job import MemoryJob, MemorySettings
 from myao2.application.mention import AnswerMention, MentionSettings
 from myao2.config import Config, ConfigError
 from myao2.domain.judgment import SkipPolicy, WaitPolicy
@@ -26,8 +27,15 @@ from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
+from myao2.infrastructure.db.memory_store import SqlMemoryStore
 from myao2.infrastructure.health import Health, HealthServer
-from myao2.infrastructure.llm.agents import ROLES, ModelClients, StrandsJudge, StrandsReplyWriter
+from myao2.infrastructure.llm.agents import (
+    ROLES,
+    ModelClients,
+    StrandsJudge,
+    StrandsMemoryWriter,
+    StrandsReplyWriter,
+)
 from myao2.infrastructure.llm.phrases import apology, prompt_marks
 from myao2.infrastructure.llm.prompts import PromptRenderer
 from myao2.infrastructure.slack.app import build_app
@@ -89,14 +97,18 @@ class Bot:
 
         conversations = SqlConversationStore(engine, self._clock)
         memos = SqlMemoStore(engine, self._clock)
+        memories = SqlMemoryStore(engine, self._clock)
         persona = config.persona
+        prompt_persona = Persona(persona.name, persona.system_prompt, persona.language, persona.tzinfo)
         contexts = ContextBuilder(
             memos,
             self._clock,
-            Persona(persona.name, persona.system_prompt, persona.language, persona.tzinfo),
+            prompt_persona,
             bot_user_id=identity.user_id,
             budget=Budget(config.response.conversation_max_tokens, config.response.message_max_tokens),
             marks=prompt_marks(persona.language),
+            memories=memories,
+            memory_budgets=memory_budgets(config),
         )
         renderer = PromptRenderer(
             persona.language,
@@ -156,6 +168,15 @@ class Bot:
             spawn=self._tasks.spawn,
         )
 
+        memory_job = MemoryJob(
+            conversations=conversations,
+            memories=memories,
+            writer=StrandsMemoryWriter(clients, renderer, config.logging.debug_llm_messages),
+            clock=self._clock,
+            persona=prompt_persona,
+            settings=memory_settings(config),
+        )
+
         health = Health(lambda: _database_ok(engine))
         health_server = self._start_health_server(health)
         beat = asyncio.create_task(health.beat())
@@ -165,6 +186,7 @@ class Bot:
         self._tasks.spawn(self._catch_up(history, inbox))
         self._tasks.spawn(self._every(response.history_sync_interval_seconds, history.sync))
         self._tasks.spawn(self._every(response.check_interval_seconds, autonomous.check))
+        self._tasks.spawn(self._every(config.memory.update_interval_seconds, memory_job.run))
 
         await self._stop.wait()
         logger.info("shutting down")
@@ -230,6 +252,27 @@ class Bot:
                 await job()
             except Exception:
                 logger.exception("periodic job failed")
+
+
+def memory_settings(config: Config) -> MemorySettings:
+    """The memory job's settings from the `memory` section."""
+    memory = config.memory
+    return MemorySettings(
+        short_term_window=timedelta(hours=memory.short_term_window_hours),
+        thread_memory_days=memory.thread_memory_days,
+        batch_max_tokens=memory.batch_max_tokens,
+    )
+
+
+def memory_budgets(config: Config) -> MemoryBudgets:
+    """The prompt budgets of the memory sections from the `memory` section."""
+    memory = config.memory
+    return MemoryBudgets(
+        workspace=memory.workspace_max_tokens,
+        channel=memory.channel_max_tokens,
+        thread=memory.thread_max_tokens,
+        elsewhere=memory.elsewhere_max_tokens,
+    )
 
 
 def autonomy_settings(config: Config) -> AutonomySettings:

@@ -53,6 +53,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     memo_restore = actions.add_parser("restore", parents=[common], help="restore a removed memo")
     memo_restore.add_argument("name")
+
+    memory = commands.add_parser("memory", parents=[common], help="inspect what the bot remembers")
+    memory_actions = memory.add_subparsers(dest="memory_command", metavar="ACTION", required=True)
+    memory_show = memory_actions.add_parser(
+        "show", parents=[common], help="print the workspace, channel and thread memories"
+    )
+    memory_show.add_argument("--channel", metavar="C", help="only what prompts in this channel may draw on")
+    memory_show.add_argument("--thread", metavar="TS", help="with --channel: this thread's memory too")
+    memory_show.add_argument("--json", action="store_true", help="print JSON (superseded notes included)")
     return parser
 
 
@@ -86,6 +95,10 @@ def _dispatch(config: Config, args: argparse.Namespace) -> int:
         from myao2.memo_cli import run_memo_command
 
         return run_memo_command(config, args)
+    if args.command == "memory":
+        from myao2.memory_cli import run_memory_command
+
+        return run_memory_command(config, args)
     from myao2.bot import run_bot
 
     return run_bot(config)

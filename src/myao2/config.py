@@ -134,11 +134,24 @@ class PersonaConfig(_Section):
 
 
 class MemoryConfig(_Section):
-    """Where memos are stored."""
+    """Where memos and memories are stored, how the memory job runs and what prompts show of it."""
 
     database_path: ConfigPath = Field(default=Path("data/memory.db"), validate_default=True)
     database_url: str | None = None
     """An SQLAlchemy URL that overrides ``database_path`` when set."""
+    update_interval_seconds: float = Field(default=3600.0, gt=0)
+    """How often the memory job updates the workspace, channel and thread memories."""
+    short_term_window_hours: float = Field(default=24.0, gt=0)
+    thread_memory_days: float = Field(default=7.0, gt=0)
+    """Threads with a message this recent get a memory of their own."""
+    batch_max_tokens: int = Field(default=6000, ge=500)
+    """The most message text one memory model call reads; a longer backlog takes several calls."""
+    workspace_max_tokens: int = Field(default=800, ge=0)
+    channel_max_tokens: int = Field(default=1000, ge=0)
+    """The channel's long- and short-term memories together in a prompt."""
+    thread_max_tokens: int = Field(default=500, ge=0)
+    elsewhere_max_tokens: int = Field(default=500, ge=0)
+    """Other channels' short-term memories in a public channel's prompt."""
 
     @property
     def sqlalchemy_url(self) -> str:

@@ -164,6 +164,8 @@ def test_require_rejects_paths_the_models_do_not_define() -> None:
         ("persona: {timezone: Mars/Base}", "persona.timezone: unknown time zone"),
         ("persona: {language: fr}", "persona.language: must be 'ja' or 'en'"),
         ("memory: {database_path: [1, 2]}", "memory.database_path: must be a path"),
+        ("memory: {update_interval_seconds: 0}", "memory.update_interval_seconds: must be greater than 0"),
+        ("memory: {channel_max_tokens: -1}", "memory.channel_max_tokens: must be greater than or equal to 0"),
         ("logging: {debug_llm_messages: maybe}", "logging.debug_llm_messages: must be true or false"),
         ("slack: hello", "slack: must be a mapping"),
     ],

@@ -16,6 +16,7 @@ from myao2.domain.conversation import Channel, ChannelKind, Message, Person, ts_
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
 from tests.clocks import ManualClock
+from tests.unit.test_migrations import head_revision
 
 BOT = "UBOT"
 T0 = 1_700_000_000
@@ -61,7 +62,7 @@ def texts(messages: list[Message]) -> list[str]:
 
 def test_migrates_an_empty_database_to_head(engine: Engine, db_path: Path) -> None:
     with sqlite3.connect(db_path) as plain:
-        assert plain.execute("SELECT version_num FROM alembic_version").fetchall() == [("0003",)]
+        assert plain.execute("SELECT version_num FROM alembic_version").fetchall() == [(head_revision(),)]
         tables = {r[0] for r in plain.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {"channels", "people", "messages", "claims", "memos"} <= tables
 

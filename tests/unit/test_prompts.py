@@ -2,21 +2,24 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
+from datetime import date, datetime, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
 from jinja2 import UndefinedError
 
+from myao2.application.agents import MemoryPrompt
 from myao2.application.context import Budget, ContextBuilder, Persona, PromptContext
 from myao2.domain.conversation import Channel, Message
 from myao2.domain.memo import MemoDraft, Origin
+from myao2.domain.memory import Bullet
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
 from myao2.infrastructure.llm.phrases import prompt_marks
 from myao2.infrastructure.llm.prompts import PromptRenderer
 from tests.clocks import ManualClock
 
-KINDS = ("judgment", "response", "memory")
+KINDS = ("judgment", "response")
 PARTS = ("system", "query")
 MESSAGES = [
     Message("C1", "1735786800.0", "U1", "<@U2> want to get ramen?", "Alice"),
@@ -105,7 +108,7 @@ def test_judgment_query_shows_elapsed_time_and_conversation(context, language):
 def test_empty_memos_and_conversation_still_render(context):
     empty = replace(context, important_memos=(), recent_memos=(), conversation=())
 
-    text = PromptRenderer("en").render("memory", "query", empty)
+    text = PromptRenderer("en").render("response", "query", empty)
 
     assert "(none)" in text
     assert "(no messages)" in text
@@ -126,3 +129,34 @@ def test_a_configured_system_prompt_replaces_the_rendered_one(context):
     assert renderer.render("judgment", "system", context) == "Judge tersely."
     assert "You adore cats." in renderer.render("response", "system", context)
     assert "Judge tersely." not in renderer.render("judgment", "query", context, elapsed="1 minute")
+
+
+def memory_prompt(channel: Channel | None) -> MemoryPrompt:
+    return MemoryPrompt(
+        persona=Persona("myao", "You adore cats.", "en", ZoneInfo("UTC")),
+        now=datetime(2025, 1, 2, 3, 0, tzinfo=timezone.utc),
+        channel=channel,
+        long_term=(Bullet(7, "Alice leads the release", date(2025, 1, 1), ("1.0",)),),
+        short_term=(Bullet(1, "Lunch talk", date(2025, 1, 2), ("2.0",)),),
+        earlier=("ts=2.0 [2025-01-02 02:00] Bob: lunch?",),
+        material=("ts=3.0 [2025-01-02 02:30] Alice: release moved to friday",),
+        threads=(("3.0", ()),),
+    )
+
+
+@pytest.mark.parametrize("language", ["ja", "en"])
+@pytest.mark.parametrize("channel", [Channel("C1", "general"), None])
+def test_memory_templates_show_ids_sources_and_stay_persona_neutral(language, channel):
+    renderer = PromptRenderer(language)
+    prompt = memory_prompt(channel)
+
+    system = renderer.render("memory", "system", prompt)
+    query = renderer.render("memory", "query", prompt)
+
+    assert "myao" not in system and "cats" not in system
+    assert "7: [2025-01-01] Alice leads the release" in query
+    assert "ts=3.0 [2025-01-02 02:30] Alice: release moved to friday" in query
+    assert "ts=2.0 [2025-01-02 02:00] Bob: lunch?" in query
+    assert "supersedes" in query and "short_term" in query
+    assert "3.0" in query
+    assert ("#general" in query) == (channel is not None)

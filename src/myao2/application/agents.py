@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Protocol
 
-from myao2.application.context import PromptContext
+from myao2.application.context import Persona, PromptContext, format_time
 from myao2.application.reply_stream import ReplyStream
+from myao2.domain.conversation import Channel
 from myao2.domain.judgment import Judgment
 from myao2.domain.memo import Origin
+from myao2.domain.memory import Bullet, Draft
 
 
 class ModelUnavailable(Exception):
@@ -39,4 +42,46 @@ class Judge(Protocol):
         Output that is not valid comes back as `Judgment.invalid`; raises
         ModelUnavailable when the model keeps failing.
         """
+        ...
+
+
+@dataclass(frozen=True)
+class MemoryPrompt:
+    """What the memory model reads for one update of a channel's memories (or, `channel` None, the workspace's).
+
+    Lines are ready to show. Each line of `material` (new messages, or for the
+    workspace the channels' memories) starts with the `ts=` of its sources.
+    """
+
+    persona: Persona
+    now: datetime
+    channel: Channel | None
+    long_term: tuple[Bullet, ...]
+    """The active long-term bullets, which the update may supersede by id."""
+    short_term: tuple[Bullet, ...]
+    """The short-term bullets still within the window."""
+    earlier: tuple[str, ...]
+    """Messages of the window already read, for context."""
+    material: tuple[str, ...]
+    threads: tuple[tuple[str, tuple[Bullet, ...]], ...]
+    """The threads to summarise: each thread's ts and its current memory."""
+
+    def local_time(self, moment: datetime) -> str:
+        """`moment` as prompts show it, in the persona's time zone."""
+        return format_time(moment, self.persona.timezone)
+
+
+@dataclass(frozen=True)
+class MemoryUpdate:
+    """The model's answer: long-term additions (with what they supersede), the new short-term
+    memory, and the new memory of each thread it summarised."""
+
+    long_term: tuple[Draft, ...] = ()
+    short_term: tuple[Draft, ...] = ()
+    threads: tuple[tuple[str, tuple[Draft, ...]], ...] = ()
+
+
+class MemoryWriter(Protocol):
+    async def update(self, prompt: MemoryPrompt) -> MemoryUpdate:
+        """The memory update for `prompt`; raises ModelUnavailable when the model fails or answers nothing usable."""
         ...

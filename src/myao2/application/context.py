@@ -15,8 +15,10 @@ from typing import Literal
 from myao2.domain.budget import cut_text, fit_items
 from myao2.domain.conversation import MENTION, Channel, Message
 from myao2.domain.memo import IMPORTANT_PRIORITY, Memo
-from myao2.domain.ports import Clock, MemoStore
+from myao2.domain.memory import WORKSPACE_SCOPE, Memory, Scope, Term, bullet_line
+from myao2.domain.ports import Clock, MemoryStore, MemoStore
 from myao2.domain.tokens import estimate_tokens
+from myao2.domain.visibility import Audience, can_read, shows_elsewhere
 
 IMPORTANT_MEMO_LIMIT = 20
 RECENT_MEMO_LIMIT = 5
@@ -25,6 +27,8 @@ OWN_MARK = "★ "
 """Begins each of the bot's own messages in a prompt; no text can begin a line, so nobody can forge it."""
 CONTINUATION_INDENT = "  "
 """Begins each further line of a message, so a line break cannot start a line that looks like another message."""
+MARKER_TOKENS = 16
+"""Room kept in a budget for the line saying how many notes were left out."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,38 @@ class Persona:
     system_prompt: str
     language: Literal["ja", "en"]
     timezone: tzinfo
+
+
+@dataclass(frozen=True)
+class MemoryBudgets:
+    """Most tokens each memory section of a prompt may take (from the `memory` config section)."""
+
+    workspace: int = 800
+    channel: int = 1000
+    """The channel's long- and short-term memories together; the short-term one is kept first."""
+    thread: int = 500
+    elsewhere: int = 500
+
+
+@dataclass(frozen=True)
+class MemorySection:
+    """Bullet lines of one memory section, ready to show, and how many older ones the budget left out."""
+
+    lines: tuple[str, ...] = ()
+    omitted: int = 0
+
+
+@dataclass(frozen=True)
+class MemorySections:
+    """What the bot remembers that this conversation may see."""
+
+    workspace: MemorySection = MemorySection()
+    """The workspace's long-term memory."""
+    channel_long: MemorySection = MemorySection()
+    channel_short: MemorySection = MemorySection()
+    thread: MemorySection = MemorySection()
+    elsewhere: MemorySection = MemorySection()
+    """Other channels' short-term memories, each line naming its channel (public channels only)."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +87,7 @@ class PromptContext:
     """Memos of priority >= 4 that this conversation may see: priority, then last update, descending."""
     recent_memos: tuple[Memo, ...]
     """The memos updated most recently, other than the important ones."""
+    memory: MemorySections = MemorySections()
 
     def local_time(self, moment: datetime) -> str:
         """`moment` as prompts show it, in the persona's time zone."""
@@ -76,10 +113,20 @@ class Marks:
 
 
 class ContextBuilder:
-    """Builds the `PromptContext` for a conversation from the memo store, within the prompt budget."""
+    """Builds the `PromptContext` for a conversation from the memo store (and, when given, the memory
+    store), within the prompt budget."""
 
     def __init__(
-        self, memo_store: MemoStore, clock: Clock, persona: Persona, *, bot_user_id: str, budget: Budget, marks: Marks
+        self,
+        memo_store: MemoStore,
+        clock: Clock,
+        persona: Persona,
+        *,
+        bot_user_id: str,
+        budget: Budget,
+        marks: Marks,
+        memories: MemoryStore | None = None,
+        memory_budgets: MemoryBudgets = MemoryBudgets(),
     ) -> None:
         self._memos = memo_store
         self._clock = clock
@@ -87,6 +134,8 @@ class ContextBuilder:
         self._bot_user_id = bot_user_id
         self._budget = budget
         self._marks = marks
+        self._memories = memories
+        self._memory_budgets = memory_budgets
 
     async def build(
         self,
@@ -104,6 +153,8 @@ class ContextBuilder:
         The store is read in a worker thread, so this may be awaited on the event loop.
         """
         important, recent = await asyncio.to_thread(self._read_memos, channel.id)
+        thread_ts = next((m.thread_ts for m in messages if m.thread_ts), None)
+        memory = await asyncio.to_thread(self._read_memories, channel, thread_ts) if self._memories else MemorySections()
         return PromptContext(
             persona=self._persona,
             now=self._clock.now().astimezone(self._persona.timezone),
@@ -111,6 +162,7 @@ class ContextBuilder:
             conversation=self._conversation(messages, user_names or {}, answering),
             important_memos=important,
             recent_memos=recent,
+            memory=memory,
         )
 
     def _conversation(
@@ -145,6 +197,57 @@ class ContextBuilder:
             channel_id, RECENT_MEMO_LIMIT, exclude={m.name for m in important}
         )
         return tuple(important), tuple(recent)
+
+    def _read_memories(self, channel: Channel, thread_ts: str | None) -> MemorySections:
+        """The memories `channel` may read, each section within its budget."""
+        assert self._memories is not None
+        budgets = self._memory_budgets
+
+        def readable(scope: Scope, term: Term) -> Memory | None:
+            memory = self._memories.get(scope, term)  # type: ignore[union-attr]
+            return memory if memory is not None and can_read(channel.id, memory.audience) else None
+
+        workspace = readable(WORKSPACE_SCOPE, Term.LONG)
+        short = readable(Scope(channel.id), Term.SHORT)
+        short_section = _section(short, budgets.channel)
+        long_section = _section(readable(Scope(channel.id), Term.LONG), budgets.channel - _cost(short_section))
+        thread = readable(Scope(channel.id, thread_ts), Term.SHORT) if thread_ts else None
+        elsewhere = MemorySection()
+        if shows_elsewhere(Audience.of(channel.id, channel.is_private)):
+            lines = [
+                f"{memory.label}: {bullet_line(b)}"
+                for memory in self._memories.channels(Term.SHORT)
+                if memory.scope.channel_id != channel.id and can_read(channel.id, memory.audience)
+                for b in memory.active
+            ]
+            elsewhere = _fit_lines(lines, budgets.elsewhere)
+        return MemorySections(
+            workspace=_section(workspace, budgets.workspace),
+            channel_long=long_section,
+            channel_short=short_section,
+            thread=_section(thread, budgets.thread),
+            elsewhere=elsewhere,
+        )
+
+
+def _section(memory: Memory | None, max_tokens: int) -> MemorySection:
+    """A memory's active bullets, oldest dropped first to fit `max_tokens`."""
+    return _fit_lines([bullet_line(b) for b in memory.active] if memory else [], max_tokens)
+
+
+def _fit_lines(lines: Sequence[str], max_tokens: int) -> MemorySection:
+    kept = fit_items(lines, max_tokens, _line_cost)
+    if len(kept) < len(lines):  # room for the marker that says so
+        kept = fit_items(lines, max(0, max_tokens - MARKER_TOKENS), _line_cost)
+    return MemorySection(tuple(kept), len(lines) - len(kept))
+
+
+def _line_cost(line: str) -> int:
+    return estimate_tokens(line) + 1
+
+
+def _cost(section: MemorySection) -> int:
+    return sum(_line_cost(line) for line in section.lines) + (MARKER_TOKENS if section.omitted else 0)
 
 
 def format_time(moment: datetime, timezone: tzinfo) -> str:

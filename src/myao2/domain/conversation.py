@@ -88,6 +88,14 @@ class Message:
 
 
 @dataclass(frozen=True)
+class ChannelChanges:
+    """How far a channel's stored messages reach: the newest ts, and the newest edit."""
+
+    newest_ts: str
+    newest_edit: datetime | None = None
+
+
+@dataclass(frozen=True)
 class Person:
     """Someone in the workspace, as the bot addresses them."""
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Protocol
 
-from myao2.domain.conversation import Channel, History, Message, Person
+from myao2.domain.conversation import Channel, ChannelChanges, History, Message, Person
+from myao2.domain.memory import Memory, Scope, Term
 from myao2.domain.memo import (
     Memo,
     MemoChanges,
@@ -59,6 +60,22 @@ class MemoStore(Protocol):
     def history(self, name: str) -> list[MemoRevision]: ...
 
 
+class MemoryStore(Protocol):
+    """The memories the memory job keeps, one per (scope, term); synchronous, run in a thread."""
+
+    def get(self, scope: Scope, term: Term) -> Memory | None: ...
+
+    def save(self, memories: Sequence[Memory]) -> None:
+        """Store these memories in one transaction: all of them or none."""
+        ...
+
+    def channels(self, term: Term) -> list[Memory]:
+        """Every channel's memory of `term`."""
+        ...
+
+    def all(self) -> list[Memory]: ...
+
+
 class ConversationStore(Protocol):
     """What the bot has seen in Slack: channels, people and messages (synchronous; run in a thread)."""
 
@@ -96,6 +113,15 @@ class ConversationStore(Protocol):
 
     def messages_since(self, channel_id: str, since: datetime) -> list[Message]:
         """Every message of the channel (threads included) posted after `since`, oldest first."""
+        ...
+
+    def changes(self) -> dict[str, ChannelChanges]:
+        """Per stored channel with messages: its newest message ts and newest edit."""
+        ...
+
+    def changed_messages(self, channel_id: str, after_ts: str, edited_after: datetime | None) -> list[Message]:
+        """Messages of the channel (threads included) newer than `after_ts` or edited after `edited_after`
+        (None: ever edited), oldest first."""
         ...
 
     def save_channel(self, channel: Channel) -> None: ...

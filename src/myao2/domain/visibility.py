@@ -46,3 +46,16 @@ def can_write(writer: Audience | None, audience: Audience) -> bool:
     `None` is a person's own view, which may change anything.
     """
     return writer is None or writer == audience
+
+
+def feeds_workspace(audience: Audience) -> bool:
+    """Whether text kept for `audience` may go into what the whole workspace reads (its memory)."""
+    return audience.is_workspace
+
+
+def shows_elsewhere(reader: Audience) -> bool:
+    """Whether a conversation whose audience is `reader` is shown what happens in other channels.
+
+    Only public channels are: a private conversation's prompt keeps to itself.
+    """
+    return reader.is_workspace

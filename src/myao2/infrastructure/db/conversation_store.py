@@ -11,13 +11,13 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Table, Text, delete, exists, insert, literal, or_, type_coerce, update
+from sqlalchemy import Connection, Engine, Table, Text, delete, exists, func, insert, literal, or_, type_coerce, update
 from sqlalchemy import select as core_select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, SQLModel, col, select
 
-from myao2.domain.conversation import Channel, ChannelKind, History, Message, Person, mentions_in, ts_to_datetime
+from myao2.domain.conversation import Channel, ChannelChanges, ChannelKind, History, Message, Person, mentions_in, ts_to_datetime
 from myao2.domain.ports import Clock
 from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.tables import ChannelRow, ClaimRow, MessageRow, PersonRow, TombstoneRow
@@ -121,6 +121,25 @@ class SqlConversationStore:
             rows = session.exec(
                 select(MessageRow)
                 .where(MessageRow.channel_id == channel_id, col(MessageRow.posted_at) > since)
+                .order_by(col(MessageRow.posted_at), col(MessageRow.ts))
+            ).all()
+        return [_to_message(r) for r in rows]
+
+    def changes(self) -> dict[str, ChannelChanges]:
+        query = core_select(
+            MessageRow.channel_id, func.max(MessageRow.ts), func.max(col(MessageRow.edited_at))
+        ).group_by(MessageRow.channel_id)
+        with self._engine.connect() as connection:
+            rows = connection.execute(query).all()
+        return {channel: ChannelChanges(ts, edited) for channel, ts, edited in rows}
+
+    def changed_messages(self, channel_id: str, after_ts: str, edited_after: datetime | None) -> list[Message]:
+        edited = col(MessageRow.edited_at)
+        changed = [MessageRow.ts > after_ts, edited.is_not(None) if edited_after is None else edited > edited_after]
+        with self._engine.connect() as connection:
+            rows = connection.execute(
+                core_select(_table(MessageRow))
+                .where(MessageRow.channel_id == channel_id, or_(*changed))
                 .order_by(col(MessageRow.posted_at), col(MessageRow.ts))
             ).all()
         return [_to_message(r) for r in rows]

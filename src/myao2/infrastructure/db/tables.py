@@ -105,3 +105,18 @@ class ClaimRow(SQLModel, table=True):
     channel_id: str = Field(primary_key=True, max_length=32)
     ts: str = Field(primary_key=True, max_length=32)
     claimed_at: datetime = Field(sa_column=Column(UTCDateTime, nullable=False))
+
+
+class MemoryRow(SQLModel, table=True):
+    __tablename__ = "memories"
+    __table_args__ = (UniqueConstraint("scope", "term", name="uq_memories_scope_term"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    scope: str = Field(max_length=96)
+    term: str = Field(max_length=8)
+    audience: str | None = Field(default=None, max_length=32)
+    """The one conversation that may read it; NULL: the workspace."""
+    label: str = Field(max_length=255)
+    bullets: list[dict[str, Any]] = Field(sa_column=Column(JSONText, nullable=False))
+    covered: str = Field(sa_column=Column(Text, nullable=False))
+    updated_at: datetime = Field(sa_column=Column(UTCDateTime, nullable=False))

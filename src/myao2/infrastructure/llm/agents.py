@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from myao2.application.agents import ModelUnavailable
+from myao2.application.agents import MemoryPrompt, MemoryUpdate, ModelUnavailable
 from myao2.application.context import PromptContext
 from myao2.application.reply_stream import (
     ReplyDone,
@@ -33,6 +33,7 @@ from myao2.application.reply_stream import (
 from myao2.config import AgentConfig, AgentsConfig, ConfigError
 from myao2.domain.judgment import Judgment
 from myao2.domain.memo import Origin
+from myao2.domain.memory import Draft
 from myao2.domain.ports import MemoStore
 from myao2.infrastructure.llm.phrases import elapsed_phrase, tool_title
 from myao2.infrastructure.llm.prompts import PromptRenderer
@@ -282,6 +283,82 @@ class StrandsJudge:
         if not isinstance(output, JudgmentOutput):
             return Judgment.invalid(f"stopped with {result.stop_reason}")
         return Judgment(output.should_respond, output.reason, output.confidence)
+
+
+class BulletOutput(BaseModel):
+    text: str = Field(description="one short, self-contained sentence")
+    ts: list[str] = Field(description="the ts of the messages (or source lines) it comes from")
+
+
+class LongTermBulletOutput(BulletOutput):
+    supersedes: list[int] = Field(
+        default_factory=list, description="ids of remembered bullets this one contradicts or replaces"
+    )
+
+
+class ThreadMemoryOutput(BaseModel):
+    thread_ts: str = Field(description="the thread's ts, as given")
+    bullets: list[BulletOutput]
+
+
+class MemoryUpdateOutput(BaseModel):
+    """The update of the memories: new long-term bullets, the short-term memory and thread memories."""
+
+    long_term: list[LongTermBulletOutput] = Field(description="only what is new and worth keeping; may be empty")
+    short_term: list[BulletOutput] = Field(description="what is going on in the window, made afresh")
+    threads: list[ThreadMemoryOutput] = Field(default_factory=list, description="one per thread asked for")
+
+
+class StrandsMemoryWriter:
+    """`MemoryWriter` with the memory agent: no tools, structured output, two model calls at most."""
+
+    ROLE: Role = "memory"
+    MAX_CALLS = 2
+
+    def __init__(self, clients: ModelClients, renderer: PromptRenderer, debug_messages: bool = False) -> None:
+        self._clients = clients
+        self._config = clients.config(self.ROLE)
+        self._renderer = renderer
+        self._debug = debug_messages
+
+    async def update(self, prompt: MemoryPrompt) -> MemoryUpdate:
+        await self._clients.load()
+        from strands import Agent
+        from strands.agent.conversation_manager import NullConversationManager
+        from strands.types.exceptions import StructuredOutputException
+
+        agent = Agent(
+            model=self._clients.model(self.ROLE),
+            system_prompt=self._renderer.render(self.ROLE, "system", prompt),
+            callback_handler=None,
+            conversation_manager=NullConversationManager(),
+            retry_strategy=bounded_retry_strategy(),
+            hooks=[ModelCallLog(self.ROLE, self._config.model_id, self._debug)],
+        )
+        query = self._renderer.render(self.ROLE, "query", prompt)
+        try:
+            result = await agent.invoke_async(
+                query, structured_output_model=MemoryUpdateOutput, limits={"turns": self.MAX_CALLS}
+            )
+        except StructuredOutputException:
+            raise ModelUnavailable(f"{self.ROLE} model gave no structured answer") from None
+        except model_errors() as exc:
+            raise ModelUnavailable(f"{self.ROLE} model failed: {describe_error(exc)}") from None
+        except Exception as exc:  # malformed output from the provider, or a bug
+            logger.error("%s agent failed unexpectedly: %s", self.ROLE, type(exc).__name__, exc_info=True)
+            raise ModelUnavailable(f"{self.ROLE} agent failed: {type(exc).__name__}") from None
+        output = result.structured_output
+        if not isinstance(output, MemoryUpdateOutput):
+            raise ModelUnavailable(f"{self.ROLE} model stopped with {result.stop_reason}")
+        return MemoryUpdate(
+            long_term=tuple(Draft(b.text, tuple(b.ts), tuple(b.supersedes)) for b in output.long_term),
+            short_term=_drafts(output.short_term),
+            threads=tuple((t.thread_ts, _drafts(t.bullets)) for t in output.threads),
+        )
+
+
+def _drafts(bullets: list[BulletOutput]) -> tuple[Draft, ...]:
+    return tuple(Draft(b.text, tuple(b.ts)) for b in bullets)
 
 
 class ModelCallLog:

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from jinja2 import BaseLoader, ChoiceLoader, Environment, FileSystemLoader, PackageLoader, StrictUndefined
 
+from myao2.application.agents import MemoryPrompt
 from myao2.application.context import PromptContext
 
 Kind = Literal["judgment", "response", "memory"]
@@ -41,8 +42,11 @@ class PromptRenderer:
         self._language = language
         self._overrides = dict(system_overrides or {})
 
-    def render(self, kind: Kind, part: Part, context: PromptContext, **extra: Any) -> str:
-        """The prompt text; `extra` adds variables a template needs (e.g. `elapsed` for judgment)."""
+    def render(self, kind: Kind, part: Part, context: PromptContext | MemoryPrompt, **extra: Any) -> str:
+        """The prompt text; `extra` adds variables a template needs (e.g. `elapsed` for judgment).
+
+        The memory templates get a `MemoryPrompt`, the others a `PromptContext`.
+        """
         override = self._overrides.get(kind) if part == "system" else None
         if override:
             return override

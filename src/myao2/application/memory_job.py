@@ -1,0 +1,336 @@
+"""The memory job: keeps the workspace's, channels' and threads' memories up to date.
+
+One round looks at which channels have new or edited messages since their memory
+was made (by message ts and edit time), and for each makes one model call per batch
+of messages: the call adds long-term bullets (superseding the ones they contradict),
+remakes the short-term memory and the memories of the active threads it touched.
+Each batch is saved in one transaction with the mark of what it covered, so a
+crash resumes where it stopped and a failed call keeps the old memory for the next
+round. Then the workspace memory is updated from the public channels' memories,
+only when one of them changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import date, datetime, timedelta, timezone
+
+from myao2.application.agents import MemoryPrompt, MemoryUpdate, MemoryWriter, ModelUnavailable
+from myao2.application.context import Persona, format_message
+from myao2.domain.budget import fit_items
+from myao2.domain.conversation import Channel, ChannelChanges, Message, ts_to_datetime
+from myao2.domain.memory import WORKSPACE_SCOPE, Bullet, Draft, Memory, Scope, Term
+from myao2.domain.ports import Clock, ConversationStore, MemoryStore
+from myao2.domain.tokens import estimate_tokens
+from myao2.domain.visibility import WORKSPACE, Audience, feeds_workspace
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class MemorySettings:
+    """How the memory job reads (from the `memory` config section)."""
+
+    short_term_window: timedelta
+    thread_memory_days: float
+    batch_max_tokens: int
+    """The most message text one model call reads; a longer backlog takes several calls."""
+
+
+@dataclass(frozen=True)
+class RoundReport:
+    """What one round did: model calls made and failed, scopes updated."""
+
+    calls: int = 0
+    failures: int = 0
+    updated: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class _Mark:
+    """What a channel memory was made from: messages up to `ts`, edits up to `edited`."""
+
+    ts: str = ""
+    edited: datetime | None = None
+
+    @classmethod
+    def parse(cls, covered: str) -> _Mark:
+        if not covered:
+            return cls()
+        data = json.loads(covered)
+        return cls(data["ts"], datetime.fromisoformat(data["edited"]) if data.get("edited") else None)
+
+    def dump(self) -> str:
+        return json.dumps({"ts": self.ts, "edited": self.edited.isoformat() if self.edited else None})
+
+    def behind(self, changes: ChannelChanges) -> bool:
+        """Whether the channel has messages or edits this mark has not seen."""
+        if changes.newest_ts > self.ts:
+            return True
+        return changes.newest_edit is not None and (self.edited is None or changes.newest_edit > self.edited)
+
+
+class MemoryJob:
+    """Runs rounds of the memory job; one round at a time."""
+
+    def __init__(
+        self,
+        *,
+        conversations: ConversationStore,
+        memories: MemoryStore,
+        writer: MemoryWriter,
+        clock: Clock,
+        persona: Persona,
+        settings: MemorySettings,
+    ) -> None:
+        self._conversations = conversations
+        self._memories = memories
+        self._writer = writer
+        self._clock = clock
+        self._persona = persona
+        self._settings = settings
+        self._lock = asyncio.Lock()
+
+    async def run(self) -> RoundReport:
+        """One round over every channel with changes, then the workspace."""
+        async with self._lock:
+            report = RoundReport()
+            changes = await asyncio.to_thread(self._conversations.changes)
+            for channel_id, channel_changes in sorted(changes.items()):
+                report = await self._channel(channel_id, channel_changes, report)
+            await asyncio.to_thread(self._expire_short_terms)
+            return await self._workspace(report)
+
+    # -- channels ------------------------------------------------------------
+
+    async def _channel(self, channel_id: str, changes: ChannelChanges, report: RoundReport) -> RoundReport:
+        channel = await asyncio.to_thread(self._conversations.get_channel, channel_id)
+        if channel is None:
+            return report
+        scope = Scope(channel_id)
+        audience = Audience.of(channel.id, channel.is_private)
+        label = f"#{channel.name}"
+        long_term = await self._load(scope, Term.LONG, audience, label)
+        mark = _Mark.parse(long_term.covered)
+        if not mark.behind(changes):
+            return report
+        window_start = self._clock.now() - self._settings.short_term_window
+        fresh = await asyncio.to_thread(self._conversations.changed_messages, channel_id, mark.ts, mark.edited)
+        short_term = await self._load(scope, Term.SHORT, audience, label)
+        fresh_ts = {m.ts for m in fresh}
+        window = await asyncio.to_thread(self._conversations.messages_since, channel_id, window_start)
+        earlier = self._earlier([m for m in window if m.ts not in fresh_ts], fresh)
+        batches = self._batches(fresh)
+        for number, batch in enumerate(batches, 1):
+            batch_mark = _Mark(
+                ts=max(mark.ts, *(m.ts for m in batch)),
+                edited=changes.newest_edit if number == len(batches) else mark.edited,
+            )
+            touched = self._active_threads(batch)
+            threads = [await self._load(Scope(channel.id, ts), Term.SHORT, audience, label) for ts in touched]
+            prompt = self._channel_prompt(channel, long_term, short_term, threads, earlier, batch, window_start)
+            update = await self._ask(prompt)
+            report = replace(report, calls=report.calls + 1, failures=report.failures + (update is None))
+            if update is None:
+                return report
+            long_term, short_term, threads = self._apply(long_term, short_term, threads, earlier, batch, update)
+            long_term = replace(long_term, covered=batch_mark.dump())
+            await asyncio.to_thread(self._memories.save, [long_term, short_term, *threads])
+            mark, earlier = batch_mark, []
+        if not batches:  # nothing new to read (edited, then deleted): seen all the same
+            seen = replace(long_term, covered=replace(mark, edited=changes.newest_edit).dump())
+            await asyncio.to_thread(self._memories.save, [seen])
+        return replace(report, updated=report.updated + (scope.key,))
+
+    def _earlier(self, window: Sequence[Message], fresh: Sequence[Message]) -> list[Message]:
+        """The window's already-read messages of the threads the new ones continue, newest kept within a
+        quarter of the batch budget: the short-term memory stands for the rest."""
+        threads = {m.thread_ts for m in fresh if m.thread_ts}
+        related = [m for m in window if m.thread_ts in threads or m.ts in threads]
+        return fit_items(related, self._settings.batch_max_tokens // 4, _cost)
+
+    def _batches(self, messages: Sequence[Message]) -> list[list[Message]]:
+        """Consecutive batches of `messages`, each within the batch budget (one message at least)."""
+        batches: list[list[Message]] = []
+        size = 0
+        for message in messages:
+            cost = _cost(message)
+            if not batches or size + cost > self._settings.batch_max_tokens:
+                batches.append([])
+                size = 0
+            batches[-1].append(message)
+            size += cost
+        return batches
+
+    def _channel_prompt(
+        self,
+        channel: Channel,
+        long_term: Memory,
+        short_term: Memory,
+        threads: Sequence[Memory],
+        earlier: Sequence[Message],
+        batch: Sequence[Message],
+        window_start: datetime,
+    ) -> MemoryPrompt:
+        return MemoryPrompt(
+            persona=self._persona,
+            now=self._clock.now().astimezone(self._persona.timezone),
+            channel=channel,
+            long_term=self._fit(long_term.active),
+            short_term=tuple(b for b in short_term.active if _newest(b) >= window_start),
+            earlier=tuple(self._line(m) for m in earlier),
+            material=tuple(self._line(m) for m in batch),
+            threads=tuple((t.scope.thread_ts or "", t.active) for t in threads),
+        )
+
+    def _active_threads(self, messages: Sequence[Message]) -> list[str]:
+        """The threads among `messages` with a message within `thread_memory_days`."""
+        horizon = self._clock.now() - timedelta(days=self._settings.thread_memory_days)
+        return list(dict.fromkeys(m.thread_ts for m in messages if m.thread_ts and m.posted_at > horizon))
+
+    def _line(self, message: Message) -> str:
+        where = f" (thread {message.thread_ts})" if message.thread_ts and message.thread_ts != message.ts else ""
+        return f"ts={message.ts}{where} {format_message(message, self._persona.timezone, {})}"
+
+    def _apply(
+        self,
+        long_term: Memory,
+        short_term: Memory,
+        threads: Sequence[Memory],
+        earlier: Sequence[Message],
+        batch: Sequence[Message],
+        update: MemoryUpdate,
+    ) -> tuple[Memory, Memory, list[Memory]]:
+        """The memories with the model's update applied; sources it did not read are dropped.
+
+        Long-term bullets may only come from the new messages, so nothing is learnt twice.
+        """
+        long_term = long_term.grow(self._dated(update.long_term, {m.ts for m in batch}))
+        sources = {m.ts for m in (*earlier, *batch)}
+        short_term = short_term.renewed(self._dated(update.short_term, sources | _sources(short_term)))
+        drafts = dict(update.threads)
+        renewed = [
+            thread.renewed(self._dated(drafts[thread.scope.thread_ts], sources | _sources(thread)))
+            for thread in threads
+            if thread.scope.thread_ts in drafts
+        ]
+        return long_term, short_term, renewed
+
+    def _dated(self, drafts: Sequence[Draft], allowed: set[str]) -> list[tuple[Draft, date]]:
+        """The drafts whose sources are among `allowed` (others dropped from them), each with its day."""
+        dated = []
+        for draft in drafts:
+            source_ts = tuple(ts for ts in dict.fromkeys(draft.source_ts) if ts in allowed)
+            text = " ".join(draft.text.split())
+            if not source_ts or not text:
+                continue
+            day = ts_to_datetime(max(source_ts)).astimezone(self._persona.timezone).date()
+            dated.append((replace(draft, text=text, source_ts=source_ts), day))
+        return dated
+
+    def _expire_short_terms(self) -> None:
+        """Drop short-term bullets whose messages all left the window (no model call)."""
+        window_start = self._clock.now() - self._settings.short_term_window
+        expired = []
+        for memory in self._memories.channels(Term.SHORT):
+            kept = tuple(b for b in memory.bullets if _newest(b) >= window_start)
+            if kept != memory.bullets:
+                expired.append(replace(memory, bullets=kept))
+        if expired:
+            self._memories.save(expired)
+
+    # -- workspace -----------------------------------------------------------
+
+    async def _workspace(self, report: RoundReport) -> RoundReport:
+        """Update the workspace memory from the public channels whose memory changed since it was made."""
+        sources = await asyncio.to_thread(self._workspace_sources)
+        marks = {long.scope.key: [long.covered, _last_id(long)] for long, _ in sources}
+        long_term = await self._load(WORKSPACE_SCOPE, Term.LONG, WORKSPACE)
+        seen = json.loads(long_term.covered or "{}")
+        changed = [(long, short) for long, short in sources if seen.get(long.scope.key, [""])[0] != long.covered]
+        if not changed:
+            return report
+        covered = json.dumps({**seen, **marks}, sort_keys=True)
+        short_term = await self._load(WORKSPACE_SCOPE, Term.SHORT, WORKSPACE)
+        material = []
+        allowed: set[str] = set()
+        for long, short in changed:
+            read_up_to = seen.get(long.scope.key, ["", 0])[1]
+            for bullet in (*(b for b in long.active if b.id > read_up_to), *short.active):
+                allowed.update(bullet.source_ts)
+                when = bullet.day.isoformat()
+                material.append(f"{long.label} ts={','.join(bullet.source_ts)} [{when}] {bullet.text}")
+        if not material:  # the channels changed but learnt nothing: nothing to tell the workspace
+            await asyncio.to_thread(self._memories.save, [replace(long_term, covered=covered)])
+            return report
+        prompt = MemoryPrompt(
+            persona=self._persona,
+            now=self._clock.now().astimezone(self._persona.timezone),
+            channel=None,
+            long_term=self._fit(long_term.active),
+            short_term=short_term.active,
+            earlier=(),
+            material=tuple(material),
+            threads=(),
+        )
+        update = await self._ask(prompt)
+        report = replace(report, calls=report.calls + 1, failures=report.failures + (update is None))
+        if update is None:
+            return report
+        long_term = long_term.grow(self._dated(update.long_term, allowed))
+        long_term = replace(long_term, covered=covered)
+        short_term = short_term.renewed(self._dated(update.short_term, allowed | _sources(short_term)))
+        await asyncio.to_thread(self._memories.save, [long_term, short_term])
+        return replace(report, updated=report.updated + (WORKSPACE_SCOPE.key,))
+
+    def _workspace_sources(self) -> list[tuple[Memory, Memory]]:
+        """The public channels' (long, short) memories: the only ones the workspace memory is made from."""
+        shorts = {m.scope.key: m for m in self._memories.channels(Term.SHORT)}
+        return [
+            (memory, shorts.get(memory.scope.key) or Memory(memory.scope, Term.SHORT, memory.audience))
+            for memory in self._memories.channels(Term.LONG)
+            if feeds_workspace(memory.audience)
+        ]
+
+    # -- helpers -------------------------------------------------------------
+
+    async def _ask(self, prompt: MemoryPrompt) -> MemoryUpdate | None:
+        """The model's update, or None when it failed (logged; the old memory stays)."""
+        try:
+            return await self._writer.update(prompt)
+        except ModelUnavailable as exc:
+            logger.warning("memory update skipped this round: %s", exc)
+            return None
+
+    async def _load(self, scope: Scope, term: Term, audience: Audience, label: str = "") -> Memory:
+        """The stored memory (with its source's current audience and label), or an empty one."""
+        memory = await asyncio.to_thread(self._memories.get, scope, term)
+        return replace(memory or Memory(scope, term, audience), audience=audience, label=label)
+
+    def _fit(self, bullets: Sequence[Bullet]) -> tuple[Bullet, ...]:
+        """The newest active long-term bullets that fit half the batch budget."""
+        return tuple(
+            fit_items(bullets, self._settings.batch_max_tokens // 2, lambda b: estimate_tokens(b.text) + 8)
+        )
+
+
+def _cost(message: Message) -> int:
+    """About what a message costs in a memory prompt: its text and its line's prefix."""
+    return estimate_tokens(message.text) + 16
+
+
+def _last_id(memory: Memory) -> int:
+    return max((b.id for b in memory.bullets), default=0)
+
+
+def _sources(memory: Memory) -> set[str]:
+    """The ts of the messages a memory's active bullets came from."""
+    return {ts for b in memory.active for ts in b.source_ts}
+
+
+def _newest(bullet: Bullet) -> datetime:
+    return ts_to_datetime(max(bullet.source_ts)) if bullet.source_ts else datetime.min.replace(tzinfo=timezone.utc)

@@ -1,0 +1,129 @@
+"""Memory: what the bot absorbs by listening, kept as dated bullet lists per scope.
+
+A scope is the workspace, a channel or a thread. Long-term memory only grows: a
+run adds bullets and marks the ones it contradicts as superseded (kept, hidden
+from prompts), and never rewrites the list, so facts are not worn away run after
+run. Short-term memory covers a recent window and is made afresh each time.
+Every bullet keeps the `ts` of the messages it came from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import date, datetime
+from enum import Enum
+
+from myao2.domain.visibility import Audience
+
+
+class Term(str, Enum):
+    LONG = "long"
+    SHORT = "short"
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Where a memory is about: the workspace (no channel), a channel, or a thread of a channel."""
+
+    channel_id: str | None = None
+    thread_ts: str | None = None
+
+    @property
+    def key(self) -> str:
+        """A stable text key: "workspace", "channel:C1" or "thread:C1:1700000000.000100"."""
+        if self.channel_id is None:
+            return "workspace"
+        if self.thread_ts is None:
+            return f"channel:{self.channel_id}"
+        return f"thread:{self.channel_id}:{self.thread_ts}"
+
+    @classmethod
+    def from_key(cls, key: str) -> Scope:
+        parts = key.split(":")
+        if parts == ["workspace"]:
+            return cls()
+        if parts[0] == "channel" and len(parts) == 2:
+            return cls(parts[1])
+        if parts[0] == "thread" and len(parts) == 3:
+            return cls(parts[1], parts[2])
+        raise ValueError(f"not a memory scope key: {key!r}")
+
+
+WORKSPACE_SCOPE = Scope()
+
+
+@dataclass(frozen=True)
+class Bullet:
+    """One remembered point: its text, the day it is about and the messages it came from."""
+
+    id: int
+    text: str
+    day: date
+    source_ts: tuple[str, ...]
+    superseded_by: int | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.superseded_by is None
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A bullet the model proposes: its text, the ts of its source messages and the ids it contradicts."""
+
+    text: str
+    source_ts: tuple[str, ...]
+    supersedes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Memory:
+    """The long- or short-term memory of one scope, with the audience of its source.
+
+    `covered` records what it was made from: for a channel, the newest message ts it
+    saw; for the workspace, each source channel's mark.
+    """
+
+    scope: Scope
+    term: Term
+    audience: Audience
+    bullets: tuple[Bullet, ...] = ()
+    label: str = ""
+    """Where it is from, as people name it ("#general"); empty for the workspace."""
+    covered: str = ""
+    updated_at: datetime | None = None
+
+    @property
+    def active(self) -> tuple[Bullet, ...]:
+        """The bullets prompts show: those nothing superseded, oldest first."""
+        return tuple(b for b in self.bullets if b.active)
+
+    def grow(self, drafts: Sequence[tuple[Draft, date]]) -> Memory:
+        """This memory with `drafts` added, each marking the active bullets it supersedes.
+
+        Nothing is ever removed or rewritten. Ids that are unknown or already
+        superseded are ignored.
+        """
+        next_id = max((b.id for b in self.bullets), default=0) + 1
+        active = {b.id for b in self.active}
+        superseded: dict[int, int] = {}
+        added = []
+        for offset, (draft, day) in enumerate(drafts):
+            added.append(Bullet(next_id + offset, draft.text, day, draft.source_ts))
+            for old in draft.supersedes:
+                if old in active:
+                    superseded.setdefault(old, next_id + offset)
+        kept = tuple(
+            replace(b, superseded_by=superseded[b.id]) if b.id in superseded else b for b in self.bullets
+        )
+        return replace(self, bullets=kept + tuple(added))
+
+    def renewed(self, drafts: Sequence[tuple[Draft, date]]) -> Memory:
+        """A short-term memory made afresh from `drafts`."""
+        return replace(self, bullets=tuple(Bullet(i + 1, d.text, day, d.source_ts) for i, (d, day) in enumerate(drafts)))
+
+
+def bullet_line(bullet: Bullet) -> str:
+    """A bullet as prompts and the command line show it: "- [YYYY-MM-DD] text"."""
+    return f"- [{bullet.day.isoformat()}] {bullet.text}"

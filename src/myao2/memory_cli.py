@@ -1,0 +1,80 @@
+"""``myao2 memory show``: what the bot remembers, everywhere or as one conversation may see it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from myao2.config import Config
+from myao2.domain.memory import Memory, Scope, bullet_line
+from myao2.domain.visibility import can_read
+from myao2.infrastructure.clock import SystemClock
+from myao2.infrastructure.db.engine import open_database
+from myao2.infrastructure.db.memory_store import SqlMemoryStore
+
+TERMS = {"long": "long-term", "short": "short-term"}
+
+
+def run_memory_command(config: Config, args: argparse.Namespace) -> int:
+    """Run `myao2 memory show`; 0 on success."""
+    engine = open_database(config.memory.sqlalchemy_url)
+    try:
+        shown = select(SqlMemoryStore(engine, SystemClock()).all(), args.channel, args.thread)
+    finally:
+        engine.dispose()
+    if args.json:
+        print(json.dumps([_json(m) for m in shown], ensure_ascii=False, indent=2))
+    elif not shown:
+        print("Nothing remembered yet.")
+    else:
+        print("\n\n".join(_text(m) for m in shown))
+    return 0
+
+
+def select(memories: list[Memory], channel: str | None, thread: str | None) -> list[Memory]:
+    """Every memory, or with `channel` those its prompts may draw on: the workspace's, the channel's, the thread's."""
+    if channel is None:
+        return memories
+    wanted = {Scope().key, Scope(channel).key} | ({Scope(channel, thread).key} if thread else set())
+    return [m for m in memories if m.scope.key in wanted and can_read(channel, m.audience)]
+
+
+def _title(memory: Memory) -> str:
+    scope = memory.scope
+    if scope.channel_id is None:
+        where = "workspace"
+    elif scope.thread_ts is None:
+        where = f"{memory.label or scope.channel_id} ({scope.channel_id})"
+    else:
+        where = f"thread {scope.thread_ts} in {memory.label or scope.channel_id} ({scope.channel_id})"
+    private = "" if memory.audience.is_workspace else ", private to this conversation"
+    return f"== {where}: {TERMS[memory.term.value]}{private} =="
+
+
+def _text(memory: Memory) -> str:
+    lines = [_title(memory)]
+    lines += [f"{bullet_line(b)}  (ts {', '.join(b.source_ts)})" for b in memory.active] or ["(empty)"]
+    superseded = len(memory.bullets) - len(memory.active)
+    if superseded:
+        lines.append(f"({superseded} superseded note{'s' if superseded != 1 else ''} kept, not shown)")
+    return "\n".join(lines)
+
+
+def _json(memory: Memory) -> dict[str, object]:
+    return {
+        "scope": memory.scope.key,
+        "term": memory.term.value,
+        "label": memory.label,
+        "private_to": memory.audience.conversation_id,
+        "updated_at": memory.updated_at.isoformat() if memory.updated_at else None,
+        "bullets": [
+            {
+                "id": b.id,
+                "day": b.day.isoformat(),
+                "text": b.text,
+                "ts": list(b.source_ts),
+                "superseded_by": b.superseded_by,
+            }
+            for b in memory.bullets
+        ],
+    }

@@ -1,0 +1,88 @@
+from __future__ import annotations
+
+import json
+from datetime import date
+
+import pytest
+
+from myao2.cli import build_parser, main
+from myao2.config import Config, load_config
+from myao2.domain.memory import WORKSPACE_SCOPE, Bullet, Memory, Scope, Term
+from myao2.domain.visibility import WORKSPACE, Audience
+from myao2.infrastructure.db.engine import open_database
+from myao2.infrastructure.db.memory_store import SqlMemoryStore
+from myao2.memory_cli import run_memory_command
+from tests.clocks import ManualClock
+
+DAY = date(2025, 1, 2)
+
+
+@pytest.fixture
+def config_path(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text("memory:\n  database_path: data/m.db\n")
+    return path
+
+
+@pytest.fixture
+def config(config_path) -> Config:
+    return load_config(config_path)
+
+
+@pytest.fixture
+def remembered(config) -> None:
+    engine = open_database(config.memory.sqlalchemy_url)
+    SqlMemoryStore(engine, ManualClock()).save(
+        [
+            Memory(WORKSPACE_SCOPE, Term.LONG, WORKSPACE, (Bullet(1, "ws fact", DAY, ("1.0",)),)),
+            Memory(
+                Scope("C1"),
+                Term.LONG,
+                WORKSPACE,
+                (Bullet(1, "old plan", DAY, ("1.0",), superseded_by=2), Bullet(2, "new plan", DAY, ("2.0", "3.0"))),
+                label="#general",
+            ),
+            Memory(Scope("C1", "5.0"), Term.SHORT, WORKSPACE, (Bullet(1, "thread news", DAY, ("5.0",)),), label="#general"),
+            Memory(Scope("D1"), Term.LONG, Audience("D1"), (Bullet(1, "dm secret", DAY, ("4.0",)),), label="#alice"),
+        ]
+    )
+    engine.dispose()
+
+
+def show(config: Config, capsys, *argv: str) -> str:  # type: ignore[no-untyped-def]
+    assert run_memory_command(config, build_parser().parse_args(["memory", "show", *argv])) == 0
+    return capsys.readouterr().out
+
+
+def test_show_prints_everything_for_a_person(config, remembered, capsys):
+    out = show(config, capsys)
+
+    assert "== workspace: long-term ==\n- [2025-01-02] ws fact  (ts 1.0)" in out
+    assert "== #general (C1): long-term ==\n- [2025-01-02] new plan  (ts 2.0, 3.0)\n(1 superseded note kept, not shown)" in out
+    assert "old plan" not in out
+    assert "== #alice (D1): long-term, private to this conversation ==\n- [2025-01-02] dm secret" in out
+
+
+def test_show_for_a_channel_keeps_to_what_it_may_see(config, remembered, capsys):
+    out = show(config, capsys, "--channel", "C1", "--thread", "5.0")
+
+    assert "ws fact" in out and "new plan" in out and "thread news" in out
+    assert "dm secret" not in out
+    assert "thread news" not in show(config, capsys, "--channel", "C1")
+    assert "dm secret" in show(config, capsys, "--channel", "D1")
+
+
+def test_show_json_includes_superseded_notes(config, remembered, capsys):
+    data = json.loads(show(config, capsys, "--json", "--channel", "C1"))
+
+    general = next(m for m in data if m["scope"] == "channel:C1")
+    assert [(b["text"], b["superseded_by"]) for b in general["bullets"]] == [("old plan", 2), ("new plan", None)]
+
+
+def test_show_with_nothing_remembered(config, capsys):
+    assert show(config, capsys) == "Nothing remembered yet.\n"
+
+
+def test_the_command_line_runs_memory_show(config_path, remembered, capsys):
+    assert main(["memory", "show", "--config", str(config_path)]) == 0
+    assert "ws fact" in capsys.readouterr().out

@@ -1,0 +1,129 @@
+from __future__ import annotations
+
+from datetime import date
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from myao2.application.context import Budget, ContextBuilder, MemoryBudgets, Persona
+from myao2.domain.conversation import Channel, ChannelKind, Message
+from myao2.domain.memory import WORKSPACE_SCOPE, Bullet, Memory, Scope, Term
+from myao2.domain.visibility import WORKSPACE, Audience
+from myao2.infrastructure.db.engine import open_database
+from myao2.infrastructure.db.memo_store import SqlMemoStore
+from myao2.infrastructure.db.memory_store import SqlMemoryStore
+from myao2.infrastructure.llm.phrases import prompt_marks
+from myao2.infrastructure.llm.prompts import PromptRenderer
+from tests.clocks import ManualClock
+
+PERSONA = Persona("myao", "", "en", ZoneInfo("UTC"))
+GENERAL = Channel("C1", "general")
+RANDOM = Channel("C2", "random")
+SECRET = Channel("G1", "secret", ChannelKind.PRIVATE)
+DM = Channel("D1", "alice", ChannelKind.IM)
+THREAD = "1735786800.000100"
+DAY = date(2025, 1, 2)
+
+
+def memory(scope: Scope, term: Term, audience: Audience, *texts: str, label: str = "") -> Memory:
+    bullets = tuple(Bullet(i + 1, text, DAY, ("1735786800.000100",)) for i, text in enumerate(texts))
+    return Memory(scope, term, audience, bullets, label=label)
+
+
+@pytest.fixture
+def stores(tmp_path):
+    engine = open_database(f"sqlite:///{tmp_path}/m.db")
+    clock = ManualClock()
+    memories = SqlMemoryStore(engine, clock)
+    memories.save(
+        [
+            memory(WORKSPACE_SCOPE, Term.LONG, WORKSPACE, "ws-long fact"),
+            memory(WORKSPACE_SCOPE, Term.SHORT, WORKSPACE, "ws-short news"),
+            memory(Scope(GENERAL.id), Term.LONG, WORKSPACE, "general-long fact", label="#general"),
+            memory(Scope(GENERAL.id), Term.SHORT, WORKSPACE, "general-short news", label="#general"),
+            memory(Scope(GENERAL.id, THREAD), Term.SHORT, WORKSPACE, "thread-short news", label="#general"),
+            memory(Scope(RANDOM.id), Term.SHORT, WORKSPACE, "random-short news", label="#random"),
+            memory(Scope(SECRET.id), Term.LONG, Audience(SECRET.id), "canary-secret-long", label="#secret"),
+            memory(Scope(SECRET.id), Term.SHORT, Audience(SECRET.id), "canary-secret-short", label="#secret"),
+            memory(Scope(DM.id), Term.SHORT, Audience(DM.id), "canary-dm-short", label="#alice"),
+        ]
+    )
+    yield SqlMemoStore(engine, clock), memories, clock
+    engine.dispose()
+
+
+def builder(stores, budgets: MemoryBudgets = MemoryBudgets(), with_memories: bool = True) -> ContextBuilder:
+    memos, memories, clock = stores
+    return ContextBuilder(
+        memos,
+        clock,
+        PERSONA,
+        bot_user_id="UBOT",
+        budget=Budget(6000, 1000),
+        marks=prompt_marks("en"),
+        memories=memories if with_memories else None,
+        memory_budgets=budgets,
+    )
+
+
+def reply(channel: Channel, thread_ts: str | None = None) -> list[Message]:
+    return [Message(channel.id, "1735786900.000100", "U1", "hi", "Alice", thread_ts=thread_ts)]
+
+
+async def test_a_thread_prompt_has_its_thread_its_channel_and_the_workspace_memories(stores):
+    context = await builder(stores).build(GENERAL, reply(GENERAL, THREAD))
+
+    text = PromptRenderer("en").render("response", "query", context)
+
+    for fact in ("ws-long fact", "general-long fact", "general-short news", "thread-short news"):
+        assert fact in text
+    assert "#random: - [2025-01-02] random-short news" in text  # what happens elsewhere
+    assert "ws-short news" not in text  # the workspace's short-term memory is the job's, not the prompt's
+
+
+@pytest.mark.parametrize("language", ["ja", "en"])
+@pytest.mark.parametrize("kind", ["response", "judgment"])
+async def test_a_public_channel_prompt_holds_nothing_of_private_memories(stores, language, kind):
+    context = await builder(stores).build(RANDOM, reply(RANDOM))
+
+    text = PromptRenderer(language).render(kind, "query", context, elapsed="1 minute")
+
+    assert "canary" not in text
+    assert "general-short news" in text
+
+
+async def test_a_private_conversation_sees_its_own_memory_and_nothing_of_other_channels(stores):
+    secret = await builder(stores).build(SECRET, reply(SECRET))
+    dm = await builder(stores).build(DM, reply(DM))
+
+    secret_text = PromptRenderer("en").render("response", "query", secret)
+    dm_text = PromptRenderer("en").render("response", "query", dm)
+
+    assert "canary-secret-long" in secret_text and "canary-secret-short" in secret_text
+    assert "canary-dm" not in secret_text
+    assert "canary-dm-short" in dm_text and "canary-secret" not in dm_text
+    assert "random-short news" not in secret_text and "random-short news" not in dm_text
+    assert "ws-long fact" in secret_text  # the workspace memory is public
+
+
+async def test_sections_are_trimmed_at_whole_bullets_oldest_first_with_a_marker(stores):
+    _, memories, _ = stores
+    texts = [f"fact number {i} " + "x" * 40 for i in range(20)]
+    memories.save([memory(WORKSPACE_SCOPE, Term.LONG, WORKSPACE, *texts)])
+
+    context = await builder(stores, MemoryBudgets(workspace=100)).build(GENERAL, reply(GENERAL))
+    text = PromptRenderer("en").render("response", "query", context)
+
+    section = context.memory.workspace
+    assert 0 < len(section.lines) < 20
+    assert section.omitted == 20 - len(section.lines)
+    assert section.lines[-1].endswith(texts[-1])  # the newest stay
+    assert all(any(line.endswith(t) for t in texts) for line in section.lines)  # whole bullets only
+    assert f"({section.omitted} older notes left out)" in text
+    assert sum(len(line) for line in section.lines) / 4 <= 100
+
+
+async def test_without_a_memory_store_the_prompt_has_no_memory_sections(stores):
+    context = await builder(stores, with_memories=False).build(GENERAL, reply(GENERAL))
+
+    assert "remember about" not in PromptRenderer("en").render("response", "query", context)
