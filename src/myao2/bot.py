@@ -41,6 +41,7 @@ from myao2.infrastructure.llm.prompts import PromptRenderer
 from myao2.infrastructure.slack.app import build_app
 from myao2.infrastructure.slack.gateway import SlackAuthError, SlackGateway, make_web_client, web_session
 from myao2.infrastructure.tasks import TaskSet
+from myao2.infrastructure.web.toolbox import build_web_toolbox
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +118,12 @@ class Bot:
         )
         clients = ModelClients(config.agents)
         writer = StrandsReplyWriter(
-            clients, renderer, memos, persona.language, config.logging.debug_llm_messages
+            clients,
+            renderer,
+            memos,
+            persona.language,
+            config.logging.debug_llm_messages,
+            web=build_web_toolbox(config.tools, persona.language),
         )
         response = config.response
         talk = Conversations(

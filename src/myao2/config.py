@@ -282,6 +282,40 @@ class PromptsConfig(_Section):
     """A folder of Jinja templates that override the shipped ones."""
 
 
+class WebFetchConfig(_Section):
+    """The web_fetch tool: reads one web page as Markdown."""
+
+    enabled: bool = False
+    max_content_length: int = Field(default=10000, ge=100)
+    """Characters of page text the model gets; longer text is cut with a visible marker."""
+    max_response_bytes: int = Field(default=5_000_000, ge=1024)
+    """A larger page is not read."""
+    timeout_seconds: float = Field(default=15.0, gt=0)
+    """For the whole fetch, redirects included."""
+    allow_private_networks: bool = False
+    """Allow private, loopback and link-local addresses (refused by default)."""
+
+
+class WebSearchConfig(_Section):
+    """The web_search tool: on when ``api_key`` is set."""
+
+    provider: Literal["tavily"] = "tavily"
+    api_key: str = ""
+    base_url: str = "https://api.tavily.com"
+    search_depth: Literal["basic", "advanced"] = "basic"
+    max_results: int = Field(default=5, ge=1, le=20)
+    max_content_length: int = Field(default=500, ge=50)
+    """Characters kept of each result's content."""
+    timeout_seconds: float = Field(default=20.0, gt=0)
+
+
+class ToolsConfig(_Section):
+    """Extra tools of the response agent, each off unless configured."""
+
+    web_fetch: WebFetchConfig = _section()
+    web_search: WebSearchConfig = _section()
+
+
 class Config(_Section):
     """The whole configuration."""
 
@@ -293,6 +327,7 @@ class Config(_Section):
     prompts: PromptsConfig = _section()
     response: ResponseConfig = _section()
     health_check: HealthCheckConfig = _section()
+    tools: ToolsConfig = _section()
 
     _missing_env: dict[str, str] = PrivateAttr(default_factory=dict)
 

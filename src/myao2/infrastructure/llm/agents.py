@@ -40,6 +40,8 @@ from myao2.infrastructure.llm.prompts import PromptRenderer
 
 if TYPE_CHECKING:
     import openai
+
+    from myao2.infrastructure.web.toolbox import WebToolbox
     from strands import ModelRetryStrategy
     from strands.hooks import AfterModelCallEvent, BeforeModelCallEvent, HookRegistry
     from strands.models import Model
@@ -124,7 +126,7 @@ class ModelClients:
 
 
 class StrandsReplyWriter:
-    """`ReplyWriter` with the response agent and the memo tools."""
+    """`ReplyWriter` with the response agent, the memo tools and the configured web tools."""
 
     ROLE: Role = "response"
 
@@ -135,6 +137,7 @@ class StrandsReplyWriter:
         store: MemoStore,
         language: str,
         debug_messages: bool = False,
+        web: WebToolbox | None = None,
     ) -> None:
         self._clients = clients
         self._config = clients.config(self.ROLE)
@@ -142,6 +145,7 @@ class StrandsReplyWriter:
         self._store = store
         self._language = language
         self._debug = debug_messages
+        self._web = web
 
     async def write(self, context: PromptContext, origin: Origin) -> str:
         """The reply to the conversation in `context`; memo tools act within `origin`.
@@ -164,6 +168,7 @@ class StrandsReplyWriter:
         from strands import Agent
         from strands.agent.conversation_manager import NullConversationManager
 
+        from myao2.infrastructure.llm import web_tools
         from myao2.infrastructure.llm.memo_tools import MEMO_TOOLS, SCOPE_KEY, MemoToolScope
 
         system = self._renderer.render(self.ROLE, "system", context)
@@ -172,7 +177,7 @@ class StrandsReplyWriter:
             logger.debug("%s system prompt:\n%s", self.ROLE, system)
         agent = Agent(
             model=self._clients.model(self.ROLE),
-            tools=MEMO_TOOLS,
+            tools=[*MEMO_TOOLS, *web_tools.offered_tools(self._web)],
             system_prompt=system,
             callback_handler=None,
             conversation_manager=NullConversationManager(),
@@ -185,7 +190,9 @@ class StrandsReplyWriter:
         result = None
         try:
             async for event in agent.stream_async(
-                query, invocation_state={SCOPE_KEY: scope}, limits={"turns": self._config.max_tool_cycles}
+                query,
+                invocation_state={SCOPE_KEY: scope, web_tools.SCOPE_KEY: self._web},
+                limits={"turns": self._config.max_tool_cycles},
             ):
                 if event.get("data"):
                     yield TextDelta(("\n\n" if wrote and after_tools else "") + event["data"])
@@ -413,12 +420,13 @@ class ModelCallLog:
 
 
 def import_model_libraries() -> None:
-    """Import openai, strands and the memo tools (about 0.6 s of CPU)."""
+    """Import openai, strands and the tools (about 0.6 s of CPU)."""
     import openai  # noqa: F401
     import strands.models.openai  # noqa: F401
     import strands.types.exceptions  # noqa: F401
 
     import myao2.infrastructure.llm.memo_tools  # noqa: F401
+    import myao2.infrastructure.llm.web_tools  # noqa: F401
 
 
 def model_errors() -> tuple[type[BaseException], ...]:
