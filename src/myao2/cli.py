@@ -54,6 +54,13 @@ def build_parser() -> argparse.ArgumentParser:
     memo_restore = actions.add_parser("restore", parents=[common], help="restore a removed memo")
     memo_restore.add_argument("name")
 
+    memo_pin = actions.add_parser(
+        "pin", parents=[common], help="make a memo a rule: always in the prompt, not changeable by the bot"
+    )
+    memo_pin.add_argument("name")
+    memo_unpin = actions.add_parser("unpin", parents=[common], help="make a pinned memo an ordinary memo again")
+    memo_unpin.add_argument("name")
+
     memory = commands.add_parser("memory", parents=[common], help="inspect what the bot remembers")
     memory_actions = memory.add_subparsers(dest="memory_command", metavar="ACTION", required=True)
     memory_show = memory_actions.add_parser(

@@ -1,4 +1,4 @@
-"""``myao2 memo list|show|history|restore``: a person's own view of every memo.
+"""``myao2 memo list|show|history|restore|pin|unpin``: a person's own view of every memo.
 
 Times are shown in the persona's time zone; ``--json`` prints data for scripts.
 """
@@ -27,6 +27,7 @@ HISTORY_FIELDS = ("name", "content", "priority", "tags", "detail")
 
 _ERRORS = {
     "unknown_name": "no memo named {name!r}",
+    "not_pinned": "the memo {name!r} is not pinned",
     "not_removed": "no removed memo named {name!r}",
     "name_taken": "a memo named {name!r} already exists; rename or remove it first",
     "too_many_tag_kinds": "that would make more than {limit} kinds of tags (new: {new})",
@@ -104,11 +105,23 @@ def _restore(store: MemoStore, tz: tzinfo, args: argparse.Namespace) -> None:
     print(f"Restored memo {memo.name!r} (priority {memo.priority}).")
 
 
+def _pin(store: MemoStore, tz: tzinfo, args: argparse.Namespace) -> None:
+    memo = store.pin(args.name, CLI_ACTOR)
+    print(f"Pinned memo {memo.name!r}: it is now a rule in every prompt that may see it, and the bot cannot change it.")
+
+
+def _unpin(store: MemoStore, tz: tzinfo, args: argparse.Namespace) -> None:
+    memo = store.unpin(args.name, CLI_ACTOR)
+    print(f"Unpinned memo {memo.name!r}.")
+
+
 _COMMANDS: dict[str, Command] = {
     "list": _list,
     "show": _show,
     "history": _history,
     "restore": _restore,
+    "pin": _pin,
+    "unpin": _unpin,
 }
 
 

@@ -88,6 +88,8 @@ class PromptContext:
     recent_memos: tuple[Memo, ...]
     """The memos updated most recently, other than the important ones."""
     memory: MemorySections = MemorySections()
+    rules: tuple[Memo, ...] = ()
+    """Memos people pinned that this conversation may see: rules above everything learnt."""
 
     def local_time(self, moment: datetime) -> str:
         """`moment` as prompts show it, in the persona's time zone."""
@@ -152,7 +154,7 @@ class ContextBuilder:
         answered, which is always shown. Memos are always shown.
         The store is read in a worker thread, so this may be awaited on the event loop.
         """
-        important, recent = await asyncio.to_thread(self._read_memos, channel.id)
+        rules, important, recent = await asyncio.to_thread(self._read_memos, channel.id)
         thread_ts = next((m.thread_ts for m in messages if m.thread_ts), None)
         memory = await asyncio.to_thread(self._read_memories, channel, thread_ts) if self._memories else MemorySections()
         return PromptContext(
@@ -163,6 +165,7 @@ class ContextBuilder:
             important_memos=important,
             recent_memos=recent,
             memory=memory,
+            rules=rules,
         )
 
     def _conversation(
@@ -189,14 +192,17 @@ class ContextBuilder:
         )
         return tuple(line for _, line in fitted)
 
-    def _read_memos(self, channel_id: str) -> tuple[tuple[Memo, ...], tuple[Memo, ...]]:
-        important = self._memos.list(
-            channel_id, min_priority=IMPORTANT_PRIORITY, limit=IMPORTANT_MEMO_LIMIT
-        ).memos
-        recent = self._memos.recent(
-            channel_id, RECENT_MEMO_LIMIT, exclude={m.name for m in important}
-        )
-        return tuple(important), tuple(recent)
+    def _read_memos(self, channel_id: str) -> tuple[tuple[Memo, ...], tuple[Memo, ...], tuple[Memo, ...]]:
+        """The pinned memos, then the important and the recent ones other than those."""
+        rules = self._memos.pinned(channel_id)
+        pinned = {m.name for m in rules}
+        important = [
+            m
+            for m in self._memos.list(channel_id, min_priority=IMPORTANT_PRIORITY, limit=IMPORTANT_MEMO_LIMIT).memos
+            if m.name not in pinned
+        ]
+        recent = self._memos.recent(channel_id, RECENT_MEMO_LIMIT, exclude=pinned | {m.name for m in important})
+        return tuple(rules), tuple(important), tuple(recent)
 
     def _read_memories(self, channel: Channel, thread_ts: str | None) -> MemorySections:
         """The memories `channel` may read, each section within its budget."""

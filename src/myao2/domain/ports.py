@@ -59,6 +59,16 @@ class MemoStore(Protocol):
 
     def history(self, name: str) -> list[MemoRevision]: ...
 
+    def pin(self, name: str, actor: str) -> Memo:
+        """Make a memo a rule: shown in every prompt that may see it, changed by no conversation."""
+        ...
+
+    def unpin(self, name: str, actor: str) -> Memo: ...
+
+    def pinned(self, channel_id: str | None) -> list[Memo]:
+        """The pinned memos `channel_id` may see, oldest pin first."""
+        ...
+
 
 class MemoryStore(Protocol):
     """The memories the memory job keeps, one per (scope, term); synchronous, run in a thread."""

@@ -27,7 +27,7 @@ from myao2.domain.memo import (
     visible_in,
 )
 from myao2.domain.ports import Clock
-from myao2.infrastructure.db.tables import MemoRevisionRow, MemoRow
+from myao2.infrastructure.db.tables import MemoPinRow, MemoRevisionRow, MemoRow
 
 # A change reads the rules' inputs (live names, tag kinds) and then writes. Threads of one
 # process (tool calls run in worker threads) take turns so no two changes interleave; across
@@ -72,6 +72,7 @@ class SqlMemoStore:
     def edit(self, name: str, changes: MemoChanges, channel_id: str | None, actor: str) -> Memo:
         with self._change() as session:
             row = self._visible_row(session, name, channel_id)
+            _refuse_pinned(session, row, channel_id)
             before = _to_memo(row)
             after = changes.apply(before, self._clock.now())
             if after.name != before.name and self._live_row(session, after.name) is not None:
@@ -86,6 +87,7 @@ class SqlMemoStore:
     def remove(self, name: str, channel_id: str | None, actor: str) -> Memo:
         with self._change() as session:
             row = self._visible_row(session, name, channel_id)
+            _refuse_pinned(session, row, channel_id)
             before = _to_memo(row)
             row.removed_at = self._clock.now()
             after = _to_memo(row)
@@ -112,7 +114,29 @@ class SqlMemoStore:
             self._revise(session, after, Action.RESTORE, actor, before)
             return after
 
+    def pin(self, name: str, actor: str) -> Memo:
+        with self._change() as session:
+            row = self._visible_row(session, name, None)
+            if session.get(MemoPinRow, row.id) is None:
+                session.add(MemoPinRow(memo_id=row.id, pinned_by=actor, pinned_at=self._clock.now()))
+            return _to_memo(row)
+
+    def unpin(self, name: str, actor: str) -> Memo:
+        with self._change() as session:
+            row = self._visible_row(session, name, None)
+            pin = session.get(MemoPinRow, row.id)
+            if pin is None:
+                raise MemoError("not_pinned", name=name)
+            session.delete(pin)
+            return _to_memo(row)
+
     # -- reads ---------------------------------------------------------------
+
+    def pinned(self, channel_id: str | None) -> list[Memo]:
+        query = select(MemoRow).join(MemoPinRow, col(MemoPinRow.memo_id) == col(MemoRow.id))
+        with Session(self._engine) as session:
+            rows = session.exec(_scoped(query, channel_id).order_by(col(MemoPinRow.pinned_at))).all()
+        return [_to_memo(r) for r in rows]
 
     def get(self, name: str, channel_id: str | None) -> Memo:
         with Session(self._engine) as session:
@@ -258,6 +282,12 @@ def _scoped(query: Any, channel_id: str | None, *, removed: bool = False) -> Any
             or_(MemoRow.visibility == Visibility.WORKSPACE.value, MemoRow.channel_id == channel_id)
         )
     return query
+
+
+def _refuse_pinned(session: Session, row: MemoRow, channel_id: str | None) -> None:
+    """A pinned memo is a person's rule: a conversation (the model's tools) may read it, never change it."""
+    if channel_id is not None and session.get(MemoPinRow, row.id) is not None:
+        raise MemoError("pinned", name=row.name)
 
 
 def _flush(session: Session, name: str) -> None:

@@ -51,6 +51,16 @@ class MemoRevisionRow(SQLModel, table=True):
     after: dict[str, Any] | None = Field(default=None, sa_column=Column(JSONText, nullable=True))
 
 
+class MemoPinRow(SQLModel, table=True):
+    """A memo a person pinned: a rule the bot follows and its tools may not change."""
+
+    __tablename__ = "memo_pins"
+
+    memo_id: int = Field(sa_column=Column(Integer, ForeignKey("memos.id"), primary_key=True))
+    pinned_by: str
+    pinned_at: datetime = Field(sa_column=Column(UTCDateTime, nullable=False))
+
+
 class ChannelRow(SQLModel, table=True):
     __tablename__ = "channels"
 
