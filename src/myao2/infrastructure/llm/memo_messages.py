@@ -45,6 +45,7 @@ _ERRORS: dict[str, dict[str, str]] = {
         "not_removed": "削除済みの「{name}」というメモはありません。",
         "unknown_name": "「{name}」という名前のメモはありません。list_memo で正確な名前を確かめてください。",
         "pinned": "「{name}」は人が決めたルールなので、変更も削除もできません。そのまま従ってください。",
+        "not_pinned": "「{name}」はルールとして固定されていません。",
     },
     "en": {
         "not_text": "{field} must be text (a string).",
@@ -76,6 +77,7 @@ _ERRORS: dict[str, dict[str, str]] = {
         "not_removed": 'There is no removed memo named "{name}".',
         "unknown_name": 'There is no memo named "{name}". Use list_memo to find the exact name.',
         "pinned": 'The memo "{name}" is a rule a person set: it cannot be edited or removed. Follow it as it is.',
+        "not_pinned": 'The memo "{name}" is not pinned as a rule.',
     },
 }
 
