@@ -21,6 +21,7 @@ from myao2.application.history_sync import HistorySync
 from myao2.application.inbox import Inbox
 from myao2.application.memory_job import MemoryJob, MemorySettings
 from myao2.application.mention import AnswerMention, MentionSettings
+from myao2.application.search import Search
 from myao2.config import Config, ConfigError
 from myao2.domain.judgment import SkipPolicy, WaitPolicy
 from myao2.infrastructure.clock import SystemClock
@@ -36,6 +37,7 @@ from myao2.infrastructure.llm.agents import (
     StrandsMemoryWriter,
     StrandsReplyWriter,
 )
+from myao2.infrastructure.search.setup import IndexProgressLog, SearchIndex, open_index
 from myao2.infrastructure.llm.phrases import apology, prompt_marks
 from myao2.infrastructure.llm.prompts import PromptRenderer
 from myao2.infrastructure.slack.app import build_app
@@ -46,6 +48,7 @@ from myao2.infrastructure.web.toolbox import build_web_toolbox
 logger = logging.getLogger(__name__)
 
 SHUTDOWN_GRACE_SECONDS = 5.0
+INDEX_INTERVAL_SECONDS = 2.0
 
 
 def run_bot(config: Config) -> int:
@@ -117,6 +120,7 @@ class Bot:
             system_overrides={role: getattr(config.agents, role).system_prompt for role in ROLES},
         )
         clients = ModelClients(config.agents)
+        index = open_index(engine, config.search, memos, conversations)
         writer = StrandsReplyWriter(
             clients,
             renderer,
@@ -124,6 +128,7 @@ class Bot:
             persona.language,
             config.logging.debug_llm_messages,
             web=build_web_toolbox(config.tools, persona.language),
+            search=Search(index, memos, conversations) if index is not None else None,
         )
         response = config.response
         talk = Conversations(
@@ -193,9 +198,13 @@ class Bot:
         self._tasks.spawn(self._every(response.history_sync_interval_seconds, history.sync))
         self._tasks.spawn(self._every(response.check_interval_seconds, autonomous.check))
         self._tasks.spawn(self._every(config.memory.update_interval_seconds, memory_job.run))
+        if index is not None:
+            self._tasks.spawn(self._keep_indexed(index))
 
         await self._stop.wait()
         logger.info("shutting down")
+        if index is not None:
+            index.close()
         health.slack_connected = False
         await connection.close()
         await self._tasks.drain(SHUTDOWN_GRACE_SECONDS)
@@ -246,6 +255,15 @@ class Bot:
         missed = await inbox.catch_up(self._clock, self._config.response.mention_catchup_seconds)
         if missed:
             logger.info("answering %d mention(s) that arrived while the bot was away", missed)
+
+    async def _keep_indexed(self, index: SearchIndex) -> None:
+        """Index what changed, off the event loop and in batches, so searches find the queue nearly empty."""
+        try:
+            await asyncio.to_thread(index.sync, IndexProgressLog())
+            await asyncio.to_thread(index.warm)
+        except Exception:
+            logger.exception("search indexing failed; searches will index what they need")
+        await self._every(INDEX_INTERVAL_SECONDS, lambda: asyncio.to_thread(index.sync))
 
     async def _every(self, seconds: float, job: Callable[[], Awaitable[object]]) -> None:
         """Run `job` every `seconds` until the bot stops; a failure is logged and the next round runs."""

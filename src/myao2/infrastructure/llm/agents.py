@@ -30,7 +30,9 @@ from myao2.application.reply_stream import (
     ToolFinished,
     ToolStarted,
 )
+from myao2.application.search import Search
 from myao2.config import AgentConfig, AgentsConfig, ConfigError
+from myao2.domain.conversation import ts_to_datetime
 from myao2.domain.judgment import Judgment
 from myao2.domain.memo import Origin
 from myao2.domain.memory import Draft
@@ -126,7 +128,7 @@ class ModelClients:
 
 
 class StrandsReplyWriter:
-    """`ReplyWriter` with the response agent, the memo tools and the configured web tools."""
+    """`ReplyWriter` with the response agent, the memo tools, the configured web tools and (given a `search`) the search tools."""
 
     ROLE: Role = "response"
 
@@ -138,6 +140,7 @@ class StrandsReplyWriter:
         language: str,
         debug_messages: bool = False,
         web: WebToolbox | None = None,
+        search: Search | None = None,
     ) -> None:
         self._clients = clients
         self._config = clients.config(self.ROLE)
@@ -146,6 +149,7 @@ class StrandsReplyWriter:
         self._language = language
         self._debug = debug_messages
         self._web = web
+        self._search = search
 
     async def write(self, context: PromptContext, origin: Origin) -> str:
         """The reply to the conversation in `context`; memo tools act within `origin`.
@@ -170,6 +174,7 @@ class StrandsReplyWriter:
 
         from myao2.infrastructure.llm import web_tools
         from myao2.infrastructure.llm.memo_tools import MEMO_TOOLS, SCOPE_KEY, MemoToolScope
+        from myao2.infrastructure.llm.search_tools import SEARCH_KEY, SEARCH_TOOLS, SearchToolScope
 
         system = self._renderer.render(self.ROLE, "system", context)
         query = self._renderer.render(self.ROLE, "query", context)
@@ -177,22 +182,31 @@ class StrandsReplyWriter:
             logger.debug("%s system prompt:\n%s", self.ROLE, system)
         agent = Agent(
             model=self._clients.model(self.ROLE),
-            tools=[*MEMO_TOOLS, *web_tools.offered_tools(self._web)],
+            tools=[*MEMO_TOOLS, *web_tools.offered_tools(self._web), *(SEARCH_TOOLS if self._search is not None else [])],
             system_prompt=system,
             callback_handler=None,
             conversation_manager=NullConversationManager(),
             retry_strategy=bounded_retry_strategy(),
             hooks=[ModelCallLog(self.ROLE, self._config.model_id, self._debug)],
         )
-        scope = MemoToolScope(self._store, origin, self._language)
+        state: dict[str, Any] = {
+            SCOPE_KEY: MemoToolScope(self._store, origin, self._language),
+            web_tools.SCOPE_KEY: self._web,
+        }
+        if self._search is not None:
+            state[SEARCH_KEY] = SearchToolScope(
+                self._search,
+                reader=origin.channel_id,
+                cutoff=ts_to_datetime(origin.message_ts) if origin.message_ts else None,
+                language=self._language,
+                timezone=context.persona.timezone,
+            )
         tools: dict[str, str] = {}  # tool use id -> tool name
         wrote = after_tools = False
         result = None
         try:
             async for event in agent.stream_async(
-                query,
-                invocation_state={SCOPE_KEY: scope, web_tools.SCOPE_KEY: self._web},
-                limits={"turns": self._config.max_tool_cycles},
+                query, invocation_state=state, limits={"turns": self._config.max_tool_cycles}
             ):
                 if event.get("data"):
                     yield TextDelta(("\n\n" if wrote and after_tools else "") + event["data"])
@@ -427,6 +441,7 @@ def import_model_libraries() -> None:
 
     import myao2.infrastructure.llm.memo_tools  # noqa: F401
     import myao2.infrastructure.llm.web_tools  # noqa: F401
+    import myao2.infrastructure.llm.search_tools  # noqa: F401
 
 
 def model_errors() -> tuple[type[BaseException], ...]:

@@ -1,0 +1,362 @@
+"""The hybrid search index over memos and messages, kept in SQLite beside them.
+
+Triggers queue every change to a memo or a message (migration 0004); `sync` drains
+that queue in batches (embedding is the slow part, so it runs in a worker thread,
+never on the event loop) and is run again before each search, so a search never
+misses a change nor returns something removed. Each hit is scored by the cosine of
+its vector, plus a keyword bonus that only a close keyword match earns (see `fuse`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from sqlalchemy import Connection, Engine, text
+
+from myao2.infrastructure.db.conversation_store import SqlConversationStore
+from myao2.infrastructure.db.memo_store import SqlMemoStore
+from myao2.infrastructure.search.embedders import Embedder
+from myao2.infrastructure.search.text import fts_document, fts_query, terms
+from myao2.infrastructure.search.vectors import StoredVector, VectorCache
+
+logger = logging.getLogger(__name__)
+
+KINDS = ("memo", "message")
+BATCH_SIZE = 32
+CANDIDATES = 50
+"""How many hits each ranking (dense, keyword) proposes before fusion."""
+KEYWORD_WEIGHT = 0.06
+"""The largest bonus a keyword match adds to a cosine (which spans about 0.75-0.95 for this model)."""
+
+Progress = Callable[[int, int], None]
+"""Called with (done, total) while indexing."""
+Readable = Callable[[str | None], bool]
+"""Whether a document's scope (a memo's audience, a message's channel) may be read."""
+
+
+@dataclass(frozen=True)
+class Document:
+    """What is indexed for one memo or message."""
+
+    scope: str | None
+    at: float
+    text: str
+    keywords: str
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A ranked document: the id of its memo or message, and its fused score."""
+
+    ref_id: int
+    score: float
+
+
+class SearchIndex:
+    """Keyword (FTS5 over bigrams and words) and vector search over one database."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        embedder: Embedder,
+        memos: SqlMemoStore,
+        conversations: SqlConversationStore,
+    ) -> None:
+        self._engine = engine
+        self._embedder = embedder
+        self._memos = memos
+        self._conversations = conversations
+        self._caches = {kind: VectorCache() for kind in KINDS}
+        self._sync_lock = threading.Lock()
+        self._cache_lock = threading.Lock()
+        self._checked_model = False
+        self._closed = threading.Event()
+
+    def close(self) -> None:
+        """Stop a running `sync` after its current batch (at shutdown)."""
+        self._closed.set()
+
+    # -- keeping up with the data ---------------------------------------------
+
+    def pending(self) -> int:
+        """How many changes wait to be indexed."""
+        with self._engine.connect() as connection:
+            return int(connection.execute(text("SELECT count(*) FROM search_queue")).scalar_one())
+
+    def sync(self, progress: Progress | None = None) -> int:
+        """Index every queued change; returns how many documents were written or deleted."""
+        with self._sync_lock:
+            if not self._checked_model:
+                self._requeue_other_models()
+                self._checked_model = True
+            total = self.pending()
+            done = 0
+            while not self._closed.is_set():
+                with self._engine.connect() as connection:
+                    batch = connection.execute(
+                        text(
+                            "SELECT kind, ref_id, max(id) FROM search_queue GROUP BY kind, ref_id "
+                            "ORDER BY min(id) LIMIT :n"
+                        ),
+                        {"n": BATCH_SIZE},
+                    ).all()
+                if not batch:
+                    break
+                self._index_batch([(kind, ref_id, last) for kind, ref_id, last in batch])
+                done += len(batch)
+                if progress is not None:
+                    progress(min(done, total), max(total, done))
+            return done
+
+    def rebuild(self, progress: Progress | None = None) -> int:
+        """Re-embed and re-index every memo and message."""
+        with self._sync_lock, self._engine.begin() as connection:
+            connection.execute(text("DELETE FROM search_fts"))
+            connection.execute(text("DELETE FROM search_docs"))
+            connection.execute(text("DELETE FROM search_queue"))
+            connection.execute(text("INSERT INTO search_queue (kind, ref_id) SELECT 'memo', id FROM memos"))
+            connection.execute(text("INSERT INTO search_queue (kind, ref_id) SELECT 'message', id FROM messages"))
+        with self._cache_lock:
+            self._caches = {kind: VectorCache() for kind in KINDS}
+        return self.sync(progress)
+
+    def _requeue_other_models(self) -> None:
+        """Documents embedded by another model are queued again: the index rebuilds itself."""
+        with self._engine.begin() as connection:
+            queued = connection.execute(
+                text(
+                    "INSERT INTO search_queue (kind, ref_id) SELECT kind, ref_id FROM search_docs "
+                    "WHERE model IS NOT :model"
+                ),
+                {"model": self._embedder.model_id},
+            ).rowcount
+        if queued:
+            logger.info("search: %d documents were embedded by another model; re-embedding them", queued)
+
+    def _index_batch(self, batch: list[tuple[str, int, int]]) -> None:
+        documents: dict[tuple[str, int], Document | None] = {}
+        for kind in KINDS:
+            ids = [ref_id for k, ref_id, _ in batch if k == kind]
+            if ids:
+                documents.update({(kind, i): d for i, d in self._documents(kind, ids).items()})
+        live = [(key, doc) for key, doc in documents.items() if doc is not None]
+        vectors = self._embedder.passages([doc.text for _, doc in live]) if live else None
+        deleted: dict[str, list[int]] = {kind: [] for kind in KINDS}
+        with self._engine.begin() as connection:
+            for index, ((kind, ref_id), doc) in enumerate(live):
+                assert vectors is not None
+                _upsert(connection, kind, ref_id, doc, self._embedder.model_id, vectors[index])
+            for kind, ref_id, last in batch:
+                if documents.get((kind, ref_id)) is None:
+                    doc_id = _delete(connection, kind, ref_id)
+                    if doc_id is not None:
+                        deleted[kind].append(doc_id)
+                connection.execute(
+                    text("DELETE FROM search_queue WHERE kind = :kind AND ref_id = :ref AND id <= :last"),
+                    {"kind": kind, "ref": ref_id, "last": last},
+                )
+        with self._cache_lock:
+            for kind, doc_ids in deleted.items():
+                self._caches[kind].discard(doc_ids)
+
+    def _documents(self, kind: str, ids: list[int]) -> dict[int, Document | None]:
+        """What to index for each id; None for what is gone or removed."""
+        found: dict[int, Document | None] = dict.fromkeys(ids)
+        if kind == "memo":
+            for memo_id, memo in self._memos.by_ids(ids).items():
+                if memo.removed:
+                    continue
+                body = "\n".join(part for part in (memo.content, " ".join(memo.tags), memo.detail or "") if part)
+                found[memo_id] = Document(
+                    scope=memo.audience.conversation_id,
+                    at=memo.created_at.timestamp(),
+                    text=body,
+                    keywords=fts_document(f"{memo.name}\n{body}"),
+                )
+        else:
+            for message_id, message in self._conversations.messages_by_ids(ids).items():
+                body = f"{message.user_name}: {message.text}"
+                found[message_id] = Document(
+                    scope=message.channel_id, at=float(message.ts), text=body, keywords=fts_document(body)
+                )
+        return found
+
+    # -- searching --------------------------------------------------------------
+
+    def search(
+        self,
+        kind: str,
+        query: str,
+        readable: Readable,
+        before: float | None,
+        limit: int,
+    ) -> list[Hit]:
+        """The best `limit` documents of `kind` for `query` among those in a readable scope, at or before `before`.
+
+        Call `sync` first for the newest changes to count.
+        """
+        query_vector = self._embedder.query(query)
+        with self._cache_lock:
+            cache = self._refreshed(kind)
+            dense = cache.top(query_vector, readable, before, CANDIDATES)
+        with self._engine.connect() as connection:
+            query_terms = list(dict.fromkeys(terms(query)))
+            keyword = _keyword_top(connection, kind, query_terms, readable, cache.scopes, before)
+            candidates = list(dict.fromkeys([doc_id for doc_id, _ in dense] + keyword))
+            rows = _rows(connection, candidates)
+            documents = sum(len(c) for c in self._caches.values())
+            weights = _idf(connection, query_terms, documents)
+        cosines = dict(dense)
+        floor = min(cosines.values(), default=0.0)
+        hits = []
+        for doc_id in candidates:
+            row = rows.get(doc_id)
+            # Checked again on the row itself: the cache may trail another process's changes.
+            if row is None or row[0] != kind or not readable(row[2]) or (before is not None and row[3] > before):
+                continue
+            cosine = cosines.get(doc_id)
+            if cosine is None:
+                with self._cache_lock:
+                    vector = self._caches[kind].vector_of(doc_id)
+                cosine = float(vector @ query_vector) if vector is not None else floor
+            hits.append(Hit(row[1], fuse(cosine, coverage(weights, row[4]))))
+        hits.sort(key=lambda hit: -hit.score)
+        return hits[:limit]
+
+    def warm(self) -> None:
+        """Load every kind's vectors into memory (done on first search otherwise)."""
+        with self._cache_lock:
+            for kind in KINDS:
+                self._refreshed(kind)
+
+    def _refreshed(self, kind: str) -> VectorCache:
+        cache = self._caches[kind]
+        with self._engine.connect() as connection:
+            result = connection.execute(
+                text(
+                    "SELECT id, scope, at, vector, seq FROM search_docs "
+                    "WHERE kind = :kind AND seq > :seq AND model = :model ORDER BY seq"
+                ),
+                {"kind": kind, "seq": cache.seq, "model": self._embedder.model_id},
+            )
+            cache.put(StoredVector(*row) for row in result)
+        return cache
+
+
+def fuse(cosine: float, keyword_coverage: float) -> float:
+    """The cosine, plus a keyword bonus that grows with the square of how much of the query a document holds.
+
+    A paraphrase shares only a few common terms with its answer (a name, さん), so its
+    bonus stays tiny and the dense ranking decides; a query whose rare terms a
+    document holds nearly all of (a name, a date, a code word) lifts it to the top.
+    """
+    return cosine + KEYWORD_WEIGHT * keyword_coverage**2
+
+
+def coverage(weights: dict[str, float], document_terms: str) -> float:
+    """The share of the query's term weight (IDF) found in the document's terms."""
+    total = sum(weights.values())
+    if total <= 0:
+        return 0.0
+    present = set(document_terms.split())
+    return sum(weight for term, weight in weights.items() if term in present) / total
+
+
+def _idf(connection: Connection, query_terms: list[str], documents: int) -> dict[str, float]:
+    if not query_terms:
+        return {}
+    frequencies = dict(
+        connection.execute(
+            text("SELECT term, doc FROM search_vocab WHERE term IN (SELECT value FROM json_each(:terms))"),
+            {"terms": json.dumps(query_terms, ensure_ascii=False)},
+        ).all()
+    )
+    return {
+        term: math.log(1 + (documents - frequencies.get(term, 0) + 0.5) / (frequencies.get(term, 0) + 0.5))
+        for term in query_terms
+    }
+
+
+def _keyword_top(
+    connection: Connection,
+    kind: str,
+    query_terms: list[str],
+    readable: Readable,
+    scopes: list[str | None],
+    before: float | None,
+) -> list[int]:
+    match = fts_query(query_terms)
+    if match is None:
+        return []
+    allowed = [s for s in scopes if s is not None and readable(s)]
+    rows = connection.execute(
+        text(
+            "SELECT d.id FROM search_fts JOIN search_docs d ON d.id = search_fts.rowid "
+            "WHERE search_fts MATCH :match AND d.kind = :kind AND d.at <= :before "
+            "AND ((d.scope IS NULL AND :workspace) OR d.scope IN (SELECT value FROM json_each(:scopes))) "
+            "ORDER BY bm25(search_fts) LIMIT :n"
+        ),
+        {
+            "match": match,
+            "kind": kind,
+            "before": math.inf if before is None else before,
+            "workspace": readable(None),
+            "scopes": json.dumps(allowed),
+            "n": CANDIDATES,
+        },
+    ).all()
+    return [row[0] for row in rows]
+
+
+def _rows(connection: Connection, doc_ids: list[int]) -> dict[int, tuple[str, int, str | None, float, str]]:
+    """(kind, ref_id, scope, at, keyword terms) of each document id still stored."""
+    if not doc_ids:
+        return {}
+    rows = connection.execute(
+        text(
+            "SELECT d.id, d.kind, d.ref_id, d.scope, d.at, f.terms FROM search_docs d "
+            "JOIN search_fts f ON f.rowid = d.id WHERE d.id IN (SELECT value FROM json_each(:ids))"
+        ),
+        {"ids": json.dumps(doc_ids)},
+    ).all()
+    return {row[0]: (row[1], row[2], row[3], row[4], row[5]) for row in rows}
+
+
+def _upsert(connection: Connection, kind: str, ref_id: int, doc: Document, model: str, vector: np.ndarray) -> None:
+    doc_id = connection.execute(
+        text(
+            "INSERT INTO search_docs (kind, ref_id, scope, at, text, model, vector, seq) "
+            "VALUES (:kind, :ref, :scope, :at, :text, :model, :vector, "
+            "(SELECT coalesce(max(seq), 0) + 1 FROM search_docs)) "
+            "ON CONFLICT (kind, ref_id) DO UPDATE SET scope = excluded.scope, at = excluded.at, "
+            "text = excluded.text, model = excluded.model, vector = excluded.vector, seq = excluded.seq "
+            "RETURNING id"
+        ),
+        {
+            "kind": kind,
+            "ref": ref_id,
+            "scope": doc.scope,
+            "at": doc.at,
+            "text": doc.text,
+            "model": model,
+            "vector": np.asarray(vector, dtype=np.float32).tobytes(),
+        },
+    ).scalar_one()
+    connection.execute(text("DELETE FROM search_fts WHERE rowid = :id"), {"id": doc_id})
+    connection.execute(text("INSERT INTO search_fts (rowid, terms) VALUES (:id, :terms)"), {"id": doc_id, "terms": doc.keywords})
+
+
+def _delete(connection: Connection, kind: str, ref_id: int) -> int | None:
+    doc_id = connection.execute(
+        text("DELETE FROM search_docs WHERE kind = :kind AND ref_id = :ref RETURNING id"),
+        {"kind": kind, "ref": ref_id},
+    ).scalar_one_or_none()
+    if doc_id is not None:
+        connection.execute(text("DELETE FROM search_fts WHERE rowid = :id"), {"id": doc_id})
+    return doc_id

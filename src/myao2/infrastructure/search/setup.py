@@ -1,0 +1,40 @@
+"""Opening the search index as configured, for the bot and the command line alike."""
+
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy import Engine
+
+from myao2.config import SearchConfig
+from myao2.infrastructure.db.conversation_store import SqlConversationStore
+from myao2.infrastructure.db.memo_store import SqlMemoStore
+from myao2.infrastructure.search.embedders import make_embedder
+from myao2.infrastructure.search.index import SearchIndex
+
+__all__ = ["IndexProgressLog", "SearchIndex", "open_index"]
+
+logger = logging.getLogger(__name__)
+
+
+def open_index(
+    engine: Engine, config: SearchConfig, memos: SqlMemoStore, conversations: SqlConversationStore
+) -> SearchIndex | None:
+    """The search index of this database; None where search is not available (databases other than SQLite)."""
+    if engine.dialect.name != "sqlite":
+        logger.warning("search needs SQLite; the search tools are off for %s", engine.dialect.name)
+        return None
+    return SearchIndex(engine, make_embedder(config), memos, conversations)
+
+
+class IndexProgressLog:
+    """Logs indexing progress about every tenth of a large backlog."""
+
+    def __init__(self) -> None:
+        self._logged = 0
+
+    def __call__(self, done: int, total: int) -> None:
+        step = max(total // 10, 200)
+        if done - self._logged >= step or (done == total and self._logged and done != self._logged):
+            self._logged = done
+            logger.info("search index: %d of %d documents indexed", done, total)

@@ -1,0 +1,117 @@
+"""Search end to end: the model calls search_memo and recall in the real bot process."""
+
+from __future__ import annotations
+
+import time
+
+from myao2.domain.conversation import Channel, ChannelKind, Message
+from myao2.domain.memo import MemoDraft, Origin
+from myao2.infrastructure.clock import SystemClock
+from myao2.infrastructure.db.conversation_store import SqlConversationStore
+from myao2.infrastructure.db.engine import open_database
+from myao2.infrastructure.db.memo_store import SqlMemoStore
+from tests.e2e.conftest import ALICE, BOB, GENERAL, BotProcess
+from tests.e2e.test_mentions import replies_in
+from tests.fakes.openai_server import Text, ToolCall, ToolCalls
+from tests.fakes.slack_server import FakeSlack
+
+SECRET_ROOM = "GSECRET"
+WEEK = 7 * 24 * 3600
+
+
+def tool_results(request: dict) -> list[str]:
+    """The tool results the model was shown in a request."""
+    return [m["content"] if isinstance(m["content"], str) else str(m["content"]) for m in request["messages"] if m["role"] == "tool"]
+
+
+def seed(bot: BotProcess, memos: list[tuple[str, str]] = (), messages: list[tuple[str, str, str, float]] = ()) -> None:
+    """Store memos and messages (channel, user name, text, seconds ago) before the bot starts."""
+    engine = open_database(f"sqlite:///{bot.database}")
+    memo_store = SqlMemoStore(engine, SystemClock())
+    for name, content in memos:
+        memo_store.add(MemoDraft.create(name, content, 3), Origin(GENERAL, user_id=ALICE), "test")
+    conversations = SqlConversationStore(engine)
+    conversations.save_channel(Channel(GENERAL, "general", ChannelKind.PUBLIC))
+    conversations.save_channel(Channel(SECRET_ROOM, "secret-room", ChannelKind.PRIVATE))
+    now = time.time()
+    for channel, user, text, ago in messages:
+        conversations.save_message(Message(channel, f"{now - ago:.6f}", None, text, user))
+    engine.dispose()
+
+
+def test_the_model_finds_a_memo_with_search_memo_and_answers(bot: BotProcess, slack: FakeSlack, llm) -> None:
+    seed(
+        bot,
+        memos=[
+            ("alice-drink", "Alice drinks green tea every afternoon"),
+            ("bob-drink", "Bob only drinks espresso"),
+            ("alice-pet", "Alice has two cats"),
+            ("office-move", "The office moves to Osaka in spring"),
+        ],
+    )
+    bot.start()
+    llm.script(
+        ToolCalls([ToolCall("search_memo", {"query": "Alice's favourite beverage"})]),
+        Text("You love green tea, Alice!"),
+    )
+    ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> what do I like to drink?")
+    slack.wait_for(lambda: replies_in(slack, ts), timeout=60, what="the reply")
+    assert [p["text"] for p in replies_in(slack, ts)] == ["You love green tea, Alice!"]
+    results = tool_results(llm.requests[1])
+    assert len(results) == 1
+    lines = results[0].splitlines()
+    assert lines[1].startswith("- alice-drink") and "green tea" in lines[1]
+    assert bot.stop() == 0
+
+
+def test_recall_finds_a_japanese_message_from_weeks_ago_by_paraphrase(bot: BotProcess, slack: FakeSlack, llm) -> None:
+    seed(
+        bot,
+        messages=[
+            (GENERAL, "Bob", "週末は家族で北海道へスキー旅行に行ってきたよ", 3 * WEEK),
+            (GENERAL, "Alice", "来週の会議は水曜日に変更になりました", 3 * WEEK - 60),
+            (GENERAL, "Bob", "新しいノートパソコンを買った", 2 * WEEK),
+            (GENERAL, "Alice", "昨日のランチはカレーだった", WEEK),
+        ],
+    )
+    bot.start()
+    llm.script(
+        ToolCalls([ToolCall("recall", {"query": "ボブが冬休みに出かけた旅先"})]),
+        Text("Bob went skiing in Hokkaido!"),
+    )
+    ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> where did Bob travel a few weeks ago?")
+    slack.wait_for(lambda: replies_in(slack, ts), timeout=60, what="the reply")
+    result = tool_results(llm.requests[1])[0]
+    matches = [line for line in result.splitlines() if line.startswith("  → ")]
+    assert "北海道へスキー旅行" in matches[0]
+    assert bot.stop() == 0
+
+
+def test_recall_never_finds_a_private_channel_message_from_a_public_channel(
+    bot: BotProcess, slack: FakeSlack, llm
+) -> None:
+    slack.add_channel(SECRET_ROOM, "secret-room", is_private=True, members=[ALICE, BOB])
+    seed(
+        bot,
+        messages=[
+            (SECRET_ROOM, "Alice", "秘密のプロジェクトの名前はフェニックスに決まった", WEEK),
+            (GENERAL, "Bob", "プロジェクトの進み具合はどう？", WEEK - 60),
+        ],
+    )
+    bot.start()
+    llm.script(
+        ToolCalls([ToolCall("recall", {"query": "秘密のプロジェクトの名前"})]),
+        Text("I don't know of any secret project."),
+        ToolCalls([ToolCall("recall", {"query": "秘密のプロジェクトの名前"})]),
+        Text("It's Phoenix."),
+    )
+    public = slack.post_message(GENERAL, BOB, f"<@{slack.bot_user_id}> what is the secret project called?")
+    slack.wait_for(lambda: replies_in(slack, public), timeout=60, what="the public reply")
+    public_result = tool_results(llm.requests[1])[0]
+    assert "フェニックス" not in public_result
+    assert "プロジェクトの進み具合" in public_result
+
+    secret = slack.post_message(SECRET_ROOM, ALICE, f"<@{slack.bot_user_id}> what was the project called again?")
+    slack.wait_for(lambda: replies_in(slack, secret), timeout=60, what="the private reply")
+    assert "フェニックス" in tool_results(llm.requests[3])[0]  # the same search inside the room finds it
+    assert bot.stop() == 0

@@ -1,0 +1,38 @@
+"""A fast, deterministic stand-in for an embedding model: hashed bags of keyword terms.
+
+Texts sharing terms get close vectors, so exact-content searches behave like with a
+real model, while property-based tests run thousands of searches in seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from myao2.infrastructure.search.text import terms
+
+DIMENSIONS = 64
+
+
+class HashEmbedder:
+    """`Embedder` over hashed terms; `model_id` can be changed to test rebuilding."""
+
+    def __init__(self, model_id: str = "fake/hash") -> None:
+        self.model_id = model_id
+        self.embedded = 0
+
+    def passages(self, texts: list[str]) -> np.ndarray:
+        self.embedded += len(texts)
+        return np.stack([self._vector(t) for t in texts]) if texts else np.zeros((0, DIMENSIONS), np.float32)
+
+    def query(self, text: str) -> np.ndarray:
+        return self._vector(text)
+
+    @staticmethod
+    def _vector(text: str) -> np.ndarray:
+        vector = np.full(DIMENSIONS, 1e-3, dtype=np.float32)
+        for term in terms(text):
+            digest = hashlib.blake2b(term.encode(), digest_size=4).digest()
+            vector[int.from_bytes(digest, "little") % DIMENSIONS] += 1.0
+        return vector / np.linalg.norm(vector)

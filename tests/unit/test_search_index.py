@@ -1,0 +1,308 @@
+"""The search index and the search use case over a real SQLite file (a hashed-terms embedder stands in for the model)."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from myao2.application.search import Search, SearchError
+from myao2.domain.conversation import Channel, ChannelKind, Message
+from myao2.domain.memo import MemoChanges, MemoDraft, MemoError, Origin
+from myao2.infrastructure.db.conversation_store import SqlConversationStore
+from myao2.infrastructure.db.engine import open_database
+from myao2.infrastructure.db.memo_store import SqlMemoStore
+from myao2.infrastructure.search.index import SearchIndex
+from myao2.infrastructure.search.text import fts_query, terms
+from tests.clocks import ManualClock
+from tests.fakes.embedder import HashEmbedder
+
+PUBLIC = Origin("C1", user_id="U1")
+OTHER_PUBLIC = Origin("C2", user_id="U2")
+PRIVATE = Origin("D1", channel_private=True, user_id="U1")
+START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+class World:
+    """A database with both stores, an index and the search over them."""
+
+    def __init__(self, path: Path, embedder: HashEmbedder | None = None) -> None:
+        self.path = path
+        self.engine = open_database(f"sqlite:///{path}")
+        self.clock = ManualClock(START)
+        self.memos = SqlMemoStore(self.engine, self.clock)
+        self.conversations = SqlConversationStore(self.engine, self.clock)
+        self.embedder = embedder or HashEmbedder()
+        self.index = SearchIndex(self.engine, self.embedder, self.memos, self.conversations)
+        self.search = Search(self.index, self.memos, self.conversations)
+        for channel_id, kind in (("C1", ChannelKind.PUBLIC), ("C2", ChannelKind.PUBLIC), ("D1", ChannelKind.IM)):
+            self.conversations.save_channel(Channel(channel_id, channel_id.lower(), kind))
+
+    def memo(self, name: str, content: str, origin: Origin = PUBLIC) -> None:
+        self.memos.add(MemoDraft.create(name, content, 3), origin, "test")
+        self.clock.advance(60)
+
+    def message(self, channel: str, text: str, at: datetime, thread_ts: str | None = None) -> Message:
+        message = Message(channel, f"{at.timestamp():.6f}", "U1", text, "Alice", thread_ts=thread_ts)
+        self.conversations.save_message(message)
+        return message
+
+    def memo_names(self, query: str, reader: str | None = None, before: datetime | None = None, limit: int = 5) -> list[str]:
+        return [hit.memo.name for hit in self.search.memos(query, reader, before, limit)]
+
+    def message_texts(
+        self, query: str, reader: str | None = None, before: datetime | None = None, channel: str | None = None, limit: int = 5
+    ) -> list[str]:
+        return [hit.message.text for hit in self.search.messages(query, reader, before, channel, limit)]
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> World:
+    return World(tmp_path / "s.db")
+
+
+# -- keyword terms -----------------------------------------------------------------
+
+
+def test_japanese_is_split_into_bigrams_and_english_into_words() -> None:
+    assert terms("明日の会議") == ["明日", "日の", "の会", "会議"]
+    assert terms("Tanaka's RAMEN, 2 bowls") == ["tanaka", "s", "ramen", "2", "bowls"]
+    assert terms("味") == ["味"]
+    assert terms("ＡＢＣで会議") == ["abc", "で会", "会議"]  # full-width letters are folded
+    assert terms("!!! ... ") == []
+
+
+def test_a_query_is_quoted_so_fts_syntax_in_it_is_plain_text() -> None:
+    assert fts_query(['a"b', "or", "a\"b"]) == '"a""b" OR "or"'
+    assert fts_query([]) is None
+
+
+def test_two_character_japanese_words_are_found_by_keyword(world: World) -> None:
+    world.memo("meeting", "明日の会議は十時から")
+    world.memo("miso", "味噌汁を作った")
+    world.memo("other", "今日は晴れて暖かい")
+    assert world.memo_names("会議", limit=1) == ["meeting"]
+    assert world.memo_names("味噌", limit=1) == ["miso"]
+    world.index.sync()
+    with sqlite3.connect(world.path) as plain:
+        rows = plain.execute(
+            "SELECT d.ref_id FROM search_fts JOIN search_docs d ON d.id = search_fts.rowid WHERE search_fts MATCH ?",
+            (fts_query(terms("会議")),),
+        ).fetchall()
+    assert len(rows) == 1  # the keyword index itself matches the two-character word, and only there
+
+
+# -- visibility ----------------------------------------------------------------------
+
+
+def test_a_private_memo_is_found_only_in_its_own_conversation(world: World) -> None:
+    world.memo("secret", "the surprise party is on friday", PRIVATE)
+    world.memo("public", "the team lunch is on friday", PUBLIC)
+    assert world.memo_names("surprise party friday", reader="C1") == ["public"]
+    assert world.memo_names("surprise party friday", reader="C2") == ["public"]
+    assert world.memo_names("surprise party friday", reader="D1")[0] == "secret"
+    assert set(world.memo_names("surprise party friday", reader=None)) == {"secret", "public"}
+
+
+def test_a_private_channel_message_is_found_only_there_and_an_unknown_channel_nowhere(world: World) -> None:
+    world.message("D1", "my bank pin is 4321", START)
+    world.message("C1", "the bank is closed on sunday", START)
+    world.message("CUNKNOWN", "bank holiday plans", START)
+    assert world.message_texts("bank", reader="C1") == ["the bank is closed on sunday"]
+    assert "my bank pin is 4321" in world.message_texts("bank", reader="D1")
+    assert "bank holiday plans" not in world.message_texts("bank", reader="C1")
+    assert "bank holiday plans" not in world.message_texts("bank", reader="D1")
+
+
+def test_a_channel_turned_private_stops_showing_its_messages_elsewhere(world: World) -> None:
+    world.message("C2", "the budget is ten thousand", START)
+    assert world.message_texts("budget", reader="C1") == ["the budget is ten thousand"]
+    world.conversations.save_channel(Channel("C2", "c2", ChannelKind.PRIVATE))
+    assert world.message_texts("budget", reader="C1") == []
+
+
+def test_a_channel_filter_keeps_to_that_channel(world: World) -> None:
+    world.message("C1", "deploy on monday", START)
+    world.message("C2", "deploy on tuesday", START)
+    assert world.message_texts("deploy", reader="C1", channel="C2") == ["deploy on tuesday"]
+    assert world.search.channel_named("#c2", "C1") == "C2"
+    with pytest.raises(SearchError):
+        world.search.channel_named("d1", "C1")  # a DM is unknown from elsewhere, as if it did not exist
+
+
+# -- time cutoff -----------------------------------------------------------------------
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    offsets=st.lists(st.integers(0, 10_000), min_size=1, max_size=15),
+    cutoffs=st.lists(st.integers(-100, 10_100), min_size=2, max_size=5),
+)
+def test_nothing_after_the_cutoff_is_returned_and_results_grow_with_it(
+    tmp_path_factory: pytest.TempPathFactory, offsets: list[int], cutoffs: list[int]
+) -> None:
+    world = World(tmp_path_factory.mktemp("cutoff") / "s.db")
+    posted = {}
+    for index, offset in enumerate(offsets):
+        at = START + timedelta(seconds=offset, microseconds=index)
+        posted[f"note {index} about the release"] = at
+        world.message("C1", f"note {index} about the release", at)
+    previous: set[str] = set()
+    for cutoff in sorted(cutoffs):
+        before = START + timedelta(seconds=cutoff)
+        found = set(world.message_texts("release", reader="C1", before=before, limit=20))
+        assert all(posted[text] <= before for text in found)
+        assert found == {text for text, at in posted.items() if at <= before}
+        assert previous <= found
+        previous = found
+
+
+def test_the_messages_around_a_hit_stop_at_the_cutoff(world: World) -> None:
+    for minute, text in enumerate(["one", "two", "the launch date is march", "four", "five"]):
+        world.message("C1", text, START + timedelta(minutes=minute))
+    hits = world.search.messages("launch date", "C1", START + timedelta(minutes=3), None, 1)
+    assert [m.text for m in hits[0].context] == ["one", "two", "the launch date is march", "four"]
+
+
+# -- index sync ---------------------------------------------------------------------------
+
+
+WORDS = st.sampled_from(["ramen", "coffee", "会議", "味噌", "deploy", "猫", "friday", "budget"])
+
+
+class IndexFollowsTheData(RuleBasedStateMachine):
+    """After any sequence of changes, search never returns a removed memo or a deleted message,
+    and finds every live one by its exact content."""
+
+    @initialize()
+    def setup(self) -> None:
+        import tempfile
+
+        self.world = World(Path(tempfile.mkdtemp()) / "s.db")
+        self.counter = 0
+        self.live_memos: dict[str, str] = {}
+        self.removed_memos: dict[str, str] = {}
+        self.live_messages: dict[str, str] = {}
+        self.deleted_messages: set[str] = set()
+
+    def _content(self, words: list[str]) -> str:
+        self.counter += 1
+        return " ".join(words) + f" item{self.counter}"
+
+    @rule(words=st.lists(WORDS, max_size=3))
+    def add_memo(self, words: list[str]) -> None:
+        name = f"m{self.counter}"
+        content = self._content(words)
+        self.world.memo(name, content)
+        self.live_memos[name] = content
+
+    @rule(data=st.data(), words=st.lists(WORDS, max_size=3))
+    def edit_memo(self, data: st.DataObject, words: list[str]) -> None:
+        if not self.live_memos:
+            return
+        name = data.draw(st.sampled_from(sorted(self.live_memos)))
+        content = self._content(words)
+        self.world.memos.edit(name, MemoChanges.create(content=content), None, "test")
+        self.live_memos[name] = content
+
+    @rule(data=st.data())
+    def remove_memo(self, data: st.DataObject) -> None:
+        if not self.live_memos:
+            return
+        name = data.draw(st.sampled_from(sorted(self.live_memos)))
+        self.world.memos.remove(name, None, "test")
+        self.removed_memos[name] = self.live_memos.pop(name)
+
+    @rule(data=st.data())
+    def restore_memo(self, data: st.DataObject) -> None:
+        if not self.removed_memos:
+            return
+        name = data.draw(st.sampled_from(sorted(self.removed_memos)))
+        try:
+            self.world.memos.restore(name, "test")
+        except MemoError:
+            return
+        self.live_memos[name] = self.removed_memos.pop(name)
+
+    @rule(words=st.lists(WORDS, max_size=3))
+    def save_message(self, words: list[str]) -> None:
+        text = self._content(words)
+        message = self.world.message("C1", text, START + timedelta(seconds=self.counter))
+        self.live_messages[message.ts] = text
+
+    @rule(data=st.data(), words=st.lists(WORDS, max_size=3))
+    def edit_message(self, data: st.DataObject, words: list[str]) -> None:
+        if not self.live_messages:
+            return
+        ts = data.draw(st.sampled_from(sorted(self.live_messages)))
+        text = self._content(words)
+        self.world.conversations.edit_message("C1", ts, text)
+        self.live_messages[ts] = text
+
+    @rule(data=st.data())
+    def delete_message(self, data: st.DataObject) -> None:
+        if not self.live_messages:
+            return
+        ts = data.draw(st.sampled_from(sorted(self.live_messages)))
+        self.world.conversations.delete_message("C1", ts)
+        del self.live_messages[ts]
+        self.deleted_messages.add(ts)
+
+    @rule()
+    def sync_in_the_background(self) -> None:
+        self.world.index.sync()
+
+    @invariant()
+    def nothing_gone_is_found_and_everything_live_is(self) -> None:
+        if not hasattr(self, "world"):
+            return
+        for name, content in self.live_memos.items():
+            found = self.world.memo_names(content, limit=20)
+            assert found[0] == name
+            assert not set(found) & set(self.removed_memos)
+        for ts, text in self.live_messages.items():
+            hits = self.world.search.messages(text, None, None, None, 20)
+            assert hits[0].message.ts == ts
+            assert not {hit.message.ts for hit in hits} & self.deleted_messages
+        for content in self.removed_memos.values():
+            assert not set(self.world.memo_names(content, limit=20)) & set(self.removed_memos)
+
+
+IndexFollowsTheData.TestCase.settings = settings(max_examples=15, stateful_step_count=12, deadline=None)
+test_the_index_follows_the_data = IndexFollowsTheData.TestCase
+
+
+# -- rebuilding -----------------------------------------------------------------------------
+
+
+def test_a_new_model_re_embeds_everything_by_itself(tmp_path: Path) -> None:
+    first = World(tmp_path / "s.db", HashEmbedder("model-a"))
+    first.memo("tea", "alice drinks green tea")
+    first.message("C1", "hello there", START)
+    first.index.sync()
+    second = World(tmp_path / "s.db", HashEmbedder("model-b"))
+    assert second.memo_names("green tea") == ["tea"]
+    assert second.embedder.embedded == 2
+    with sqlite3.connect(tmp_path / "s.db") as plain:
+        assert plain.execute("SELECT DISTINCT model FROM search_docs").fetchall() == [("model-b",)]
+
+
+def test_rebuild_re_embeds_everything_and_reports_progress(world: World) -> None:
+    for index in range(40):
+        world.memo(f"m{index}", f"memo number {index}")
+    world.index.sync()
+    reports: list[tuple[int, int]] = []
+    assert world.index.rebuild(lambda done, total: reports.append((done, total))) == 40
+    assert reports[-1] == (40, 40) and len(reports) == 2
+    assert world.memo_names("memo number 7", limit=1) == ["m7"]
+
+
+def test_bad_requests_are_refused_without_searching(world: World) -> None:
+    for query, limit in (("", 5), ("  ", 5), ("x" * 501, 5), (None, 5), ("ok", 0), ("ok", 21), ("ok", True), ("ok", "5")):
+        with pytest.raises(SearchError):
+            world.search.memos(query, None, None, limit)
