@@ -37,7 +37,7 @@ from myao2.infrastructure.llm.agents import (
     StrandsMemoryWriter,
     StrandsReplyWriter,
 )
-from myao2.infrastructure.search.setup import IndexProgressLog, SearchIndex, open_index
+from myao2.infrastructure.search.setup import IndexWorker, open_index
 from myao2.infrastructure.llm.phrases import apology, prompt_marks
 from myao2.infrastructure.llm.prompts import PromptRenderer
 from myao2.infrastructure.slack.app import build_app
@@ -198,13 +198,14 @@ class Bot:
         self._tasks.spawn(self._every(response.history_sync_interval_seconds, history.sync))
         self._tasks.spawn(self._every(response.check_interval_seconds, autonomous.check))
         self._tasks.spawn(self._every(config.memory.update_interval_seconds, memory_job.run))
-        if index is not None:
-            self._tasks.spawn(self._keep_indexed(index))
+        indexer = IndexWorker(index, INDEX_INTERVAL_SECONDS) if index is not None else None
+        if indexer is not None:
+            indexer.start()
 
         await self._stop.wait()
         logger.info("shutting down")
-        if index is not None:
-            index.close()
+        if indexer is not None:
+            indexer.stop()
         health.slack_connected = False
         await connection.close()
         await self._tasks.drain(SHUTDOWN_GRACE_SECONDS)
@@ -255,15 +256,6 @@ class Bot:
         missed = await inbox.catch_up(self._clock, self._config.response.mention_catchup_seconds)
         if missed:
             logger.info("answering %d mention(s) that arrived while the bot was away", missed)
-
-    async def _keep_indexed(self, index: SearchIndex) -> None:
-        """Index what changed, off the event loop and in batches, so searches find the queue nearly empty."""
-        try:
-            await asyncio.to_thread(index.sync, IndexProgressLog())
-            await asyncio.to_thread(index.warm)
-        except Exception:
-            logger.exception("search indexing failed; searches will index what they need")
-        await self._every(INDEX_INTERVAL_SECONDS, lambda: asyncio.to_thread(index.sync))
 
     async def _every(self, seconds: float, job: Callable[[], Awaitable[object]]) -> None:
         """Run `job` every `seconds` until the bot stops; a failure is logged and the next round runs."""

@@ -298,7 +298,7 @@ def test_rebuild_re_embeds_everything_and_reports_progress(world: World) -> None
     world.index.sync()
     reports: list[tuple[int, int]] = []
     assert world.index.rebuild(lambda done, total: reports.append((done, total))) == 40
-    assert reports[-1] == (40, 40) and len(reports) == 2
+    assert reports[-1] == (40, 40) and len(reports) == 3  # batches of 16
     assert world.memo_names("memo number 7", limit=1) == ["m7"]
 
 

