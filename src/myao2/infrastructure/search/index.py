@@ -176,7 +176,9 @@ class SearchIndex:
                 found[memo_id] = Document(
                     scope=memo.audience.conversation_id,
                     at=memo.created_at.timestamp(),
-                    text=body,
+                    # The name often spells the person in Latin letters ("sato-food"), which
+                    # lets English questions find Japanese memos.
+                    text=f"{body}\n{memo.name.replace('-', ' ')}",
                     keywords=fts_document(f"{memo.name}\n{body}"),
                 )
         else:
