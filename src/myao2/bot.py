@@ -15,6 +15,7 @@ from typing import Protocol
 from sqlalchemy import Engine, text
 
 from myao2.application.autonomous import AutonomousResponder, AutonomySettings
+from myao2.application.channels import ChannelLifecycle
 from myao2.application.context import Budget, ContextBuilder, MemoryBudgets, Persona
 from myao2.application.conversations import Conversations
 from myao2.application.history_sync import HistorySync
@@ -164,6 +165,7 @@ class Bot:
             bot_token=config.slack.bot_token,
             chat=gateway,
             inbox=inbox,
+            channels=ChannelLifecycle(conversations, memos, inbox.channel_changed),
             signing_secret=config.slack.signing_secret if config.slack.mode == "http" else None,
         )
 

@@ -76,6 +76,10 @@ CONTROL_METHODS = (
     "disconnect",
     "inject_error",
     "inject_rate_limit",
+    "convert_to_private",
+    "share_externally",
+    "remove_member",
+    "add_member",
     "refuse_streaming",
 )
 MAX_RETRIES = 3
@@ -101,6 +105,7 @@ class _Channel:
     members: list[str]
     created: int
     messages: list[dict[str, Any]] = field(default_factory=list)  # ascending ts
+    is_ext_shared: bool = False
 
     @property
     def type(self) -> str:
@@ -438,6 +443,48 @@ class FakeSlack(LoopbackServer):
                 if root and root != ts:
                     event["thread_ts"] = root
                 self._emit(event)
+
+    def convert_to_private(self, channel: str) -> None:
+        """Make a public channel private and emit ``channel_converted_to_private``."""
+        with self._lock:
+            ch = self._get_channel(channel)
+            ch.is_private = True
+            if self._bot_in(ch):
+                self._emit({"type": "channel_converted_to_private", "channel": ch.id, "user": "UADMIN"})
+
+    def share_externally(self, channel: str, team_id: str = "TOTHER") -> None:
+        """Share a channel with another organisation (Slack Connect) and emit ``channel_shared``."""
+        with self._lock:
+            ch = self._get_channel(channel)
+            ch.is_ext_shared = True
+            if self._bot_in(ch):
+                self._emit({"type": "channel_shared", "connected_team_id": team_id, "channel": ch.id})
+
+    def add_member(self, channel: str, user: str) -> None:
+        """Add someone to a channel and tell its members (the newcomer included) ``member_joined_channel``."""
+        with self._lock:
+            ch = self._get_channel(channel)
+            if user not in ch.members:
+                ch.members.append(user)
+            if self._bot_in(ch):
+                event = {"type": "member_joined_channel", "user": user, "channel": ch.id, "team": self.team_id}
+                self._emit({**event, "channel_type": "G" if ch.is_private else "C"})
+
+    def remove_member(self, channel: str, user: str) -> None:
+        """Remove someone from a channel; the bot itself gets ``channel_left`` / ``group_left``.
+
+        Everyone else's removal is told to the remaining members as ``member_left_channel``.
+        """
+        with self._lock:
+            ch = self._get_channel(channel)
+            bot_was_in = self._bot_in(ch)
+            ch.members = [m for m in ch.members if m != user]
+            if user == self.bot_user_id:
+                kind = "group_left" if ch.is_private else "channel_left"
+                self._emit({"type": kind, "channel": ch.id, "actor_id": "UADMIN"})
+            elif bot_was_in:
+                event = {"type": "member_left_channel", "user": user, "channel": ch.id, "team": self.team_id}
+                self._emit({**event, "channel_type": "G" if ch.is_private else "C"})
 
     def emit_event(self, event: dict[str, Any]) -> str:
         """Push an arbitrary event (``event_ts`` filled in if missing); returns its event_id."""
@@ -914,6 +961,8 @@ class FakeSlack(LoopbackServer):
             "is_private": ch.is_private or ch.is_im or ch.is_mpim,
             "is_archived": False,
             "is_general": False,
+            "is_ext_shared": ch.is_ext_shared,
+            "is_shared": ch.is_ext_shared,
             "is_member": self._bot_in(ch),
             "created": ch.created,
             "num_members": len(ch.members),

@@ -206,6 +206,61 @@ def test_order_is_numeric_not_textual(store: SqlConversationStore) -> None:
 # -- channels and people -----------------------------------------------------
 
 
+def test_a_channel_left_is_neither_active_nor_caught_up_until_joined_again(store: SqlConversationStore) -> None:
+    store.save_channel(Channel("C1", "general"))
+    store.save_channel(Channel("C2", "random"))
+    store.save_message(msg(1, "hello <@UBOT>", mentions=(BOT,)))
+    store.save_message(msg(2, "hi", channel="C2"))
+    since = ts_to_datetime(ts(0))
+
+    store.leave_channel("C1")
+
+    assert store.get_channel("C1") == Channel("C1", "general", is_member=False)
+    assert [c.id for c in store.active_channels(since)] == ["C2"]
+    assert store.unclaimed_mentions(BOT, since) == []
+
+    store.save_channel(Channel("C1", "general"))  # joined again
+    assert store.get_channel("C1").is_member
+    assert sorted(c.id for c in store.active_channels(since)) == ["C1", "C2"]
+    assert texts(store.unclaimed_mentions(BOT, since)) == ["hello <@UBOT>"]
+
+
+def test_channels_not_listed_as_the_bots_count_as_left(store: SqlConversationStore, clock: ManualClock) -> None:
+    for channel_id in ("C1", "C2", "C3"):
+        store.save_channel(Channel(channel_id, channel_id.lower()))
+    clock.advance()
+    listed_at = clock.now()
+    clock.advance()
+    store.save_channel(Channel("C4", "just-joined"))  # joined after the listing was taken
+
+    store.leave_channels_except(["C2"], listed_at)
+
+    assert [store.get_channel(c).is_member for c in ("C1", "C2", "C3", "C4")] == [False, True, False, True]
+
+
+def test_a_listing_older_than_a_leaving_does_not_undo_it(store: SqlConversationStore, clock: ManualClock) -> None:
+    store.save_channel(Channel("C1", "general"))
+    clock.advance()
+    listed_at = clock.now()  # a history sync lists the bot's channels...
+    clock.advance()
+    store.leave_channel("C1")  # ...the bot is removed meanwhile...
+    clock.advance()
+
+    store.save_channel(Channel("C1", "general"), as_of=listed_at)  # ...and the sync stores what it listed
+
+    assert not store.get_channel("C1").is_member
+
+
+def test_a_channel_kind_changes_in_place(store: SqlConversationStore) -> None:
+    store.save_channel(Channel("C1", "plans"))
+    store.set_channel_kind("C1", ChannelKind.SHARED)
+    store.set_channel_kind("C9", ChannelKind.PRIVATE)  # not stored: nothing happens
+
+    assert store.get_channel("C1") == Channel("C1", "plans", ChannelKind.SHARED)
+    assert store.get_channel("C1").is_private
+    assert store.get_channel("C9") is None
+
+
 def test_channels_are_upserted(store: SqlConversationStore) -> None:
     assert store.get_channel("C1") is None
 

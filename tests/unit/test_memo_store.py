@@ -393,3 +393,38 @@ class TestSqliteFile:
                 "SELECT name, priority, tags, content, updated_at FROM memos"
             ).fetchone()
         assert row == ("tanaka", 4, '["田中", "好み"]', "コーヒーが好き", "2026-01-02T03:04:06.000000+00:00")
+
+
+class TestNarrowing:
+    def test_memos_taken_in_a_channel_become_its_own_with_a_revision(self, store: SqlMemoStore) -> None:
+        add(store, "party", content="surprise party for Bob")
+        add(store, "old-plan")
+        store.remove("old-plan", None, "test")
+        add(store, "elsewhere", origin=Origin("C2", channel_private=False))
+
+        narrowed = store.narrow("C1", "slack")
+
+        assert sorted(names(narrowed)) == ["old-plan", "party"]
+        assert all(m.visibility is Visibility.CONVERSATION and m.channel_id == "C1" for m in narrowed)
+        assert names(store.list("C2").memos) == ["elsewhere"]
+        with refused("unknown_name"):
+            store.get("party", "C2")
+        assert store.get("party", "C1").content == "surprise party for Bob"
+        assert names(store.list("C1").memos) == ["party", "elsewhere"] or names(store.list("C1").memos) == [
+            "elsewhere",
+            "party",
+        ]
+        last = store.history("party")[-1]
+        assert last.action is Action.NARROW and last.actor == "slack"
+        assert (last.before["visibility"], last.after["visibility"]) == ("workspace", "conversation")
+        assert store.narrow("C1", "slack") == []  # nothing left to narrow
+
+    def test_a_narrowed_removed_memo_is_restored_into_its_channel_only(self, store: SqlMemoStore) -> None:
+        add(store, "plan")
+        store.remove("plan", None, "test")
+        store.narrow("C1", "slack")
+
+        store.restore("plan", "test")
+
+        assert names(store.list("C1").memos) == ["plan"]
+        assert store.list("C2").total == 0

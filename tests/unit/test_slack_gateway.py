@@ -192,3 +192,16 @@ async def test_auth_failure_says_what_to_set_without_the_token(fake: FakeSlack) 
     assert "invalid_auth" in message
     assert "SLACK_BOT_TOKEN" in message and "SLACK_APP_TOKEN" in message and "chat:write" in message
     assert token not in "".join(traceback.format_exception(caught.value))
+
+
+async def test_a_channel_shared_outside_is_never_the_workspaces(fake: FakeSlack, gateway: SlackGateway) -> None:
+    fake.add_channel("C7", "partners", members=["U1"])
+    fake.add_channel("G7", "partners-private", is_private=True, members=["U1"])
+    fake.add_channel("C8", "left-behind", members=["U1"], bot_member=False)
+    fake.share_externally("C7")
+    fake.share_externally("G7")
+
+    assert await gateway.channel("C7") == Channel("C7", "partners", ChannelKind.SHARED)
+    assert (await gateway.channel("C7")).is_private
+    assert await gateway.channel("G7") == Channel("G7", "partners-private", ChannelKind.PRIVATE)
+    assert await gateway.channel("C8") == Channel("C8", "left-behind", is_member=False)

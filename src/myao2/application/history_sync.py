@@ -40,11 +40,15 @@ class HistorySync:
     async def sync(self) -> list[Message]:
         """Fetch and store recent history; returns the messages by others that were not stored yet.
 
-        A channel that cannot be read or stored is logged and skipped.
+        A channel that cannot be read or stored is logged and skipped; a stored channel
+        the bot is no longer a member of counts as left.
         """
         oldest = f"{(self._clock.now() - self._max_age).timestamp():.6f}"
         new: list[Message] = []
-        for channel in await self._platform.member_channels():
+        listed_at = self._clock.now()
+        channels = await self._platform.member_channels()
+        await asyncio.to_thread(self._store.leave_channels_except, [c.id for c in channels], listed_at)
+        for channel in channels:
             fetched_at = self._clock.now()
             try:
                 history = await self._platform.fetch_history(channel.id, oldest, self._limit)
@@ -52,16 +56,16 @@ class HistorySync:
                 logger.warning("history of channel %s (%s) skipped: %s", channel.id, channel.name, exc)
                 continue
             try:
-                stored = await asyncio.to_thread(self._save, channel, history, fetched_at)
+                stored = await asyncio.to_thread(self._save, channel, history, listed_at, fetched_at)
             except Exception as exc:  # nor one that cannot be stored; the error's text may quote messages
                 logger.error("history of channel %s (%s) not stored: %s", channel.id, channel.name, type(exc).__name__)
                 continue
             new.extend(m for m in stored if m.user_id != self._bot_user_id)
         return new
 
-    def _save(self, channel: Channel, history: History, fetched_at: datetime) -> list[Message]:
+    def _save(self, channel: Channel, history: History, listed_at: datetime, fetched_at: datetime) -> list[Message]:
         """Store the channel and the messages' authors, reconcile the messages; returns those that were new."""
-        self._store.save_channel(channel)
+        self._store.save_channel(channel, as_of=listed_at)
         authors = {
             m.user_id: Person(user_id=m.user_id, display_name=m.user_name, is_bot=m.is_bot)
             for m in history.messages

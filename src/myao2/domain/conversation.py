@@ -53,19 +53,22 @@ class ChannelKind(str, Enum):
     PRIVATE = "private"
     IM = "im"
     MPIM = "mpim"
+    SHARED = "shared"
+    """A channel shared with another organisation (Slack Connect): never the workspace's."""
 
 
 @dataclass(frozen=True)
 class Channel:
-    """A Slack conversation the bot is in."""
+    """A Slack conversation; `is_member` is False once the bot has left it or been removed."""
 
     id: str
     name: str
     kind: ChannelKind = ChannelKind.PUBLIC
+    is_member: bool = True
 
     @property
     def is_private(self) -> bool:
-        """Private channels, DMs and group DMs keep what is said in them."""
+        """Only a public channel of the workspace shares with it; every other conversation keeps to itself."""
         return self.kind is not ChannelKind.PUBLIC
 
 

@@ -123,6 +123,8 @@ class Action(str, Enum):
     EDIT = "edit"
     REMOVE = "remove"
     RESTORE = "restore"
+    NARROW = "narrow"
+    """The conversation it was taken in stopped being the workspace's: the memo became its own."""
 
 
 @dataclass(frozen=True)
@@ -212,6 +214,12 @@ def _require_str(value: object, what: str) -> str:
     if not isinstance(value, str):
         raise MemoError("not_text", field=what)
     return value
+
+
+def numbered_name(name: str, number: int) -> str:
+    """`name` with a number appended ("lunch-2"), cut so it stays a valid name."""
+    suffix = f"-{number}"
+    return name[: MAX_NAME_LENGTH - len(suffix)] + suffix
 
 
 def validate_name(value: object) -> str:

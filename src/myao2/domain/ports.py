@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Protocol
 
-from myao2.domain.conversation import Channel, ChannelChanges, History, Message, Person
+from myao2.domain.conversation import Channel, ChannelChanges, ChannelKind, History, Message, Person
 from myao2.domain.memory import Memory, Scope, Term
 from myao2.domain.memo import (
     Memo,
@@ -39,6 +39,15 @@ class MemoStore(Protocol):
     def remove(self, name: str, channel_id: str | None, actor: str) -> Memo: ...
 
     def restore(self, name: str, actor: str) -> Memo: ...
+
+    def narrow(self, channel_id: str, actor: str) -> list[Memo]:
+        """Memos taken in `channel_id` for the workspace become that conversation's own.
+
+        For a channel that became private or was shared outside the workspace; removed
+        memos too, so a restore cannot widen one again. Each writes a revision; a live
+        memo whose name the conversation already uses gets a numbered name. Returns them.
+        """
+        ...
 
     def get(self, name: str, channel_id: str | None) -> Memo: ...
 
@@ -134,12 +143,35 @@ class ConversationStore(Protocol):
         (None: ever edited), oldest first."""
         ...
 
-    def save_channel(self, channel: Channel) -> None: ...
+    def save_channel(self, channel: Channel, as_of: datetime | None = None) -> None:
+        """Store what Slack says of a channel, whether the bot is a member included.
+
+        With `as_of` (when Slack said it), a leaving recorded since then stands.
+        """
+        ...
+
+    def set_channel_kind(self, channel_id: str, kind: ChannelKind) -> None:
+        """Change the kind of a stored channel (it became private, or shared outside the workspace)."""
+        ...
+
+    def leave_channel(self, channel_id: str) -> None:
+        """The bot left the channel or was removed: it is no longer judged nor caught up on.
+
+        It counts as joined again once `save_channel` stores it as a member.
+        """
+        ...
+
+    def leave_channels_except(self, channel_ids: Iterable[str], as_of: datetime) -> None:
+        """Every stored channel but these (all the bot was a member of at `as_of`) counts as left.
+
+        A channel stored since `as_of` (say, just joined) is left alone.
+        """
+        ...
 
     def get_channel(self, channel_id: str) -> Channel | None: ...
 
     def active_channels(self, since: datetime) -> list[Channel]:
-        """Stored channels with a message posted after `since`."""
+        """Stored channels the bot is a member of with a message posted after `since`."""
         ...
 
     def save_person(self, person: Person) -> None: ...
@@ -157,7 +189,10 @@ class ConversationStore(Protocol):
         ...
 
     def unclaimed_mentions(self, user_id: str, since: datetime) -> list[Message]:
-        """Messages since `since` that mention `user_id` (or are in a DM with it) and were never claimed."""
+        """Messages since `since` that mention `user_id` (or are in a DM with it) and were never claimed.
+
+        Channels the bot has left are left out.
+        """
         ...
 
 

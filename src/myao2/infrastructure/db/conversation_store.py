@@ -182,21 +182,42 @@ class SqlConversationStore:
 
     # -- channels and people -------------------------------------------------
 
-    def save_channel(self, channel: Channel) -> None:
-        values = {"name": channel.name, "kind": channel.kind.value, "updated_at": self._clock.now()}
-        if not self._insert(ChannelRow, {"id": channel.id, **values}):
+    def save_channel(self, channel: Channel, as_of: datetime | None = None) -> None:
+        now = self._clock.now()
+        values = {"name": channel.name, "kind": channel.kind.value, "updated_at": now}
+        if not self._insert(ChannelRow, {"id": channel.id, **values, "left_at": None if channel.is_member else now}):
             self._update(ChannelRow, [ChannelRow.id == channel.id], values)
+            if channel.is_member:
+                newer = [] if as_of is None else [col(ChannelRow.left_at) < as_of]
+                self._update(ChannelRow, [ChannelRow.id == channel.id, *newer], {"left_at": None})
+            else:
+                self.leave_channel(channel.id)
+
+    def set_channel_kind(self, channel_id: str, kind: ChannelKind) -> None:
+        self._update(ChannelRow, [ChannelRow.id == channel_id], {"kind": kind.value, "updated_at": self._clock.now()})
+
+    def leave_channel(self, channel_id: str) -> None:
+        self._leave([ChannelRow.id == channel_id])
+
+    def leave_channels_except(self, channel_ids: Iterable[str], as_of: datetime) -> None:
+        self._leave([col(ChannelRow.id).not_in(list(channel_ids)), col(ChannelRow.updated_at) < as_of])
 
     def get_channel(self, channel_id: str) -> Channel | None:
         with Session(self._engine) as session:
             row = session.get(ChannelRow, channel_id)
-        return None if row is None else Channel(id=row.id, name=row.name, kind=ChannelKind(row.kind))
+        return None if row is None else _to_channel(row)
 
     def active_channels(self, since: datetime) -> list[Channel]:
         active = select(MessageRow.channel_id).where(col(MessageRow.posted_at) > since).distinct()
         with Session(self._engine) as session:
-            rows = session.exec(select(ChannelRow).where(col(ChannelRow.id).in_(active))).all()
-        return [Channel(id=r.id, name=r.name, kind=ChannelKind(r.kind)) for r in rows]
+            rows = session.exec(
+                select(ChannelRow).where(col(ChannelRow.id).in_(active), col(ChannelRow.left_at).is_(None))
+            ).all()
+        return [_to_channel(r) for r in rows]
+
+    def _leave(self, where: list[Any]) -> None:
+        """Record the bot's leaving of the channels matching `where` (the first leaving counts)."""
+        self._update(ChannelRow, [*where, col(ChannelRow.left_at).is_(None)], {"left_at": self._clock.now()})
 
     def save_person(self, person: Person) -> None:
         values = {
@@ -233,6 +254,7 @@ class SqlConversationStore:
     def unclaimed_mentions(self, user_id: str, since: datetime) -> list[Message]:
         mentions_text = type_coerce(col(MessageRow.mentions), Text)
         in_dm = select(ChannelRow.id).where(ChannelRow.kind == ChannelKind.IM.value)
+        left = select(ChannelRow.id).where(col(ChannelRow.left_at).is_not(None))
         claimed = exists().where(
             ClaimRow.channel_id == MessageRow.channel_id, ClaimRow.ts == MessageRow.ts
         )
@@ -247,6 +269,7 @@ class SqlConversationStore:
                         col(MessageRow.channel_id).in_(in_dm),
                     ),
                     ~claimed,
+                    col(MessageRow.channel_id).not_in(left),
                 )
                 .order_by(col(MessageRow.posted_at), col(MessageRow.ts))
             ).all()
@@ -336,6 +359,10 @@ def _message_row(message: Message) -> dict[str, Any]:
         "is_bot": message.is_bot,
         "mentions": list(message.mentions),
     }
+
+
+def _to_channel(row: ChannelRow) -> Channel:
+    return Channel(id=row.id, name=row.name, kind=ChannelKind(row.kind), is_member=row.left_at is None)
 
 
 def _to_message(row: Any) -> Message:

@@ -23,7 +23,9 @@ from myao2.domain.memo import (
     Origin,
     TagUsage,
     Visibility,
+    MAX_NAME_LENGTH,
     check_tag_kinds,
+    numbered_name,
     visible_in,
 )
 from myao2.domain.ports import Clock
@@ -129,6 +131,25 @@ class SqlMemoStore:
                 raise MemoError("not_pinned", name=name)
             session.delete(pin)
             return _to_memo(row)
+
+    def narrow(self, channel_id: str, actor: str) -> list[Memo]:
+        with self._change() as session:
+            rows = session.exec(
+                select(MemoRow)
+                .where(MemoRow.channel_id == channel_id, MemoRow.visibility == Visibility.WORKSPACE.value)
+                .order_by(col(MemoRow.id))
+            ).all()
+            narrowed = []
+            for row in rows:
+                before = _to_memo(row)
+                row.visibility = Visibility.CONVERSATION.value
+                if row.removed_at is None:
+                    row.name = self._free_name(session, row.name, channel_id, row.id)
+                _flush(session, row.name)
+                after = _to_memo(row)
+                self._revise(session, after, Action.NARROW, actor, before)
+                narrowed.append(after)
+            return narrowed
 
     # -- reads ---------------------------------------------------------------
 
@@ -239,6 +260,22 @@ class SqlMemoStore:
         return session.exec(
             select(MemoRow).where(MemoRow.name == name, col(MemoRow.removed_at).is_(None))
         ).first()
+
+    @staticmethod
+    def _free_name(session: Session, name: str, channel_id: str, memo_id: int | None) -> str:
+        """`name`, or the first numbered variant of it no other live memo seen in `channel_id` bears."""
+        taken = set(
+            session.exec(
+                _scoped(select(MemoRow.name), channel_id).where(
+                    col(MemoRow.name).startswith(name[: MAX_NAME_LENGTH - 4], autoescape=True), MemoRow.id != memo_id
+                )
+            ).all()
+        )
+        candidate, number = name, 1
+        while candidate in taken:
+            number += 1
+            candidate = numbered_name(name, number)
+        return candidate
 
     def _visible_row(self, session: Session, name: str, channel_id: str | None) -> MemoRow:
         row = self._live_row(session, name)

@@ -68,6 +68,7 @@ class ChannelRow(SQLModel, table=True):
     name: str = Field(max_length=255)
     kind: str = Field(max_length=8)
     updated_at: datetime = Field(sa_column=Column(UTCDateTime, nullable=False))
+    left_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime, nullable=True))
 
 
 class PersonRow(SQLModel, table=True):

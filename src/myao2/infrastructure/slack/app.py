@@ -13,6 +13,7 @@ from slack_bolt.authorization import AuthorizeResult
 from slack_bolt.response import BoltResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
+from myao2.application.channels import ChannelLifecycle
 from myao2.application.inbox import Inbox
 from myao2.domain.conversation import BotIdentity
 from myao2.domain.ports import ChatPlatform
@@ -54,6 +55,7 @@ def build_app(
     bot_token: str,
     chat: ChatPlatform,
     inbox: Inbox,
+    channels: ChannelLifecycle,
     signing_secret: str | None = None,
 ) -> AsyncApp:
     """A bolt app whose listeners feed `inbox`; every subscribed event is acknowledged.
@@ -125,8 +127,33 @@ def build_app(
     async def on_rename(event: dict[str, Any]) -> None:
         await inbox.channel_changed(event["channel"]["id"])
 
+    @app.event("channel_unshared")
+    async def on_unshared(event: dict[str, Any]) -> None:
+        await inbox.channel_changed(event["channel"])
+
+    @app.event("channel_converted_to_private")
+    async def on_converted_to_private(event: dict[str, Any]) -> None:
+        await channels.became_private(event["channel"])
+
+    @app.event("channel_shared")
+    async def on_shared(event: dict[str, Any]) -> None:
+        await channels.shared_outside(event["channel"])
+
+    @app.event("member_left_channel")
+    async def on_member_left(event: dict[str, Any]) -> None:
+        if event.get("user") == bot.user_id:
+            await channels.left(event["channel"])
+
+    @app.event("channel_left")
+    async def on_channel_left(event: dict[str, Any]) -> None:
+        await channels.left(event["channel"])
+
+    @app.event("group_left")
+    async def on_group_left(event: dict[str, Any]) -> None:
+        await channels.left(event["channel"])
+
     @app.event(re.compile(".*"))
     async def acknowledge_others(event: dict[str, Any]) -> None:
-        """member_left_channel and any other subscribed event: acknowledged, nothing to keep."""
+        """Any other subscribed event: acknowledged, nothing to keep."""
 
     return app

@@ -1,0 +1,55 @@
+"""What happens to a channel itself: it turns private, is shared outside the workspace, or the bot leaves it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from myao2.domain.conversation import ChannelKind
+from myao2.domain.ports import ConversationStore, MemoStore
+
+logger = logging.getLogger(__name__)
+
+NARROWED_BY = "slack"
+"""The actor recorded in the revisions of memos narrowed because of what happened in Slack."""
+
+
+class ChannelLifecycle:
+    """Keeps the stored channel, and the memos taken there, in step with what Slack reports.
+
+    `refresh` re-reads a channel from Slack (as the inbox does for a rename or a join).
+    """
+
+    def __init__(
+        self, store: ConversationStore, memos: MemoStore, refresh: Callable[[str], Awaitable[object]]
+    ) -> None:
+        self._store = store
+        self._memos = memos
+        self._refresh = refresh
+
+    async def became_private(self, channel_id: str) -> None:
+        """Converted to a private channel: what was said there is no longer the workspace's."""
+        await self._narrow(channel_id, ChannelKind.PRIVATE)
+
+    async def shared_outside(self, channel_id: str) -> None:
+        """Shared with another organisation (Slack Connect): it stops being the workspace's.
+
+        A private channel stays private; a public one becomes `SHARED`.
+        """
+        channel = await asyncio.to_thread(self._store.get_channel, channel_id)
+        kind = ChannelKind.SHARED if channel is None or channel.kind is ChannelKind.PUBLIC else channel.kind
+        await self._narrow(channel_id, kind)
+
+    async def left(self, channel_id: str) -> None:
+        """The bot left the channel or was removed: no more judging, catching up or answering there."""
+        await asyncio.to_thread(self._store.leave_channel, channel_id)
+        logger.info("left channel %s", channel_id)
+
+    async def _narrow(self, channel_id: str, kind: ChannelKind) -> None:
+        """Store the new kind at once, then make the memos taken there the channel's own."""
+        await asyncio.to_thread(self._store.set_channel_kind, channel_id, kind)
+        narrowed = await asyncio.to_thread(self._memos.narrow, channel_id, NARROWED_BY)
+        logger.info("channel %s is now %s: %d memo(s) narrowed to it", channel_id, kind.value, len(narrowed))
+        if await asyncio.to_thread(self._store.get_channel, channel_id) is None:
+            await self._refresh(channel_id)

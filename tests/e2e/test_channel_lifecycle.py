@@ -1,0 +1,82 @@
+"""A channel changing under the bot, end to end: turned private, shared outside, the bot removed and back."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+import pytest
+
+from tests.e2e.conftest import ALICE, BOB, GENERAL, BotProcess, wait_until
+from tests.e2e.test_autonomous import FAST, WAIT, judgment, judgments, responder
+from tests.e2e.test_mentions import prompt_text, replies_in
+from tests.fakes.openai_server import Text, ToolCall, ToolCalls
+from tests.fakes.slack_server import FakeSlack
+
+PLANS = "CPLANS"
+
+
+def query(bot: BotProcess, sql: str, *params: object) -> list[tuple]:
+    with sqlite3.connect(bot.database) as db:
+        return db.execute(sql, params).fetchall()
+
+
+def left_at(bot: BotProcess) -> list[tuple]:
+    return query(bot, "SELECT left_at FROM channels WHERE id = ?", GENERAL)
+
+
+@pytest.mark.parametrize(("change", "kind"), [("convert_to_private", "private"), ("share_externally", "shared")])
+def test_a_channel_that_stops_being_the_workspaces_keeps_its_memos_to_itself(
+    bot: BotProcess, slack: FakeSlack, llm, change: str, kind: str
+) -> None:
+    slack.add_channel(PLANS, "plans", members=[ALICE, BOB])
+    bot.start()
+    llm.script(
+        ToolCalls([ToolCall("add_memo", {"name": "bob-party", "content": "Surprise party for Bob on Friday", "priority": 5})]),
+        Text("Noted."),
+    )
+    ts = slack.post_message(PLANS, ALICE, f"<@{slack.bot_user_id}> we plan a surprise party for Bob on Friday")
+    slack.wait_for(lambda: replies_in(slack, ts), what="the reply in #plans")
+    assert query(bot, "SELECT visibility FROM memos") == [("workspace",)]
+
+    getattr(slack, change)(PLANS)
+    wait_until(lambda: query(bot, "SELECT visibility FROM memos") == [("conversation",)], what="the memo narrowed")
+    assert query(bot, "SELECT kind FROM channels WHERE id = ?", PLANS) == [(kind,)]
+    assert query(bot, "SELECT action, actor FROM memo_revisions ORDER BY id") == [("add", "tool:add_memo"), ("narrow", "slack")]
+
+    llm.script(
+        ToolCalls([ToolCall("list_memo", {}), ToolCall("get_memo", {"name": "bob-party"})]),
+        Text("Nothing planned that I know of."),
+    )
+    public = slack.post_message(GENERAL, BOB, f"<@{slack.bot_user_id}> anything planned for me on Friday?")
+    slack.wait_for(lambda: replies_in(slack, public), what="the reply in #general")
+    for request in llm.requests[-2:]:
+        assert "Surprise party" not in prompt_text(request)
+
+    llm.script(Text("The party, of course."))
+    inside = slack.post_message(PLANS, ALICE, f"<@{slack.bot_user_id}> what are we planning?")
+    slack.wait_for(lambda: replies_in(slack, inside), what="the reply in the narrowed channel")
+    assert "Surprise party" in prompt_text(llm.requests[-1])
+    assert bot.stop() == 0
+
+
+def test_a_channel_the_bot_was_removed_from_is_no_longer_judged_until_it_is_back(
+    bot: BotProcess, slack: FakeSlack, llm
+) -> None:
+    llm.set_responder(responder(lambda request: judgment(False), lambda request: Text("unused")))
+    bot.settings.update(FAST)
+    bot.start()
+    ts = slack.post_message(GENERAL, ALICE, "what a quiet day")
+    wait_until(lambda: query(bot, "SELECT ts FROM messages WHERE ts = ?", ts), what="the message stored")
+    wait_until(lambda: left_at(bot) == [(None,)], what="the channel stored")
+    slack.remove_member(GENERAL, slack.bot_user_id)
+    wait_until(lambda: left_at(bot) != [(None,)], what="the bot's leaving recorded")
+
+    time.sleep(WAIT + 1.5)
+    assert judgments(llm) == []
+
+    slack.add_member(GENERAL, slack.bot_user_id)
+    wait_until(lambda: left_at(bot) == [(None,)], what="the bot back in the channel")
+    slack.wait_for(lambda: judgments(llm), timeout=WAIT + 5, what="the conversation judged again")
+    assert "what a quiet day" in prompt_text(judgments(llm)[0])
+    assert bot.stop() == 0
