@@ -36,7 +36,7 @@ def test_a_channel_that_stops_being_the_workspaces_keeps_its_memos_to_itself(
         Text("Noted."),
     )
     ts = slack.post_message(PLANS, ALICE, f"<@{slack.bot_user_id}> we plan a surprise party for Bob on Friday")
-    slack.wait_for(lambda: replies_in(slack, ts), what="the reply in #plans")
+    slack.wait_for(lambda: replies_in(slack, ts), timeout=30, what="the reply in #plans")
     assert query(bot, "SELECT visibility FROM memos") == [("workspace",)]
 
     getattr(slack, change)(PLANS)

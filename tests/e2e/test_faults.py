@@ -26,7 +26,7 @@ def test_a_secret_deleted_while_the_bot_was_down_is_gone_after_the_next_sync(
 
     llm.script(Text("Nothing to see here."))
     ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> what did we say today?")
-    slack.wait_for(lambda: replies_in(slack, ts), what="the reply")
+    slack.wait_for(lambda: replies_in(slack, ts), timeout=30, what="the reply")  # the first loads the model libraries
     prompt = prompt_text(llm.requests[-1])
     assert "what did we say today?" in prompt and "[redacted]" in prompt
     assert "7291" not in prompt and "xoxb-live-123" not in prompt
