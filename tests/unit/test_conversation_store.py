@@ -218,6 +218,7 @@ def test_a_channel_left_is_neither_active_nor_caught_up_until_joined_again(store
     assert store.get_channel("C1") == Channel("C1", "general", is_member=False)
     assert [c.id for c in store.active_channels(since)] == ["C2"]
     assert store.unclaimed_mentions(BOT, since) == []
+    assert list(store.changes()) == ["C2"]  # nothing more of C1 for the memory job either
 
     store.save_channel(Channel("C1", "general"))  # joined again
     assert store.get_channel("C1").is_member

@@ -135,7 +135,7 @@ class ConversationStore(Protocol):
         ...
 
     def changes(self) -> dict[str, ChannelChanges]:
-        """Per stored channel with messages: its newest message ts and newest edit."""
+        """Per stored channel with messages (not one the bot has left): its newest message ts and newest edit."""
         ...
 
     def changed_messages(self, channel_id: str, after_ts: str, edited_after: datetime | None) -> list[Message]:

@@ -126,9 +126,12 @@ class SqlConversationStore:
         return [_to_message(r) for r in rows]
 
     def changes(self) -> dict[str, ChannelChanges]:
-        query = core_select(
-            MessageRow.channel_id, func.max(MessageRow.ts), func.max(col(MessageRow.edited_at))
-        ).group_by(MessageRow.channel_id)
+        left = select(ChannelRow.id).where(col(ChannelRow.left_at).is_not(None))
+        query = (
+            core_select(MessageRow.channel_id, func.max(MessageRow.ts), func.max(col(MessageRow.edited_at)))
+            .where(col(MessageRow.channel_id).not_in(left))
+            .group_by(MessageRow.channel_id)
+        )
         with self._engine.connect() as connection:
             rows = connection.execute(query).all()
         return {channel: ChannelChanges(ts, edited) for channel, ts, edited in rows}
