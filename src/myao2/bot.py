@@ -10,7 +10,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from datetime import timedelta
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from sqlalchemy import Engine, text
 
@@ -42,6 +42,7 @@ from myao2.infrastructure.search.setup import IndexWorker, open_index
 from myao2.infrastructure.llm.phrases import apology, prompt_marks
 from myao2.infrastructure.llm.prompts import PromptRenderer
 from myao2.infrastructure.slack.app import build_app
+from myao2.infrastructure.slack.connection import AppTokenRejected, SocketMode, identify
 from myao2.infrastructure.slack.gateway import SlackAuthError, SlackGateway, make_web_client, web_session
 from myao2.infrastructure.tasks import TaskSet
 from myao2.infrastructure.web.toolbox import build_web_toolbox
@@ -50,6 +51,8 @@ logger = logging.getLogger(__name__)
 
 SHUTDOWN_GRACE_SECONDS = 5.0
 INDEX_INTERVAL_SECONDS = 2.0
+
+T = TypeVar("T")
 
 
 def run_bot(config: Config) -> int:
@@ -91,14 +94,31 @@ class Bot:
             loop.add_signal_handler(signum, self._stop.set)
 
         engine = await asyncio.to_thread(open_database, config.memory.sqlalchemy_url)
+        health = Health(lambda: _database_ok(engine))
+        try:
+            health_server = self._start_health_server(health)
+        except OSError as exc:
+            engine.dispose()
+            return _refuse(f"health_check.port: cannot listen on port {config.health_check.port} ({_reason(exc)})")
+        beat = asyncio.create_task(health.beat())
         web = web_session()  # kept-alive connections for the bot's Web API calls
+
+        async def close_early() -> None:
+            beat.cancel()
+            if health_server is not None:
+                health_server.stop()
+            await web.close()
+            engine.dispose()
+
         gateway = SlackGateway(make_web_client(config.slack.bot_token, config.slack.api_base_url, web))
         try:
-            identity = await gateway.auth()
+            identity = await self._until_stopped(identify(gateway))
         except SlackAuthError as exc:
-            print(f"myao2: {exc}", file=sys.stderr)
-            await web.close()
-            return 2
+            await close_early()
+            return _refuse(str(exc))
+        if identity is None:
+            await close_early()
+            return 0
 
         conversations = SqlConversationStore(engine, self._clock)
         memos = SqlMemoStore(engine, self._clock)
@@ -190,13 +210,26 @@ class Bot:
             settings=memory_settings(config),
         )
 
-        health = Health(lambda: _database_ok(engine))
-        health_server = self._start_health_server(health)
-        beat = asyncio.create_task(health.beat())
-        connection = await self._connect(app, health)
+        def catch_up() -> None:
+            self._tasks.spawn(self._catch_up(history, inbox))
+
+        connection = self._connection(app, health, catch_up)
+        try:
+            await self._until_stopped(connection.open())
+        except (AppTokenRejected, OSError) as exc:
+            await connection.close()
+            await clients.close()
+            await close_early()
+            return _refuse(_reason(exc) if isinstance(exc, OSError) else str(exc))
+        if self._stop.is_set():
+            logger.info("stopped before Slack was reached")
+            await connection.close()
+            await clients.close()
+            await close_early()
+            return 0
         logger.info("connected to Slack as %s (%s)", persona.name, identity.user_id)
         self._tasks.spawn(self._settle(clients))
-        self._tasks.spawn(self._catch_up(history, inbox))
+        catch_up()
         self._tasks.spawn(self._every(response.history_sync_interval_seconds, history.sync))
         self._tasks.spawn(self._every(response.check_interval_seconds, autonomous.check))
         self._tasks.spawn(self._every(config.memory.update_interval_seconds, memory_job.run))
@@ -204,7 +237,11 @@ class Bot:
         if indexer is not None:
             indexer.start()
 
-        await self._stop.wait()
+        status = 0
+        try:
+            await self._until_stopped(connection.watch())
+        except AppTokenRejected as exc:
+            status = _refuse(str(exc))
         logger.info("shutting down")
         if indexer is not None:
             indexer.stop()
@@ -217,7 +254,7 @@ class Bot:
         await clients.close()
         await web.close()
         engine.dispose()
-        return 0
+        return status
 
     def _start_health_server(self, health: Health) -> HealthServer | None:
         port = self._config.health_check.port
@@ -227,15 +264,28 @@ class Bot:
         server.start()
         return server
 
-    async def _connect(self, app, health: Health) -> "_Connection":  # type: ignore[no-untyped-def]
-        if self._config.slack.mode == "http":
-            connection: _Connection = _HttpConnection(app, self._config.slack.http_port)
-        else:
-            connection = _SocketConnection(app, self._config.slack.app_token)
-        await connection.open()
-        health.slack_connected = True
-        self._tasks.spawn(connection.watch(health, self._stop))
-        return connection
+    def _connection(self, app, health: Health, reconnected: Callable[[], None]) -> _Connection:  # type: ignore[no-untyped-def]
+        """How events will reach the bot; `reconnected` runs whenever Socket Mode is back after a loss."""
+        slack = self._config.slack
+        if slack.mode == "http":
+            return _HttpConnection(app, slack.http_port, health)
+        state = _SocketState(health, reconnected)
+        return _SocketConnection(SocketMode(app, slack.app_token, make_web_client(None, slack.api_base_url), state), state)
+
+    async def _until_stopped(self, work: Awaitable[T]) -> T | None:
+        """The result of `work`, or None (with `work` cancelled) if the bot is told to stop first."""
+        task = asyncio.ensure_future(work)
+        stop = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+        if not task.done():
+            task.cancel()
+            with suppress(asyncio.CancelledError):
+                await task
+            return None
+        return task.result()
 
     async def _settle(self, clients: ModelClients) -> None:
         """Once connected: load the model libraries, then exempt what start-up made from garbage collection.
@@ -326,45 +376,71 @@ def autonomy_settings(config: Config) -> AutonomySettings:
 class _Connection(Protocol):
     """How events reach the bot: Socket Mode or HTTP."""
 
-    async def open(self) -> None: ...
+    async def open(self) -> None:
+        """Return once events can arrive; raises `AppTokenRejected` or `OSError` when they never will."""
+        ...
 
-    async def watch(self, health: Health, stop: asyncio.Event) -> None: ...
+    async def watch(self) -> None:
+        """Return (or raise `AppTokenRejected`) only if events can no longer arrive."""
+        ...
 
     async def close(self) -> None: ...
 
 
-class _SocketConnection:
-    """Socket Mode: bolt's aiohttp handler, which reconnects by itself."""
+class _SocketState:
+    """Socket Mode's connection state into /ready; after a loss, `reconnected` catches up on the gap."""
 
-    def __init__(self, app, app_token: str) -> None:  # type: ignore[no-untyped-def]
-        self._app = app
-        self._app_token = app_token
-        self._handler = None
+    def __init__(self, health: Health, reconnected: Callable[[], None]) -> None:
+        self._health = health
+        self._reconnected = reconnected
+        self.ever_connected = asyncio.Event()
+
+    def __call__(self, connected: bool) -> None:
+        was_connected = self._health.slack_connected
+        self._health.slack_connected = connected
+        if connected and not was_connected:
+            if self.ever_connected.is_set():
+                logger.info("Socket Mode is back; catching up on what was said meanwhile")
+                self._reconnected()
+            self.ever_connected.set()
+
+
+class _SocketConnection:
+    """Socket Mode, kept up in a task of its own."""
+
+    def __init__(self, socket: SocketMode, state: _SocketState) -> None:
+        self._socket = socket
+        self._state = state
+        self._task: asyncio.Task[None] | None = None
 
     async def open(self) -> None:
-        from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+        self._task = asyncio.create_task(self._socket.run())
+        connected = asyncio.ensure_future(self._state.ever_connected.wait())
+        try:
+            await asyncio.wait({self._task, connected}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            connected.cancel()
+        if self._task.done():
+            self._task.result()  # raises AppTokenRejected
 
-        self._handler = AsyncSocketModeHandler(self._app, self._app_token)
-        await self._handler.connect_async()
-
-    async def watch(self, health: Health, stop: asyncio.Event) -> None:
-        assert self._handler is not None
-        while not stop.is_set():
-            health.slack_connected = await self._handler.client.is_connected()
-            with suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(stop.wait(), 1.0)
+    async def watch(self) -> None:
+        assert self._task is not None
+        await asyncio.shield(self._task)
 
     async def close(self) -> None:
-        if self._handler is not None:
-            await self._handler.close_async()
+        if self._task is not None:
+            self._task.cancel()
+            with suppress(asyncio.CancelledError, AppTokenRejected):
+                await self._task
 
 
 class _HttpConnection:
     """The HTTP Events API, served by aiohttp on the configured port."""
 
-    def __init__(self, app, port: int) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, app, port: int, health: Health) -> None:  # type: ignore[no-untyped-def]
         self._app = app
         self._port = port
+        self._health = health
         self._runner = None
 
     async def open(self) -> None:
@@ -372,14 +448,28 @@ class _HttpConnection:
 
         self._runner = web.AppRunner(self._app.web_app(path="/slack/events", port=self._port))
         await self._runner.setup()
-        await web.TCPSite(self._runner, port=self._port).start()
+        try:
+            await web.TCPSite(self._runner, port=self._port).start()
+        except OSError as exc:
+            raise OSError(exc.errno, f"slack.http_port: cannot listen on port {self._port} ({_reason(exc)})") from None
+        self._health.slack_connected = True
 
-    async def watch(self, health: Health, stop: asyncio.Event) -> None:
-        await stop.wait()
+    async def watch(self) -> None:
+        await asyncio.Event().wait()
 
     async def close(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
+
+
+def _refuse(message: str) -> int:
+    """Say why the bot cannot run (no traceback) and return exit status 2."""
+    print(f"myao2: {message}", file=sys.stderr)
+    return 2
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or str(exc)
 
 
 def _database_ok(engine: Engine) -> bool:

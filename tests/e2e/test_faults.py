@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+import signal
+import socket
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
 from tests.e2e.conftest import ALICE, BOB, GENERAL, BotProcess, wait_until
 from tests.e2e.test_conversations import stored_text
 from tests.e2e.test_mentions import prompt_text, replies_in
@@ -31,3 +39,108 @@ def test_a_secret_deleted_while_the_bot_was_down_is_gone_after_the_next_sync(
     assert "what did we say today?" in prompt and "[redacted]" in prompt
     assert "7291" not in prompt and "xoxb-live-123" not in prompt
     assert bot.stop() == 0
+
+
+def ready(bot: BotProcess) -> int | None:
+    """/ready's status, or None while the health server does not answer."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{bot.health_port}/ready", timeout=2) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+    except OSError:
+        return None
+
+
+@pytest.mark.parametrize(("fault", "seconds"), [("refuse", 10.0), ("5xx", 3.0)])
+def test_slack_unreachable_at_start_up_is_waited_out_then_answers(
+    bot: BotProcess, slack: FakeSlack, llm, fault: str, seconds: float
+) -> None:
+    slack.set_fault(fault)
+    bot.start(wait_connected=False)
+    wait_until(lambda: ready(bot) == 503, what="/ready at 503 while Slack is away")
+    time.sleep(seconds)
+    assert bot.process.poll() is None, bot.log()
+    slack.set_fault(None)
+    slack.wait_for(lambda: slack.connected, timeout=15, what="the bot to connect once Slack is back")
+
+    llm.script(Text("Here now."))
+    ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> finally?")
+    slack.wait_for(lambda: replies_in(slack, ts), what="the reply")
+    log = bot.log()
+    attempts = log.count("Slack is unreachable (attempt")
+    assert 2 <= attempts <= 12, log
+    assert "Traceback" not in log
+    assert bot.stop() == 0
+
+
+def test_sigterm_while_slack_is_unreachable_exits_0(bot: BotProcess, slack: FakeSlack) -> None:
+    slack.set_fault("refuse")
+    bot.start(wait_connected=False)
+    wait_until(lambda: "Slack is unreachable" in bot.log(), timeout=20, what="a failed attempt")
+    started = time.monotonic()
+    bot.process.send_signal(signal.SIGTERM)
+    assert bot.wait_exit(timeout=10) == 0
+    assert time.monotonic() - started < 5
+    assert "Traceback" not in bot.log()
+
+
+def test_an_invalid_app_token_exits_2_naming_it_within_10_seconds(bot: BotProcess, slack: FakeSlack) -> None:
+    bot.env_overrides["SLACK_APP_TOKEN"] = "xapp-revoked-token"
+    bot.start(wait_connected=False)
+    slack.wait_for(
+        lambda: any(method == "apps.connections.open" for method, _ in slack.web_calls), timeout=20, what="a try"
+    )
+    refused = time.monotonic()  # start-up itself (imports, database) is not what is timed
+    assert bot.wait_exit(timeout=20) == 2
+    assert time.monotonic() - refused < 10
+    log = bot.log()
+    assert "slack.app_token" in log and "Traceback" not in log
+    assert "xapp-revoked-token" not in log
+
+
+def test_sigterm_during_socket_mode_retries_exits_within_the_grace_period(bot: BotProcess, slack: FakeSlack) -> None:
+    slack.inject_error("apps.connections.open", "internal_error", times=1000)
+    bot.start(wait_connected=False)
+    wait_until(lambda: bot.log().count("Socket Mode connection failed") >= 2, what="two failed connections")
+    started = time.monotonic()
+    bot.process.send_signal(signal.SIGTERM)
+    assert bot.wait_exit(timeout=10) == 0
+    assert time.monotonic() - started < 5
+    assert "Traceback" not in bot.log()
+
+
+def test_a_socket_dropped_silently_is_replaced_and_the_mention_in_the_gap_answered(
+    bot: BotProcess, slack: FakeSlack, llm
+) -> None:
+    bot.start()
+    wait_until(lambda: ready(bot) == 200, what="/ready")
+    connections = slack.connection_count
+    llm.script(Text("Sorry, I was briefly away."))
+
+    slack.inject_error("apps.connections.open", "internal_error")  # the first try to reconnect fails: /ready shows it
+    slack.disconnect(kind="silent")
+    dropped = time.monotonic()
+    ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> hello? anyone?")
+    assert slack.connection_count == connections  # posted in the gap: its events reach no one
+    wait_until(lambda: ready(bot) == 503, timeout=5, what="/ready at 503 while the socket is dead")
+    slack.wait_for(lambda: slack.connection_count > connections and slack.connected, timeout=10, what="a new socket")
+    assert time.monotonic() - dropped < 3.5
+
+    slack.wait_for(lambda: replies_in(slack, ts), timeout=15, what="the mention in the gap answered")
+    wait_until(lambda: ready(bot) == 200, what="/ready back at 200")
+    time.sleep(1)
+    assert len(replies_in(slack, ts)) == 1
+    assert not [e for e in slack.envelopes if e["payload"]["event"].get("ts") == ts]
+    assert bot.stop() == 0
+
+
+def test_a_health_port_in_use_exits_2_naming_it(bot: BotProcess) -> None:
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", bot.health_port))
+        taken.listen()
+        bot.start(wait_connected=False)
+        assert bot.wait_exit(timeout=20) == 2
+    log = bot.log()
+    assert "health_check.port" in log and str(bot.health_port) in log
+    assert "Traceback" not in log

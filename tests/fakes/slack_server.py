@@ -80,6 +80,7 @@ CONTROL_METHODS = (
     "share_externally",
     "remove_member",
     "add_member",
+    "set_fault",
     "refuse_streaming",
 )
 MAX_RETRIES = 3
@@ -89,6 +90,8 @@ TASK_STATUSES = ("pending", "in_progress", "complete", "error")
 MARKDOWN_LIMIT = 12_000
 _CLOSE = object()
 _ABORT = object()
+_SILENCE = object()
+FAULTS = (None, "refuse", "5xx")
 
 
 class _SlackError(Exception):
@@ -128,6 +131,7 @@ class _Connection:
     request: web.Request
     outbox: asyncio.Queue = field(default_factory=asyncio.Queue)
     closing: bool = False  # the server started a clean close
+    silent: bool = False  # dropped without a close frame: nothing read or written any more
 
 
 @dataclass
@@ -238,6 +242,7 @@ class FakeSlack(LoopbackServer):
         self._envelope_events: dict[str, str] = {}  # envelope_id -> event_id
         self._acked_events: set[str] = set()
         self._injections: dict[str, list[_Injection]] = {}
+        self._fault: str | None = None
         # recordings
         self._web_calls: list[tuple[str, dict[str, Any]]] = []
         self._acks: list[str] = []
@@ -318,9 +323,9 @@ class FakeSlack(LoopbackServer):
 
     @property
     def open_connections(self) -> int:
-        """Number of currently open Socket Mode connections."""
+        """Number of currently open Socket Mode connections (silently dropped ones not counted)."""
         with self._lock:
-            return sum(1 for c in self._conns if not c.ws.closed)
+            return sum(1 for c in self._conns if not c.ws.closed and not c.silent)
 
     @property
     def connection_count(self) -> int:
@@ -504,18 +509,42 @@ class FakeSlack(LoopbackServer):
         """Make clients reconnect.
 
         ``kind``: "message" sends ``{"type": "disconnect"}``, "close" closes the
-        WebSocket (close frame), "abort" drops the TCP connection without one.
+        WebSocket (close frame), "abort" drops the TCP connection without one,
+        "silent" keeps it open but never reads nor writes on it again (a network
+        gone dead: no close, no pong; events go to no one until a new connection).
         """
-        if kind not in ("message", "close", "abort"):
+        if kind not in ("message", "close", "abort", "silent"):
             raise ValueError(f"unknown disconnect kind {kind!r}")
         frame = {"type": "disconnect", "reason": "refresh_requested", "debug_info": {"host": "fake-applink"}}
-        item = {"message": json.dumps(frame), "close": _CLOSE, "abort": _ABORT}[kind]
+        item = {"message": json.dumps(frame), "close": _CLOSE, "abort": _ABORT, "silent": _SILENCE}[kind]
+        if kind == "silent":
+            with self._lock:
+                for conn in self._conns:
+                    conn.silent = True
 
         def push() -> None:
             for conn in self._conns:
                 conn.outbox.put_nowait(item)
 
         self._in_loop(push)
+
+    def set_fault(self, fault: str | None) -> None:
+        """Make the whole of Slack unreachable: "refuse" (connections refused), "5xx" (every
+        Web API call answers HTTP 503 with an HTML page), or None (back to normal)."""
+        if fault not in FAULTS:
+            raise ValueError(f"unknown fault {fault!r}")
+        with self._lock:
+            previous, self._fault = self._fault, fault
+        if (previous == "refuse") != (fault == "refuse"):
+            asyncio.run_coroutine_threadsafe(self._listen(fault != "refuse"), self._loop).result(timeout=10)
+
+    async def _listen(self, listening: bool) -> None:
+        """Stop or resume accepting connections on the same port (open connections stay)."""
+        if listening:
+            await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+        else:
+            for site in list(self._runner.sites):
+                await site.stop()
 
     def inject_error(self, method: str, error: str = "internal_error", times: int = 1) -> None:
         """Answer the next ``times`` calls of ``method`` with ``{"ok": false, "error": error}``."""
@@ -749,7 +778,7 @@ class FakeSlack(LoopbackServer):
 
     def _live_connection(self) -> _Connection | None:
         for conn in reversed(self._conns):
-            if not conn.ws.closed:
+            if not conn.ws.closed and not conn.silent:
                 return conn
         return None
 
@@ -823,6 +852,10 @@ class FakeSlack(LoopbackServer):
                 if conn.request.transport is not None:
                     conn.request.transport.abort()
                 return
+            if item is _SILENCE:
+                if conn.request.transport is not None:
+                    conn.request.transport.pause_reading()  # pings go unanswered
+                return
             try:
                 await conn.ws.send_str(item)
             except ConnectionError:
@@ -845,6 +878,8 @@ class FakeSlack(LoopbackServer):
 
     async def _handle_api(self, request: web.Request) -> web.Response:
         method = request.match_info["method"]
+        if self._fault == "5xx":
+            return web.Response(status=503, text="<html><body>Service Unavailable</body></html>", content_type="text/html")
         params: dict[str, Any] = dict(request.query)
         if request.method == "POST" and request.can_read_body:
             if request.content_type == "application/json":

@@ -1,0 +1,222 @@
+"""Reaching Slack: who the bot is, asked until Slack answers; Socket Mode, kept up through drops and silence.
+
+slack_sdk's own client retries a refused app token forever with a traceback each time
+and notices a connection that went silent only after four ping intervals; this one
+tells a refused token apart (`AppTokenRejected`), retries everything else with
+backoff, and pings every `PING_INTERVAL_SECONDS` so a dead connection is replaced
+within a few seconds. Envelopes are handed to the bolt app, as bolt's own adapter does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+from slack_bolt.adapter.socket_mode.async_internals import run_async_bolt_app
+from slack_bolt.async_app import AsyncApp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.socket_mode.request import SocketModeRequest
+from slack_sdk.web.async_client import AsyncWebClient
+
+from myao2.domain.conversation import BotIdentity
+from myao2.infrastructure.slack.gateway import SlackAuthError, SlackGateway
+
+logger = logging.getLogger(__name__)
+
+PING_INTERVAL_SECONDS = 1.0
+"""A ping every second; a pong missing for half of that drops the connection."""
+CONNECT_TIMEOUT_SECONDS = 10.0
+APP_TOKEN_ERRORS = frozenset(
+    {"invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired", "not_allowed_token_type"}
+)
+STABLE_AFTER_SECONDS = 30.0
+"""A connection that lasted this long resets the backoff."""
+
+
+class AppTokenRejected(Exception):
+    """Slack refused the app-level token; the message says what to set (never the token)."""
+
+
+class Backoff:
+    """Delays that double from `first` up to `cap` seconds; `reset` starts again from `first`."""
+
+    def __init__(self, first: float = 0.5, cap: float = 5.0) -> None:
+        self._first = first
+        self._cap = cap
+        self._next = first
+
+    def next(self) -> float:
+        delay = self._next
+        self._next = min(self._next * 2, self._cap)
+        return delay
+
+    def reset(self) -> None:
+        self._next = self._first
+
+
+async def identify(gateway: SlackGateway, backoff: Backoff | None = None) -> BotIdentity:
+    """Who the bot is, asking until Slack answers: one log line per failed attempt, no traceback.
+
+    A refused bot token raises `SlackAuthError` at once; anything else (DNS, a refused
+    connection, a 5xx) is retried with backoff. Cancel the call to give up.
+    """
+    backoff = backoff or Backoff()
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return await gateway.auth()
+        except SlackAuthError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - whatever went wrong, Slack may answer later
+            delay = backoff.next()
+            logger.warning("Slack is unreachable (attempt %d: %s); retrying in %.1f s", attempt, describe(exc), delay)
+        await asyncio.sleep(delay)
+
+
+class SocketMode:
+    """Keeps one Socket Mode connection open for `app` until cancelled.
+
+    `on_state(connected)` is called when a connection says hello and when it is lost.
+    """
+
+    def __init__(
+        self,
+        app: AsyncApp,
+        app_token: str,
+        client: AsyncWebClient,
+        on_state: Callable[[bool], None],
+        ping_interval: float = PING_INTERVAL_SECONDS,
+        backoff: Backoff | None = None,
+    ) -> None:
+        self._app = app
+        self._app_token = app_token
+        self._client = client
+        self._on_state = on_state
+        self._ping_interval = ping_interval
+        self._backoff = backoff or Backoff()
+        self._envelopes: set[asyncio.Task[None]] = set()
+
+    async def run(self) -> None:
+        """Connect, serve, and reconnect whenever the connection ends; raises `AppTokenRejected`."""
+        async with aiohttp.ClientSession() as session:
+            attempt = 0
+            while True:
+                attempt += 1
+                started = time.monotonic()
+                try:
+                    url = await self._open_url()
+                    ws = await asyncio.wait_for(
+                        session.ws_connect(
+                            url, heartbeat=self._ping_interval, timeout=aiohttp.ClientWSTimeout(ws_close=1.0)
+                        ),
+                        CONNECT_TIMEOUT_SECONDS,
+                    )
+                    async with ws:
+                        reason = await self._serve(ws)
+                    logger.info("Socket Mode connection ended (%s); reconnecting", reason)
+                except AppTokenRejected:
+                    raise
+                except (aiohttp.ClientError, SlackApiError, OSError, asyncio.TimeoutError, ValueError) as exc:
+                    delay = self._backoff.next()
+                    logger.warning(
+                        "Socket Mode connection failed (attempt %d: %s); retrying in %.1f s", attempt, describe(exc), delay
+                    )
+                    self._on_state(False)
+                    await asyncio.sleep(delay)
+                    continue
+                finally:
+                    if time.monotonic() - started > STABLE_AFTER_SECONDS:
+                        self._backoff.reset()
+                self._on_state(False)
+                attempt = 0
+
+    async def _open_url(self) -> str:
+        """A fresh WebSocket URL from apps.connections.open."""
+        try:
+            response = await asyncio.wait_for(
+                self._client.apps_connections_open(app_token=self._app_token), CONNECT_TIMEOUT_SECONDS
+            )
+        except SlackApiError as exc:
+            error = _error_code(exc)
+            if error in APP_TOKEN_ERRORS:
+                raise AppTokenRejected(_app_token_help(error)) from None
+            raise
+        return str(response["url"])
+
+    async def _serve(self, ws: aiohttp.ClientWebSocketResponse) -> str:
+        """Hand envelopes to the app until the connection ends; returns why it ended."""
+        async for message in ws:
+            if message.type is not aiohttp.WSMsgType.TEXT:
+                continue
+            try:
+                frame = json.loads(message.data)
+            except ValueError:
+                continue
+            kind = frame.get("type") if isinstance(frame, dict) else None
+            if kind == "hello":
+                self._on_state(True)
+            elif kind == "disconnect":
+                return f"Slack asked to reconnect: {frame.get('reason')}"
+            elif frame.get("envelope_id"):
+                task = asyncio.create_task(self._handle(ws, frame))
+                self._envelopes.add(task)
+                task.add_done_callback(self._envelopes.discard)
+        error = ws.exception()
+        return f"closed: {describe(error)}" if error else f"closed with code {ws.close_code}"
+
+    async def _handle(self, ws: aiohttp.ClientWebSocketResponse, frame: dict[str, Any]) -> None:
+        """Run the app on one envelope and acknowledge it (with the app's response, if any)."""
+        request = SocketModeRequest.from_dict(frame)
+        if request is None:
+            return
+        try:
+            response = await run_async_bolt_app(self._app, request)
+        except Exception:
+            logger.exception("an envelope of type %s could not be handled", request.type)
+            return
+        if response.status != 200:
+            return
+        ack: dict[str, Any] = {"envelope_id": request.envelope_id}
+        if response.body:
+            try:
+                ack["payload"] = json.loads(response.body)
+            except ValueError:
+                ack["payload"] = {"text": response.body}
+        try:
+            await ws.send_str(json.dumps(ack))
+        except (ConnectionError, RuntimeError) as exc:
+            logger.warning("could not acknowledge envelope %s: %s", request.envelope_id, describe(exc))
+
+
+def _error_code(exc: SlackApiError) -> str | None:
+    """The `error` of a Web API failure; None when the answer was not Slack's JSON (a 5xx page)."""
+    response = exc.response
+    try:
+        return response.get("error")  # type: ignore[no-any-return]
+    except AttributeError:
+        return None
+
+
+def describe(exc: BaseException) -> str:
+    """One line about a failure, without a traceback."""
+    if isinstance(exc, SlackApiError):
+        code = _error_code(exc)
+        status = getattr(exc.response, "status_code", None) or getattr(exc.response, "status", None)
+        return f"Slack answered {code or 'an error'} (HTTP {status})"
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _app_token_help(error: str) -> str:
+    return (
+        f"slack.app_token: Slack refused the app-level token ({error}). Set SLACK_APP_TOKEN to an "
+        "app-level token (xapp-…, under Basic Information > App-Level Tokens) with the "
+        "connections:write scope, and make sure Socket Mode is enabled for the app; "
+        "generate a new one if it was revoked."
+    )

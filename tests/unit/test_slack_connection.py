@@ -1,0 +1,166 @@
+"""Reaching Slack against the fake: start-up identification and Socket Mode through faults."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from typing import Any
+
+import aiohttp
+import aiohttp.abc
+import pytest
+from slack_bolt.async_app import AsyncApp
+from slack_bolt.authorization import AuthorizeResult
+from slack_sdk.web.async_client import AsyncWebClient
+
+from myao2.infrastructure.slack.connection import AppTokenRejected, Backoff, SocketMode, identify
+from myao2.infrastructure.slack.gateway import SlackAuthError, SlackGateway, make_web_client
+from tests.fakes.slack_server import FakeSlack
+
+FAST = Backoff(first=0.05, cap=0.2)
+
+
+@pytest.fixture
+def fake():
+    with FakeSlack() as slack:
+        slack.add_user("U1", "alice")
+        slack.add_channel("C1", "general", members=["U1"])
+        yield slack
+
+
+def no_tracebacks(caplog: pytest.LogCaptureFixture) -> bool:
+    return all(record.exc_info is None for record in caplog.records)
+
+
+async def test_identify_waits_out_an_unreachable_slack(fake: FakeSlack, caplog: pytest.LogCaptureFixture) -> None:
+    fake.set_fault("refuse")
+    gateway = SlackGateway(AsyncWebClient(token=fake.bot_token, base_url=fake.base_url, retry_handlers=[]))
+    task = asyncio.create_task(identify(gateway, Backoff(first=0.05, cap=0.2)))
+    await asyncio.sleep(1.0)
+    assert not task.done()
+    fake.set_fault("5xx")
+    await asyncio.sleep(0.5)
+    fake.set_fault(None)
+
+    identity = await asyncio.wait_for(task, 5)
+
+    assert identity.user_id == fake.bot_user_id
+    lines = [r.getMessage() for r in caplog.records if "Slack is unreachable" in r.getMessage()]
+    assert len(lines) >= 3 and any("503" in line for line in lines)
+    assert no_tracebacks(caplog)
+
+
+class NoNames(aiohttp.abc.AbstractResolver):
+    """A resolver for a machine whose DNS is down: every name lookup fails, without the network."""
+
+    async def resolve(self, host: str, port: int = 0, family: int = socket.AF_INET) -> list:
+        raise OSError(socket.EAI_NONAME, "Name or service not known")
+
+    async def close(self) -> None:
+        pass
+
+
+async def test_identify_retries_a_dns_failure_and_can_be_cancelled(caplog: pytest.LogCaptureFixture) -> None:
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(resolver=NoNames())) as session:
+        gateway = SlackGateway(AsyncWebClient(token="xoxb-t", base_url="http://slack.example/api/", session=session, retry_handlers=[]))
+        task = asyncio.create_task(identify(gateway, Backoff(first=0.05, cap=0.1)))
+        await asyncio.sleep(1.0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    lines = [r.getMessage() for r in caplog.records if "Slack is unreachable" in r.getMessage()]
+    assert len(lines) >= 2 and "Name or service not known" in lines[0]
+    assert no_tracebacks(caplog)
+
+
+async def test_identify_gives_up_at_once_on_a_refused_bot_token(fake: FakeSlack) -> None:
+    gateway = SlackGateway(make_web_client("xoxb-wrong", fake.base_url))
+    with pytest.raises(SlackAuthError):
+        await asyncio.wait_for(identify(gateway, FAST), 5)
+
+
+def bolt_app(fake: FakeSlack, seen: list[str]) -> AsyncApp:
+    async def authorize(**_: Any) -> AuthorizeResult:
+        return AuthorizeResult(enterprise_id=None, team_id="T1", bot_user_id=fake.bot_user_id, bot_token=fake.bot_token)
+
+    app = AsyncApp(
+        name="test", client=make_web_client(None, fake.base_url), authorize=authorize, request_verification_enabled=False
+    )
+
+    @app.event("message")
+    async def on_message(event: dict[str, Any]) -> None:
+        seen.append(event["text"])
+
+    return app
+
+
+class States:
+    def __init__(self) -> None:
+        self.changes: list[tuple[float, bool]] = []
+
+    def __call__(self, connected: bool) -> None:
+        self.changes.append((time.monotonic(), connected))
+
+    @property
+    def connected(self) -> bool:
+        return bool(self.changes) and self.changes[-1][1]
+
+
+def socket_mode(fake: FakeSlack, seen: list[str], states: States, token: str | None = None) -> SocketMode:
+    client = make_web_client(None, fake.base_url)
+    return SocketMode(bolt_app(fake, seen), token or fake.app_token, client, states, backoff=Backoff(0.05, 0.2))
+
+
+async def test_events_are_handed_to_the_app_and_acknowledged(fake: FakeSlack) -> None:
+    seen: list[str] = []
+    states = States()
+    task = asyncio.create_task(socket_mode(fake, seen, states).run())
+    try:
+        await fake.async_wait_for(lambda: states.connected, what="hello")
+        fake.post_message("C1", "U1", "hi there")
+        await fake.async_wait_for(lambda: seen and fake.acks, what="the event handled and acked")
+        assert seen == ["hi there"]
+    finally:
+        task.cancel()
+
+
+async def test_a_refused_app_token_ends_the_connection_with_a_message_naming_the_key(fake: FakeSlack) -> None:
+    with pytest.raises(AppTokenRejected, match="slack.app_token") as refused:
+        await asyncio.wait_for(socket_mode(fake, [], States(), token="xapp-revoked").run(), 5)
+    assert "xapp-revoked" not in str(refused.value)
+
+
+async def test_transient_failures_are_retried_with_one_line_each(
+    fake: FakeSlack, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    fake.inject_error("apps.connections.open", "internal_error", times=3)
+    states = States()
+    task = asyncio.create_task(socket_mode(fake, [], states).run())
+    try:
+        await fake.async_wait_for(lambda: states.connected, what="a connection after three failures")
+    finally:
+        task.cancel()
+    assert sum("Socket Mode connection failed" in r.getMessage() for r in caplog.records) == 3
+    assert no_tracebacks(caplog)
+
+
+async def test_a_silently_dropped_socket_is_replaced_within_3_seconds(fake: FakeSlack) -> None:
+    seen: list[str] = []
+    states = States()
+    task = asyncio.create_task(socket_mode(fake, seen, states).run())
+    try:
+        await fake.async_wait_for(lambda: states.connected, what="hello")
+        connections = fake.connection_count
+        fake.disconnect("silent")
+        dropped = time.monotonic()
+        await fake.async_wait_for(lambda: not states.connected, timeout=5, what="the loss noticed")
+        await fake.async_wait_for(lambda: states.connected, timeout=5, what="a new connection")
+        assert time.monotonic() - dropped < 3
+        assert fake.connection_count == connections + 1
+        fake.post_message("C1", "U1", "after")
+        await fake.async_wait_for(lambda: seen == ["after"], what="events on the new connection")
+    finally:
+        task.cancel()
