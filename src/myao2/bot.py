@@ -242,6 +242,7 @@ class Bot:
             await self._until_stopped(connection.watch())
         except AppTokenRejected as exc:
             status = _refuse(str(exc))
+            self._stop.set()  # the background jobs end too
         logger.info("shutting down")
         if indexer is not None:
             indexer.stop()
