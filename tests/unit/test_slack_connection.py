@@ -156,7 +156,8 @@ async def test_a_silently_dropped_socket_is_replaced_within_3_seconds(fake: Fake
         connections = fake.connection_count
         fake.disconnect("silent")
         dropped = time.monotonic()
-        await fake.async_wait_for(lambda: not states.connected, timeout=5, what="the loss noticed")
+        lost = lambda: [at for at, connected in states.changes if at >= dropped and not connected]  # noqa: E731
+        await fake.async_wait_for(lost, timeout=5, what="the loss noticed")
         await fake.async_wait_for(lambda: states.connected, timeout=5, what="a new connection")
         assert time.monotonic() - dropped < 3
         assert fake.connection_count == connections + 1
