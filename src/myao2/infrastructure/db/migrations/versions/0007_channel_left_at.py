@@ -1,13 +1,13 @@
 """When the bot left a channel (NULL while it is a member).
 
-Revision ID: 0006
+Revision ID: 0007
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0006"
-down_revision = "0005"
+revision = "0007"
+down_revision = "0006"
 branch_labels = None
 depends_on = None
 
