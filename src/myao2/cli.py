@@ -69,6 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
     memory_show.add_argument("--channel", metavar="C", help="only what prompts in this channel may draw on")
     memory_show.add_argument("--thread", metavar="TS", help="with --channel: this thread's memory too")
     memory_show.add_argument("--json", action="store_true", help="print JSON (superseded notes included)")
+    memory_forget = memory_actions.add_parser(
+        "forget", parents=[common], help="delete a person's messages, the memos and notes made from them"
+    )
+    memory_forget.add_argument("--user", required=True, metavar="U", help="the person's Slack user id")
+    memory_forget.add_argument("--yes", action="store_true", help="do not ask for confirmation")
 
     search = commands.add_parser("search", parents=[common], help="search memos and past messages")
     search.add_argument("query")

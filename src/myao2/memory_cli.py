@@ -1,4 +1,5 @@
-"""``myao2 memory show``: what the bot remembers, everywhere or as one conversation may see it."""
+"""``myao2 memory show`` (what the bot remembers, everywhere or as one conversation may see it) and
+``myao2 memory forget --user U`` (for people who ask to be forgotten)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,16 @@ from myao2.domain.memory import Memory, Scope, bullet_line
 from myao2.domain.visibility import can_read
 from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.engine import open_database
+from myao2.infrastructure.db.forget import forget_person
 from myao2.infrastructure.db.memory_store import SqlMemoryStore
 
 TERMS = {"long": "long-term", "short": "short-term"}
 
 
 def run_memory_command(config: Config, args: argparse.Namespace) -> int:
-    """Run `myao2 memory show`; 0 on success."""
+    """Run `myao2 memory show` or `forget`; 0 on success, 1 when a forget is not confirmed."""
+    if args.memory_command == "forget":
+        return _forget(config, args.user, args.yes)
     engine = open_database(config.memory.sqlalchemy_url)
     try:
         shown = select(SqlMemoryStore(engine, SystemClock()).all(), args.channel, args.thread)
@@ -28,6 +32,27 @@ def run_memory_command(config: Config, args: argparse.Namespace) -> int:
         print("Nothing remembered yet.")
     else:
         print("\n\n".join(_text(m) for m in shown))
+    return 0
+
+
+def _forget(config: Config, user_id: str, confirmed: bool) -> int:
+    if not confirmed:
+        answer = input(
+            f"Delete every message of {user_id}, the memos taken from them and the notes made from their words? "
+            "This cannot be undone. [y/N] "
+        )
+        if answer.strip().lower() not in ("y", "yes"):
+            print("Nothing deleted.")
+            return 1
+    engine = open_database(config.memory.sqlalchemy_url)
+    try:
+        forgotten = forget_person(engine, user_id)
+    finally:
+        engine.dispose()
+    print(
+        f"Forgot {user_id}: {forgotten.messages} message(s), {forgotten.memos} memo(s), "
+        f"{forgotten.notes} memory note(s) deleted."
+    )
     return 0
 
 

@@ -27,7 +27,7 @@ class SqlMemoryStore:
             row = session.exec(
                 select(MemoryRow).where(MemoryRow.scope == scope.key, MemoryRow.term == term.value)
             ).first()
-        return None if row is None else _to_memory(row)
+        return None if row is None else row_to_memory(row)
 
     def save(self, memories: Sequence[Memory]) -> None:
         now = self._clock.now()
@@ -44,7 +44,7 @@ class SqlMemoryStore:
                     )
                 row.audience = memory.audience.conversation_id
                 row.label = memory.label
-                row.bullets = [_bullet_json(b) for b in memory.bullets]
+                row.bullets = [bullet_to_json(b) for b in memory.bullets]
                 row.covered = memory.covered
                 row.updated_at = now
                 session.add(row)
@@ -56,15 +56,16 @@ class SqlMemoryStore:
                 .where(col(MemoryRow.scope).startswith("channel:"), MemoryRow.term == term.value)
                 .order_by(col(MemoryRow.scope))
             ).all()
-        return [_to_memory(r) for r in rows]
+        return [row_to_memory(r) for r in rows]
 
     def all(self) -> list[Memory]:
         with Session(self._engine) as session:
             rows = session.exec(select(MemoryRow).order_by(col(MemoryRow.scope), col(MemoryRow.term))).all()
-        return [_to_memory(r) for r in rows]
+        return [row_to_memory(r) for r in rows]
 
 
-def _bullet_json(bullet: Bullet) -> dict[str, Any]:
+def bullet_to_json(bullet: Bullet) -> dict[str, Any]:
+    """A bullet as stored in the `bullets` JSON column."""
     return {
         "id": bullet.id,
         "text": bullet.text,
@@ -74,7 +75,8 @@ def _bullet_json(bullet: Bullet) -> dict[str, Any]:
     }
 
 
-def _to_memory(row: MemoryRow) -> Memory:
+def row_to_memory(row: MemoryRow) -> Memory:
+    """A memory from its row."""
     return Memory(
         scope=Scope.from_key(row.scope),
         term=Term(row.term),

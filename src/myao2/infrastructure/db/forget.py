@@ -1,0 +1,42 @@
+"""Forgetting a person on request: their messages, the memos taken from them and the notes made from their words."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from sqlalchemy import Engine, delete
+from sqlmodel import Session, col, select
+
+from myao2.infrastructure.db.memory_store import bullet_to_json, row_to_memory
+from myao2.infrastructure.db.tables import MemoPinRow, MemoRevisionRow, MemoRow, MemoryRow, MessageRow, PersonRow
+
+
+@dataclass(frozen=True)
+class Forgotten:
+    """How many rows and notes forgetting a person removed."""
+
+    messages: int
+    memos: int
+    notes: int
+
+
+def forget_person(engine: Engine, user_id: str) -> Forgotten:
+    """Delete, in one transaction, every message `user_id` wrote, their name, every memo taken from what
+    they said (with its revisions and pin) and every memory note whose sources include one of their messages."""
+    with Session(engine) as session, session.begin():
+        their_ts = set(session.exec(select(MessageRow.ts).where(MessageRow.user_id == user_id)).all())
+        memo_ids = list(session.exec(select(MemoRow.id).where(MemoRow.user_id == user_id)).all())
+        notes = 0
+        for row in session.exec(select(MemoryRow)).all():
+            memory = row_to_memory(row)
+            kept = tuple(b for b in memory.bullets if not their_ts.intersection(b.source_ts))
+            if len(kept) != len(memory.bullets):
+                notes += len(memory.bullets) - len(kept)
+                row.bullets = [bullet_to_json(b) for b in replace(memory, bullets=kept).bullets]
+                session.add(row)
+        session.exec(delete(MemoRevisionRow).where(col(MemoRevisionRow.memo_id).in_(memo_ids)))  # type: ignore[call-overload]
+        session.exec(delete(MemoPinRow).where(col(MemoPinRow.memo_id).in_(memo_ids)))  # type: ignore[call-overload]
+        session.exec(delete(MemoRow).where(col(MemoRow.id).in_(memo_ids)))  # type: ignore[call-overload]
+        session.exec(delete(MessageRow).where(MessageRow.user_id == user_id))  # type: ignore[call-overload]
+        session.exec(delete(PersonRow).where(PersonRow.user_id == user_id))  # type: ignore[call-overload]
+    return Forgotten(messages=len(their_ts), memos=len(memo_ids), notes=notes)
