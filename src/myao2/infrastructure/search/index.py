@@ -1,6 +1,6 @@
 """The hybrid search index over memos and messages, kept in SQLite beside them.
 
-Triggers queue every change to a memo or a message (migration 0007); `sync` drains
+Triggers queue every change to a memo or a message (migration 0006); `sync` drains
 that queue in batches (embedding is the slow part, so it runs in a worker thread,
 never on the event loop) and is run again before each search, so a search never
 misses a change nor returns something removed. Each hit is scored by the cosine of

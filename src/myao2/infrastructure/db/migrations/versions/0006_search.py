@@ -5,13 +5,13 @@ the index drains the queue before each search. Existing memos and messages are q
 here, so an existing database is indexed on first use. SQLite only: on other
 databases search is not available.
 
-Revision ID: 0007
+Revision ID: 0006
 """
 
 from alembic import op
 
-revision = "0007"
-down_revision = "0006"
+revision = "0006"
+down_revision = "0005"
 branch_labels = None
 depends_on = None
 
