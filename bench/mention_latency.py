@@ -118,7 +118,7 @@ class SlackProcess:
                 if "connected" in data:
                     self.connection_count = data["connected"]
                     self.connected_at = data["t"]
-                elif data["post"]["method"] == "chat.postMessage" and data["post"]["thread_ts"]:
+                elif data["post"]["method"] in ("chat.postMessage", "chat.stopStream") and data["post"]["thread_ts"]:
                     self._replies.setdefault(data["post"]["thread_ts"], data["post"]["ts"])
                 self._changed.notify_all()
 

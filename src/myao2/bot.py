@@ -44,6 +44,7 @@ from myao2.infrastructure.llm.prompts import PromptRenderer
 from myao2.infrastructure.slack.app import build_app
 from myao2.infrastructure.slack.connection import AppTokenRejected, SocketMode, identify
 from myao2.infrastructure.slack.gateway import SlackAuthError, SlackGateway, make_web_client, web_session
+from myao2.infrastructure.slack.streaming import SlackReplyPublisher, StreamSettings
 from myao2.infrastructure.tasks import TaskSet
 from myao2.infrastructure.web.toolbox import build_web_toolbox
 
@@ -152,8 +153,18 @@ class Bot:
             search=Search(index, memos, conversations) if index is not None else None,
         )
         response = config.response
+        publisher = SlackReplyPublisher(
+            make_web_client(config.slack.bot_token, config.slack.api_base_url, web),
+            identity.team_id,
+            StreamSettings(streaming=response.streaming, show_tasks=response.show_memo_tasks),
+        )
         talk = Conversations(
-            conversations, gateway, identity, persona.name, allow_broadcasts=response.allow_broadcast_mentions
+            conversations,
+            gateway,
+            identity,
+            persona.name,
+            publisher,
+            allow_broadcasts=response.allow_broadcast_mentions,
         )
         answer = AnswerMention(
             store=conversations,

@@ -193,6 +193,10 @@ class ResponseConfig(_Section):
     """Emoji put on a mention as soon as it is taken up; empty: none."""
     allow_broadcast_mentions: bool = False
     """Let the bot's posts notify everyone (@channel, @here, @everyone, user groups); off: they notify nobody."""
+    streaming: bool = True
+    """Answers to mentions and DMs appear as they are written (Slack's chat streaming); false: posted whole."""
+    show_memo_tasks: bool = True
+    """A streamed answer shows the memos the model writes or reads ("メモを追加: name") as tasks."""
     max_message_age_seconds: int = Field(default=86400, ge=60)
     """How far back history is fetched and conversations are considered."""
     history_message_limit: int = Field(default=200, ge=1, le=1000)

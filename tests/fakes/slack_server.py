@@ -298,7 +298,8 @@ class FakeSlack(LoopbackServer):
 
     @property
     def posted(self) -> list[dict[str, Any]]:
-        """Bot's chat.postMessage / chat.update: dicts with method, channel, ts, text, thread_ts."""
+        """Bot's chat.postMessage / chat.update / chat.stopStream (a streamed message, finished):
+        dicts with method, channel, ts, text, thread_ts."""
         with self._lock:
             return copy.deepcopy(self._posted)
 
@@ -595,13 +596,13 @@ class FakeSlack(LoopbackServer):
         self.wait_for(lambda: self.connected, timeout, "a Socket Mode connection")
 
     def wait_for_posts(self, n: int, timeout: float = 10.0) -> list[dict[str, Any]]:
-        """Wait until the bot made at least ``n`` chat.postMessage calls; returns those records."""
+        """Wait until the bot posted at least ``n`` messages (chat.postMessage, or a stream stopped); returns them."""
 
         def posts() -> list[dict[str, Any]]:
-            found = [p for p in self.posted if p["method"] == "chat.postMessage"]
+            found = [p for p in self.posted if p["method"] in ("chat.postMessage", "chat.stopStream")]
             return found if len(found) >= n else []
 
-        return self.wait_for(posts, timeout, f"{n} chat.postMessage call(s)")
+        return self.wait_for(posts, timeout, f"{n} posted message(s)")
 
     def wait_for_acks(self, n: int, timeout: float = 10.0) -> list[str]:
         """Wait until at least ``n`` envelopes were acked; returns the acked ids."""
@@ -1115,6 +1116,7 @@ class FakeSlack(LoopbackServer):
             raise _SlackError("invalid_metadata_schema")
         self._stream_write(stream, msg, "chat.stopStream", markdown, chunks)
         stream.streaming = False
+        self._record_post("chat.stopStream", ch, msg)
         if metadata is not None:
             msg["metadata"] = metadata
         if params.get("blocks"):

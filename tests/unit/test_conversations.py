@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from myao2.application.conversations import Conversations
-from myao2.domain.conversation import BotIdentity, Message, Person
+from myao2.application.reply_stream import PublishedReply, ReplyDone, TextDelta
+from myao2.domain.conversation import BotIdentity, Channel, Message, Person, clean_text, neutralise_broadcasts
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
 from tests.clocks import ManualClock
@@ -98,3 +99,85 @@ async def test_broadcasts_go_out_when_allowed(store) -> None:
     await conversations.post("C1", "<!here> the build is broken", None)
 
     assert chat.posts == ["<!here> the build is broken"]
+
+
+class FakePublisher:
+    """Publishes every reply as ts 5.0 with the reply's final text."""
+
+    async def publish(self, channel, thread_ts, recipient_user_id, reply, apology):  # type: ignore[no-untyped-def]
+        text = ""
+        async for event in reply:
+            if isinstance(event, ReplyDone):
+                text = event.text
+        return PublishedReply("5.0", text)
+
+
+async def reply_of(text: str):  # type: ignore[no-untyped-def]
+    yield TextDelta(text)
+    yield ReplyDone(text)
+
+
+async def test_a_published_reply_is_stored_once_with_its_ts_and_final_text(store) -> None:
+    store.save_message(Message("C1", "1.0", "UALICE", "hi", "Alice"))
+    conversations = Conversations(store, FakeChat({}), BOT, "myao", FakePublisher())  # type: ignore[arg-type]
+
+    reply = await conversations.publish(Channel("C1", "general"), "1.0", "UALICE", reply_of("Hello!"), "Sorry")
+
+    assert (reply.ts, reply.text) == ("5.0", "Hello!")
+    stored = store.get_message("C1", "5.0")
+    assert stored is not None and (stored.text, stored.thread_ts, stored.is_bot) == ("Hello!", "1.0", True)
+
+
+async def test_a_half_written_copy_stored_by_a_sync_gets_the_final_text(store) -> None:
+    store.save_message(Message("C1", "1.0", "UALICE", "hi", "Alice"))
+    store.save_message(Message("C1", "5.0", "UBOT", "Hel", "myao", is_bot=True, thread_ts="1.0"))
+    conversations = Conversations(store, FakeChat({}), BOT, "myao", FakePublisher())  # type: ignore[arg-type]
+
+    await conversations.publish(Channel("C1", "general"), "1.0", "UALICE", reply_of("Hello!"), "Sorry")
+
+    assert store.get_message("C1", "5.0").text == "Hello!"
+    assert [m.ts for m in store.thread_messages("C1", "1.0", 10)] == ["1.0", "5.0"]
+
+
+class RecordingPublisher(FakePublisher):
+    """Also records the text deltas it was given."""
+
+    def __init__(self) -> None:
+        self.deltas: list[str] = []
+
+    async def publish(self, channel, thread_ts, recipient_user_id, reply, apology):  # type: ignore[no-untyped-def]
+        text = ""
+        async for event in reply:
+            if isinstance(event, TextDelta):
+                self.deltas.append(event.text)
+            elif isinstance(event, ReplyDone):
+                text = event.text
+        return PublishedReply("5.0", "".join(self.deltas) or text)
+
+
+async def deltas_of(*pieces: str):  # type: ignore[no-untyped-def]
+    for piece in pieces:
+        yield TextDelta(piece)
+    yield ReplyDone("".join(pieces))
+
+
+@pytest.mark.parametrize(
+    "pieces",
+    [
+        ("Hey <!chan", "nel> look", " at this"),
+        ("Hey @chan", "nel look", " at this"),
+        ("Hey <!subteam^S1|", "@devs> and ", "@", "here too", " \ud800"),
+        ("mail me at a@here", ".com please"),
+    ],
+)
+async def test_a_streamed_reply_notifies_nobody_even_split_across_deltas(store, pieces) -> None:
+    publisher = RecordingPublisher()
+    conversations = Conversations(store, FakeChat({}), BOT, "myao", publisher)  # type: ignore[arg-type]
+
+    reply = await conversations.publish(Channel("C1", "general"), None, "UALICE", deltas_of(*pieces), "Sorry")
+
+    whole = "".join(pieces)
+    safe = neutralise_broadcasts(clean_text(whole))
+    assert "".join(publisher.deltas) == safe == reply.text
+    assert all("<!" not in delta and "@channel" not in delta and "@here " not in delta for delta in publisher.deltas)
+    assert len(publisher.deltas) >= 2  # still streamed in pieces

@@ -334,9 +334,12 @@ async def test_a_model_failing_midway_raises_after_the_text_it_wrote(fake, make_
     assert not any(isinstance(e, ReplyDone) for e in seen)
 
 
-def test_task_titles_name_the_memo_in_the_persona_language():
-    assert tool_title("add_memo", "alice-birthday", "ja") == "メモを追加: alice-birthday"
-    assert tool_title("get_memo", "alice-birthday", "ja") == "メモを参照: alice-birthday"
-    assert tool_title("remove_memo", "x\n  y", "en") == "Remove memo: x y"
-    assert tool_title("list_memo", None, "ja") is None
-    assert tool_title("add_memo", 42, "ja") is None
+def test_task_titles_name_the_memo_or_the_search_in_the_persona_language():
+    assert tool_title("add_memo", {"name": "alice-birthday"}, "ja") == "メモを追加: alice-birthday"
+    assert tool_title("get_memo", {"memo_name": "alice-birthday"}, "ja") == "メモを参照: alice-birthday"
+    assert tool_title("search_memo", {"query": "アリスの誕生日"}, "ja") == "メモを検索: アリスの誕生日"
+    assert tool_title("recall", {"query": "lunch plans"}, "en") == "Search messages: lunch plans"
+    assert tool_title("remove_memo", {"memo_name": "x\n  y"}, "en") == "Remove memo: x y"
+    assert tool_title("list_memo", {}, "ja") is None
+    assert tool_title("add_memo", {"name": 42}, "ja") is None
+    assert tool_title("web_fetch", {"url": "https://example.com"}, "en") is None

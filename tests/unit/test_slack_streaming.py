@@ -7,6 +7,7 @@ import logging
 from collections.abc import AsyncIterator
 
 import pytest
+from slack_sdk.errors import SlackApiError
 
 from myao2.application.agents import ModelUnavailable
 from myao2.application.reply_stream import ReplyDone, ReplyEvent, TextDelta, ToolFinished, ToolStarted
@@ -235,6 +236,16 @@ async def test_a_refused_top_level_stream_falls_back_for_dms_only(fake, publishe
     threaded = await publisher.publish(GENERAL, parent, "U1", events(TextDelta("b"), ReplyDone("b")), APOLOGY)
     again = await publisher.publish(Channel("C9", "x"), None, "U1", events(TextDelta("c"), ReplyDone("c")), APOLOGY)
 
-    assert [p["text"] for p in fake.posted] == ["a", "c"]
+    assert [p["text"] for p in fake.posted if p["method"] == "chat.postMessage"] == ["a", "c"]
     assert stream_calls(fake) == ["chat.startStream", "chat.startStream", "chat.stopStream"]
     assert (top.text, threaded.text, again.text) == ("a", "b", "c")
+
+
+async def test_a_slack_error_starting_the_stream_raises_and_posts_nothing(fake, publisher_for):
+    parent = fake.post_message("C1", "U1", "hi <@UBOT>")
+    fake.inject_error("chat.startStream", "channel_not_found")
+
+    with pytest.raises(SlackApiError):
+        await publisher_for().publish(GENERAL, parent, "U1", events(TextDelta("a"), ReplyDone("a")), APOLOGY)
+
+    assert fake.posted == [] and fake.streams == []

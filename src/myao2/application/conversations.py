@@ -7,6 +7,7 @@ import logging
 from collections.abc import Iterable
 from datetime import datetime
 
+from myao2.application.reply_stream import ReplyDone, ReplyPublisher, ReplyStream, TextDelta
 from myao2.domain.conversation import (
     MENTION,
     BotIdentity,
@@ -30,14 +31,17 @@ class Conversations:
         chat: ChatPlatform,
         bot: BotIdentity,
         bot_name: str,
+        publisher: ReplyPublisher | None = None,
         *,
         allow_broadcasts: bool = False,
     ) -> None:
+        """`publisher` shows replies while they are written (`publish`); without it only `post` works."""
         self._store = store
         self._chat = chat
         self._bot = bot
         self._bot_name = bot_name
         self._allow_broadcasts = allow_broadcasts
+        self._publisher = publisher
 
     async def channel(self, channel_id: str) -> Channel:
         """The channel as stored, fetched from the chat platform the first time."""
@@ -86,10 +90,49 @@ class Conversations:
         Unless broadcasts are allowed, @channel, @here, @everyone and user groups
         in `text` are made to notify nobody (see `neutralise_broadcasts`).
         """
-        text = clean_text(text)
-        if not self._allow_broadcasts:
-            text = neutralise_broadcasts(text)
+        text = self._safe(text)
         ts = await self._chat.post(channel_id, text, thread_ts)
+        return await self._remember(channel_id, ts, text, thread_ts)
+
+    async def publish(
+        self, channel: Channel, thread_ts: str | None, recipient_user_id: str | None, reply: ReplyStream, apology: str
+    ) -> Message:
+        """Show `reply` as it is written, answering `recipient_user_id`; store its final text once, with its ts.
+
+        Its text is made safe as `post` makes it, also where a broadcast is split across deltas.
+        """
+        if self._publisher is None:
+            raise RuntimeError("Conversations was built without a reply publisher")
+        published = await self._publisher.publish(
+            channel, thread_ts, recipient_user_id, self._safe_stream(reply), self._safe(apology)
+        )
+        return await self._remember(channel.id, published.ts, published.text, thread_ts)
+
+    def _safe(self, text: str) -> str:
+        """`text` as the bot may post it: cleaned, and notifying nobody unless broadcasts are allowed."""
+        text = clean_text(text)
+        return text if self._allow_broadcasts else neutralise_broadcasts(text)
+
+    async def _safe_stream(self, reply: ReplyStream) -> ReplyStream:
+        """`reply` with safe text; what may be the start of a broadcast is held back until it is complete."""
+        held = ""  # text not passed on yet
+        last = ""  # the last character passed on: what a broadcast's "@" must not follow
+        async for event in reply:
+            if isinstance(event, TextDelta):
+                held += event.text
+                cut = _safe_cut(held)
+                if cut:
+                    yield TextDelta(self._safe(last + held[:cut])[len(last) :])
+                    last, held = held[cut - 1], held[cut:]
+            elif isinstance(event, ReplyDone):
+                if held:
+                    yield TextDelta(self._safe(last + held)[len(last) :])
+                yield ReplyDone(self._safe(event.text))
+            else:
+                yield event
+
+    async def _remember(self, channel_id: str, ts: str, text: str, thread_ts: str | None) -> Message:
+        """Store the bot's message; a copy a history sync stored meanwhile (half-written) gets this text."""
         reply = Message(
             channel_id=channel_id,
             ts=ts,
@@ -99,5 +142,24 @@ class Conversations:
             is_bot=True,
             thread_ts=thread_ts,
         )
-        await asyncio.to_thread(self._store.save_message, reply)
+
+        def store() -> None:
+            if not self._store.save_message(reply):
+                self._store.edit_message(channel_id, ts, text)
+
+        await asyncio.to_thread(store)
         return reply
+
+
+BROADCAST_HOLD = 64
+"""Characters after an unclosed "<" held back, at most: the longest broadcast markup (a user group's)."""
+
+
+def _safe_cut(text: str) -> int:
+    """How much of streamed `text` can be passed on: up to where a broadcast may be starting."""
+    cut = len(text)
+    opening = text.rfind("<")
+    if opening != -1 and ">" not in text[opening:] and len(text) - opening < BROADCAST_HOLD:
+        cut = opening
+    at = text.rfind("@", max(0, len(text) - len("@everyone") - 1))
+    return min(cut, at) if at != -1 else cut

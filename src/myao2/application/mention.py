@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import timedelta
 
-from myao2.application.agents import ModelUnavailable, ReplyWriter
+from myao2.application.agents import ReplyWriter
 from myao2.application.context import ContextBuilder
 from myao2.application.conversations import Conversations
 from myao2.application.locks import KeyedLocks
+from myao2.application.reply_stream import ReplyStream
 from myao2.domain.conversation import Channel, ChannelKind, Message
 from myao2.domain.memo import Origin
 from myao2.domain.ports import ChatPlatform, Clock, ConversationStore
-
-logger = logging.getLogger(__name__)
 
 RECENT_CLAIMS = 1024
 """Claims remembered in memory; a claim is never undone, so a remembered one needs no query."""
@@ -101,31 +99,25 @@ class AnswerMention:
     async def _answer(
         self, channel: Channel, message: Message, reply_thread: str | None, reaction: asyncio.Future[None]
     ) -> None:
-        try:
-            text = await self._compose(channel, message)
-        except ModelUnavailable as exc:
-            logger.warning("answering %s/%s with an apology: %s", message.channel_id, message.ts, exc)
-            text = self._settings.apology
-        except Exception:
-            logger.exception("could not write an answer to %s/%s", message.channel_id, message.ts)
-            text = self._settings.apology
-        await reaction
-        await self._conversations.post(message.channel_id, text, reply_thread)
+        reply = self._reply(channel, message, reaction)
+        await self._conversations.publish(channel, reply_thread, message.user_id, reply, self._settings.apology)
 
-    async def _compose(self, channel: Channel, message: Message) -> str:
+    async def _reply(self, channel: Channel, message: Message, reaction: asyncio.Future[None]) -> ReplyStream:
+        """The answer as the model writes it; nothing of it is shown before the reaction has landed."""
         since = self._clock.now() - timedelta(seconds=self._settings.max_message_age_seconds)
         messages = await self._conversations.messages(
             message.channel_id, message.thread_ts, self._settings.context_message_limit, since
         )
         if message.ts not in {m.ts for m in messages}:
             messages.append(message)
-        context = await self._contexts.build(
-            channel, messages, await self._conversations.names(messages), answering=message
-        )
+        context = await self._contexts.build(channel, messages, await self._conversations.names(messages))
         origin = Origin(
             channel_id=channel.id,
             channel_private=channel.is_private,
             user_id=message.user_id,
             message_ts=message.ts,
         )
-        return await self._writer.write(context, origin)
+        async for event in self._writer.stream(context, origin):
+            if not reaction.done():
+                await reaction
+            yield event

@@ -241,7 +241,7 @@ class StrandsReplyWriter:
                 use = block["toolUse"]
                 tools[use["toolUseId"]] = use["name"]
                 args = use.get("input") if isinstance(use.get("input"), dict) else {}
-                title = tool_title(use["name"], args.get("memo_name", args.get("name")), self._language)
+                title = tool_title(use["name"], args, self._language)
                 events.append(ToolStarted(use["toolUseId"], use["name"], title))
             elif "toolResult" in block:
                 done = block["toolResult"]

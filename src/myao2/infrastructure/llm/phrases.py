@@ -36,22 +36,28 @@ _TOOL_TITLES = {
         "edit_memo": "メモを更新: {name}",
         "remove_memo": "メモを削除: {name}",
         "get_memo": "メモを参照: {name}",
+        "search_memo": "メモを検索: {query}",
+        "recall": "会話を検索: {query}",
     },
     "en": {
         "add_memo": "Add memo: {name}",
         "edit_memo": "Edit memo: {name}",
         "remove_memo": "Remove memo: {name}",
         "get_memo": "Read memo: {name}",
+        "search_memo": "Search memos: {query}",
+        "recall": "Search messages: {query}",
     },
 }
 
 
-def tool_title(tool: str, memo_name: object, language: str) -> str | None:
-    """The line shown while the model uses a memo tool on one memo; None for other tools."""
+def tool_title(tool: str, args: dict[str, object], language: str) -> str | None:
+    """The line shown while the model uses a memo or search tool (given its arguments); None for other tools."""
     template = _TOOL_TITLES.get(language, _TOOL_TITLES["ja"]).get(tool)
-    if template is None or not isinstance(memo_name, str) or not memo_name.strip():
+    subject = args.get("memo_name", args.get("name", args.get("query")))
+    if template is None or not isinstance(subject, str) or not subject.strip():
         return None
-    return template.format(name=" ".join(memo_name.split())[:80])
+    subject = " ".join(subject.split())[:80]
+    return template.format(name=subject, query=subject)
 
 
 def elapsed_phrase(elapsed: timedelta, language: str) -> str:

@@ -102,21 +102,30 @@ class _Stream:
         self._broken = False  # the stream stopped taking text (e.g. expired): finish with chat.update
 
     async def run(self, reply: ReplyStream, apology: str) -> PublishedReply | None:
-        """Stream the reply; None when Slack refused to start a stream (nothing was shown yet)."""
+        """Stream the reply; None when Slack refused to start a stream (nothing was shown yet).
+
+        A failure of the reply ends the message with the apology; a Slack error raises.
+        """
         final = ""
         failed = False
-        try:
-            async for event in reply:
-                if not await self._show(event):
-                    return None
-                if isinstance(event, ReplyDone):
-                    final = event.text
-        except ModelUnavailable as exc:
-            logger.warning("reply in %s failed midway: %s", self._channel.id, exc)
-            failed = True
-        except Exception:
-            logger.exception("reply in %s failed midway", self._channel.id)
-            failed = True
+        events = aiter(reply)
+        while True:
+            try:
+                event = await anext(events)
+            except StopAsyncIteration:
+                break
+            except ModelUnavailable as exc:
+                logger.warning("reply in %s failed midway: %s", self._channel.id, exc)
+                failed = True
+                break
+            except Exception:
+                logger.exception("reply in %s failed midway", self._channel.id)
+                failed = True
+                break
+            if not await self._show(event):
+                return None
+            if isinstance(event, ReplyDone):
+                final = event.text
         if failed:
             tail = f"\n\n{apology}" if self._written.strip() else apology
         else:

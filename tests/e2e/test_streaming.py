@@ -1,0 +1,138 @@
+"""Answers streamed into Slack as the model writes them: the bot process against the fakes."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from tests.e2e.conftest import ALICE, GENERAL, BotProcess, wait_until
+from tests.fakes.openai_server import Text, ToolCall, ToolCalls
+from tests.fakes.slack_server import FakeSlack
+
+STORY = " ".join(f"word{i:03d}" for i in range(200)).strip()  # about 1,600 characters
+
+
+def streams_in(slack: FakeSlack, thread_ts: str | None, channel: str = GENERAL) -> list[dict]:
+    return [s for s in slack.streams if s["thread_ts"] == thread_ts and s["channel"] == channel]
+
+
+def finished(slack: FakeSlack, thread_ts: str | None, channel: str = GENERAL) -> list[dict]:
+    return [s for s in streams_in(slack, thread_ts, channel) if not s["streaming"]]
+
+
+def stored_bot_messages(bot: BotProcess, channel: str = GENERAL) -> list[tuple[str, str]]:
+    with sqlite3.connect(bot.database) as db:
+        return db.execute(
+            "SELECT ts, text FROM messages WHERE channel_id = ? AND user_id = 'UBOT' ORDER BY ts", (channel,)
+        ).fetchall()
+
+
+def test_a_slow_answer_streams_into_the_thread_while_it_is_written(bot: BotProcess, slack: FakeSlack, llm) -> None:
+    bot.start()
+    llm.script(Text(STORY, delay=0.3, pieces=50, interval=0.1))  # first token at 0.3 s, then 5 s of text
+    ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> tell me a long story")
+
+    slack.wait_for(lambda: finished(slack, ts), timeout=20, what="the stream to finish")
+    [stream] = streams_in(slack, ts)
+    calls = stream["calls"]
+    assert calls[0]["method"] == "chat.startStream" and calls[-1]["method"] == "chat.stopStream"
+    appends = [c for c in calls if c["method"] == "chat.appendStream"]
+    assert len(appends) >= 3  # assembled from several appends...
+    assert len(calls) <= 20  # ...in few calls for 1,600 characters
+    assert calls[-1]["time"] - calls[0]["time"] > 2.5  # the first words showed while the rest was written
+    assert (stream["recipient_user_id"], stream["recipient_team_id"]) == (ALICE, slack.team_id)
+    assert slack.messages(GENERAL)[-1]["text"] == STORY
+    assert not [p for p in slack.posted if p["method"] == "chat.postMessage"]
+    assert (GENERAL, ts, "eyes") in slack.reactions
+    assert wait_until(lambda: stored_bot_messages(bot), what="the stored reply") == [(stream["ts"], STORY)]
+    assert bot.stop() == 0
+
+
+def test_a_memo_written_while_answering_shows_as_a_task(bot: BotProcess, slack: FakeSlack, llm) -> None:
+    bot.start()
+    llm.script(
+        ToolCalls([ToolCall("add_memo", {"name": "alice-birthday", "content": "Alice's birthday is May 3",
+                                         "priority": 4})]),
+        Text("Got it, May 3!"),
+    )
+    ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> my birthday is May 3, remember it")
+
+    slack.wait_for(lambda: finished(slack, ts), timeout=20, what="the stream to finish")
+    [stream] = streams_in(slack, ts)
+    assert [(t["title"], t["status"]) for t in stream["task_history"]] == [
+        ("Add memo: alice-birthday", "in_progress"),
+        ("Add memo: alice-birthday", "complete"),
+    ]
+    assert slack.messages(GENERAL)[-1]["text"] == "Got it, May 3!"
+    assert bot.stop() == 0
+
+
+def test_task_display_can_be_turned_off(bot: BotProcess, slack: FakeSlack, llm) -> None:
+    bot.settings["response.show_memo_tasks"] = False
+    bot.start()
+    llm.script(ToolCalls([ToolCall("get_memo", {"memo_name": "alice-birthday"})]), Text("I don't know yet."))
+    ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> when is my birthday?")
+
+    slack.wait_for(lambda: finished(slack, ts), timeout=20, what="the stream to finish")
+    assert streams_in(slack, ts)[0]["task_history"] == []
+    assert bot.stop() == 0
+
+
+def test_a_workspace_refusing_streams_gets_whole_posts_and_one_log_line(bot: BotProcess, slack: FakeSlack,
+                                                                         llm) -> None:
+    slack.refuse_streaming("not_allowed")
+    bot.start()
+    llm.set_responder(lambda request: Text("Here is the whole answer."))
+    first = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> one")
+    slack.wait_for_posts(1, timeout=20)
+    second = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> two")
+    posts = slack.wait_for_posts(2, timeout=20)
+
+    assert [(p["method"], p["thread_ts"], p["text"]) for p in posts] == [
+        ("chat.postMessage", first, "Here is the whole answer."),
+        ("chat.postMessage", second, "Here is the whole answer."),
+    ]
+    assert [m for m, _ in slack.web_calls].count("chat.startStream") == 1
+    assert bot.log().count("not_allowed") == 1
+    assert bot.stop() == 0
+
+
+def test_streaming_turned_off_posts_whole(bot: BotProcess, slack: FakeSlack, llm) -> None:
+    bot.settings["response.streaming"] = False
+    bot.start()
+    llm.script(Text("Whole."))
+    ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> hi")
+
+    [post] = slack.wait_for_posts(1, timeout=20)
+    assert (post["method"], post["thread_ts"], post["text"]) == ("chat.postMessage", ts, "Whole.")
+    assert "chat.startStream" not in [m for m, _ in slack.web_calls]
+    assert bot.stop() == 0
+
+
+def test_a_model_failing_midway_ends_the_stream_with_an_apology(bot: BotProcess, slack: FakeSlack, llm) -> None:
+    bot.start()
+    llm.script(Text("I was just about to tell you that the answer is", pieces=8, interval=0.2, fail_after=4))
+    ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> what is the answer?")
+
+    slack.wait_for(lambda: finished(slack, ts), timeout=20, what="the stream to be stopped")
+    [stream] = streams_in(slack, ts)
+    text = slack.messages(GENERAL)[-1]["text"]
+    partial, _, apology = text.partition("\n\n")
+    assert partial and "I was just about to tell you that the answer is".startswith(partial)
+    assert "Sorry" in apology
+    assert wait_until(lambda: stored_bot_messages(bot), what="the stored reply") == [(stream["ts"], text)]
+    assert not [p for p in slack.posted if p["method"] == "chat.postMessage"]
+    assert bot.stop() == 0
+
+
+def test_a_dm_answer_streams_into_the_conversation_without_recipients(bot: BotProcess, slack: FakeSlack,
+                                                                       llm) -> None:
+    slack.add_channel("DALICE", "alice-dm", is_im=True, members=[ALICE])
+    bot.start()
+    llm.script(Text("Hello in private!", pieces=4))
+    slack.post_message("DALICE", ALICE, "hi there")
+
+    slack.wait_for(lambda: finished(slack, None, "DALICE"), timeout=20, what="the DM stream to finish")
+    [stream] = streams_in(slack, None, "DALICE")
+    assert stream["recipient_user_id"] is None and stream["recipient_team_id"] is None
+    assert slack.messages("DALICE")[-1]["text"] == "Hello in private!"
+    assert bot.stop() == 0
