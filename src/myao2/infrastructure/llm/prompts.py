@@ -9,7 +9,7 @@ from typing import Any, Literal
 from jinja2 import BaseLoader, ChoiceLoader, Environment, FileSystemLoader, PackageLoader, StrictUndefined
 
 from myao2.application.agents import MemoryPrompt
-from myao2.application.context import PromptContext
+from myao2.application.context import PromptContext, one_line
 
 Kind = Literal["judgment", "response", "memory"]
 Part = Literal["system", "query"]
@@ -39,6 +39,7 @@ class PromptRenderer:
             trim_blocks=True,
             lstrip_blocks=True,
         )
+        self._env.filters["one_line"] = one_line  # text that must not start lines of its own
         self._language = language
         self._overrides = dict(system_overrides or {})
 
