@@ -7,15 +7,14 @@ import logging
 from collections.abc import Iterable
 from datetime import datetime
 
-from myao2.application.reply_stream import ReplyDone, ReplyPublisher, ReplyStream, TextDelta
+from myao2.application.outgoing import safe_stream, safe_text
+from myao2.application.reply_stream import ReplyPublisher, ReplyStream
 from myao2.domain.conversation import (
     MENTION,
     BotIdentity,
     Channel,
     Message,
     Person,
-    clean_text,
-    neutralise_broadcasts,
 )
 from myao2.domain.ports import ChatPlatform, ConversationStore
 
@@ -88,9 +87,9 @@ class Conversations:
         """Post as the bot and store the post with the ts Slack gave it.
 
         Unless broadcasts are allowed, @channel, @here, @everyone and user groups
-        in `text` are made to notify nobody (see `neutralise_broadcasts`).
+        in `text` are made to notify nobody (see `safe_text`).
         """
-        text = self._safe(text)
+        text = safe_text(text, self._allow_broadcasts)
         ts = await self._chat.post(channel_id, text, thread_ts)
         return await self._remember(channel_id, ts, text, thread_ts)
 
@@ -104,32 +103,9 @@ class Conversations:
         if self._publisher is None:
             raise RuntimeError("Conversations was built without a reply publisher")
         published = await self._publisher.publish(
-            channel, thread_ts, recipient_user_id, self._safe_stream(reply), self._safe(apology)
+            channel, thread_ts, recipient_user_id, safe_stream(reply, self._allow_broadcasts), safe_text(apology, self._allow_broadcasts)
         )
         return await self._remember(channel.id, published.ts, published.text, thread_ts)
-
-    def _safe(self, text: str) -> str:
-        """`text` as the bot may post it: cleaned, and notifying nobody unless broadcasts are allowed."""
-        text = clean_text(text)
-        return text if self._allow_broadcasts else neutralise_broadcasts(text)
-
-    async def _safe_stream(self, reply: ReplyStream) -> ReplyStream:
-        """`reply` with safe text; what may be the start of a broadcast is held back until it is complete."""
-        held = ""  # text not passed on yet
-        last = ""  # the last character passed on: what a broadcast's "@" must not follow
-        async for event in reply:
-            if isinstance(event, TextDelta):
-                held += event.text
-                cut = _safe_cut(held)
-                if cut:
-                    yield TextDelta(self._safe(last + held[:cut])[len(last) :])
-                    last, held = held[cut - 1], held[cut:]
-            elif isinstance(event, ReplyDone):
-                if held:
-                    yield TextDelta(self._safe(last + held)[len(last) :])
-                yield ReplyDone(self._safe(event.text))
-            else:
-                yield event
 
     async def _remember(self, channel_id: str, ts: str, text: str, thread_ts: str | None) -> Message:
         """Store the bot's message; a copy a history sync stored meanwhile (half-written) gets this text."""
@@ -149,17 +125,3 @@ class Conversations:
 
         await asyncio.to_thread(store)
         return reply
-
-
-BROADCAST_HOLD = 64
-"""Characters after an unclosed "<" held back, at most: the longest broadcast markup (a user group's)."""
-
-
-def _safe_cut(text: str) -> int:
-    """How much of streamed `text` can be passed on: up to where a broadcast may be starting."""
-    cut = len(text)
-    opening = text.rfind("<")
-    if opening != -1 and ">" not in text[opening:] and len(text) - opening < BROADCAST_HOLD:
-        cut = opening
-    at = text.rfind("@", max(0, len(text) - len("@everyone") - 1))
-    return min(cut, at) if at != -1 else cut
