@@ -80,8 +80,10 @@ class Conversations:
         await asyncio.to_thread(self._store.save_person, person)
         return person
 
-    async def post(self, channel_id: str, text: str, thread_ts: str | None) -> Message:
-        """Post as the bot and store the post with the ts Slack gave it.
+    async def post(
+        self, channel_id: str, text: str, thread_ts: str | None, answering: str | None = None
+    ) -> Message:
+        """Post as the bot (as the answer to message `answering`, if given); store the post with its ts.
 
         Unless broadcasts are allowed, @channel, @here, @everyone and user groups
         in `text` are made to notify nobody (see `neutralise_broadcasts`).
@@ -89,7 +91,7 @@ class Conversations:
         text = clean_text(text)
         if not self._allow_broadcasts:
             text = neutralise_broadcasts(text)
-        ts = await self._chat.post(channel_id, text, thread_ts)
+        ts = await self._chat.post(channel_id, text, thread_ts, answering)
         reply = Message(
             channel_id=channel_id,
             ts=ts,
