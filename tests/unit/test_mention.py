@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from myao2.application.agents import ModelUnavailable
-from myao2.application.context import ContextBuilder, Persona, PromptContext
+from myao2.application.context import Budget, ContextBuilder, Persona, PromptContext
 from myao2.application.conversations import Conversations
 from myao2.application.mention import AnswerMention, MentionSettings
 from myao2.domain.answers import RetryPolicy
@@ -21,6 +21,7 @@ from myao2.domain.memo import Origin
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
+from myao2.infrastructure.llm.phrases import prompt_marks
 from tests.clocks import ManualClock
 
 BOT = BotIdentity(user_id="UBOT", bot_id="BBOT", team_id="T1")
@@ -85,7 +86,14 @@ class World:
         self.chat = FakeChat()
         self.writer = FakeWriter()
         self.spawned: list[Coroutine[Any, Any, None]] = []
-        contexts = ContextBuilder(SqlMemoStore(engine, self.clock), self.clock, Persona("myao", "", "en", ZoneInfo("UTC")))
+        contexts = ContextBuilder(
+            SqlMemoStore(engine, self.clock),
+            self.clock,
+            Persona("myao", "", "en", ZoneInfo("UTC")),
+            bot_user_id=BOT.user_id,
+            budget=Budget(conversation_tokens=6000, message_tokens=1000),
+            marks=prompt_marks("en"),
+        )
         self.answer = AnswerMention(
             store=self.store,
             chat=self.chat,  # type: ignore[arg-type]

@@ -249,10 +249,12 @@ class SlackGateway:
         A 429 waits at least its Retry-After. Before each retry, `landed()` may return
         what the failed call achieved after all, which is then returned instead.
         """
-        for delay in (*RETRY_DELAYS, None):
+        delays = iter(RETRY_DELAYS)
+        while True:
             try:
                 return await call()
             except Exception as exc:  # noqa: BLE001 - classified just below
+                delay = next(delays, None)
                 if delay is None or not _transient(exc):
                     raise
                 wait = max(delay * random.uniform(0.8, 1.2), _retry_after(exc))
@@ -260,7 +262,6 @@ class SlackGateway:
             await asyncio.sleep(wait)
             if landed is not None and (found := await landed()) is not None:
                 return found
-        raise AssertionError("unreachable")
 
     async def _look_up(self, user_id: str) -> Person:
         try:
