@@ -1,13 +1,13 @@
 """Answer progress on claims: attempts, when to try again, the posted answer.
 
-Revision ID: 0006
+Revision ID: 0008
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0006"
-down_revision = "0005"
+revision = "0008"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 
