@@ -12,8 +12,6 @@ from contextlib import suppress
 from datetime import timedelta
 from typing import Protocol, TypeVar
 
-from sqlalchemy import Engine, text
-
 from myao2.application.autonomous import AutonomousResponder, AutonomySettings
 from myao2.application.channels import ChannelLifecycle
 from myao2.application.context import Budget, ContextBuilder, MemoryBudgets, Persona
@@ -24,10 +22,12 @@ from myao2.application.memory_job import MemoryJob, MemorySettings
 from myao2.application.mention import AnswerMention, MentionSettings
 from myao2.application.search import Search
 from myao2.config import Config, ConfigError
+from myao2.domain.answers import RetryPolicy
 from myao2.domain.judgment import SkipPolicy, WaitPolicy
 from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
+from myao2.infrastructure.db.health import DatabaseCheck
 from myao2.infrastructure.db.memo_store import SqlMemoStore
 from myao2.infrastructure.db.memory_store import SqlMemoryStore
 from myao2.infrastructure.health import Health, HealthServer
@@ -54,6 +54,8 @@ SHUTDOWN_GRACE_SECONDS = 5.0
 INDEX_INTERVAL_SECONDS = 2.0
 
 T = TypeVar("T")
+RETRY_POLL_SECONDS = 2.0
+"""How often answers due again (after a failed or interrupted attempt) are looked for."""
 
 
 def run_bot(config: Config) -> int:
@@ -95,7 +97,7 @@ class Bot:
             loop.add_signal_handler(signum, self._stop.set)
 
         engine = await asyncio.to_thread(open_database, config.memory.sqlalchemy_url)
-        health = Health(lambda: _database_ok(engine))
+        health = Health(DatabaseCheck(engine))
         try:
             health_server = self._start_health_server(health)
         except OSError as exc:
@@ -172,12 +174,16 @@ class Bot:
             contexts=contexts,
             writer=writer,
             conversations=talk,
+            bot=identity,
             clock=self._clock,
+            spawn=self._tasks.spawn,
             settings=MentionSettings(
                 reaction=response.reaction,
                 reply_in_thread=response.reply_in_thread,
                 context_message_limit=response.context_message_limit,
                 max_message_age_seconds=response.max_message_age_seconds,
+                catchup_seconds=response.mention_catchup_seconds,
+                retries=RetryPolicy(tuple(response.answer_retry_seconds)),
                 apology=apology(persona.language),
             ),
         )
@@ -222,7 +228,7 @@ class Bot:
         )
 
         def catch_up() -> None:
-            self._tasks.spawn(self._catch_up(history, inbox))
+            self._tasks.spawn(self._catch_up(history, answer))
 
         connection = self._connection(app, health, catch_up)
         try:
@@ -241,7 +247,8 @@ class Bot:
         logger.info("connected to Slack as %s (%s)", persona.name, identity.user_id)
         self._tasks.spawn(self._settle(clients))
         catch_up()
-        self._tasks.spawn(self._every(response.history_sync_interval_seconds, history.sync))
+        self._tasks.spawn(self._every(response.history_sync_interval_seconds, lambda: self._catch_up(history, answer)))
+        self._tasks.spawn(self._every(RETRY_POLL_SECONDS, answer.catch_up))
         self._tasks.spawn(self._every(response.check_interval_seconds, autonomous.check))
         self._tasks.spawn(self._every(config.memory.update_interval_seconds, memory_job.run))
         indexer = IndexWorker(index, INDEX_INTERVAL_SECONDS) if index is not None else None
@@ -311,15 +318,15 @@ class Bot:
         finally:
             gc.freeze()
 
-    async def _catch_up(self, history: HistorySync, inbox: Inbox) -> None:
-        """Fill the gap left while the bot was away, then answer the mentions it missed."""
+    async def _catch_up(self, history: HistorySync, answer: AnswerMention) -> None:
+        """Fill the gaps in the store from Slack's history, then answer the messages for the bot it brought."""
         try:
             await history.sync()
         except Exception:
-            logger.exception("history sync at start-up failed; answering what is stored")
-        missed = await inbox.catch_up(self._clock, self._config.response.mention_catchup_seconds)
-        if missed:
-            logger.info("answering %d mention(s) that arrived while the bot was away", missed)
+            logger.exception("history sync failed; answering what is stored")
+        started = await answer.catch_up()
+        if started:
+            logger.info("taking up %d message(s) for the bot found unanswered", started)
 
     async def _every(self, seconds: float, job: Callable[[], Awaitable[object]]) -> None:
         """Run `job` every `seconds` until the bot stops; a failure is logged and the next round runs."""
@@ -483,11 +490,3 @@ def _refuse(message: str) -> int:
 def _reason(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
-
-def _database_ok(engine: Engine) -> bool:
-    try:
-        with engine.connect() as connection:
-            connection.execute(text("SELECT 1"))
-        return True
-    except Exception:  # noqa: BLE001 - any failure means not ready
-        return False

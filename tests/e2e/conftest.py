@@ -142,6 +142,13 @@ class BotProcess:
                 self.process.kill()
             self._log.close()
 
+    def kill(self) -> None:
+        """SIGKILL: the bot gets no chance to finish anything."""
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait(timeout=15)
+        self._log.close()
+
     def log(self) -> str:
         return self.log_path.read_text(encoding="utf-8", errors="replace") if self.log_path.exists() else ""
 

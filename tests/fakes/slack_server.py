@@ -53,6 +53,7 @@ import base64
 import bisect
 import copy
 import json
+import random
 import re
 import threading
 import time
@@ -82,6 +83,9 @@ CONTROL_METHODS = (
     "add_member",
     "set_fault",
     "refuse_streaming",
+    "inject_server_error",
+    "inject_delay",
+    "set_chaos",
 )
 MAX_RETRIES = 3
 _THREAD_SUMMARY = ("reply_count", "reply_users", "reply_users_count", "latest_reply")
@@ -169,9 +173,10 @@ class _Stream:
 
 @dataclass
 class _Injection:
-    kind: str  # "error" | "rate_limit"
+    kind: str  # "error" | "rate_limit" | "server_error" | "delay"
     value: Any
     remaining: int
+    after: bool = False  # the call takes effect before the failure is answered
 
 
 def _ts_key(ts: str) -> Decimal:
@@ -243,6 +248,8 @@ class FakeSlack(LoopbackServer):
         self._acked_events: set[str] = set()
         self._injections: dict[str, list[_Injection]] = {}
         self._fault: str | None = None
+        self._chaos_rate = 0.0
+        self._chaos_random = random.Random()
         # recordings
         self._web_calls: list[tuple[str, dict[str, Any]]] = []
         self._acks: list[str] = []
@@ -299,7 +306,7 @@ class FakeSlack(LoopbackServer):
     @property
     def posted(self) -> list[dict[str, Any]]:
         """Bot's chat.postMessage / chat.update / chat.stopStream (a streamed message, finished):
-        dicts with method, channel, ts, text, thread_ts."""
+        dicts with method, channel, ts, text, thread_ts, metadata."""
         with self._lock:
             return copy.deepcopy(self._posted)
 
@@ -561,6 +568,29 @@ class FakeSlack(LoopbackServer):
         """Answer every chat.*Stream call with ``error`` (e.g. not_allowed, unknown_method); None accepts again."""
         with self._lock:
             self._stream_refusal = error
+    def inject_server_error(self, method: str, status: int = 500, times: int = 1, after: bool = False) -> None:
+        """Answer the next ``times`` calls of ``method`` with HTTP ``status``.
+
+        With ``after``, the call takes effect first (a post is stored and its event sent),
+        as when Slack fails after doing the work.
+        """
+        with self._lock:
+            self._injections.setdefault(method, []).append(_Injection("server_error", status, times, after))
+
+    def inject_delay(self, method: str, seconds: float, times: int = 1) -> None:
+        """Let the next ``times`` calls of ``method`` take effect at once but answer ``seconds`` later."""
+        with self._lock:
+            self._injections.setdefault(method, []).append(_Injection("delay", seconds, times, True))
+
+    def set_chaos(self, rate: float, seed: int | None = None) -> None:
+        """Fail a random ``rate`` of Web API calls (not auth.test nor apps.connections.open).
+
+        A failure is HTTP 429 (Retry-After 1) or 500; half of the failed chat.postMessage
+        calls store the post before answering 500.
+        """
+        with self._lock:
+            self._chaos_rate = rate
+            self._chaos_random = random.Random(seed)
 
     # ------------------------------------------------------------------ waiting
 
@@ -909,24 +939,38 @@ class FakeSlack(LoopbackServer):
             expected = self.app_token if method == "apps.connections.open" else self.bot_token
             if token != expected:
                 return web.json_response({"ok": False, "error": "invalid_auth"})
-            injection = self._take_injection(method)
+            injection = self._take_injection(method) or self._chaos(method)
             if injection is not None and injection.kind == "rate_limit":
                 return web.json_response(
                     {"ok": False, "error": "ratelimited"},
                     status=429,
                     headers={"Retry-After": str(injection.value)},
                 )
-            if injection is not None:
+            if injection is not None and injection.kind == "error":
                 return web.json_response({"ok": False, "error": injection.value})
             if method == "chat.appendStream" and self._append_too_soon(params):
                 return web.json_response(
                     {"ok": False, "error": "ratelimited"}, status=429, headers={"Retry-After": "1"}
                 )
+            if injection is not None and injection.kind == "server_error" and not injection.after:
+                return web.Response(status=injection.value, text="server error")
             try:
                 result = handler(params)
             except _SlackError as e:
                 return web.json_response({"ok": False, "error": str(e)})
+        if injection is not None and injection.kind == "server_error":
+            return web.Response(status=injection.value, text="server error")
+        if injection is not None and injection.kind == "delay":
+            await asyncio.sleep(injection.value)
         return web.json_response({"ok": True, **result})
+
+    def _chaos(self, method: str) -> _Injection | None:
+        if method in ("auth.test", "apps.connections.open") or self._chaos_random.random() >= self._chaos_rate:
+            return None
+        if self._chaos_random.random() < 0.5:
+            return _Injection("rate_limit", 1, 1)
+        after = method == "chat.postMessage" and self._chaos_random.random() < 0.5
+        return _Injection("server_error", 500, 1, after)
 
     def _take_injection(self, method: str) -> _Injection | None:
         queue = self._injections.get(method)
@@ -1042,6 +1086,16 @@ class FakeSlack(LoopbackServer):
         if thread_ts and self._find_message(ch, str(thread_ts)) is None:
             raise _SlackError("thread_not_found")
         extra: dict[str, Any] = {"bot_id": self.bot_id, "app_id": self.app_id}
+        metadata = params.get("metadata")
+        if isinstance(metadata, str) and metadata:
+            try:
+                metadata = json.loads(metadata)
+            except ValueError:
+                raise _SlackError("invalid_metadata_format") from None
+        if metadata:
+            if not isinstance(metadata, dict) or not metadata.get("event_type"):
+                raise _SlackError("invalid_metadata_format")
+            extra["metadata"] = {"event_type": metadata["event_type"], "event_payload": metadata.get("event_payload") or {}}
         if thread_ts and _truthy(params.get("reply_broadcast")):
             extra["subtype"] = "thread_broadcast"
         msg = self._store_message(ch, self.bot_user_id, text, thread_ts and str(thread_ts), None, extra)
@@ -1116,11 +1170,11 @@ class FakeSlack(LoopbackServer):
             raise _SlackError("invalid_metadata_schema")
         self._stream_write(stream, msg, "chat.stopStream", markdown, chunks)
         stream.streaming = False
-        self._record_post("chat.stopStream", ch, msg)
         if metadata is not None:
             msg["metadata"] = metadata
         if params.get("blocks"):
             msg["blocks"] = params["blocks"]
+        self._record_post("chat.stopStream", ch, msg)
         return {"channel": ch.id, "ts": stream.ts, "message": copy.deepcopy(msg)}
 
     def _live_stream(self, params: dict[str, Any]) -> tuple[_Channel, _Stream, dict[str, Any]]:
@@ -1196,7 +1250,7 @@ class FakeSlack(LoopbackServer):
 
     def _record_post(self, method: str, ch: _Channel, msg: dict[str, Any]) -> None:
         record = {"method": method, "channel": ch.id, "ts": msg["ts"], "text": msg["text"]}
-        self._posted.append({**record, "thread_ts": msg.get("thread_ts")})
+        self._posted.append({**record, "thread_ts": msg.get("thread_ts"), "metadata": msg.get("metadata")})
 
     def _api_reactions_add(self, params: dict[str, Any]) -> dict[str, Any]:
         ch = self._channel_param(params)

@@ -79,7 +79,7 @@ class FakeChat:
         self._world = world
         self.posts: list[tuple[str, str, str | None]] = []
 
-    async def post(self, channel_id: str, text: str, thread_ts: str | None) -> str:
+    async def post(self, channel_id: str, text: str, thread_ts: str | None, answering: str | None = None) -> str:
         self.posts.append((channel_id, text, thread_ts))
         return self._world.next_ts()
 

@@ -341,3 +341,48 @@ def test_unclaimed_mentions(store: SqlConversationStore) -> None:
         "mention in thread",
         "unknown channel",
     ]
+
+
+# -- answer progress -------------------------------------------------------------
+
+
+def test_an_answer_claim_is_due_from_its_retry_time_until_settled(store: SqlConversationStore) -> None:
+    store.save_message(msg(0, "question"))
+    early, later = ts_to_datetime(ts(10)), ts_to_datetime(ts(20))
+    assert store.claim("C1", ts(0), retry_at=later)
+
+    assert store.due_answers(early, ts_to_datetime(ts(-1))) == []
+    [pending] = store.due_answers(later, ts_to_datetime(ts(-1)))
+    assert (pending.message.text, pending.attempts) == ("question", 1)
+    assert store.due_answers(later, ts_to_datetime(ts(0))) == []  # older than the window
+
+    store.settle("C1", ts(0), ts(1))
+    assert store.due_answers(later, ts_to_datetime(ts(-1))) == []
+    with sqlite3.connect(store._engine.url.database) as plain:  # type: ignore[arg-type]
+        assert plain.execute("SELECT attempts, answer_ts FROM claims").fetchall() == [(1, ts(1))]
+
+
+def test_a_claim_without_retry_time_is_never_due(store: SqlConversationStore) -> None:
+    store.save_message(msg(0, "answered by the autonomous responder"))
+    store.claim("C1", ts(0))
+    assert store.due_answers(ts_to_datetime(ts(10_000)), ts_to_datetime(ts(-1))) == []
+
+
+def test_next_attempt_is_taken_once_and_moves_the_retry_time(store: SqlConversationStore) -> None:
+    store.save_message(msg(0))
+    store.claim("C1", ts(0), retry_at=ts_to_datetime(ts(10)))
+    results = run_together(6, lambda: store.next_attempt("C1", ts(0), 1, ts_to_datetime(ts(40))))
+    assert sorted(results) == [False] * 5 + [True]
+    assert store.due_answers(ts_to_datetime(ts(39)), ts_to_datetime(ts(-1))) == []
+    [pending] = store.due_answers(ts_to_datetime(ts(40)), ts_to_datetime(ts(-1)))
+    assert pending.attempts == 2
+    store.settle("C1", ts(0), ts(41))
+    assert store.next_attempt("C1", ts(0), 2, ts_to_datetime(ts(90))) is False
+
+
+def test_a_released_attempt_is_due_at_once_and_not_counted(store: SqlConversationStore) -> None:
+    store.save_message(msg(0))
+    store.claim("C1", ts(0), retry_at=ts_to_datetime(ts(100)))
+    store.release("C1", ts(0), ts_to_datetime(ts(5)))
+    [pending] = store.due_answers(ts_to_datetime(ts(5)), ts_to_datetime(ts(-1)))
+    assert pending.attempts == 0

@@ -27,7 +27,7 @@ class FakeChat:
 
         self.posts: list[str] = []
 
-    async def post(self, channel_id: str, text: str, thread_ts: str | None) -> str:
+    async def post(self, channel_id: str, text: str, thread_ts: str | None, answering: str | None = None) -> str:
         self.posts.append(text)
         return f"{len(self.posts)}.000000"
 

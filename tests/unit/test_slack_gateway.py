@@ -205,3 +205,79 @@ async def test_a_channel_shared_outside_is_never_the_workspaces(fake: FakeSlack,
     assert (await gateway.channel("C7")).is_private
     assert await gateway.channel("G7") == Channel("G7", "partners-private", ChannelKind.PRIVATE)
     assert await gateway.channel("C8") == Channel("C8", "left-behind", is_member=False)
+
+
+@pytest.fixture
+def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gateway_module, "RETRY_DELAYS", (0.05, 0.05, 0.05))
+
+
+async def test_an_answer_carries_metadata_and_is_found_after_its_message(fake: FakeSlack, gateway: SlackGateway) -> None:
+    await gateway.auth()
+    question = fake.post_message("C1", "U1", "<@UBOT> hi", emit=False)
+    other = fake.post_message("C1", "U1", "<@UBOT> another", emit=False)
+    assert await gateway.answer_ts("C1", question, question) is None
+    await gateway.post("C1", "not an answer", question)
+    assert await gateway.answer_ts("C1", question, question) is None
+    answer = await gateway.post("C1", "hello", question, answering=question)
+    assert await gateway.answer_ts("C1", question, question) == answer
+    assert await gateway.answer_ts("C1", other, other) is None
+    assert fake.posted[-1]["metadata"] == {"event_type": "myao2_answer", "event_payload": {"answers": question}}
+
+
+async def test_an_answer_in_a_dm_is_found_in_the_history(fake: FakeSlack, gateway: SlackGateway) -> None:
+    await gateway.auth()
+    first = fake.post_message("D1", "U1", "hi", emit=False)
+    second = fake.post_message("D1", "U1", "still there?", emit=False)
+    answer = await gateway.post("D1", "yes", None, answering=second)
+    assert await gateway.answer_ts("D1", first, None) is None
+    assert await gateway.answer_ts("D1", second, None) == answer
+
+
+async def test_an_answer_failing_with_500_after_it_landed_is_not_posted_twice(
+    fake: FakeSlack, gateway: SlackGateway, quick_retries: None
+) -> None:
+    await gateway.auth()
+    question = fake.post_message("C1", "U1", "<@UBOT> hi", emit=False)
+    fake.inject_server_error("chat.postMessage", 500, after=True)
+    answer = await gateway.post("C1", "hello", question, answering=question)
+    assert [p["ts"] for p in fake.posted] == [answer]
+
+
+async def test_an_answer_is_retried_after_errors_and_six_429s(
+    fake: FakeSlack, gateway: SlackGateway, quick_retries: None
+) -> None:
+    await gateway.auth()
+    question = fake.post_message("C1", "U1", "<@UBOT> hi", emit=False)
+    fake.inject_error("chat.postMessage", "internal_error")
+    fake.inject_rate_limit("chat.postMessage", times=6, retry_after=0)
+    await gateway.post("C1", "hello", question, answering=question)
+    assert [p["text"] for p in fake.posted] == ["hello"]
+    assert len(calls(fake, "chat.postMessage")) == 8
+
+
+async def test_a_plain_post_is_not_retried(fake: FakeSlack, gateway: SlackGateway, quick_retries: None) -> None:
+    fake.inject_server_error("chat.postMessage", 500, after=True)
+    with pytest.raises(Exception):
+        await gateway.post("C1", "hello", None)
+    assert len(fake.posted) == 1
+
+
+async def test_lookups_are_retried_but_not_refusals(fake: FakeSlack, gateway: SlackGateway, quick_retries: None) -> None:
+    fake.inject_server_error("conversations.info", 503, times=2)
+    fake.inject_error("users.info", "internal_error", times=3)
+    assert (await gateway.channel("C1")).name == "general"
+    assert (await gateway.person("U1")).display_name == "Alice"
+    fake.inject_error("conversations.info", "channel_not_found")
+    with pytest.raises(Exception):
+        await gateway.channel("C1")
+    assert len(calls(fake, "conversations.info")) == 4
+
+
+async def test_a_reaction_that_keeps_failing_is_only_logged(
+    fake: FakeSlack, gateway: SlackGateway, quick_retries: None
+) -> None:
+    ts = fake.post_message("C1", "U1", "hi", emit=False)
+    fake.inject_server_error("reactions.add", 500, times=10)
+    await gateway.react("C1", ts, "eyes")
+    assert len(calls(fake, "reactions.add")) == 4

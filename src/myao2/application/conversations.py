@@ -83,14 +83,16 @@ class Conversations:
         await asyncio.to_thread(self._store.save_person, person)
         return person
 
-    async def post(self, channel_id: str, text: str, thread_ts: str | None) -> Message:
-        """Post as the bot and store the post with the ts Slack gave it.
+    async def post(
+        self, channel_id: str, text: str, thread_ts: str | None, answering: str | None = None
+    ) -> Message:
+        """Post as the bot (as the answer to message `answering`, if given); store the post with its ts.
 
         Unless broadcasts are allowed, @channel, @here, @everyone and user groups
         in `text` are made to notify nobody (see `safe_text`).
         """
         text = safe_text(text, self._allow_broadcasts)
-        ts = await self._chat.post(channel_id, text, thread_ts)
+        ts = await self._chat.post(channel_id, text, thread_ts, answering)
         return await self._remember(channel_id, ts, text, thread_ts)
 
     async def publish(

@@ -6,11 +6,10 @@ import asyncio
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine
-from datetime import timedelta
 from typing import Any
 
 from myao2.domain.conversation import BotIdentity, ChannelKind, Message
-from myao2.domain.ports import ChatPlatform, Clock, ConversationStore
+from myao2.domain.ports import ChatPlatform, ConversationStore
 
 logger = logging.getLogger(__name__)
 
@@ -74,25 +73,6 @@ class Inbox:
     async def channel_changed(self, channel_id: str) -> None:
         """The bot joined a channel, or a channel was renamed: refresh what is stored of it."""
         await self._learn_channel(channel_id)
-
-    async def catch_up(self, clock: Clock, max_age_seconds: int) -> int:
-        """Answer messages for the bot that arrived while it was away; returns how many."""
-        since = clock.now() - timedelta(seconds=max_age_seconds)
-        missed = await asyncio.to_thread(self._store.unclaimed_mentions, self._bot.user_id, since)
-        answered = 0
-        for message in missed:
-            if await self._already_answered(message):
-                await asyncio.to_thread(self._store.claim, message.channel_id, message.ts)
-                continue
-            self._spawn(self._answer(message))
-            answered += 1
-        return answered
-
-    async def _already_answered(self, message: Message) -> bool:
-        thread = await asyncio.to_thread(
-            self._store.thread_messages, message.channel_id, message.thread_ts or message.ts, 100
-        )
-        return any(m.user_id == self._bot.user_id and float(m.ts) > float(message.ts) for m in thread)
 
     async def _learn_channel(self, channel_id: str, hint: ChannelKind | None = None) -> ChannelKind:
         """Fetch and store a channel; if Slack cannot tell, trust the event's hint, else assume private."""

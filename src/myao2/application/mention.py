@@ -3,21 +3,31 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import OrderedDict
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from myao2.application.agents import ReplyWriter
 from myao2.application.context import ContextBuilder
 from myao2.application.conversations import Conversations
 from myao2.application.locks import KeyedLocks
-from myao2.application.reply_stream import ReplyStream
-from myao2.domain.conversation import Channel, ChannelKind, Message
+from myao2.application.reply_stream import ReplyDone, ReplyStream
+from myao2.domain.answers import RetryPolicy
+from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Message
 from myao2.domain.memo import Origin
 from myao2.domain.ports import ChatPlatform, Clock, ConversationStore
 
+logger = logging.getLogger(__name__)
+
 RECENT_CLAIMS = 1024
 """Claims remembered in memory; a claim is never undone, so a remembered one needs no query."""
+REACTION_HEAD_START_SECONDS = 1.0
+"""How long an answer waits for its reaction to land first; a slow or failing reaction never holds it longer."""
+
+Spawn = Callable[[Coroutine[Any, Any, None]], None]
 
 
 @dataclass(frozen=True)
@@ -28,16 +38,21 @@ class MentionSettings:
     reply_in_thread: bool
     context_message_limit: int
     max_message_age_seconds: int
+    catchup_seconds: int
+    retries: RetryPolicy
     apology: str
 
 
 class AnswerMention:
-    """Takes up a message addressed to the bot once, and answers it in its thread.
+    """Takes up a message addressed to the bot and sees that it is answered exactly once.
 
-    The message is claimed in the store first, so Slack's redeliveries, the
-    app_mention/message pair and restarts never produce a second answer.
-    Answers in one thread are written one after another; other threads go on
-    concurrently.
+    The story of one attempt: claim, react, compose, post, settle. The claim in the
+    store is first-come, so Slack's redeliveries and the app_mention/message pair
+    never produce a second answer; it also records the answer's progress. An attempt
+    that does not settle (a Slack error, a crash, a deploy) is taken up again by
+    `catch_up` once due (see `RetryPolicy`), and before a retry composes anything it
+    asks Slack whether the answer was posted after all. Answers in one thread are
+    written one after another; other threads go on concurrently.
     """
 
     def __init__(
@@ -48,7 +63,9 @@ class AnswerMention:
         contexts: ContextBuilder,
         writer: ReplyWriter,
         conversations: Conversations,
+        bot: BotIdentity,
         clock: Clock,
+        spawn: Spawn,
         settings: MentionSettings,
     ) -> None:
         self._store = store
@@ -56,23 +73,44 @@ class AnswerMention:
         self._conversations = conversations
         self._contexts = contexts
         self._writer = writer
+        self._bot = bot
         self._clock = clock
+        self._spawn = spawn
         self._settings = settings
         self._threads = KeyedLocks()
         self._claimed: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._in_flight: set[tuple[str, str]] = set()
 
     async def __call__(self, message: Message) -> None:
-        if not await self._claim(message):
-            return
-        # The reaction goes out while the answer is composed; it lands before the answer.
-        reaction = asyncio.ensure_future(self._react(message))
-        try:
-            channel = await self._conversations.channel(message.channel_id)
-            reply_thread = message.thread_ts or (message.ts if self._threads_replies(channel) else None)
-            async with self._threads.hold((message.channel_id, reply_thread)):
-                await self._answer(channel, message, reply_thread, reaction)
-        finally:
-            await reaction
+        """Answer a message that just arrived, unless it is already taken up."""
+        if await self._claim(message):
+            await self._attempt(message, 1, fresh=True)
+
+    async def catch_up(self) -> int:
+        """Take up what is owed: messages for the bot never claimed, and answers due again.
+
+        Only messages younger than `catchup_seconds` are considered. Returns how many
+        attempts were started (they run in the background).
+        """
+        now = self._clock.now()
+        since = now - timedelta(seconds=self._settings.catchup_seconds)
+        missed = await asyncio.to_thread(self._store.unclaimed_mentions, self._bot.user_id, since)
+        started = 0
+        for message in missed:
+            if await self._claim(message):
+                self._spawn(self._attempt(message, 1, fresh=False))
+                started += 1
+        for pending in await asyncio.to_thread(self._store.due_answers, now, since):
+            message, attempt = pending.message, pending.attempts + 1
+            if (message.channel_id, message.ts) in self._in_flight:
+                continue  # still being answered here: its attempt outlived its lease
+            retry_at = self._settings.retries.retry_at(now, attempt)
+            if await asyncio.to_thread(
+                self._store.next_attempt, message.channel_id, message.ts, pending.attempts, retry_at
+            ):
+                self._spawn(self._attempt(message, attempt, fresh=False))
+                started += 1
+        return started
 
     async def _claim(self, message: Message) -> bool:
         """Claim the message in the store; a message already claimed here is refused without asking it."""
@@ -82,11 +120,39 @@ class AnswerMention:
         self._claimed[key] = None  # the other event of the pair, arriving meanwhile, is refused
         if len(self._claimed) > RECENT_CLAIMS:
             self._claimed.popitem(last=False)
+        retry_at = self._settings.retries.retry_at(self._clock.now(), 1)
         try:
-            return await asyncio.to_thread(self._store.claim, message.channel_id, message.ts)
+            return await asyncio.to_thread(self._store.claim, message.channel_id, message.ts, retry_at)
         except BaseException:
             self._claimed.pop(key, None)  # not claimed after all: a redelivery may try again
             raise
+
+    async def _attempt(self, message: Message, attempt: int, *, fresh: bool) -> None:
+        """One attempt at answering; `fresh` when no earlier attempt can have posted anything."""
+        key = (message.channel_id, message.ts)
+        self._in_flight.add(key)
+        try:
+            reaction = asyncio.ensure_future(self._react(message))
+            channel = await self._conversations.channel(message.channel_id)
+            reply_thread = message.thread_ts or (message.ts if self._threads_replies(channel) else None)
+            async with self._threads.hold((message.channel_id, reply_thread)):
+                answer_ts = None if fresh else await self._earlier_answer(message, reply_thread)
+                if answer_ts is None:
+                    answer_ts = await self._publish(channel, message, attempt, reply_thread, reaction)
+                await self._settle(message, answer_ts)
+        except asyncio.CancelledError:
+            await asyncio.shield(asyncio.to_thread(self._store.release, *key, self._clock.now()))
+            raise
+        except Exception as exc:  # noqa: BLE001 - the claim stays open: it is taken up again when due
+            logger.warning(
+                "answer to %s/%s failed (attempt %d), to be taken up again: %r",
+                message.channel_id,
+                message.ts,
+                attempt,
+                exc,
+            )
+        finally:
+            self._in_flight.discard(key)
 
     async def _react(self, message: Message) -> None:
         if self._settings.reaction:
@@ -96,21 +162,65 @@ class AnswerMention:
         """Top-level messages get a threaded answer, except in a DM, which reads like a chat."""
         return self._settings.reply_in_thread and channel.kind is not ChannelKind.IM
 
-    async def _answer(
-        self, channel: Channel, message: Message, reply_thread: str | None, reaction: asyncio.Future[None]
-    ) -> None:
-        reply = self._reply(channel, message, reaction)
-        await self._conversations.publish(channel, reply_thread, message.user_id, reply, self._settings.apology)
+    async def _earlier_answer(self, message: Message, reply_thread: str | None) -> str | None:
+        """The ts of an answer an earlier attempt showed: one left half-written is ended with the apology."""
+        unfinished = await asyncio.to_thread(self._store.unfinished_answer, message.channel_id, message.ts)
+        if unfinished is not None:
+            await self._conversations.finish(
+                message.channel_id, unfinished, self._settings.apology, answering=message.ts
+            )
+            return unfinished
+        return await self._chat.answer_ts(message.channel_id, message.ts, reply_thread)
 
-    async def _reply(self, channel: Channel, message: Message, reaction: asyncio.Future[None]) -> ReplyStream:
-        """The answer as the model writes it; nothing of it is shown before the reaction has landed."""
+    async def _publish(
+        self,
+        channel: Channel,
+        message: Message,
+        attempt: int,
+        reply_thread: str | None,
+        reaction: asyncio.Future[None],
+    ) -> str:
+        """Show the answer as it is written, marked as the answer to `message`; returns its ts.
+
+        Its ts is recorded as soon as it shows, so an attempt cut short ends it
+        instead of starting a second answer.
+        """
+
+        async def started(answer_ts: str) -> None:
+            await asyncio.to_thread(self._store.start_answer, message.channel_id, message.ts, answer_ts)
+
+        reply = await self._conversations.publish(
+            channel,
+            reply_thread,
+            message.user_id,
+            self._reply(channel, message, attempt, reaction),
+            self._settings.apology,
+            answering=message.ts,
+            started=started,
+        )
+        return reply.ts
+
+    async def _reply(
+        self, channel: Channel, message: Message, attempt: int, reaction: asyncio.Future[None]
+    ) -> ReplyStream:
+        """The answer as the model writes it, or the apology once the attempts are used up.
+
+        Nothing of it is shown before the reaction has landed (or had its head start).
+        """
+        if self._settings.retries.apologises(attempt):
+            logger.warning("answering %s/%s with an apology after %d attempts", message.channel_id, message.ts, attempt - 1)
+            await asyncio.wait({reaction}, timeout=REACTION_HEAD_START_SECONDS)
+            yield ReplyDone(self._settings.apology)
+            return
         since = self._clock.now() - timedelta(seconds=self._settings.max_message_age_seconds)
         messages = await self._conversations.messages(
             message.channel_id, message.thread_ts, self._settings.context_message_limit, since
         )
         if message.ts not in {m.ts for m in messages}:
             messages.append(message)
-        context = await self._contexts.build(channel, messages, await self._conversations.names(messages))
+        context = await self._contexts.build(
+            channel, messages, await self._conversations.names(messages), answering=message
+        )
         origin = Origin(
             channel_id=channel.id,
             channel_private=channel.is_private,
@@ -119,5 +229,9 @@ class AnswerMention:
         )
         async for event in self._writer.stream(context, origin):
             if not reaction.done():
-                await reaction
+                await asyncio.wait({reaction}, timeout=REACTION_HEAD_START_SECONDS)
             yield event
+
+    async def _settle(self, message: Message, answer_ts: str) -> None:
+        """Record that `message` is answered by `answer_ts`: it is never taken up again."""
+        await asyncio.to_thread(self._store.settle, message.channel_id, message.ts, answer_ts)

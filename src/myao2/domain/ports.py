@@ -8,6 +8,7 @@ from typing import Protocol
 
 from myao2.domain.conversation import Channel, ChannelChanges, ChannelKind, History, Message, Person
 from myao2.domain.memory import Memory, Scope, Term
+from myao2.domain.answers import PendingAnswer
 from myao2.domain.memo import (
     Memo,
     MemoChanges,
@@ -180,8 +181,31 @@ class ConversationStore(Protocol):
         """Everyone stored, or only those of `user_ids` who are."""
         ...
 
-    def claim(self, channel_id: str, ts: str) -> bool:
-        """Mark a message as taken up for an answer; True only for the first claim."""
+    def claim(self, channel_id: str, ts: str, retry_at: datetime | None = None) -> bool:
+        """Mark a message as taken up for an answer; True only for the first claim.
+
+        With `retry_at` the claim also starts the answer's first attempt: until it is
+        settled, the answer is due again from `retry_at` on.
+        """
+        ...
+
+    def next_attempt(self, channel_id: str, ts: str, attempts: int, retry_at: datetime) -> bool:
+        """Start attempt `attempts + 1` at an unsettled answer, due again from `retry_at`.
+
+        False when the answer is settled, or another attempt started since `attempts` was read.
+        """
+        ...
+
+    def release(self, channel_id: str, ts: str, now: datetime) -> None:
+        """An attempt abandoned unfinished (at shutdown): not counted, and due again at `now`."""
+        ...
+
+    def settle(self, channel_id: str, ts: str, answer_ts: str) -> None:
+        """The answer is in Slack as `answer_ts`: the message is never taken up again."""
+        ...
+
+    def due_answers(self, now: datetime, since: datetime) -> list[PendingAnswer]:
+        """Answers to messages posted after `since` that are unsettled and due at `now`, oldest first."""
         ...
 
     def claimed(self, channel_id: str, ts: Iterable[str]) -> set[str]:
@@ -199,8 +223,16 @@ class ConversationStore(Protocol):
 class ChatPlatform(Protocol):
     """The chat service the bot lives in (Slack), as the use cases need it."""
 
-    async def post(self, channel_id: str, text: str, thread_ts: str | None) -> str:
-        """Post a message; returns its ts."""
+    async def post(self, channel_id: str, text: str, thread_ts: str | None, answering: str | None = None) -> str:
+        """Post a message; returns its ts.
+
+        With `answering` (the ts of the message answered) the post is marked as its
+        answer, and a post that fails is retried only while `answer_ts` finds none.
+        """
+        ...
+
+    async def answer_ts(self, channel_id: str, ts: str, thread_ts: str | None) -> str | None:
+        """The ts of the bot's answer to message `ts`, posted in `thread_ts` (None: the channel), if any."""
         ...
 
     async def react(self, channel_id: str, ts: str, emoji: str) -> None: ...

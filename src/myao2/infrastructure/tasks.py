@@ -15,8 +15,13 @@ class TaskSet:
 
     def __init__(self) -> None:
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._closed = False
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        """Run `coro` in the background; once `drain` has begun, it is dropped unstarted."""
+        if self._closed:
+            coro.close()
+            return
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._finished)
@@ -27,7 +32,8 @@ class TaskSet:
             logger.error("background task failed", exc_info=task.exception())
 
     async def drain(self, timeout: float) -> None:
-        """Wait up to `timeout` seconds for running tasks, then cancel what is left."""
+        """Take no new work; wait up to `timeout` seconds for running tasks, then cancel what is left."""
+        self._closed = True
         if not self._tasks:
             return
         _, pending = await asyncio.wait(set(self._tasks), timeout=timeout)

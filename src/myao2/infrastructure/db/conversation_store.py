@@ -17,6 +17,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, SQLModel, col, select
 
+from myao2.domain.answers import PendingAnswer
 from myao2.domain.conversation import Channel, ChannelChanges, ChannelKind, History, Message, Person, mentions_in, ts_to_datetime
 from myao2.domain.ports import Clock
 from myao2.infrastructure.clock import SystemClock
@@ -244,8 +245,47 @@ class SqlConversationStore:
 
     # -- answers -------------------------------------------------------------
 
-    def claim(self, channel_id: str, ts: str) -> bool:
-        return self._insert(ClaimRow, {"channel_id": channel_id, "ts": ts, "claimed_at": self._clock.now()})
+    def claim(self, channel_id: str, ts: str, retry_at: datetime | None = None) -> bool:
+        values: dict[str, Any] = {"channel_id": channel_id, "ts": ts, "claimed_at": self._clock.now()}
+        if retry_at is not None:
+            values.update(attempts=1, next_attempt_at=retry_at)
+        return self._insert(ClaimRow, values)
+
+    def next_attempt(self, channel_id: str, ts: str, attempts: int, retry_at: datetime) -> bool:
+        claims = _table(ClaimRow)
+        with self._engine.begin() as connection:
+            return connection.execute(
+                update(claims)
+                .where(*_claim_key(channel_id, ts), claims.c.settled_at.is_(None), claims.c.attempts == attempts)
+                .values(attempts=attempts + 1, next_attempt_at=retry_at)
+            ).rowcount == 1
+
+    def release(self, channel_id: str, ts: str, now: datetime) -> None:
+        claims = _table(ClaimRow)
+        with self._engine.begin() as connection:
+            connection.execute(
+                update(claims)
+                .where(*_claim_key(channel_id, ts), claims.c.settled_at.is_(None), claims.c.attempts > 0)
+                .values(attempts=claims.c.attempts - 1, next_attempt_at=now)
+            )
+
+    def settle(self, channel_id: str, ts: str, answer_ts: str) -> None:
+        values = {"answer_ts": answer_ts, "settled_at": self._clock.now()}
+        self._update(ClaimRow, _claim_key(channel_id, ts), values)
+
+    def due_answers(self, now: datetime, since: datetime) -> list[PendingAnswer]:
+        with Session(self._engine) as session:
+            rows = session.exec(
+                select(MessageRow, ClaimRow.attempts)
+                .join(ClaimRow, (ClaimRow.channel_id == MessageRow.channel_id) & (ClaimRow.ts == MessageRow.ts))
+                .where(
+                    col(ClaimRow.settled_at).is_(None),
+                    col(ClaimRow.next_attempt_at) <= now,
+                    col(MessageRow.posted_at) > since,
+                )
+                .order_by(col(MessageRow.posted_at), col(MessageRow.ts))
+            ).all()
+        return [PendingAnswer(_to_message(row), attempts) for row, attempts in rows]
 
     def claimed(self, channel_id: str, ts: Iterable[str]) -> set[str]:
         with Session(self._engine) as session:
@@ -343,6 +383,11 @@ def _table(model: type[SQLModel]) -> Table:
 
 def _message_key(channel_id: str, ts: str) -> list[Any]:
     return [MessageRow.channel_id == channel_id, MessageRow.ts == ts]
+
+
+def _claim_key(channel_id: str, ts: str) -> list[Any]:
+    claims = _table(ClaimRow)
+    return [claims.c.channel_id == channel_id, claims.c.ts == ts]
 
 
 def _newest_first() -> tuple[Any, ...]:

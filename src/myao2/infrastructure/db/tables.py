@@ -111,11 +111,26 @@ class TombstoneRow(SQLModel, table=True):
 
 
 class ClaimRow(SQLModel, table=True):
+    """A message taken up for an answer, and how far that answer got."""
+
     __tablename__ = "claims"
+    __table_args__ = (
+        Index(
+            "ix_claims_pending",
+            "next_attempt_at",
+            sqlite_where=text("settled_at IS NULL AND next_attempt_at IS NOT NULL"),
+            postgresql_where=text("settled_at IS NULL AND next_attempt_at IS NOT NULL"),
+        ),
+    )
 
     channel_id: str = Field(primary_key=True, max_length=32)
     ts: str = Field(primary_key=True, max_length=32)
     claimed_at: datetime = Field(sa_column=Column(UTCDateTime, nullable=False))
+    attempts: int = Field(default=0, sa_column=Column(Integer, nullable=False, server_default="0"))
+    next_attempt_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime, nullable=True))
+    """When an unsettled answer is taken up again (set when an attempt starts); None: not an answer to retry."""
+    answer_ts: str | None = Field(default=None, max_length=32)
+    settled_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime, nullable=True))
 
 
 class MemoryRow(SQLModel, table=True):

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import random
 import time
+from collections.abc import Awaitable, Callable
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
@@ -22,11 +24,18 @@ from myao2.infrastructure.slack import translate
 
 logger = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 RATE_LIMIT_RETRIES = 5
 CONNECTION_RETRIES = 2
 PAGE_SIZE = 200
 WEB_API_TIMEOUT_SECONDS = 30  # slack_sdk's default
 MEMBER_CHANNEL_TYPES = "public_channel,private_channel,mpim,im"
+RETRY_DELAYS = (0.5, 1.0, 2.0)
+"""Waits (seconds, with jitter) before retrying a Web API call that failed for a passing reason."""
+TRANSIENT_ERRORS = frozenset({"internal_error", "fatal_error", "service_unavailable", "request_timeout", "ratelimited"})
+ANSWER_EVENT = "myao2_answer"
+"""The message metadata event type that marks a post as the bot's answer to a message."""
 AUTH_ERRORS = frozenset({"invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired"})
 BOT_SCOPES = (
     "app_mentions:read, chat:write, reactions:write, users:read, "
@@ -75,30 +84,75 @@ class SlackGateway:
         self._ttl = ttl
         self._people: dict[str, tuple[float, Person]] = {}  # user id -> (expiry, person)
         self._lookups: dict[str, asyncio.Future[Person]] = {}
+        self._bot_id: str | None = None
 
     async def auth(self) -> BotIdentity:
         """Who the bot is (auth.test); raises `SlackAuthError` when the token is refused."""
         try:
             response = await self._client.auth_test()
         except SlackApiError as exc:
-            error = exc.response.get("error")
+            error = _error_code(exc)
             if error in AUTH_ERRORS:
                 raise SlackAuthError(_auth_help(error)) from None
             raise
+        self._bot_id = response.get("bot_id")
         return BotIdentity(
-            user_id=response["user_id"], bot_id=response.get("bot_id"), team_id=response.get("team_id")
+            user_id=response["user_id"], bot_id=self._bot_id, team_id=response.get("team_id")
         )
 
-    async def post(self, channel_id: str, text: str, thread_ts: str | None) -> str:
-        response = await self._client.chat_postMessage(channel=channel_id, text=text, thread_ts=thread_ts)
-        return response["ts"]
+    async def post(self, channel_id: str, text: str, thread_ts: str | None, answering: str | None = None) -> str:
+        """Post a message; an answer (`answering` set) is marked with metadata and retried safely.
+
+        A post that failed may still have landed (a 5xx after Slack stored it), so an
+        answer is posted again only while `answer_ts` does not find it; other posts are
+        not retried.
+        """
+        arguments: dict[str, Any] = {"channel": channel_id, "text": text, "thread_ts": thread_ts}
+        if answering is None:
+            return (await self._client.chat_postMessage(**arguments))["ts"]
+        arguments["metadata"] = {"event_type": ANSWER_EVENT, "event_payload": {"answers": answering}}
+
+        async def send() -> str:
+            return (await self._client.chat_postMessage(**arguments))["ts"]
+
+        return await self._retrying(
+            "chat.postMessage", send, landed=lambda: self.answer_ts(channel_id, answering, thread_ts)
+        )
+
+    async def answer_ts(self, channel_id: str, ts: str, thread_ts: str | None) -> str | None:
+        """The bot's post marked as the answer to `ts`, searched after `ts` in the thread or the channel."""
+        if thread_ts:
+            arguments = {"channel": channel_id, "ts": thread_ts, "oldest": ts, "limit": PAGE_SIZE}
+            fetch = self._client.conversations_replies
+        else:
+            arguments = {"channel": channel_id, "oldest": ts, "limit": PAGE_SIZE}
+            fetch = self._client.conversations_history
+        response = await self._retrying(
+            "answer lookup", lambda: fetch(**arguments, include_all_metadata=True)
+        )
+        async for page in response:
+            for raw in page["messages"]:
+                if self._is_answer_to(raw, ts):
+                    return str(raw["ts"])
+        return None
+
+    def _is_answer_to(self, raw: dict[str, Any], ts: str) -> bool:
+        metadata = raw.get("metadata") or {}
+        return (
+            raw.get("bot_id") == self._bot_id
+            and metadata.get("event_type") == ANSWER_EVENT
+            and (metadata.get("event_payload") or {}).get("answers") == ts
+        )
 
     async def react(self, channel_id: str, ts: str, emoji: str) -> None:
         """Add a reaction; failures are only logged, a reaction being a courtesy."""
         try:
-            await self._client.reactions_add(channel=channel_id, timestamp=ts, name=emoji.strip(":"))
+            await self._retrying(
+                "reactions.add",
+                lambda: self._client.reactions_add(channel=channel_id, timestamp=ts, name=emoji.strip(":")),
+            )
         except SlackApiError as exc:
-            error = exc.response.get("error")
+            error = _error_code(exc)
             if error != "already_reacted":
                 logger.warning("could not react :%s: to %s/%s: %s", emoji, channel_id, ts, error)
         except (SlackClientError, aiohttp.ClientError, TimeoutError) as exc:
@@ -122,7 +176,9 @@ class SlackGateway:
         return await asyncio.shield(lookup)
 
     async def channel(self, channel_id: str) -> Channel:
-        response = await self._client.conversations_info(channel=channel_id)
+        response = await self._retrying(
+            "conversations.info", lambda: self._client.conversations_info(channel=channel_id)
+        )
         return await self._to_channel(response["channel"])
 
     async def member_channels(self) -> list[Channel]:
@@ -145,8 +201,11 @@ class SlackGateway:
         raws = {raw["ts"]: raw for raw in top_level}
         for parent in top_level:
             if parent.get("reply_count"):
-                replies = await self._client.conversations_replies(
-                    channel=channel_id, ts=parent["ts"], oldest=oldest, limit=PAGE_SIZE
+                replies = await self._retrying(
+                    "conversations.replies",
+                    lambda ts=parent["ts"]: self._client.conversations_replies(
+                        channel=channel_id, ts=ts, oldest=oldest, limit=PAGE_SIZE
+                    ),
                 )
                 async for page in replies:
                     raws.update((raw["ts"], raw) for raw in page["messages"])
@@ -169,8 +228,9 @@ class SlackGateway:
     async def _history(self, channel_id: str, oldest: str, limit: int) -> tuple[list[dict[str, Any]], bool]:
         """Up to `limit` top-level messages after `oldest`, newest first, and whether more were left."""
         found: list[dict[str, Any]] = []
-        response = await self._client.conversations_history(
-            channel=channel_id, oldest=oldest, limit=min(limit, PAGE_SIZE)
+        response = await self._retrying(
+            "conversations.history",
+            lambda: self._client.conversations_history(channel=channel_id, oldest=oldest, limit=min(limit, PAGE_SIZE)),
         )
         async for page in response:
             found.extend(page["messages"])
@@ -178,12 +238,37 @@ class SlackGateway:
                 return found[:limit], len(found) > limit or bool(page.get("has_more"))
         return found, False
 
+    async def _retrying(
+        self,
+        what: str,
+        call: Callable[[], Awaitable[T]],
+        landed: Callable[[], Awaitable[T | None]] | None = None,
+    ) -> T:
+        """`call()`, retried with backoff while it fails for a passing reason (5xx, 429, a dropped connection).
+
+        A 429 waits at least its Retry-After. Before each retry, `landed()` may return
+        what the failed call achieved after all, which is then returned instead.
+        """
+        delays = iter(RETRY_DELAYS)
+        while True:
+            try:
+                return await call()
+            except Exception as exc:  # noqa: BLE001 - classified just below
+                delay = next(delays, None)
+                if delay is None or not _transient(exc):
+                    raise
+                wait = max(delay * random.uniform(0.8, 1.2), _retry_after(exc))
+                logger.warning("Slack %s failed (%s); retrying in %.1f s", what, _describe(exc), wait)
+            await asyncio.sleep(wait)
+            if landed is not None and (found := await landed()) is not None:
+                return found
+
     async def _look_up(self, user_id: str) -> Person:
         try:
-            response = await self._client.users_info(user=user_id)
+            response = await self._retrying("users.info", lambda: self._client.users_info(user=user_id))
             person = translate.to_person(response["user"])
         except SlackApiError as exc:
-            if exc.response.get("error") != "user_not_found":
+            if _error_code(exc) != "user_not_found":
                 raise
             person = Person(user_id=user_id, display_name=user_id)
         self._people[user_id] = (time.monotonic() + self._ttl, person)
@@ -195,6 +280,36 @@ class SlackGateway:
             other = await self.person(info["user"])
             channel = dataclasses.replace(channel, name=other.display_name)
         return channel
+
+
+def _transient(exc: Exception) -> bool:
+    """A failure worth retrying: Slack overloaded or rate limiting, or the connection failed."""
+    if isinstance(exc, SlackApiError):
+        status = exc.response.status_code
+        return status >= 500 or status == 429 or _error_code(exc) in TRANSIENT_ERRORS
+    return isinstance(exc, (aiohttp.ClientError, TimeoutError, SlackClientError))
+
+
+def _retry_after(exc: Exception) -> float:
+    """The Retry-After of a 429, in seconds; 0 otherwise."""
+    if isinstance(exc, SlackApiError) and exc.response.status_code == 429:
+        try:
+            return float(exc.response.headers.get("Retry-After", 1))
+        except (TypeError, ValueError):
+            return 1.0
+    return 0.0
+
+
+def _describe(exc: Exception) -> str:
+    if isinstance(exc, SlackApiError):
+        return f"HTTP {exc.response.status_code} {_error_code(exc)}"
+    return type(exc).__name__
+
+
+def _error_code(exc: SlackApiError) -> str | None:
+    """The Web API error code; None when the body was not JSON (an HTML error page)."""
+    data = exc.response.data
+    return data.get("error") if isinstance(data, dict) else None
 
 
 def _author_name(raw: dict[str, Any], people: dict[str, Person]) -> str:

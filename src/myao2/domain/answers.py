@@ -1,0 +1,40 @@
+"""How a mention whose answer failed is taken up again, and when the bot apologises instead."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from myao2.domain.conversation import Message
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Attempt n+1 may start `delays[n-1]` seconds after attempt n started (the last delay repeats).
+
+    Each of the first `len(delays)` attempts tries to write an answer; later ones post
+    the apology. An attempt that is interrupted (a crash, a deploy) counts too, so a
+    message that kills the bot every time still gets its apology.
+    """
+
+    delays: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if not self.delays or min(self.delays) <= 0:
+            raise ValueError("retry delays must be positive, and at least one")
+
+    def retry_at(self, started: datetime, attempt: int) -> datetime:
+        """When the answer is taken up again if attempt `attempt` (1-based), started at `started`, fails."""
+        return started + timedelta(seconds=self.delays[min(attempt, len(self.delays)) - 1])
+
+    def apologises(self, attempt: int) -> bool:
+        """Whether attempt `attempt` posts the apology instead of trying to answer."""
+        return attempt > len(self.delays)
+
+
+@dataclass(frozen=True)
+class PendingAnswer:
+    """A message taken up for an answer that is not settled, after `attempts` attempts."""
+
+    message: Message
+    attempts: int

@@ -1,0 +1,187 @@
+"""Every mention answered exactly once: crashes, deploys, Slack errors, lost events, a replaced database."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+import urllib.error
+import urllib.request
+
+from tests.e2e.conftest import ALICE, GENERAL, BotProcess, wait_until
+from tests.fakes.openai_server import FakeOpenAI, Text
+from tests.fakes.slack_server import FakeSlack
+
+QUICK_RETRIES = {"response.answer_retry_seconds": [1, 1, 1]}
+
+
+def answers_to(slack: FakeSlack, ts: str) -> list[dict]:
+    """The bot's posts marked as the answer to message `ts`."""
+    return [p for p in slack.posted if (p.get("metadata") or {}).get("event_payload", {}).get("answers") == ts]
+
+
+def settled(bot: BotProcess, ts: str) -> str | None:
+    """The answer ts the bot's database records for message `ts`, once settled."""
+    try:
+        with sqlite3.connect(bot.database) as db:
+            row = db.execute("SELECT answer_ts FROM claims WHERE ts = ? AND settled_at IS NOT NULL", (ts,)).fetchone()
+    except sqlite3.Error:
+        return None
+    return row[0] if row else None
+
+
+def ready_status(bot: BotProcess) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{bot.health_port}/ready", timeout=2) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def mention(slack: FakeSlack, text: str = "are you there?", channel: str = GENERAL, user: str = ALICE) -> str:
+    return slack.post_message(channel, user, f"<@{slack.bot_user_id}> {text}")
+
+
+def test_sigkill_while_the_model_writes_then_restart_gives_one_answer(
+    bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
+) -> None:
+    bot.settings.update(QUICK_RETRIES)
+    llm.script(Text("never delivered", delay=30))
+    llm.set_responder(lambda request: Text("Here I am."))
+    bot.start()
+    ts = mention(slack)
+    llm.wait_for_requests(1, timeout=30)
+    bot.kill()
+
+    bot.start()
+    slack.wait_for(lambda: answers_to(slack, ts), timeout=20, what="the answer after the restart")
+    wait_until(lambda: settled(bot, ts), what="the claim settled")
+    time.sleep(2.5)  # a retry round more: room for a second answer to show up
+    assert [p["text"] for p in answers_to(slack, ts)] == ["Here I am."]
+    assert [p["thread_ts"] for p in slack.posted] == [ts]
+    assert bot.stop() == 0
+
+
+def test_sigkill_after_the_post_landed_but_before_it_was_recorded_gives_one_answer(
+    bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
+) -> None:
+    bot.settings.update(QUICK_RETRIES)
+    llm.set_responder(lambda request: Text("Here I am."))
+    bot.start()
+    slack.inject_delay("chat.postMessage", 30)  # Slack stores the post, the bot never hears back
+    ts = mention(slack)
+    slack.wait_for(lambda: answers_to(slack, ts), what="the post to land")
+    bot.kill()
+    assert settled(bot, ts) is None
+
+    bot.start()
+    answer = answers_to(slack, ts)[0]["ts"]
+    wait_until(lambda: settled(bot, ts) == answer, timeout=20, what="the claim settled with the posted answer")
+    time.sleep(2.5)
+    assert len(answers_to(slack, ts)) == 1 and len(slack.posted) == 1
+    assert len(llm.requests) == 1
+    assert bot.stop() == 0
+
+
+def test_sigterm_while_the_model_writes_then_restart_gives_one_answer(
+    bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
+) -> None:
+    llm.script(Text("too slow for the grace period", delay=9))
+    llm.set_responder(lambda request: Text("Here I am."))
+    bot.start()
+    ts = mention(slack)
+    llm.wait_for_requests(1, timeout=30)
+    started = time.monotonic()
+    assert bot.stop() == 0
+    assert time.monotonic() - started < 8
+    assert answers_to(slack, ts) == []  # nothing half-posted
+
+    bot.start()
+    slack.wait_for(lambda: answers_to(slack, ts), timeout=20, what="the answer after the restart")
+    wait_until(lambda: settled(bot, ts), what="the claim settled")
+    time.sleep(2.5)
+    assert [p["text"] for p in answers_to(slack, ts)] == ["Here I am."]
+    assert bot.stop() == 0
+
+
+def test_sigterm_lets_an_answer_in_progress_finish(bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI) -> None:
+    llm.script(Text("Just in time.", delay=2))
+    bot.start()
+    ts = mention(slack)
+    llm.wait_for_requests(1, timeout=30)
+    assert bot.stop() == 0
+    assert [p["text"] for p in answers_to(slack, ts)] == ["Just in time."]
+    assert settled(bot, ts) == answers_to(slack, ts)[0]["ts"]
+
+    bot.start()
+    time.sleep(3)
+    assert len(answers_to(slack, ts)) == 1 and len(llm.requests) == 1
+    assert bot.stop() == 0
+
+
+def test_post_failing_once_then_six_429s_gives_one_answer(bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI) -> None:
+    llm.set_responder(lambda request: Text("Finally through."))
+    bot.start()
+    slack.inject_error("chat.postMessage", "internal_error")
+    slack.inject_rate_limit("chat.postMessage", times=6, retry_after=1)
+    ts = mention(slack)
+    slack.wait_for(lambda: answers_to(slack, ts), timeout=30, what="the answer")
+    wait_until(lambda: settled(bot, ts), what="the claim settled")
+    time.sleep(2.5)
+    assert [p["text"] for p in slack.posted] == ["Finally through."]
+    posts = [name for name, _ in slack.web_calls if name == "chat.postMessage"]
+    assert len(posts) == 8
+    assert bot.stop() == 0
+
+
+def test_a_failing_reaction_never_holds_the_answer(bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI) -> None:
+    llm.set_responder(lambda request: Text("Here anyway."))
+    bot.start()
+    slack.inject_rate_limit("reactions.add", times=20, retry_after=40)  # a reaction stuck for minutes
+    ts = mention(slack)
+    slack.wait_for(lambda: answers_to(slack, ts), timeout=30, what="the answer, without its reaction")
+    assert slack.reactions == []
+    assert bot.stop() == 0
+
+
+def test_a_mention_lost_to_a_users_info_failure_is_answered_by_the_periodic_sync(
+    bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
+) -> None:
+    bot.settings["response.history_sync_interval_seconds"] = 3
+    llm.set_responder(lambda request: Text("Nice to meet you, Carol."))
+    slack.add_user("UCAROL", "carol", display_name="Carol")
+    bot.start()
+    time.sleep(1)  # past the start-up sync
+    slack.inject_error("users.info", "internal_error", times=4)  # the first lookup and its three retries
+    ts = mention(slack, "hi, I am new here", user="UCAROL")
+    slack.wait_for(lambda: answers_to(slack, ts), timeout=20, what="the answer from the periodic sync")
+    assert [p["text"] for p in answers_to(slack, ts)] == ["Nice to meet you, Carol."]
+    lookups = [params["user"] for name, params in slack.web_calls if name == "users.info"]
+    assert lookups.count("UCAROL") >= 5  # the live event's lookup and its retries failed; the sync's did not
+    assert bot.stop() == 0
+
+
+def test_a_replaced_database_turns_ready_to_503_and_old_answers_are_not_repeated(
+    bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
+) -> None:
+    slack.add_channel("DALICE", "alice", is_im=True, members=[ALICE])
+    llm.set_responder(lambda request: Text("Answered."))
+    bot.start()
+    in_dm = slack.post_message("DALICE", ALICE, "hello, are you there?")
+    in_channel = mention(slack)
+    slack.wait_for(lambda: answers_to(slack, in_dm) and answers_to(slack, in_channel), what="both answers")
+    wait_until(lambda: settled(bot, in_dm) and settled(bot, in_channel), what="both claims settled")
+    assert wait_until(lambda: ready_status(bot) == 200, what="/ready 200")
+
+    for suffix in ("", "-wal", "-shm"):
+        bot.database.with_name(bot.database.name + suffix).unlink(missing_ok=True)
+    sqlite3.connect(bot.database).close()  # an empty file in its place
+    assert wait_until(lambda: ready_status(bot) == 503, what="/ready 503")
+    assert "replaced" in bot.log()
+    assert bot.stop() == 0
+
+    bot.start()  # a fresh database: the history brings both messages back, unclaimed
+    wait_until(lambda: settled(bot, in_dm) and settled(bot, in_channel), timeout=20, what="both found answered")
+    assert settled(bot, in_dm) == answers_to(slack, in_dm)[0]["ts"]
+    time.sleep(1)
+    assert len(slack.posted) == 2 and len(llm.requests) == 2
+    assert bot.stop() == 0

@@ -1,0 +1,247 @@
+"""AnswerMention over a real SQLite store: claims, retries, the existing-answer check, the apology, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from myao2.application.agents import ModelUnavailable
+from myao2.application.context import Budget, ContextBuilder, Persona, PromptContext
+from myao2.application.conversations import Conversations
+from myao2.application.mention import AnswerMention, MentionSettings
+from myao2.domain.answers import RetryPolicy
+from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Message
+from myao2.domain.memo import Origin
+from myao2.infrastructure.db.conversation_store import SqlConversationStore
+from myao2.infrastructure.db.engine import open_database
+from myao2.infrastructure.db.memo_store import SqlMemoStore
+from myao2.infrastructure.llm.phrases import prompt_marks
+from tests.clocks import ManualClock
+
+BOT = BotIdentity(user_id="UBOT", bot_id="BBOT", team_id="T1")
+START = datetime(2026, 1, 2, 12, 0, tzinfo=timezone.utc)
+RETRIES = RetryPolicy((10.0, 20.0, 30.0))
+APOLOGY = "Sorry, I could not answer."
+
+
+class FakeChat:
+    """Slack as the use case sees it; `fail_posts` posts fail, and `answers` are what Slack holds."""
+
+    def __init__(self) -> None:
+        self.posts: list[tuple[str, str, str | None, str | None]] = []
+        self.answers: dict[tuple[str, str], str] = {}  # (channel, answered ts) -> answer ts
+        self.reactions: list[str] = []
+        self.fail_posts = 0
+        self.lookups = 0
+        self._next = 0
+
+    async def post(self, channel_id: str, text: str, thread_ts: str | None, answering: str | None = None) -> str:
+        if self.fail_posts:
+            self.fail_posts -= 1
+            raise ConnectionError("Slack is down")
+        self._next += 1
+        ts = f"{2_000_000_000 + self._next}.000000"
+        self.posts.append((channel_id, text, thread_ts, answering))
+        if answering:
+            self.answers[(channel_id, answering)] = ts
+        return ts
+
+    async def answer_ts(self, channel_id: str, ts: str, thread_ts: str | None) -> str | None:
+        self.lookups += 1
+        return self.answers.get((channel_id, ts))
+
+    async def react(self, channel_id: str, ts: str, emoji: str) -> None:
+        self.reactions.append(ts)
+
+    async def channel(self, channel_id: str) -> Channel:
+        raise AssertionError("channels are stored")
+
+
+class FakeWriter:
+    def __init__(self) -> None:
+        self.calls = 0
+        self.block: asyncio.Event | None = None
+        self.unavailable = False
+
+    async def write(self, context: PromptContext, origin: Origin) -> str:
+        self.calls += 1
+        if self.block is not None:
+            await self.block.wait()
+        if self.unavailable:
+            raise ModelUnavailable("down")
+        return f"answer {self.calls}"
+
+
+class World:
+    def __init__(self, tmp_path: Path) -> None:
+        self.clock = ManualClock(START)
+        engine = open_database(f"sqlite:///{tmp_path}/m.db")
+        self.store = SqlConversationStore(engine, self.clock)
+        self.chat = FakeChat()
+        self.writer = FakeWriter()
+        self.spawned: list[Coroutine[Any, Any, None]] = []
+        contexts = ContextBuilder(
+            SqlMemoStore(engine, self.clock),
+            self.clock,
+            Persona("myao", "", "en", ZoneInfo("UTC")),
+            bot_user_id=BOT.user_id,
+            budget=Budget(conversation_tokens=6000, message_tokens=1000),
+            marks=prompt_marks("en"),
+        )
+        self.answer = AnswerMention(
+            store=self.store,
+            chat=self.chat,  # type: ignore[arg-type]
+            contexts=contexts,
+            writer=self.writer,
+            conversations=Conversations(self.store, self.chat, BOT, "myao"),  # type: ignore[arg-type]
+            bot=BOT,
+            clock=self.clock,
+            spawn=self.spawned.append,
+            settings=MentionSettings(
+                reaction="eyes",
+                reply_in_thread=True,
+                context_message_limit=30,
+                max_message_age_seconds=86400,
+                catchup_seconds=3600,
+                retries=RETRIES,
+                apology=APOLOGY,
+            ),
+        )
+        self.store.save_channel(Channel("C1", "general"))
+        self.store.save_channel(Channel("D1", "alice", ChannelKind.IM))
+
+    def mention(self, channel: str = "C1", seconds: float = 0) -> Message:
+        at = self.clock.now() + timedelta(seconds=seconds)
+        message = Message(
+            channel_id=channel,
+            ts=f"{at.timestamp():.6f}",
+            user_id="UALICE",
+            text="<@UBOT> hello?",
+            user_name="Alice",
+            mentions=("UBOT",),
+        )
+        self.store.save_message(message)
+        return message
+
+    async def run_spawned(self) -> None:
+        while self.spawned:
+            await self.spawned.pop(0)
+
+    async def retry_after(self, seconds: float) -> int:
+        self.clock.advance(seconds)
+        started = await self.answer.catch_up()
+        await self.run_spawned()
+        return started
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> World:
+    return World(tmp_path)
+
+
+async def test_a_mention_is_answered_once_in_its_thread_and_settled(world: World) -> None:
+    message = world.mention()
+    await world.answer(message)
+    await world.answer(message)  # the other event of the pair
+    assert world.chat.posts == [("C1", "answer 1", message.ts, message.ts)]
+    assert world.chat.lookups == 0  # nothing can have been posted before the first attempt
+    assert await world.retry_after(3600) == 0
+
+
+async def test_a_failed_post_is_retried_when_due_after_checking_slack(world: World) -> None:
+    message = world.mention()
+    world.chat.fail_posts = 1
+    await world.answer(message)
+    assert world.chat.posts == []
+
+    assert await world.retry_after(9) == 0  # not due before the first delay
+    assert await world.retry_after(1) == 1
+    assert [p[1] for p in world.chat.posts] == ["answer 2"]
+    assert world.chat.lookups == 1
+    assert await world.retry_after(3600) == 0
+
+
+async def test_a_retry_finding_the_answer_in_slack_posts_nothing(world: World) -> None:
+    """A crash between the post and its record: the answer is in Slack, not in the store."""
+    message = world.mention()
+    world.store.claim("C1", message.ts, retry_at=world.clock.now())
+    world.chat.answers[("C1", message.ts)] = "2000000000.000001"
+    assert await world.retry_after(1) == 1
+    assert world.chat.posts == [] and world.writer.calls == 0
+    assert await world.retry_after(3600) == 0
+
+
+async def test_after_the_attempts_come_one_apology(world: World) -> None:
+    message = world.mention()
+    world.chat.fail_posts = 3
+    await world.answer(message)
+    assert await world.retry_after(10) == 1
+    assert await world.retry_after(20) == 1
+    assert world.chat.posts == [] and world.writer.calls == 3
+    assert await world.retry_after(30) == 1
+    assert [p[1] for p in world.chat.posts] == [APOLOGY]
+    assert world.writer.calls == 3
+    assert await world.retry_after(3600) == 0
+
+
+async def test_a_model_that_is_down_gets_an_apology_at_once(world: World) -> None:
+    world.writer.unavailable = True
+    await world.answer(world.mention())
+    assert [p[1] for p in world.chat.posts] == [APOLOGY]
+
+
+async def test_a_missed_mention_in_a_dm_already_answered_in_slack_is_not_answered_again(world: World) -> None:
+    """A fresh database: the DM is in the history again, its answer only in Slack."""
+    message = world.mention("D1")
+    world.chat.answers[("D1", message.ts)] = "2000000000.000001"
+    assert await world.answer.catch_up() == 1
+    await world.run_spawned()
+    assert world.chat.posts == [] and world.chat.lookups == 1
+    assert await world.retry_after(3600) == 0
+
+
+async def test_a_missed_mention_is_answered_inline_in_a_dm(world: World) -> None:
+    message = world.mention("D1")
+    assert await world.answer.catch_up() == 1
+    await world.run_spawned()
+    assert world.chat.posts == [("D1", "answer 1", None, message.ts)]
+
+
+async def test_mentions_older_than_the_catch_up_window_are_left(world: World) -> None:
+    world.mention(seconds=-3601)
+    assert await world.answer.catch_up() == 0
+
+
+async def test_an_attempt_cancelled_at_shutdown_is_due_at_once_and_not_counted(world: World) -> None:
+    message = world.mention()
+    world.writer.block = asyncio.Event()
+    task = asyncio.create_task(world.answer(message))
+    while world.writer.calls == 0:
+        await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    [pending] = world.store.due_answers(world.clock.now(), world.clock.now() - timedelta(hours=1))
+    assert pending.attempts == 0
+    world.writer.block = None
+    assert await world.retry_after(0) == 1
+    assert len(world.chat.posts) == 1
+
+
+async def test_an_attempt_still_running_is_not_taken_up_twice(world: World) -> None:
+    message = world.mention()
+    world.writer.block = asyncio.Event()
+    task = asyncio.create_task(world.answer(message))
+    while world.writer.calls == 0:
+        await asyncio.sleep(0.01)
+    world.clock.advance(60)  # the attempt outlives its lease
+    assert await world.answer.catch_up() == 0
+    world.writer.block.set()
+    await task
+    assert len(world.chat.posts) == 1
