@@ -157,6 +157,7 @@ class Bot:
         response = config.response
         publisher = SlackReplyPublisher(
             make_web_client(config.slack.bot_token, config.slack.api_base_url, web),
+            gateway,
             identity.team_id,
             StreamSettings(streaming=response.streaming, show_tasks=response.show_memo_tasks),
         )

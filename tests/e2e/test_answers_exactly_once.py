@@ -65,6 +65,7 @@ def test_sigkill_after_the_post_landed_but_before_it_was_recorded_gives_one_answ
     bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
 ) -> None:
     bot.settings.update(QUICK_RETRIES)
+    bot.settings["response.streaming"] = False  # the whole-post path; streams: test_streaming.py
     llm.set_responder(lambda request: Text("Here I am."))
     bot.start()
     slack.inject_delay("chat.postMessage", 30)  # Slack stores the post, the bot never hears back
@@ -120,6 +121,7 @@ def test_sigterm_lets_an_answer_in_progress_finish(bot: BotProcess, slack: FakeS
 
 def test_post_failing_once_then_six_429s_gives_one_answer(bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI) -> None:
     llm.set_responder(lambda request: Text("Finally through."))
+    bot.settings["response.streaming"] = False  # the whole-post path; streams: test_streaming.py
     bot.start()
     slack.inject_error("chat.postMessage", "internal_error")
     slack.inject_rate_limit("chat.postMessage", times=6, retry_after=1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 
 from tests.e2e.conftest import ALICE, GENERAL, BotProcess, wait_until
 from tests.fakes.openai_server import Text, ToolCall, ToolCalls
@@ -135,4 +136,34 @@ def test_a_dm_answer_streams_into_the_conversation_without_recipients(bot: BotPr
     [stream] = streams_in(slack, None, "DALICE")
     assert stream["recipient_user_id"] is None and stream["recipient_team_id"] is None
     assert slack.messages("DALICE")[-1]["text"] == "Hello in private!"
+    assert bot.stop() == 0
+
+
+def recorded_answer(bot: BotProcess, ts: str) -> str | None:
+    with sqlite3.connect(bot.database) as db:
+        row = db.execute("SELECT answer_ts FROM claims WHERE ts = ?", (ts,)).fetchone()
+    return row[0] if row else None
+
+
+def test_a_crash_mid_stream_is_ended_after_restart_not_answered_twice(bot: BotProcess, slack: FakeSlack,
+                                                                       llm) -> None:
+    bot.settings["response.answer_retry_seconds"] = [1, 1, 1]
+    llm.script(Text("This answer is cut short by a crash, sadly", pieces=20, interval=0.5))
+    llm.set_responder(lambda request: Text("A second answer that must not appear."))
+    bot.start()
+    ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> tell me something")
+    slack.wait_for(lambda: streams_in(slack, ts), timeout=20, what="the stream to start")
+    wait_until(lambda: recorded_answer(bot, ts), what="the stream's ts recorded")
+    bot.kill()
+
+    bot.start()
+    slack.wait_for(lambda: finished(slack, ts), timeout=20, what="the unfinished stream to be ended")
+    time.sleep(2.5)  # a retry round more: room for a second answer to show up
+    [stream] = streams_in(slack, ts)
+    text = slack.messages(GENERAL)[-1]["text"]
+    assert text.startswith("Thi") and text.endswith("Could you ask me again in a little while?")
+    assert "second answer" not in text and not [p for p in slack.posted if p["method"] == "chat.postMessage"]
+    with sqlite3.connect(bot.database) as db:
+        assert db.execute("SELECT answer_ts FROM claims WHERE ts = ? AND settled_at IS NOT NULL",
+                          (ts,)).fetchone() == (stream["ts"],)
     assert bot.stop() == 0

@@ -362,6 +362,21 @@ def test_an_answer_claim_is_due_from_its_retry_time_until_settled(store: SqlConv
         assert plain.execute("SELECT attempts, answer_ts FROM claims").fetchall() == [(1, ts(1))]
 
 
+def test_an_answer_started_but_never_settled_is_unfinished(store: SqlConversationStore) -> None:
+    store.save_message(msg(0, "question"))
+    store.claim("C1", ts(0), retry_at=ts_to_datetime(ts(10)))
+    assert store.unfinished_answer("C1", ts(0)) is None
+
+    store.start_answer("C1", ts(0), ts(1))
+    assert store.unfinished_answer("C1", ts(0)) == ts(1)
+    assert store.due_answers(ts_to_datetime(ts(10)), ts_to_datetime(ts(-1)))  # still owed
+
+    store.settle("C1", ts(0), ts(1))
+    store.start_answer("C1", ts(0), ts(2))  # a settled answer is not moved
+    assert store.unfinished_answer("C1", ts(0)) is None
+    assert store.unfinished_answer("C9", ts(0)) is None
+
+
 def test_a_claim_without_retry_time_is_never_due(store: SqlConversationStore) -> None:
     store.save_message(msg(0, "answered by the autonomous responder"))
     store.claim("C1", ts(0))

@@ -104,7 +104,7 @@ async def test_broadcasts_go_out_when_allowed(store) -> None:
 class FakePublisher:
     """Publishes every reply as ts 5.0 with the reply's final text."""
 
-    async def publish(self, channel, thread_ts, recipient_user_id, reply, apology):  # type: ignore[no-untyped-def]
+    async def publish(self, channel, thread_ts, recipient_user_id, reply, apology, **marks):  # type: ignore[no-untyped-def]
         text = ""
         async for event in reply:
             if isinstance(event, ReplyDone):
@@ -145,7 +145,7 @@ class RecordingPublisher(FakePublisher):
     def __init__(self) -> None:
         self.deltas: list[str] = []
 
-    async def publish(self, channel, thread_ts, recipient_user_id, reply, apology):  # type: ignore[no-untyped-def]
+    async def publish(self, channel, thread_ts, recipient_user_id, reply, apology, **marks):  # type: ignore[no-untyped-def]
         text = ""
         async for event in reply:
             if isinstance(event, TextDelta):

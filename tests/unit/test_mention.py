@@ -15,6 +15,7 @@ from myao2.application.agents import ModelUnavailable
 from myao2.application.context import Budget, ContextBuilder, Persona, PromptContext
 from myao2.application.conversations import Conversations
 from myao2.application.mention import AnswerMention, MentionSettings
+from myao2.application.reply_stream import PublishedReply, ReplyDone, ReplyStream, TextDelta
 from myao2.domain.answers import RetryPolicy
 from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Message
 from myao2.domain.memo import Origin
@@ -69,13 +70,46 @@ class FakeWriter:
         self.block: asyncio.Event | None = None
         self.unavailable = False
 
-    async def write(self, context: PromptContext, origin: Origin) -> str:
+    async def stream(self, context: PromptContext, origin: Origin) -> ReplyStream:
         self.calls += 1
         if self.block is not None:
             await self.block.wait()
         if self.unavailable:
             raise ModelUnavailable("down")
-        return f"answer {self.calls}"
+        yield TextDelta(f"answer {self.calls}")
+        yield ReplyDone(f"answer {self.calls}")
+
+
+class WholePublisher:
+    """Publishes like a workspace that refuses streaming: the whole reply, through `chat.post`.
+
+    With `crash_after_start`, the next reply shows as that ts and the attempt dies there
+    (as the process would); `finished` records the unfinished replies ended later.
+    """
+
+    def __init__(self, chat: FakeChat) -> None:
+        self.chat = chat
+        self.crash_after_start: str | None = None
+        self.finished: list[tuple[str, str, str, str | None]] = []
+
+    async def finish(self, channel_id: str, ts: str, apology: str, *, answering: str | None = None) -> None:
+        self.finished.append((channel_id, ts, apology, answering))
+
+    async def publish(  # type: ignore[no-untyped-def]
+        self, channel, thread_ts, recipient_user_id, reply, apology, *, answering=None, started=None
+    ) -> PublishedReply:
+        if self.crash_after_start is not None:
+            ts, self.crash_after_start = self.crash_after_start, None
+            await started(ts)
+            raise ConnectionError("the bot died mid-stream")
+        text = apology
+        try:
+            async for event in reply:
+                if isinstance(event, ReplyDone):
+                    text = event.text
+        except ModelUnavailable:
+            pass
+        return PublishedReply(await self.chat.post(channel.id, text, thread_ts, answering), text)
 
 
 class World:
@@ -85,6 +119,7 @@ class World:
         self.store = SqlConversationStore(engine, self.clock)
         self.chat = FakeChat()
         self.writer = FakeWriter()
+        self.publisher = WholePublisher(self.chat)
         self.spawned: list[Coroutine[Any, Any, None]] = []
         contexts = ContextBuilder(
             SqlMemoStore(engine, self.clock),
@@ -99,7 +134,7 @@ class World:
             chat=self.chat,  # type: ignore[arg-type]
             contexts=contexts,
             writer=self.writer,
-            conversations=Conversations(self.store, self.chat, BOT, "myao"),  # type: ignore[arg-type]
+            conversations=Conversations(self.store, self.chat, BOT, "myao", self.publisher),  # type: ignore[arg-type]
             bot=BOT,
             clock=self.clock,
             spawn=self.spawned.append,
@@ -175,6 +210,18 @@ async def test_a_retry_finding_the_answer_in_slack_posts_nothing(world: World) -
     assert await world.retry_after(1) == 1
     assert world.chat.posts == [] and world.writer.calls == 0
     assert await world.retry_after(3600) == 0
+
+
+async def test_a_retry_ends_an_answer_left_half_streamed_instead_of_answering_again(world: World) -> None:
+    message = world.mention()
+    world.publisher.crash_after_start = "2000000000.000042"
+    await world.answer(message)
+    assert world.chat.posts == []
+
+    assert await world.retry_after(10) == 1
+    assert world.publisher.finished == [("C1", "2000000000.000042", APOLOGY, message.ts)]
+    assert world.chat.posts == [] and world.chat.lookups == 0
+    assert await world.retry_after(3600) == 0  # settled with the streamed answer
 
 
 async def test_after_the_attempts_come_one_apology(world: World) -> None:

@@ -12,7 +12,7 @@ from slack_sdk.errors import SlackApiError
 from myao2.application.agents import ModelUnavailable
 from myao2.application.reply_stream import ReplyDone, ReplyEvent, TextDelta, ToolFinished, ToolStarted
 from myao2.domain.conversation import Channel, ChannelKind
-from myao2.infrastructure.slack.gateway import make_web_client
+from myao2.infrastructure.slack.gateway import ANSWER_EVENT, SlackGateway, make_web_client
 from myao2.infrastructure.slack.streaming import SlackReplyPublisher, StreamSettings
 from tests.fakes.slack_server import FakeSlack
 
@@ -38,7 +38,7 @@ async def publisher_for(fake):
     def make(**settings: bool) -> SlackReplyPublisher:
         client = make_web_client(fake.bot_token, fake.base_url)
         clients.append(client)
-        return SlackReplyPublisher(client, "T1", StreamSettings(**settings))
+        return SlackReplyPublisher(client, SlackGateway(client), "T1", StreamSettings(**settings))
 
     yield make
 
@@ -239,6 +239,49 @@ async def test_a_refused_top_level_stream_falls_back_for_dms_only(fake, publishe
     assert [p["text"] for p in fake.posted if p["method"] == "chat.postMessage"] == ["a", "c"]
     assert stream_calls(fake) == ["chat.startStream", "chat.startStream", "chat.stopStream"]
     assert (top.text, threaded.text, again.text) == ("a", "b", "c")
+
+
+async def test_an_answer_is_marked_when_complete_and_its_ts_told_when_it_shows(fake, publisher_for):
+    parent = fake.post_message("C1", "U1", "hi <@UBOT>")
+    told: list[tuple[str, bool]] = []
+
+    async def started(ts: str) -> None:
+        told.append((ts, fake.streams[0]["streaming"]))
+
+    published = await publisher_for().publish(
+        GENERAL, parent, "U1", events(TextDelta("Hi"), ReplyDone("Hi")), APOLOGY, answering=parent, started=started
+    )
+
+    assert told == [(published.ts, True)]
+    [post] = fake.posted
+    assert post["method"] == "chat.stopStream"
+    assert post["metadata"] == {"event_type": ANSWER_EVENT, "event_payload": {"answers": parent}}
+
+
+async def test_a_whole_answer_is_marked_too(fake, publisher_for):
+    parent = fake.post_message("C1", "U1", "hi <@UBOT>")
+
+    await publisher_for(streaming=False).publish(
+        GENERAL, parent, "U1", events(ReplyDone("Hi")), APOLOGY, answering=parent
+    )
+
+    assert fake.posted[0]["metadata"]["event_payload"] == {"answers": parent}
+
+
+async def test_finish_ends_a_stream_left_open_with_the_apology(fake, publisher_for):
+    parent = fake.post_message("C1", "U1", "hi <@UBOT>")
+    client = make_web_client(fake.bot_token, fake.base_url)
+    started = await client.chat_startStream(
+        channel="C1", thread_ts=parent, recipient_user_id="U1", recipient_team_id="T1", markdown_text="Half an"
+    )
+    publisher = publisher_for()
+
+    await publisher.finish("C1", started["ts"], APOLOGY, answering=parent)
+    await publisher.finish("C1", started["ts"], APOLOGY, answering=parent)  # already stopped: only logged
+
+    assert fake.messages("C1")[-1]["text"] == f"Half an\n\n{APOLOGY}"
+    assert fake.messages("C1")[-1]["metadata"]["event_payload"] == {"answers": parent}
+    assert not fake.streams[0]["streaming"]
 
 
 async def test_a_slack_error_starting_the_stream_raises_and_posts_nothing(fake, publisher_for):

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from datetime import datetime
 
 from myao2.application.outgoing import safe_stream, safe_text
-from myao2.application.reply_stream import ReplyPublisher, ReplyStream
+from myao2.application.reply_stream import ReplyPublisher, ReplyStream, Started
 from myao2.domain.conversation import (
     MENTION,
     BotIdentity,
@@ -96,18 +96,40 @@ class Conversations:
         return await self._remember(channel_id, ts, text, thread_ts)
 
     async def publish(
-        self, channel: Channel, thread_ts: str | None, recipient_user_id: str | None, reply: ReplyStream, apology: str
+        self,
+        channel: Channel,
+        thread_ts: str | None,
+        recipient_user_id: str | None,
+        reply: ReplyStream,
+        apology: str,
+        *,
+        answering: str | None = None,
+        started: Started | None = None,
     ) -> Message:
         """Show `reply` as it is written, answering `recipient_user_id`; store its final text once, with its ts.
 
-        Its text is made safe as `post` makes it, also where a broadcast is split across deltas.
+        Its text is made safe as `post` makes it, also where a broadcast is split across
+        deltas. `answering` marks it as the answer to that message; `started` is told
+        its ts as soon as it shows.
         """
         if self._publisher is None:
             raise RuntimeError("Conversations was built without a reply publisher")
         published = await self._publisher.publish(
-            channel, thread_ts, recipient_user_id, safe_stream(reply, self._allow_broadcasts), safe_text(apology, self._allow_broadcasts)
+            channel,
+            thread_ts,
+            recipient_user_id,
+            safe_stream(reply, self._allow_broadcasts),
+            safe_text(apology, self._allow_broadcasts),
+            answering=answering,
+            started=started,
         )
         return await self._remember(channel.id, published.ts, published.text, thread_ts)
+
+    async def finish(self, channel_id: str, ts: str, apology: str, answering: str | None = None) -> None:
+        """End a reply left half-written (the bot stopped while it streamed) with `apology`."""
+        if self._publisher is None:
+            raise RuntimeError("Conversations was built without a reply publisher")
+        await self._publisher.finish(channel_id, ts, safe_text(apology, self._allow_broadcasts), answering=answering)
 
     async def _remember(self, channel_id: str, ts: str, text: str, thread_ts: str | None) -> Message:
         """Store the bot's message; a copy a history sync stored meanwhile (half-written) gets this text."""

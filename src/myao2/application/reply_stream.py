@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -53,15 +53,33 @@ class PublishedReply:
     text: str
 
 
+Started = Callable[[str], Awaitable[None]]
+"""Told the ts of a reply as soon as it shows in the conversation."""
+
+
 class ReplyPublisher(Protocol):
     """Shows a reply in the chat while it is written (or whole, where streaming is not possible)."""
 
     async def publish(
-        self, channel: Channel, thread_ts: str | None, recipient_user_id: str | None, reply: ReplyStream, apology: str
+        self,
+        channel: Channel,
+        thread_ts: str | None,
+        recipient_user_id: str | None,
+        reply: ReplyStream,
+        apology: str,
+        *,
+        answering: str | None = None,
+        started: Started | None = None,
     ) -> PublishedReply:
         """Consume `reply` into one message answering `recipient_user_id` in `thread_ts`.
 
-        When the stream fails (ModelUnavailable or any other error), the message ends
-        with what was written and `apology`, or is `apology` alone.
+        `answering` (a message ts) marks the message as its answer, once it is complete.
+        `started` is awaited with the message's ts as soon as it shows. When the stream
+        fails (ModelUnavailable or any other error), the message ends with what was
+        written and `apology`, or is `apology` alone.
         """
+        ...
+
+    async def finish(self, channel_id: str, ts: str, apology: str, *, answering: str | None = None) -> None:
+        """End message `ts`, left half-written when the bot stopped, with `apology` (marked as `answering`'s answer)."""
         ...

@@ -200,6 +200,14 @@ class ConversationStore(Protocol):
         """An attempt abandoned unfinished (at shutdown): not counted, and due again at `now`."""
         ...
 
+    def start_answer(self, channel_id: str, ts: str, answer_ts: str) -> None:
+        """The answer shows as `answer_ts` but is still being written (streamed); not settled yet."""
+        ...
+
+    def unfinished_answer(self, channel_id: str, ts: str) -> str | None:
+        """The ts of an answer that started showing but was never settled (the bot stopped meanwhile)."""
+        ...
+
     def settle(self, channel_id: str, ts: str, answer_ts: str) -> None:
         """The answer is in Slack as `answer_ts`: the message is never taken up again."""
         ...

@@ -269,6 +269,18 @@ class SqlConversationStore:
                 .values(attempts=claims.c.attempts - 1, next_attempt_at=now)
             )
 
+    def start_answer(self, channel_id: str, ts: str, answer_ts: str) -> None:
+        claims = _table(ClaimRow)
+        self._update(ClaimRow, [*_claim_key(channel_id, ts), claims.c.settled_at.is_(None)], {"answer_ts": answer_ts})
+
+    def unfinished_answer(self, channel_id: str, ts: str) -> str | None:
+        with Session(self._engine) as session:
+            return session.exec(
+                select(ClaimRow.answer_ts).where(
+                    ClaimRow.channel_id == channel_id, ClaimRow.ts == ts, col(ClaimRow.settled_at).is_(None)
+                )
+            ).first()
+
     def settle(self, channel_id: str, ts: str, answer_ts: str) -> None:
         values = {"answer_ts": answer_ts, "settled_at": self._clock.now()}
         self._update(ClaimRow, _claim_key(channel_id, ts), values)

@@ -44,6 +44,11 @@ BOT_SCOPES = (
 )
 
 
+def answer_metadata(answering: str) -> dict[str, Any]:
+    """The message metadata that marks a post as the bot's answer to message `answering`."""
+    return {"event_type": ANSWER_EVENT, "event_payload": {"answers": answering}}
+
+
 class SlackAuthError(Exception):
     """Slack refused the bot token; the message tells what to set (and never contains the token)."""
 
@@ -110,7 +115,7 @@ class SlackGateway:
         arguments: dict[str, Any] = {"channel": channel_id, "text": text, "thread_ts": thread_ts}
         if answering is None:
             return (await self._client.chat_postMessage(**arguments))["ts"]
-        arguments["metadata"] = {"event_type": ANSWER_EVENT, "event_payload": {"answers": answering}}
+        arguments["metadata"] = answer_metadata(answering)
 
         async def send() -> str:
             return (await self._client.chat_postMessage(**arguments))["ts"]

@@ -21,11 +21,14 @@ from myao2.application.reply_stream import (
     PublishedReply,
     ReplyDone,
     ReplyStream,
+    Started,
     TextDelta,
     ToolFinished,
     ToolStarted,
 )
 from myao2.domain.conversation import Channel, ChannelKind
+from myao2.domain.ports import ChatPlatform
+from myao2.infrastructure.slack.gateway import answer_metadata
 
 logger = logging.getLogger(__name__)
 
@@ -48,27 +51,52 @@ class StreamSettings:
 
 
 class SlackReplyPublisher:
-    """`ReplyPublisher` on the Slack Web API; one per workspace, which it remembers refusing streams."""
+    """`ReplyPublisher` on the Slack Web API; one per workspace, which it remembers refusing streams.
 
-    def __init__(self, client: AsyncWebClient, team_id: str | None, settings: StreamSettings) -> None:
+    Whole replies are posted through `chat` (its post of an answer is retried safely).
+    """
+
+    def __init__(
+        self, client: AsyncWebClient, chat: ChatPlatform, team_id: str | None, settings: StreamSettings
+    ) -> None:
         self._client = client
+        self._chat = chat
         self._team_id = team_id
         self._settings = settings
         self._streaming = settings.streaming
         self._top_level = True  # a refused top-level stream (an inline DM answer) is not tried again
 
     async def publish(
-        self, channel: Channel, thread_ts: str | None, recipient_user_id: str | None, reply: ReplyStream, apology: str
+        self,
+        channel: Channel,
+        thread_ts: str | None,
+        recipient_user_id: str | None,
+        reply: ReplyStream,
+        apology: str,
+        *,
+        answering: str | None = None,
+        started: Started | None = None,
     ) -> PublishedReply:
         """Stream `reply` into the conversation, or post it whole where streaming is not possible."""
         if self._streaming and (thread_ts or self._top_level):
-            stream = _Stream(self, channel, thread_ts, recipient_user_id)
+            stream = _Stream(self, channel, thread_ts, recipient_user_id, answering, started)
             published = await stream.run(reply, apology)
             if published is not None:
                 return published
         text = await _whole(reply, apology)
-        response = await self._client.chat_postMessage(channel=channel.id, text=text, thread_ts=thread_ts)
-        return PublishedReply(response["ts"], text)
+        return PublishedReply(await self._chat.post(channel.id, text, thread_ts, answering), text)
+
+    async def finish(self, channel_id: str, ts: str, apology: str, *, answering: str | None = None) -> None:
+        """Stop a stream left open (the bot stopped while it streamed), ending it with `apology`."""
+        try:
+            await self._client.chat_stopStream(
+                channel=channel_id,
+                ts=ts,
+                chunks=[{"type": "markdown_text", "text": f"\n\n{apology}"}],
+                metadata=answer_metadata(answering) if answering else None,
+            )
+        except SlackApiError as exc:  # already stopped, or expired: Slack shows what it had
+            logger.warning("could not stop the unfinished reply %s: %s", ts, exc.response.get("error"))
 
     def _refused(self, error: str, top_level: bool) -> bool:
         """Whether `error` from chat.startStream means falling back; remembered and logged once."""
@@ -87,13 +115,22 @@ class _Stream:
     """One reply being streamed: buffers text, sends it in few calls, shows memo tasks."""
 
     def __init__(
-        self, owner: SlackReplyPublisher, channel: Channel, thread_ts: str | None, recipient_user_id: str | None
+        self,
+        owner: SlackReplyPublisher,
+        channel: Channel,
+        thread_ts: str | None,
+        recipient_user_id: str | None,
+        answering: str | None,
+        started: Started | None,
     ) -> None:
         self._owner = owner
         self._client = owner._client
         self._channel = channel
         self._thread_ts = thread_ts
         self._recipient = recipient_user_id
+        self._metadata = answer_metadata(answering) if answering else None
+        self._answering = answering
+        self._started = started
         self._ts: str | None = None
         self._written = ""  # everything sent or buffered
         self._buffer = ""  # text not sent yet
@@ -179,6 +216,8 @@ class _Stream:
                     return False
                 raise
             self._ts = response["ts"]
+            if self._started is not None:
+                await self._started(self._ts)
         elif not self._broken:
             try:
                 await self._client.chat_appendStream(channel=self._channel.id, ts=self._ts, chunks=chunks)
@@ -203,18 +242,18 @@ class _Stream:
         chunks: list[dict[str, Any]] = [{"type": "markdown_text", "text": rest}] if rest else []
         if not self._broken:
             try:
-                await self._client.chat_stopStream(channel=self._channel.id, ts=self._ts, chunks=chunks)
+                await self._client.chat_stopStream(
+                    channel=self._channel.id, ts=self._ts, chunks=chunks, metadata=self._metadata
+                )
                 return PublishedReply(self._ts, text)
             except SlackApiError as exc:
                 logger.warning("streamed reply %s could not be stopped (%s)", self._ts, exc.response.get("error"))
-        await self._client.chat_update(channel=self._channel.id, ts=self._ts, text=text)
+        await self._client.chat_update(channel=self._channel.id, ts=self._ts, text=text, metadata=self._metadata)
         return PublishedReply(self._ts, text)
 
     async def _post(self, text: str) -> PublishedReply:
-        response = await self._client.chat_postMessage(
-            channel=self._channel.id, text=text.strip(), thread_ts=self._thread_ts
-        )
-        return PublishedReply(response["ts"], text.strip())
+        ts = await self._owner._chat.post(self._channel.id, text.strip(), self._thread_ts, self._answering)
+        return PublishedReply(ts, text.strip())
 
 
 def _task(call_id: str, title: str, status: str) -> dict[str, Any]:
