@@ -160,7 +160,7 @@ def test_restore_brings_a_memo_back(config, store, capsys):
     [
         (["show", "nope"], "myao2 memo: no memo named 'nope'\n"),
         (["history", "nope"], "myao2 memo: no memo named 'nope'\n"),
-        (["restore", "alice-ramen"], "myao2 memo: a memo named 'alice-ramen' already exists; rename or remove it first\n"),
+        (["restore", "alice-ramen"], "myao2 memo: no removed memo named 'alice-ramen'\n"),
         (["restore", "nope"], "myao2 memo: no removed memo named 'nope'\n"),
         (["list", "--min-priority", "7"], "myao2 memo: priority must be a whole number from 1 to 5, not 7\n"),
     ],
