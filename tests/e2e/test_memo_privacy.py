@@ -79,6 +79,7 @@ def test_an_edit_from_any_private_conversation_of_a_workspace_memo_is_refused(
             assert 'The memo "team-lunch" is seen more widely than this conversation' in result
             assert "Add a memo for this conversation instead" in result
     assert memo_rows(bot) == before
+    assert SECRET not in bot.log() and "Lunch on Fridays" not in bot.log()  # logged at INFO
 
     shown = talk(GENERAL, "what about lunch?", ToolCall("get_memo", {"memo_name": "team-lunch"}), ToolCall("list_memo_tags", {}))
     assert "Lunch on Fridays" in shown[0]
@@ -140,4 +141,5 @@ def test_no_answer_in_a_public_channel_depends_on_a_private_memo(bot: BotProcess
     # in the private conversation the name still means its own memo
     own = talk(room, "and here?", ToolCall("get_memo", {"memo_name": "surprise"}))
     assert SECRET in own[0]
+    assert SECRET not in bot.log() and "We like surprises" not in bot.log()  # logged at INFO
     assert bot.stop() == 0
