@@ -153,6 +153,7 @@ class Bot:
             config.logging.debug_llm_messages,
             web=build_web_toolbox(config.tools, persona.language),
             search=Search(index, memos, conversations) if index is not None else None,
+            max_memo_changes=config.response.max_memo_changes_per_reply,
         )
         response = config.response
         publisher = SlackReplyPublisher(

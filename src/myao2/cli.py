@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("run", parents=[common], help="run the bot (the default)")
 
     memo = commands.add_parser("memo", parents=[common], help="inspect the bot's memos")
-    memo.set_defaults(tag=None, min_priority=None, removed=False, json=False, name=None)
+    memo.set_defaults(tag=None, min_priority=None, removed=False, json=False, name=None, conversation=None)
     actions = memo.add_subparsers(dest="memo_command", metavar="ACTION", required=True)
 
     memo_list = actions.add_parser("list", parents=[common], help="list memos")
@@ -43,16 +43,22 @@ def build_parser() -> argparse.ArgumentParser:
     memo_list.add_argument("--removed", action="store_true", help="list removed memos")
     memo_list.add_argument("--json", action="store_true", help="print JSON")
 
-    memo_show = actions.add_parser("show", parents=[common], help="show one memo")
-    memo_show.add_argument("name")
+    # Names are unique per audience: a DM's memo may share its name with a workspace memo.
+    named = argparse.ArgumentParser(add_help=False)
+    named.add_argument("name")
+    named.add_argument(
+        "--conversation",
+        metavar="C|workspace",
+        help="the memo kept for this conversation id, or for the workspace, when several share the name",
+    )
+
+    memo_show = actions.add_parser("show", parents=[common, named], help="show one memo")
     memo_show.add_argument("--json", action="store_true", help="print JSON")
 
-    memo_history = actions.add_parser("history", parents=[common], help="show a memo's past versions")
-    memo_history.add_argument("name")
+    memo_history = actions.add_parser("history", parents=[common, named], help="show a memo's past versions")
     memo_history.add_argument("--json", action="store_true", help="print JSON")
 
-    memo_restore = actions.add_parser("restore", parents=[common], help="restore a removed memo")
-    memo_restore.add_argument("name")
+    actions.add_parser("restore", parents=[common, named], help="restore a removed memo")
 
     memo_pin = actions.add_parser(
         "pin", parents=[common], help="make a memo a rule: always in the prompt, not changeable by the bot"

@@ -16,6 +16,7 @@ from typing import Any
 from myao2.config import Config
 from myao2.domain.memo import Memo, MemoError, MemoRevision, validate_priority
 from myao2.domain.ports import MemoStore
+from myao2.domain.visibility import WORKSPACE, Audience
 from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
@@ -32,6 +33,7 @@ _ERRORS = {
     "name_taken": "a memo named {name!r} already exists; rename or remove it first",
     "too_many_tag_kinds": "that would make more than {limit} kinds of tags (new: {new})",
     "bad_priority": "priority must be a whole number from 1 to 5, not {value}",
+    "ambiguous_name": "several memos are named {name!r} (kept for {audiences}); choose one with --conversation",
 }
 
 Command = Callable[[MemoStore, tzinfo, argparse.Namespace], None]
@@ -81,7 +83,7 @@ def _list(store: MemoStore, tz: tzinfo, args: argparse.Namespace) -> None:
 
 
 def _show(store: MemoStore, tz: tzinfo, args: argparse.Namespace) -> None:
-    memo = store.get(args.name, None)
+    memo = store.get(args.name, None, audience=_audience(args))
     if args.json:
         _print_json(memo.snapshot())
         return
@@ -90,7 +92,7 @@ def _show(store: MemoStore, tz: tzinfo, args: argparse.Namespace) -> None:
 
 
 def _history(store: MemoStore, tz: tzinfo, args: argparse.Namespace) -> None:
-    revisions = store.history(args.name)
+    revisions = store.history(args.name, audience=_audience(args))
     if args.json:
         _print_json([_revision_data(revision) for revision in revisions])
         return
@@ -101,7 +103,7 @@ def _history(store: MemoStore, tz: tzinfo, args: argparse.Namespace) -> None:
 
 
 def _restore(store: MemoStore, tz: tzinfo, args: argparse.Namespace) -> None:
-    memo = store.restore(args.name, CLI_ACTOR)
+    memo = store.restore(args.name, CLI_ACTOR, audience=_audience(args))
     print(f"Restored memo {memo.name!r} (priority {memo.priority}).")
 
 
@@ -113,6 +115,13 @@ def _pin(store: MemoStore, tz: tzinfo, args: argparse.Namespace) -> None:
 def _unpin(store: MemoStore, tz: tzinfo, args: argparse.Namespace) -> None:
     memo = store.unpin(args.name, CLI_ACTOR)
     print(f"Unpinned memo {memo.name!r}.")
+
+
+def _audience(args: argparse.Namespace) -> Audience | None:
+    """The audience `--conversation` names: a conversation id, or `workspace`."""
+    if args.conversation is None:
+        return None
+    return WORKSPACE if args.conversation == "workspace" else Audience(args.conversation)
 
 
 _COMMANDS: dict[str, Command] = {
@@ -137,6 +146,7 @@ def _describe_memo(memo: Memo, tz: tzinfo) -> list[tuple[str, str]]:
         ("Tags", ", ".join(memo.tags) or "(none)"),
         ("Detail", detail),
         ("Visibility", memo.visibility.value),
+        ("Revision", str(memo.revision)),
         ("User", memo.user_id or "(unknown)"),
         ("Channel", memo.channel_id or "(none)"),
         ("Message ts", memo.message_ts or "(none)"),

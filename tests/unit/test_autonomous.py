@@ -7,6 +7,7 @@ test decides when the background work happens.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from collections.abc import Callable, Coroutine
 from dataclasses import replace
@@ -390,3 +391,14 @@ async def test_no_budget_means_never_speaking_unasked(world: World) -> None:
     world.say("anyone?")
     assert await world.check(after=WAIT) == 0
     assert world.judge.calls == []
+
+
+async def test_the_judges_reason_is_logged_at_debug_only(world: World, caplog: pytest.LogCaptureFixture) -> None:
+    world.judge.decide = lambda context: Judgment(True, "Alice asked about her secret ramen place", 0.8)
+    world.say("does anyone know a good ramen place?")
+    with caplog.at_level(logging.DEBUG, logger="myao2"):
+        assert await world.check(after=WAIT) == 1
+    above_debug = [r.getMessage() for r in caplog.records if r.levelno > logging.DEBUG]
+    assert any("joining" in line for line in above_debug)
+    assert not any("secret ramen" in line or "ramen place" in line for line in above_debug)
+    assert any("secret ramen" in r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG)

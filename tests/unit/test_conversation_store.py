@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
+from tests.unit.test_migrations import head_revision
 from myao2.domain.conversation import Channel, ChannelKind, Message, Person, ts_to_datetime
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database

@@ -160,7 +160,7 @@ def test_restore_brings_a_memo_back(config, store, capsys):
     [
         (["show", "nope"], "myao2 memo: no memo named 'nope'\n"),
         (["history", "nope"], "myao2 memo: no memo named 'nope'\n"),
-        (["restore", "alice-ramen"], "myao2 memo: a memo named 'alice-ramen' already exists; rename or remove it first\n"),
+        (["restore", "alice-ramen"], "myao2 memo: no removed memo named 'alice-ramen'\n"),
         (["restore", "nope"], "myao2 memo: no removed memo named 'nope'\n"),
         (["list", "--min-priority", "7"], "myao2 memo: priority must be a whole number from 1 to 5, not 7\n"),
     ],
@@ -189,3 +189,31 @@ def test_the_command_line_runs_memo_list(config_path, store):
     assert result.returncode == 0, result.stderr
     assert "alice-ramen" in result.stdout
     assert result.stdout.splitlines()[-1] == "2 memos"
+
+
+def test_a_name_shared_by_a_dm_and_the_workspace_is_picked_with_conversation(config, store, capsys):
+    memos, _ = store
+    # G1 is private: a public channel could take the same name, not seeing G1's memo
+    memos.add(MemoDraft.create("alice-ramen", "Ramen night on Friday", 2), Origin("C1"), "model:U2")
+    capsys.readouterr()
+
+    assert run(config, "show", "alice-ramen") == 1
+    assert capsys.readouterr().err == (
+        "myao2 memo: several memos are named 'alice-ramen' (kept for G1, workspace); choose one with --conversation\n"
+    )
+    assert run(config, "show", "alice-ramen", "--conversation", "workspace") == 0
+    assert "Ramen night on Friday" in capsys.readouterr().out
+    assert run(config, "show", "alice-ramen", "--conversation", "G1", "--json") == 0
+    assert json.loads(capsys.readouterr().out)["content"] == "Alice loves spicy ramen"
+    assert run(config, "history", "alice-ramen", "--conversation", "G1") == 0
+    assert "Ramen night" not in capsys.readouterr().out
+
+    memos.remove("alice-ramen", Origin("C1"), "model:U2")
+    memos.add(MemoDraft.create("alice-ramen", "Another one", 2), Origin("C1"), "model:U2")
+    memos.remove("alice-ramen", Origin("C1"), "model:U2")
+    memos.remove("alice-ramen", Origin("G1", channel_private=True), "model:U1")
+    capsys.readouterr()
+    assert run(config, "restore", "alice-ramen") == 1
+    assert "choose one with --conversation" in capsys.readouterr().err
+    assert run(config, "restore", "alice-ramen", "--conversation", "G1") == 0
+    assert memos.get("alice-ramen", "G1").content == "Alice loves spicy ramen"

@@ -57,7 +57,7 @@ def test_a_person_may_still_change_a_pinned_memo_and_unpin_it(store):
     assert [m.content for m in store.pinned(None)] == ["Ask before spoiling"]
     store.unpin("no-spoilers", "user:cli")
     assert store.pinned(None) == []
-    store.edit("no-spoilers", MemoChanges.create(priority=2), "C1", "model:U1")  # an ordinary memo again
+    store.edit("no-spoilers", MemoChanges.create(priority=2), PUBLIC, "model:U1")  # an ordinary memo again
     with pytest.raises(MemoError) as error:
         store.unpin("no-spoilers", "user:cli")
     assert error.value.code == "not_pinned"

@@ -28,6 +28,7 @@ from myao2.infrastructure.db.tables import MemoRow
 START = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
 PUBLIC = Origin("C1", channel_private=False, user_id="U1", message_ts="1.1")
 PRIVATE = Origin("D1", channel_private=True, user_id="U2", message_ts="2.2")
+ELSEWHERE = Origin("C2", channel_private=False, user_id="U3", message_ts="3.3")
 
 
 class StepClock:
@@ -101,7 +102,7 @@ class TestChanges:
 
     def test_edit_changes_only_what_is_given(self, store: SqlMemoStore) -> None:
         before = add(store, "tanaka", priority=2, tags=("a",))
-        after = store.edit("tanaka", MemoChanges.create(priority=5), "C1", "test")
+        after = store.edit("tanaka", MemoChanges.create(priority=5), PUBLIC, "test")
         assert after.priority == 5
         assert (after.content, after.tags, after.created_at) == (
             before.content,
@@ -203,16 +204,18 @@ class TestTagKinds:
         assert "t0, t1, t10" in caught.value.params["existing"]
         add(full, "known", tags=("t0", "t1", "t2"))
 
-    def test_the_refusal_names_no_tag_from_another_private_conversation(self, store: SqlMemoStore) -> None:
+    def test_the_limit_counts_and_names_only_what_the_conversation_sees(self, store: SqlMemoStore) -> None:
         add(store, "secret", tags=("surprise-party",), origin=PRIVATE)
         for i in range(19):
             add(store, f"m{i}", tags=(f"t{i}",))
+        # the DM's tag does not use up a kind of the workspace's
+        add(store, "new", tags=("t21",))
         with refused("too_many_tag_kinds") as caught:
-            add(store, "new", tags=("t21",))
+            add(store, "newer", tags=("t22",))
         assert "surprise-party" not in caught.value.params["existing"]
         assert "t0" in caught.value.params["existing"]
         with refused("too_many_tag_kinds") as inside:
-            add(store, "new", tags=("t21",), origin=PRIVATE)
+            add(store, "inside", tags=("t23",), origin=PRIVATE)
         assert "surprise-party" in inside.value.params["existing"]
 
     def test_a_21st_kind_is_refused_on_edit(self, full: SqlMemoStore) -> None:
@@ -273,9 +276,9 @@ class TestVisibility:
         with refused("unknown_name"):
             both.get("secret", "C2")
         with refused("unknown_name"):
-            both.edit("secret", MemoChanges.create(priority=1), "C2", "test")
+            both.edit("secret", MemoChanges.create(priority=1), ELSEWHERE, "test")
         with refused("unknown_name"):
-            both.remove("secret", "C2", "test")
+            both.remove("secret", ELSEWHERE, "test")
         assert not both.get("secret", None).removed
 
     def test_its_own_conversation_and_a_persons_view_see_everything(
@@ -285,7 +288,7 @@ class TestVisibility:
             assert sorted(names(both.list(channel).memos)) == ["public", "secret"]
             assert both.get("secret", channel).name == "secret"
             assert {t.tag for t in both.tags(channel)} == {"shared", "hidden"}
-        both.edit("secret", MemoChanges.create(priority=5), "D1", "test")
+        both.edit("secret", MemoChanges.create(priority=5), PRIVATE, "test")
 
     def test_public_memos_are_seen_everywhere(self, both: SqlMemoStore) -> None:
         for channel in ("C1", "C2", "D1", "D9", None):

@@ -18,7 +18,7 @@ from strands.types.tools import ToolResult
 
 import myao2.domain.memo as memo_rules
 import myao2.infrastructure.db.memo_store as memo_store
-from myao2.domain.memo import MemoDraft, MemoError, Origin
+from myao2.domain.memo import ChangeBudget, MemoDraft, MemoError, Origin
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
 from myao2.infrastructure.llm.memo_messages import error_message
@@ -346,6 +346,74 @@ class TestScope:
         assert threads and threads[0] != threading.get_ident()
 
 
+class TestPrivateEdits:
+    @pytest.mark.parametrize(
+        "change",
+        [{"content": "DM secret"}, {"detail": "DM secret"}, {"tags": ["DM secret"]}, {"new_name": "DM secret"}],
+        ids=lambda c: next(iter(c)),
+    )
+    async def test_an_edit_from_a_dm_of_a_workspace_memo_is_refused(
+        self, store: SqlMemoStore, db_path: Path, change: dict[str, Any]
+    ) -> None:
+        seed(store, "team-lunch")
+        before = dump(db_path)
+        english = text_of(await call(edit_memo, store, PRIVATE, memo_name="team-lunch", **change))
+        assert english == (
+            'The memo "team-lunch" is seen more widely than this conversation, so it cannot be changed '
+            "from here (what was said here would reach other conversations). "
+            "Add a memo for this conversation instead, under another name, with add_memo."
+        )
+        japanese = await call(edit_memo, store, PRIVATE, language="ja", memo_name="team-lunch", **change)
+        assert japanese["status"] == "error"
+        assert "この会話用のメモを別の名前で add_memo" in text_of(japanese)
+        assert dump(db_path) == before
+        assert "DM secret" not in ok(await call(get_memo, store, ELSEWHERE, memo_name="team-lunch"))
+
+    async def test_a_removal_from_a_dm_is_allowed(self, store: SqlMemoStore) -> None:
+        seed(store, "team-lunch")
+        ok(await call(remove_memo, store, PRIVATE, memo_name="team-lunch"))
+        assert store.restore("team-lunch", "cli").name == "team-lunch"
+
+
+class TestChangesPerReply:
+    async def run_reply(self, store: SqlMemoStore, budget: ChangeBudget, memo_tool: Any, **tool_input: Any) -> ToolResult:
+        tool_use = {"toolUseId": "c", "name": memo_tool.tool_name, "input": tool_input}
+        state = {"agent": None, SCOPE_KEY: MemoToolScope(store, PUBLIC, "en", budget)}
+        events = [event async for event in memo_tool.stream(tool_use, state)]
+        return events[-1].tool_result
+
+    async def test_changes_past_the_limit_are_refused(self, store: SqlMemoStore, db_path: Path) -> None:
+        budget = ChangeBudget(3)
+        ok(await self.run_reply(store, budget, add_memo, name="a", content="c", priority=5))
+        ok(await self.run_reply(store, budget, edit_memo, memo_name="a", priority=4))
+        refused = await self.run_reply(store, budget, add_memo, name="a", content="c", priority=5)
+        assert refused["status"] == "error"  # a refused change costs nothing
+        ok(await self.run_reply(store, budget, remove_memo, memo_name="a"))
+        before = dump(db_path)
+        for memo_tool, tool_input in (
+            (add_memo, {"name": "b", "content": "c", "priority": 5}),
+            (edit_memo, {"memo_name": "a", "priority": 1}),
+            (remove_memo, {"memo_name": "a"}),
+        ):
+            result = await self.run_reply(store, budget, memo_tool, **tool_input)
+            assert text_of(result) == "At most 3 memo changes per reply: change no more memos now and write your reply."
+        assert dump(db_path) == before
+        ok(await self.run_reply(store, budget, list_memo))
+        # a new reply has a budget of its own
+        ok(await self.run_reply(store, ChangeBudget(3), add_memo, name="b", content="c", priority=5))
+
+    async def test_concurrent_calls_cannot_pass_the_limit(self, store: SqlMemoStore) -> None:
+        budget = ChangeBudget(10)
+        results = await asyncio.gather(
+            *(self.run_reply(store, budget, add_memo, name=f"m{i}", content="c", priority=5) for i in range(25))
+        )
+        assert sum(r["status"] == "success" for r in results) == 10
+        assert store.list(None).total == 10
+
+    def test_the_default_is_ten(self) -> None:
+        assert MemoToolScope(None, PUBLIC).budget.limit == 10  # type: ignore[arg-type]
+
+
 FAILURES = [
     # (tool, input, English, Japanese)
     (get_memo, {"memo_name": "nope"}, 'There is no memo named "nope".', "「nope」という名前のメモはありません"),
@@ -466,7 +534,9 @@ def test_every_refusal_code_has_wording(language: str) -> None:
         for code in re.findall(r'MemoError\(\s*"(\w+)"', inspect.getsource(module))
     }
     assert len(codes) >= 15
-    params = dict.fromkeys(("field", "limit", "length", "value", "count", "new", "existing", "name"), "x")
+    params = dict.fromkeys(
+        ("field", "limit", "length", "value", "count", "new", "existing", "name", "audiences"), "x"
+    )
     for code in codes:
         text = error_message(MemoError(code, **params), language)
         assert text and "{" not in text

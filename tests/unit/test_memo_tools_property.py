@@ -231,33 +231,37 @@ class MemoToolsMachine(RuleBasedStateMachine):
             wanted = validate_name(memo_name)
         except MemoError:
             raise AssertionError(f"an invalid name was found: {memo_name!r}") from None
-        (row,) = [r for r in before["memos"] if r["name"] == wanted and r["removed_at"] is None]
-        assert (
+        rows = [r for r in before["memos"] if r["name"] == wanted and r["removed_at"] is None]
+        assert any(
             origin.channel_id is None
             or row["visibility"] == "workspace"
             or row["channel_id"] == origin.channel_id
+            for row in rows
         )
 
     @invariant()
     def rules_hold(self) -> None:
         with self.engine.connect() as connection:
             rows = connection.execute(
-                text("SELECT name, priority, tags, removed_at FROM memos")
+                text("SELECT name, priority, tags, removed_at, visibility, channel_id FROM memos")
             ).all()
             unrevised = connection.execute(
                 text("SELECT COUNT(*) FROM memos WHERE id NOT IN (SELECT memo_id FROM memo_revisions)")
             ).scalar_one()
-        live = [row for row in rows if row.removed_at is None]
-        kinds: set[str] = set()
+        # names and tag kinds are limited per audience: '' is the workspace
+        names: dict[str, list[str]] = {}
+        kinds: dict[str, set[str]] = {}
         for row in rows:
             assert 1 <= row.priority <= 5
             row_tags = json.loads(row.tags)
             assert len(row_tags) <= MAX_TAGS_PER_MEMO
             assert len(set(row_tags)) == len(row_tags)
             if row.removed_at is None:
-                kinds.update(row_tags)
-        assert len(kinds) <= MAX_TAG_KINDS
-        assert len({row.name for row in live}) == len(live)
+                audience = row.channel_id if row.visibility == "conversation" else ""
+                kinds.setdefault(audience, set()).update(row_tags)
+                names.setdefault(audience, []).append(row.name)
+        assert all(len(k) <= MAX_TAG_KINDS for k in kinds.values())
+        assert all(len(set(n)) == len(n) for n in names.values())
         assert unrevised == 0
 
 

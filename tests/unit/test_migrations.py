@@ -9,6 +9,7 @@ from pathlib import Path
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 from sqlalchemy import text
+from sqlalchemy.exc import IntegrityError
 
 from myao2.infrastructure.db.engine import MIGRATIONS, migrate, open_database
 
@@ -70,3 +71,22 @@ def test_an_in_memory_database_is_shared_across_threads() -> None:
     worker.start()
     worker.join()
     assert counts == [0]
+
+
+def test_sql_errors_carry_no_parameters(tmp_path: Path) -> None:
+    """SQL errors get logged: the text of messages and memos in their parameters must not be."""
+    engine = open_database(f"sqlite:///{tmp_path / 'm.db'}")
+    insert = text(
+        "INSERT INTO memos (id, name, content, priority, tags, visibility, created_at, updated_at)"
+        " VALUES (1, 'n', :content, 1, '[]', 'workspace', 'x', 'x')"
+    )
+    with engine.begin() as connection:
+        connection.execute(insert, {"content": "the secret said in a DM"})
+    try:
+        with engine.begin() as connection:
+            connection.execute(insert, {"content": "the secret said in a DM"})
+    except IntegrityError as error:
+        assert "secret" not in str(error)
+        assert "hidden due to hide_parameters" in str(error)
+    else:
+        raise AssertionError("the duplicate id was accepted")

@@ -150,7 +150,9 @@ class AutonomousResponder:
             self._remember(key, newest, judgment.confidence if judgment else 0.0)
             if judgment is None or not judgment.should_respond:
                 return
-            logger.info("joining %s (confidence %.2f): %s", key, judgment.confidence, judgment.reason)
+            # The reason is the model's free text about the conversation: DEBUG only.
+            logger.info("joining %s (confidence %.2f)", key, judgment.confidence)
+            logger.debug("joining %s because: %s", key, judgment.reason)
             origin = Origin(
                 channel_id=channel.id, channel_private=channel.is_private, user_id=newest.user_id, message_ts=newest.ts
             )

@@ -25,6 +25,7 @@ MIN_PRIORITY = 1
 MAX_PRIORITY = 5
 IMPORTANT_PRIORITY = 4
 MAX_LIST_LIMIT = 50
+MAX_CHANGES_PER_REPLY = 10
 
 
 class MemoError(Exception):
@@ -94,6 +95,8 @@ class Memo:
     visibility: Visibility = Visibility.WORKSPACE
     removed_at: datetime | None = None
     id: int | None = None
+    revision: int = 0
+    """How many times the memo was written (its add included); each change checks it is unchanged."""
 
     @property
     def removed(self) -> bool:
@@ -280,22 +283,19 @@ def normalize_tags(value: object) -> tuple[str, ...]:
     return tuple(tags)
 
 
-def check_tag_kinds(
-    new_tags: tuple[str, ...], existing_kinds: set[str], visible_kinds: set[str] | None = None
-) -> None:
+def check_tag_kinds(new_tags: tuple[str, ...], existing_kinds: set[str]) -> None:
     """Refuse tags that would bring the distinct tag kinds past 20.
 
-    The refusal lists the existing tags the caller may see (`visible_kinds`, default all):
-    tags of memos kept in another private conversation are not named.
+    `existing_kinds` are those of the memos the writing conversation sees (its audience's
+    view), so the limit and the tags the refusal lists never depend on memos kept elsewhere.
     """
     added = [t for t in new_tags if t not in existing_kinds]
     if added and len(existing_kinds) + len(added) > MAX_TAG_KINDS:
-        shown = existing_kinds if visible_kinds is None else existing_kinds & visible_kinds
         raise MemoError(
             "too_many_tag_kinds",
             limit=MAX_TAG_KINDS,
             new=", ".join(added),
-            existing=", ".join(sorted(shown)),
+            existing=", ".join(sorted(existing_kinds)),
         )
 
 
@@ -306,6 +306,24 @@ def validate_page(offset: object, limit: object) -> tuple[int, int]:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST_LIMIT:
         raise MemoError("bad_limit", limit=MAX_LIST_LIMIT)
     return offset, limit
+
+
+class ChangeBudget:
+    """How many memo changes one reply may still make (adds, edits, removals that succeed)."""
+
+    def __init__(self, limit: int = MAX_CHANGES_PER_REPLY) -> None:
+        self.limit = limit
+        self._used = 0
+
+    def take(self) -> None:
+        """Reserve one change, or refuse it once the reply has made `limit` of them."""
+        if self._used >= self.limit:
+            raise MemoError("too_many_changes", limit=self.limit)
+        self._used += 1
+
+    def give_back(self) -> None:
+        """Release a reserved change that was not made."""
+        self._used -= 1
 
 
 @dataclass(frozen=True)

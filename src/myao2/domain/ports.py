@@ -18,6 +18,7 @@ from myao2.domain.memo import (
     Origin,
     TagUsage,
 )
+from myao2.domain.visibility import Audience
 
 
 class Clock(Protocol):
@@ -29,17 +30,24 @@ class Clock(Protocol):
 class MemoStore(Protocol):
     """Memos with their rules enforced atomically; every change writes one revision.
 
-    `channel_id` scopes reads and writes to what a conversation may see; None is a
-    person's own view of every memo. Refusals raise `MemoError`.
+    `channel_id` scopes reads to what a conversation may see, and `origin` scopes a
+    change to the conversation making it; None is a person's own view of every memo,
+    where `audience` picks among memos of one name kept for different audiences.
+    A name means, in a conversation, its own memo before the workspace's. An edit
+    from a conversation of a memo seen more widely than it is refused
+    (`wider_audience`); a change that lost a race with another writer is refused
+    (`changed_meanwhile`). Refusals raise `MemoError`.
     """
 
     def add(self, draft: MemoDraft, origin: Origin, actor: str) -> Memo: ...
 
-    def edit(self, name: str, changes: MemoChanges, channel_id: str | None, actor: str) -> Memo: ...
+    def edit(self, name: str, changes: MemoChanges, origin: Origin | None, actor: str) -> Memo: ...
 
-    def remove(self, name: str, channel_id: str | None, actor: str) -> Memo: ...
+    def remove(self, name: str, origin: Origin | None, actor: str) -> Memo: ...
 
-    def restore(self, name: str, actor: str) -> Memo: ...
+    def restore(
+        self, name: str, actor: str, *, origin: Origin | None = None, audience: Audience | None = None
+    ) -> Memo: ...
 
     def narrow(self, channel_id: str, actor: str) -> list[Memo]:
         """Memos taken in `channel_id` for the workspace become that conversation's own.
@@ -50,7 +58,7 @@ class MemoStore(Protocol):
         """
         ...
 
-    def get(self, name: str, channel_id: str | None) -> Memo: ...
+    def get(self, name: str, channel_id: str | None, *, audience: Audience | None = None) -> Memo: ...
 
     def list(
         self,
@@ -67,7 +75,7 @@ class MemoStore(Protocol):
 
     def recent(self, channel_id: str | None, limit: int, exclude: set[str]) -> list[Memo]: ...
 
-    def history(self, name: str) -> list[MemoRevision]: ...
+    def history(self, name: str, *, audience: Audience | None = None) -> list[MemoRevision]: ...
 
     def pin(self, name: str, actor: str) -> Memo:
         """Make a memo a rule: shown in every prompt that may see it, changed by no conversation."""

@@ -38,6 +38,23 @@ def can_read(reader: str | None, audience: Audience) -> bool:
     return reader is None or audience.conversation_id is None or audience.conversation_id == reader
 
 
+def readable_audiences(reader: str) -> tuple[Audience, Audience]:
+    """The audiences whose text conversation `reader` may see, nearest first.
+
+    Its own audience comes before the workspace: where a name is borne by a memo of
+    each, the name means the conversation's own one there.
+    """
+    return (Audience(reader), WORKSPACE)
+
+
+def view_of(audience: Audience) -> tuple[Audience, ...]:
+    """The audiences seen together with `audience` by its readers: itself, and the workspace.
+
+    Limits that count what a conversation sees (names, tag kinds) apply to this set.
+    """
+    return (WORKSPACE,) if audience.is_workspace else (audience, WORKSPACE)
+
+
 def can_write(writer: Audience | None, audience: Audience) -> bool:
     """Whether a conversation whose audience is `writer` may change text kept for `audience`.
 

@@ -22,12 +22,14 @@ def open_database(url: str) -> Engine:
 def _create(url: str) -> Engine:
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(url, pool_pre_ping=True)
+        return create_engine(url, pool_pre_ping=True, hide_parameters=True)
     in_memory = not parsed.database or parsed.database == ":memory:"
     if not in_memory:
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(
         url,
+        # SQL errors are logged: their parameters hold message and memo text.
+        hide_parameters=True,
         connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000},
         # An in-memory database lives in its one connection: every thread must share it.
         poolclass=StaticPool if in_memory else None,

@@ -1,15 +1,23 @@
-"""The memo store on SQLModel: each change is one transaction that checks the rules and writes a revision."""
+"""The memo store on SQLModel: each change is one transaction that checks the rules and writes a revision.
+
+Names and the tag-kind limit hold per audience: among the memos one conversation sees
+(see `myao2.domain.visibility.readable_audiences`). A change writes the memo only if
+its revision is still the one read (compare-and-set), so the revision log always
+replays to the stored rows, even with another process writing too.
+"""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, or_
+from sqlalchemy import ColumnElement, Engine, and_, exists, false, or_
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import aliased
+from sqlalchemy.orm.exc import StaleDataError
 from sqlmodel import Session, col, select
 
 from myao2.domain.memo import (
@@ -26,15 +34,13 @@ from myao2.domain.memo import (
     MAX_NAME_LENGTH,
     check_tag_kinds,
     numbered_name,
-    visible_in,
 )
 from myao2.domain.ports import Clock
+from myao2.domain.visibility import Audience, can_write, readable_audiences, view_of
 from myao2.infrastructure.db.tables import MemoPinRow, MemoRevisionRow, MemoRow
 
-# A change reads the rules' inputs (live names, tag kinds) and then writes. Threads of one
-# process (tool calls run in worker threads) take turns so no two changes interleave; across
-# processes the unique index on live names still holds.
-_CHANGES = threading.Lock()
+Audiences = Sequence[Audience] | None
+"""Audiences a reader sees, nearest first; None: a person's own view of every memo."""
 
 
 class SqlMemoStore:
@@ -43,15 +49,20 @@ class SqlMemoStore:
     def __init__(self, engine: Engine, clock: Clock) -> None:
         self._engine = engine
         self._clock = clock
+        # A change reads the rules' inputs (names, tag kinds) and then writes. Threads of one
+        # process (tool calls run in worker threads) take turns; across processes the unique
+        # index on live names per audience and the revision check still hold.
+        self._changes = threading.Lock()
 
     # -- changes -------------------------------------------------------------
 
     def add(self, draft: MemoDraft, origin: Origin, actor: str) -> Memo:
         now = self._clock.now()
+        view = _view(origin, origin.audience)
         with self._change() as session:
-            if self._live_row(session, draft.name) is not None:
+            if self._live_named(session, draft.name, view):
                 raise MemoError("name_taken", name=draft.name)
-            check_tag_kinds(draft.tags, *self._tag_kinds(session, origin.channel_id))
+            check_tag_kinds(draft.tags, self._tag_kinds(session, view))
             row = MemoRow(
                 name=draft.name,
                 content=draft.content,
@@ -71,61 +82,63 @@ class SqlMemoStore:
             self._revise(session, memo, Action.ADD, actor, None)
             return memo
 
-    def edit(self, name: str, changes: MemoChanges, channel_id: str | None, actor: str) -> Memo:
+    def edit(self, name: str, changes: MemoChanges, origin: Origin | None, actor: str) -> Memo:
         with self._change() as session:
-            row = self._visible_row(session, name, channel_id)
-            _refuse_pinned(session, row, channel_id)
+            row = self._resolve(session, name, _reader(origin))
+            _refuse_pinned(session, row, origin)
             before = _to_memo(row)
+            if origin is not None and not can_write(origin.audience, before.audience):
+                raise MemoError("wider_audience", name=before.name)
             after = changes.apply(before, self._clock.now())
-            if after.name != before.name and self._live_row(session, after.name) is not None:
+            view = _view(origin, before.audience)
+            if after.name != before.name and self._live_named(session, after.name, view, exclude_id=row.id):
                 raise MemoError("name_taken", name=after.name)
             if after.tags != before.tags:
-                check_tag_kinds(after.tags, *self._tag_kinds(session, channel_id, exclude_id=row.id))
+                check_tag_kinds(after.tags, self._tag_kinds(session, view, exclude_id=row.id))
             _copy_into(row, after)
-            _flush(session, after.name)
+            _flush(session, after.name, before.name)
+            after = _to_memo(row)
             self._revise(session, after, Action.EDIT, actor, before)
             return after
 
-    def remove(self, name: str, channel_id: str | None, actor: str) -> Memo:
+    def remove(self, name: str, origin: Origin | None, actor: str) -> Memo:
         with self._change() as session:
-            row = self._visible_row(session, name, channel_id)
-            _refuse_pinned(session, row, channel_id)
+            row = self._resolve(session, name, _reader(origin))
+            _refuse_pinned(session, row, origin)
             before = _to_memo(row)
             row.removed_at = self._clock.now()
+            _flush(session, name, name)
             after = _to_memo(row)
             self._revise(session, after, Action.REMOVE, actor, before)
             return after
 
-    def restore(self, name: str, actor: str) -> Memo:
+    def restore(
+        self, name: str, actor: str, *, origin: Origin | None = None, audience: Audience | None = None
+    ) -> Memo:
         with self._change() as session:
-            if self._live_row(session, name) is not None:
-                raise MemoError("name_taken", name=name)
-            row = session.exec(
-                select(MemoRow)
-                .where(MemoRow.name == name, col(MemoRow.removed_at).is_not(None))
-                .order_by(col(MemoRow.removed_at).desc())
-            ).first()
-            if row is None:
-                raise MemoError("not_removed", name=name)
+            row = self._resolve(session, name, _reader(origin), audience, removed=True)
             before = _to_memo(row)
-            check_tag_kinds(before.tags, *self._tag_kinds(session, None))
+            view = _view(origin, before.audience)
+            if self._live_named(session, name, view):
+                raise MemoError("name_taken", name=name)
+            check_tag_kinds(before.tags, self._tag_kinds(session, view))
             row.removed_at = None
             row.updated_at = self._clock.now()
-            _flush(session, name)
+            _flush(session, name, name)
             after = _to_memo(row)
             self._revise(session, after, Action.RESTORE, actor, before)
             return after
 
     def pin(self, name: str, actor: str) -> Memo:
         with self._change() as session:
-            row = self._visible_row(session, name, None)
+            row = self._resolve(session, name, None)
             if session.get(MemoPinRow, row.id) is None:
                 session.add(MemoPinRow(memo_id=row.id, pinned_by=actor, pinned_at=self._clock.now()))
             return _to_memo(row)
 
     def unpin(self, name: str, actor: str) -> Memo:
         with self._change() as session:
-            row = self._visible_row(session, name, None)
+            row = self._resolve(session, name, None)
             pin = session.get(MemoPinRow, row.id)
             if pin is None:
                 raise MemoError("not_pinned", name=name)
@@ -156,12 +169,12 @@ class SqlMemoStore:
     def pinned(self, channel_id: str | None) -> list[Memo]:
         query = select(MemoRow).join(MemoPinRow, col(MemoPinRow.memo_id) == col(MemoRow.id))
         with Session(self._engine) as session:
-            rows = session.exec(_scoped(query, channel_id).order_by(col(MemoPinRow.pinned_at))).all()
+            rows = session.exec(_seen(query, _readable(channel_id)).order_by(col(MemoPinRow.pinned_at))).all()
         return [_to_memo(r) for r in rows]
 
-    def get(self, name: str, channel_id: str | None) -> Memo:
+    def get(self, name: str, channel_id: str | None, *, audience: Audience | None = None) -> Memo:
         with Session(self._engine) as session:
-            return _to_memo(self._visible_row(session, name, channel_id))
+            return _to_memo(self._resolve(session, name, _readable(channel_id), audience))
 
     def list(
         self,
@@ -174,7 +187,7 @@ class SqlMemoStore:
         removed: bool = False,
     ) -> MemoPage:
         with Session(self._engine) as session:
-            query = _scoped(select(MemoRow), channel_id, removed=removed)
+            query = _seen(select(MemoRow), _readable(channel_id), removed=removed)
             if min_priority > 1:
                 query = query.where(MemoRow.priority >= min_priority)
             rows = session.exec(
@@ -192,7 +205,7 @@ class SqlMemoStore:
 
     def tags(self, channel_id: str | None) -> list[TagUsage]:
         with Session(self._engine) as session:
-            rows = session.exec(_scoped(select(MemoRow), channel_id)).all()
+            rows = session.exec(_seen(select(MemoRow), _readable(channel_id))).all()
         counts: dict[str, int] = {}
         latest: dict[str, datetime] = {}
         for row in rows:
@@ -205,7 +218,7 @@ class SqlMemoStore:
 
     def recent(self, channel_id: str | None, limit: int, exclude: set[str]) -> list[Memo]:
         with Session(self._engine) as session:
-            query = _scoped(select(MemoRow), channel_id)
+            query = _seen(select(MemoRow), _readable(channel_id))
             if exclude:
                 query = query.where(col(MemoRow.name).not_in(exclude))
             rows = session.exec(
@@ -219,14 +232,19 @@ class SqlMemoStore:
             rows = session.exec(select(MemoRow).where(col(MemoRow.id).in_(ids))).all()
         return {row.id: _to_memo(row) for row in rows if row.id is not None}
 
-    def history(self, name: str) -> list[MemoRevision]:
-        """Every revision of every memo that has borne `name`, oldest first."""
+    def history(self, name: str, *, audience: Audience | None = None) -> list[MemoRevision]:
+        """Every revision of every memo that has borne `name` (kept for `audience`, if given), oldest first."""
         with Session(self._engine) as session:
             ids = session.exec(select(MemoRow.id).where(MemoRow.name == name)).all()
             named = session.exec(
                 select(MemoRevisionRow.memo_id).where(MemoRevisionRow.memo_name == name)
             ).all()
             memo_ids = set(ids) | set(named)
+            if audience is not None:
+                kept = session.exec(
+                    select(MemoRow.id).where(col(MemoRow.id).in_(memo_ids), _in(MemoRow, audience))
+                ).all()
+                memo_ids = set(kept)
             if not memo_ids:
                 raise MemoError("unknown_name", name=name)
             rows = session.exec(
@@ -251,22 +269,16 @@ class SqlMemoStore:
 
     @contextmanager
     def _change(self) -> Iterator[Session]:
-        """A session in one transaction, taking its turn among this process's changes."""
-        with _CHANGES, Session(self._engine) as session, session.begin():
+        """A session in one transaction, taking its turn among this store's changes."""
+        with self._changes, Session(self._engine) as session, session.begin():
             yield session
-
-    @staticmethod
-    def _live_row(session: Session, name: str) -> MemoRow | None:
-        return session.exec(
-            select(MemoRow).where(MemoRow.name == name, col(MemoRow.removed_at).is_(None))
-        ).first()
 
     @staticmethod
     def _free_name(session: Session, name: str, channel_id: str, memo_id: int | None) -> str:
         """`name`, or the first numbered variant of it no other live memo seen in `channel_id` bears."""
         taken = set(
             session.exec(
-                _scoped(select(MemoRow.name), channel_id).where(
+                _seen(select(MemoRow.name), _readable(channel_id), shadow=False).where(
                     col(MemoRow.name).startswith(name[: MAX_NAME_LENGTH - 4], autoescape=True), MemoRow.id != memo_id
                 )
             ).all()
@@ -277,27 +289,53 @@ class SqlMemoStore:
             candidate = numbered_name(name, number)
         return candidate
 
-    def _visible_row(self, session: Session, name: str, channel_id: str | None) -> MemoRow:
-        row = self._live_row(session, name)
-        if row is None or not _to_memo(row).visible_in(channel_id):
-            raise MemoError("unknown_name", name=name)
-        return row
+    @staticmethod
+    def _resolve(
+        session: Session,
+        name: str,
+        audiences: Audiences,
+        audience: Audience | None = None,
+        *,
+        removed: bool = False,
+    ) -> MemoRow:
+        """The one memo `name` means to a reader: the nearest audience's (the most recently
+        removed one, for `removed`). A person's view must name an `audience` when several
+        audiences each keep a memo of that name."""
+        query = _seen(select(MemoRow).where(MemoRow.name == name), audiences, removed=removed, shadow=False)
+        if audience is not None:
+            query = query.where(_in(MemoRow, audience))
+        rows = session.exec(query.order_by(col(MemoRow.removed_at).desc(), col(MemoRow.id).desc())).all()
+        if not rows:
+            raise MemoError("not_removed" if removed else "unknown_name", name=name)
+        kept = {_to_memo(r).audience for r in rows}
+        if audiences is not None:
+            nearest = next(a for a in audiences if a in kept)
+            return next(r for r in rows if _to_memo(r).audience == nearest)
+        if len(kept) > 1:
+            labels = sorted(a.conversation_id or "workspace" for a in kept)
+            raise MemoError("ambiguous_name", name=name, audiences=", ".join(labels))
+        return rows[0]
 
     @staticmethod
-    def _tag_kinds(
-        session: Session, channel_id: str | None, exclude_id: int | None = None
-    ) -> tuple[set[str], set[str]]:
-        """The tag kinds of all live memos, and those of the memos `channel_id` may see."""
-        query = select(MemoRow.tags, MemoRow.visibility, MemoRow.channel_id).where(col(MemoRow.removed_at).is_(None))
+    def _live_named(session: Session, name: str, view: Sequence[Audience], exclude_id: int | None = None) -> bool:
+        """Whether a live memo of `view` bears `name`."""
+        query = select(MemoRow.id).where(
+            MemoRow.name == name, col(MemoRow.removed_at).is_(None), or_(*(_in(MemoRow, a) for a in view))
+        )
         if exclude_id is not None:
             query = query.where(MemoRow.id != exclude_id)
-        every: set[str] = set()
-        visible: set[str] = set()
-        for tags, visibility, memo_channel in session.exec(query).all():
-            every.update(tags)
-            if visible_in(Visibility(visibility), memo_channel, channel_id):
-                visible.update(tags)
-        return every, visible
+        return session.exec(query).first() is not None
+
+    @staticmethod
+    def _tag_kinds(session: Session, view: Sequence[Audience], exclude_id: int | None = None) -> set[str]:
+        """The tag kinds of the live memos seen in `view`."""
+        query = _seen(select(MemoRow), view)
+        if exclude_id is not None:
+            query = query.where(MemoRow.id != exclude_id)
+        kinds: set[str] = set()
+        for row in session.exec(query).all():
+            kinds.update(row.tags)
+        return kinds
 
     def _revise(
         self, session: Session, memo: Memo, action: Action, actor: str, before: Memo | None
@@ -316,29 +354,72 @@ class SqlMemoStore:
         )
 
 
-def _scoped(query: Any, channel_id: str | None, *, removed: bool = False) -> Any:
-    """Restrict a memo query to live (or removed) memos that `channel_id` may see."""
+def _readable(channel_id: str | None) -> Audiences:
+    """What conversation `channel_id` reads, nearest first; None: a person's own view."""
+    return None if channel_id is None else readable_audiences(channel_id)
+
+
+def _reader(origin: Origin | None) -> Audiences:
+    return _readable(origin.channel_id if origin is not None else None)
+
+
+def _view(origin: Origin | None, audience: Audience) -> Sequence[Audience]:
+    """Where names and tag kinds must stay within limits when a memo kept for `audience`
+    is written from `origin`: what that conversation sees, else what the memo's readers see."""
+    if origin is not None and origin.channel_id is not None:
+        return readable_audiences(origin.channel_id)
+    return view_of(audience)
+
+
+def _in(table: Any, audience: Audience) -> ColumnElement[bool]:
+    """Rows of `table` (the memos, or an alias of them) kept for `audience`."""
+    if audience.is_workspace:
+        return table.visibility == Visibility.WORKSPACE.value
+    return and_(table.visibility == Visibility.CONVERSATION.value, table.channel_id == audience.conversation_id)
+
+
+def _seen(query: Any, audiences: Audiences, *, removed: bool = False, shadow: bool = True) -> Any:
+    """Restrict a memo query to live (or removed) memos of `audiences` (None: all).
+
+    With `shadow`, a live memo is left out where a nearer audience keeps a live memo of
+    the same name: in each conversation a name means one memo.
+    """
     removed_col = col(MemoRow.removed_at)
     query = query.where(removed_col.is_not(None) if removed else removed_col.is_(None))
-    if channel_id is not None:
-        query = query.where(
-            or_(MemoRow.visibility == Visibility.WORKSPACE.value, MemoRow.channel_id == channel_id)
-        )
-    return query
+    if audiences is None:
+        return query
+    nearer = aliased(MemoRow)
+    allowed: list[ColumnElement[bool]] = []
+    for i, audience in enumerate(audiences):
+        clause = _in(MemoRow, audience)
+        if shadow and not removed and i:
+            taken = (
+                select(nearer.id)
+                .where(
+                    nearer.name == MemoRow.name,
+                    col(nearer.removed_at).is_(None),
+                    or_(*(_in(nearer, a) for a in audiences[:i])),
+                )
+            )
+            clause = and_(clause, ~exists(taken))
+        allowed.append(clause)
+    return query.where(or_(false(), *allowed))
 
 
-def _refuse_pinned(session: Session, row: MemoRow, channel_id: str | None) -> None:
+def _refuse_pinned(session: Session, row: MemoRow, origin: Origin | None) -> None:
     """A pinned memo is a person's rule: a conversation (the model's tools) may read it, never change it."""
-    if channel_id is not None and session.get(MemoPinRow, row.id) is not None:
+    if origin is not None and session.get(MemoPinRow, row.id) is not None:
         raise MemoError("pinned", name=row.name)
 
 
-def _flush(session: Session, name: str) -> None:
-    """Write pending rows; a live name taken meanwhile by another process is refused as such."""
+def _flush(session: Session, name: str, read_as: str | None = None) -> None:
+    """Write pending rows; a name taken, or a memo changed, meanwhile by another process is refused as such."""
     try:
         session.flush()
     except IntegrityError as error:
         raise MemoError("name_taken", name=name) from error
+    except StaleDataError as error:
+        raise MemoError("changed_meanwhile", name=read_as or name) from error
 
 
 def _to_memo(row: MemoRow) -> Memo:
@@ -356,6 +437,7 @@ def _to_memo(row: MemoRow) -> Memo:
         created_at=row.created_at,
         updated_at=row.updated_at,
         removed_at=row.removed_at,
+        revision=row.revision,
     )
 
 
@@ -366,4 +448,3 @@ def _copy_into(row: MemoRow, memo: Memo) -> None:
     row.tags = list(memo.tags)
     row.detail = memo.detail
     row.updated_at = memo.updated_at
-

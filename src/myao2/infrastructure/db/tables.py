@@ -11,17 +11,25 @@ from sqlmodel import Field, SQLModel
 from myao2.infrastructure.db.types import JSONText, UTCDateTime
 
 
+# Compare-and-set: every UPDATE of a memo requires the revision it read and bumps it.
+_MEMO_REVISION = Column("revision", Integer, nullable=False, server_default="0")
+# The audience a memo is kept for, as one value: '' for the workspace, else its conversation.
+_MEMO_AUDIENCE_KEY = "(CASE WHEN visibility = 'conversation' THEN channel_id ELSE '' END)"
+
+
 class MemoRow(SQLModel, table=True):
     __tablename__ = "memos"
     __table_args__ = (
         Index(
-            "ux_memos_live_name",
+            "ux_memos_live_audience_name",
+            text(_MEMO_AUDIENCE_KEY),
             "name",
             unique=True,
             sqlite_where=text("removed_at IS NULL"),
             postgresql_where=text("removed_at IS NULL"),
         ),
     )
+    __mapper_args__ = {"version_id_col": _MEMO_REVISION}
 
     id: int | None = Field(default=None, primary_key=True)
     name: str = Field(max_length=64, index=True)
@@ -36,6 +44,7 @@ class MemoRow(SQLModel, table=True):
     created_at: datetime = Field(sa_column=Column(UTCDateTime, nullable=False))
     updated_at: datetime = Field(sa_column=Column(UTCDateTime, nullable=False))
     removed_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime, nullable=True))
+    revision: int = Field(default=0, sa_column=_MEMO_REVISION)
 
 
 class MemoRevisionRow(SQLModel, table=True):

@@ -34,7 +34,7 @@ from myao2.application.search import Search
 from myao2.config import AgentConfig, AgentsConfig, ConfigError
 from myao2.domain.conversation import ts_to_datetime
 from myao2.domain.judgment import Judgment
-from myao2.domain.memo import Origin
+from myao2.domain.memo import MAX_CHANGES_PER_REPLY, ChangeBudget, Origin
 from myao2.domain.memory import Draft
 from myao2.domain.ports import MemoStore
 from myao2.infrastructure.llm.phrases import elapsed_phrase, tool_title
@@ -141,6 +141,8 @@ class StrandsReplyWriter:
         debug_messages: bool = False,
         web: WebToolbox | None = None,
         search: Search | None = None,
+        *,
+        max_memo_changes: int = MAX_CHANGES_PER_REPLY,
     ) -> None:
         self._clients = clients
         self._config = clients.config(self.ROLE)
@@ -150,6 +152,7 @@ class StrandsReplyWriter:
         self._debug = debug_messages
         self._web = web
         self._search = search
+        self._max_memo_changes = max_memo_changes
 
     async def write(self, context: PromptContext, origin: Origin) -> str:
         """The reply to the conversation in `context`; memo tools act within `origin`.
@@ -190,7 +193,7 @@ class StrandsReplyWriter:
             hooks=[ModelCallLog(self.ROLE, self._config.model_id, self._debug)],
         )
         state: dict[str, Any] = {
-            SCOPE_KEY: MemoToolScope(self._store, origin, self._language),
+            SCOPE_KEY: MemoToolScope(self._store, origin, self._language, ChangeBudget(self._max_memo_changes)),
             web_tools.SCOPE_KEY: self._web,
         }
         if self._search is not None:

@@ -46,6 +46,18 @@ _ERRORS: dict[str, dict[str, str]] = {
         "unknown_name": "「{name}」という名前のメモはありません。list_memo で正確な名前を確かめてください。",
         "pinned": "「{name}」は人が決めたルールなので、変更も削除もできません。そのまま従ってください。",
         "not_pinned": "「{name}」はルールとして固定されていません。",
+        "wider_audience": (
+            "メモ「{name}」はこの会話より広い範囲で見られるので、ここからは変更できません"
+            "（ここで話したことがほかの会話に伝わってしまいます）。"
+            "代わりに、この会話用のメモを別の名前で add_memo してください。"
+        ),
+        "changed_meanwhile": (
+            "メモ「{name}」はちょうど別のところで変更されました。get_memo で読み直してから、もう一度変更してください。"
+        ),
+        "too_many_changes": (
+            "1回の返信でメモを変更できるのは{limit}回までです。これ以上メモを変更せず、返信を書いてください。"
+        ),
+        "ambiguous_name": "「{name}」という名前のメモが複数あります（{audiences}）。",
     },
     "en": {
         "not_text": "{field} must be text (a string).",
@@ -78,6 +90,18 @@ _ERRORS: dict[str, dict[str, str]] = {
         "unknown_name": 'There is no memo named "{name}". Use list_memo to find the exact name.',
         "pinned": 'The memo "{name}" is a rule a person set: it cannot be edited or removed. Follow it as it is.',
         "not_pinned": 'The memo "{name}" is not pinned as a rule.',
+        "wider_audience": (
+            'The memo "{name}" is seen more widely than this conversation, so it cannot be changed '
+            "from here (what was said here would reach other conversations). "
+            "Add a memo for this conversation instead, under another name, with add_memo."
+        ),
+        "changed_meanwhile": (
+            'The memo "{name}" was changed meanwhile. Read it again with get_memo, then make your change.'
+        ),
+        "too_many_changes": (
+            "At most {limit} memo changes per reply: change no more memos now and write your reply."
+        ),
+        "ambiguous_name": 'Several memos are named "{name}" ({audiences}).',
     },
 }
 

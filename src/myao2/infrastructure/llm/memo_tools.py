@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from strands import tool
@@ -27,6 +28,8 @@ from myao2.domain.memo import (
     MAX_TAG_LENGTH,
     MAX_TAGS_PER_MEMO,
     MIN_PRIORITY,
+    ChangeBudget,
+    Memo,
     MemoChanges,
     MemoDraft,
     MemoError,
@@ -44,13 +47,15 @@ SCOPE_KEY = "memo_scope"
 class MemoToolScope:
     """What one conversation's tool calls work with.
 
-    `origin.channel_id` limits what reads and edits can see; `origin` is recorded on
-    added memos; `language` ('ja' or 'en') is the language of the tools' replies.
+    `origin.channel_id` limits what reads and changes can see, and `origin` what changes
+    may write; it is recorded on added memos; `language` ('ja' or 'en') is the language of
+    the tools' replies; `budget` counts the changes of one reply.
     """
 
     store: MemoStore
     origin: Origin
     language: str = say.DEFAULT_LANGUAGE
+    budget: ChangeBudget = field(default_factory=ChangeBudget)
 
 
 _Reply = str | dict[str, Any]
@@ -82,7 +87,7 @@ async def add_memo(
     scope = _scope(tool_context)
     try:
         draft = MemoDraft.create(name, content, priority, tags)
-        memo = await asyncio.to_thread(scope.store.add, draft, scope.origin, "tool:add_memo")
+        memo = await _change(scope, lambda: scope.store.add(draft, scope.origin, "tool:add_memo"))
     except MemoError as error:
         return _refused(error, scope)
     return say.added_message(memo, scope.language)
@@ -116,13 +121,8 @@ async def edit_memo(
         changes = MemoChanges.create(
             content=content, priority=priority, tags=tags, detail=detail, new_name=new_name
         )
-        memo = await asyncio.to_thread(
-            scope.store.edit,
-            _lookup_name(memo_name),
-            changes,
-            scope.origin.channel_id,
-            "tool:edit_memo",
-        )
+        name = _lookup_name(memo_name)
+        memo = await _change(scope, lambda: scope.store.edit(name, changes, scope.origin, "tool:edit_memo"))
     except MemoError as error:
         return _refused(error, scope)
     return say.edited_message(memo, scope.language)
@@ -137,9 +137,8 @@ async def remove_memo(memo_name: str, *, tool_context: ToolContext) -> _Reply:
     """
     scope = _scope(tool_context)
     try:
-        memo = await asyncio.to_thread(
-            scope.store.remove, _lookup_name(memo_name), scope.origin.channel_id, "tool:remove_memo"
-        )
+        name = _lookup_name(memo_name)
+        memo = await _change(scope, lambda: scope.store.remove(name, scope.origin, "tool:remove_memo"))
     except MemoError as error:
         return _refused(error, scope)
     return say.removed_message(memo, scope.language)
@@ -206,6 +205,16 @@ async def list_memo_tags(*, tool_context: ToolContext) -> _Reply:
 def _scope(tool_context: ToolContext) -> MemoToolScope:
     scope: MemoToolScope = tool_context.invocation_state[SCOPE_KEY]
     return scope
+
+
+async def _change(scope: MemoToolScope, write: Callable[[], Memo]) -> Memo:
+    """Make one change of the reply's budget in a worker thread; a refused change costs nothing."""
+    scope.budget.take()
+    try:
+        return await asyncio.to_thread(write)
+    except BaseException:
+        scope.budget.give_back()
+        raise
 
 
 def _lookup_name(memo_name: str) -> str:
