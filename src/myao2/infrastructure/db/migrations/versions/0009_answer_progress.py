@@ -1,13 +1,13 @@
 """Answer progress on claims: attempts, when to try again, the posted answer.
 
-Revision ID: 0008
+Revision ID: 0009
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0008"
-down_revision = "0007"
+revision = "0009"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 
