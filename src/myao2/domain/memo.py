@@ -73,11 +73,6 @@ def memo_audience(visibility: Visibility, memo_channel_id: str | None) -> Audien
     return Audience(memo_channel_id if visibility is Visibility.CONVERSATION else None)
 
 
-def visible_in(visibility: Visibility, memo_channel_id: str | None, channel_id: str | None) -> bool:
-    """Whether a memo from `memo_channel_id` may be shown in `channel_id` (None: a person's own view)."""
-    return can_read(channel_id, memo_audience(visibility, memo_channel_id))
-
-
 @dataclass(frozen=True)
 class Memo:
     """One memo as stored."""
