@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    .venv/bin/python bench/mention_latency.py [--mentions N] [--messages M] [--concurrent K]
+    .venv/bin/python bench/mention_latency.py [--mentions N] [--messages M] [--concurrent K] [--streamed S]
 
 The bot runs as ``python -m myao2 run`` (the e2e harness's `BotProcess`); the fake
 Slack and the fake LLM run in processes of their own, so their CPU is never
@@ -14,7 +14,10 @@ counted against the bot. Everything stays on 127.0.0.1. Figures:
   stored it and sent its events) to the ts of the bot's threaded reply (the
   moment the fake received chat.postMessage), and the bot's CPU per mention;
 * M plain messages: the bot's CPU per message until all are in its database;
-* K simultaneous mentions in K threads: all answered, and the latency spread.
+* K simultaneous mentions in K threads: all answered, and the latency spread;
+* with a streaming model (first token at 0.3 s, then 5 s of text), measured by
+  ``bench/streaming_reply.py``: time to the first visible text, Web API calls
+  per streamed answer, and the ack latency p99 while K answers stream at once.
 
 CPU is read from /proc/<pid>/stat (utime + stime, every thread of the bot). The
 bot's periodic jobs are pushed out of the run (`BOT_SETTINGS`). On a busy machine
@@ -43,6 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench import streaming_reply  # noqa: E402
 from tests.e2e.conftest import ALICE, BOB, GENERAL, BotProcess  # noqa: E402
 from tests.fakes import PROXY_VARIABLES  # noqa: E402
 from tests.fakes.slack_server import FakeSlack  # noqa: E402
@@ -349,13 +353,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mentions", type=int, default=200, help="sequential mentions (default 200)")
     parser.add_argument("--messages", type=int, default=300, help="plain messages ingested (default 300)")
     parser.add_argument("--concurrent", type=int, default=10, help="simultaneous mentions (default 10)")
+    parser.add_argument("--streamed", type=int, default=3, help="sequential streamed answers (default 3)")
     parser.add_argument("--serve-slack", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_slack:
         serve_slack()
         return 0
     with tempfile.TemporaryDirectory(prefix="myao2-bench-") as tmp:
-        return run(args, Path(tmp))
+        status = run(args, Path(tmp))
+    streaming_reply.run(args.streamed, 1000, args.concurrent)
+    return status
 
 
 if __name__ == "__main__":

@@ -245,6 +245,7 @@ class FakeSlack(LoopbackServer):
         self._connection_count = 0
         self._payloads: dict[str, dict[str, Any]] = {}  # event_id -> payload
         self._envelope_events: dict[str, str] = {}  # envelope_id -> event_id
+        self._envelope_sent: dict[str, float] = {}  # envelope_id -> monotonic time it was queued
         self._acked_events: set[str] = set()
         self._injections: dict[str, list[_Injection]] = {}
         self._fault: str | None = None
@@ -254,6 +255,7 @@ class FakeSlack(LoopbackServer):
         self._web_calls: list[tuple[str, dict[str, Any]]] = []
         self._acks: list[str] = []
         self._ack_frames: list[dict[str, Any]] = []
+        self._ack_latencies: list[float] = []
         self._envelopes: list[dict[str, Any]] = []
         self._posted: list[dict[str, Any]] = []
         self._reactions: list[tuple[str, str, str]] = []
@@ -290,6 +292,12 @@ class FakeSlack(LoopbackServer):
         """Envelope ids acked by clients, in arrival order."""
         with self._lock:
             return list(self._acks)
+
+    @property
+    def ack_latencies(self) -> list[float]:
+        """Seconds from queueing each envelope to its first ack, in ack order."""
+        with self._lock:
+            return list(self._ack_latencies)
 
     @property
     def ack_frames(self) -> list[dict[str, Any]]:
@@ -830,6 +838,7 @@ class FakeSlack(LoopbackServer):
             with self._lock:
                 self._envelope_events[envelope["envelope_id"]] = payload["event_id"]
                 self._envelopes.append(copy.deepcopy(envelope))
+                self._envelope_sent[envelope["envelope_id"]] = time.monotonic()
             conn.outbox.put_nowait(json.dumps(envelope))
         if retry and self.ack_timeout is not None and attempt < MAX_RETRIES:
             self._loop.call_later(self.ack_timeout, self._retry_unacked, payload, attempt + 1)
@@ -901,6 +910,9 @@ class FakeSlack(LoopbackServer):
             with self._lock:
                 self._acks.append(frame["envelope_id"])
                 self._ack_frames.append(frame)
+                sent = self._envelope_sent.pop(frame["envelope_id"], None)
+                if sent is not None:
+                    self._ack_latencies.append(time.monotonic() - sent)
                 event_id = self._envelope_events.get(frame["envelope_id"])
                 if event_id:
                     self._acked_events.add(event_id)
