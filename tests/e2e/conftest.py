@@ -161,7 +161,7 @@ def bot(tmp_path: Path, slack: FakeSlack, llm: FakeOpenAI) -> Iterator[BotProces
         process.stop()
 
 
-def wait_until(predicate, timeout: float = 10.0, what: str = "condition"):  # type: ignore[no-untyped-def]
+def wait_until(predicate, timeout: float = 30.0, what: str = "condition"):  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()

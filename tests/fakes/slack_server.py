@@ -602,7 +602,7 @@ class FakeSlack(LoopbackServer):
 
     # ------------------------------------------------------------------ waiting
 
-    def wait_for(self, predicate: Callable[[], Any], timeout: float = 10.0, what: str | None = None) -> Any:
+    def wait_for(self, predicate: Callable[[], Any], timeout: float = 30.0, what: str | None = None) -> Any:
         """Poll ``predicate`` until it returns a truthy value, which is returned.
 
         Raises TimeoutError describing what was awaited and the recent traffic.
@@ -617,7 +617,7 @@ class FakeSlack(LoopbackServer):
             time.sleep(0.01)
 
     async def async_wait_for(
-        self, predicate: Callable[[], Any], timeout: float = 10.0, what: str | None = None
+        self, predicate: Callable[[], Any], timeout: float = 30.0, what: str | None = None
     ) -> Any:
         """Like ``wait_for`` but sleeps with asyncio, for use inside coroutines."""
         deadline = time.monotonic() + timeout
@@ -629,11 +629,11 @@ class FakeSlack(LoopbackServer):
                 raise TimeoutError(self._timeout_message(predicate, timeout, what))
             await asyncio.sleep(0.01)
 
-    def wait_connected(self, timeout: float = 10.0) -> None:
+    def wait_connected(self, timeout: float = 30.0) -> None:
         """Wait until a Socket Mode client is connected."""
         self.wait_for(lambda: self.connected, timeout, "a Socket Mode connection")
 
-    def wait_for_posts(self, n: int, timeout: float = 10.0) -> list[dict[str, Any]]:
+    def wait_for_posts(self, n: int, timeout: float = 30.0) -> list[dict[str, Any]]:
         """Wait until the bot posted at least ``n`` messages (chat.postMessage, or a stream stopped); returns them."""
 
         def posts() -> list[dict[str, Any]]:
@@ -642,7 +642,7 @@ class FakeSlack(LoopbackServer):
 
         return self.wait_for(posts, timeout, f"{n} posted message(s)")
 
-    def wait_for_acks(self, n: int, timeout: float = 10.0) -> list[str]:
+    def wait_for_acks(self, n: int, timeout: float = 30.0) -> list[str]:
         """Wait until at least ``n`` envelopes were acked; returns the acked ids."""
         return self.wait_for(lambda: len(self.acks) >= n and self.acks, timeout, f"{n} ack(s)")
 
