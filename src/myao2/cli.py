@@ -58,14 +58,30 @@ def build_parser() -> argparse.ArgumentParser:
     memo_history = actions.add_parser("history", parents=[common, named], help="show a memo's past versions")
     memo_history.add_argument("--json", action="store_true", help="print JSON")
 
-    actions.add_parser("restore", parents=[common, named], help="restore a removed memo")
+    fields = argparse.ArgumentParser(add_help=False)
+    fields.add_argument("--priority", type=int, metavar="N", help="from 1 (trivia) to 5 (essential); 3 for a new memo")
+    fields.add_argument("--tags", metavar="a,b", help="up to 3 tags, separated by commas")
+    fields.add_argument("--detail", metavar="TEXT", help="longer notes, shown in full only on request")
 
-    memo_pin = actions.add_parser(
-        "pin", parents=[common], help="make a memo a rule: always in the prompt, not changeable by the bot"
+    memo_add = actions.add_parser("add", parents=[common, fields], help="add a memo, to the workspace by default")
+    memo_add.add_argument("name")
+    memo_add.add_argument("--content", required=True, metavar="TEXT", help="the fact itself (at most 500 characters)")
+    memo_add.add_argument(
+        "--conversation", metavar="C|workspace", help="keep it for this conversation id only (default: workspace)"
     )
-    memo_pin.add_argument("name")
-    memo_unpin = actions.add_parser("unpin", parents=[common], help="make a pinned memo an ordinary memo again")
-    memo_unpin.add_argument("name")
+
+    memo_edit = actions.add_parser(
+        "edit", parents=[common, named, fields], help="change the fields given (an empty --tags or --detail clears it)"
+    )
+    memo_edit.add_argument("--content", metavar="TEXT", help="the new content")
+    memo_edit.add_argument("--new-name", metavar="NAME", help="rename the memo")
+
+    actions.add_parser("remove", parents=[common, named], help="remove a memo (restore brings it back)")
+    actions.add_parser("restore", parents=[common, named], help="restore a removed memo")
+    actions.add_parser(
+        "pin", parents=[common, named], help="make a memo a rule: always in the prompt, not changeable by the bot"
+    )
+    actions.add_parser("unpin", parents=[common, named], help="make a pinned memo an ordinary memo again")
 
     memory = commands.add_parser("memory", parents=[common], help="inspect what the bot remembers")
     memory_actions = memory.add_subparsers(dest="memory_command", metavar="ACTION", required=True)

@@ -1,5 +1,7 @@
-"""``myao2 memo list|show|history|restore|pin|unpin``: a person's own view of every memo.
+"""``myao2 memo ...``: a person's own view of every memo, and their writes to it.
 
+``list|show|history`` read; ``add|edit|remove|restore|pin|unpin`` write through
+`myao2.application.notebook` (actor ``cli``), so the tools' rules and history hold.
 Times are shown in the persona's time zone; ``--json`` prints data for scripts.
 """
 
@@ -13,6 +15,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, tzinfo
 from typing import Any
 
+from myao2.application.notebook import DEFAULT_PRIORITY, Actor, Notebook
 from myao2.config import Config
 from myao2.domain.memo import Memo, MemoError, MemoRevision, validate_priority
 from myao2.domain.ports import MemoStore
@@ -20,8 +23,9 @@ from myao2.domain.visibility import WORKSPACE, Audience
 from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
+from myao2.infrastructure.llm.memo_messages import error_message
 
-CLI_ACTOR = "user:cli"
+EXIT_REFUSED = 2
 CONTENT_WIDTH = 50
 TIME_FORMAT = "%Y-%m-%d %H:%M"
 HISTORY_FIELDS = ("name", "content", "priority", "tags", "detail")
@@ -34,29 +38,33 @@ _ERRORS = {
     "too_many_tag_kinds": "that would make more than {limit} kinds of tags (new: {new})",
     "bad_priority": "priority must be a whole number from 1 to 5, not {value}",
     "ambiguous_name": "several memos are named {name!r} (kept for {audiences}); choose one with --conversation",
+    "nothing_to_change": "nothing to change: give --content, --priority, --tags, --detail or --new-name",
+    "content_too_long": "the content is too long ({length} characters; the limit is {limit}); put longer notes in --detail",
+    "changed_meanwhile": "the memo {name!r} was changed meanwhile; read it again and retry",
 }
 
 Command = Callable[[MemoStore, tzinfo, argparse.Namespace], None]
 
 
 def run_memo_command(config: Config, args: argparse.Namespace) -> int:
-    """Run the memo subcommand `args.memo_command`; 0 on success, 1 when a memo operation is refused."""
+    """Run the memo subcommand `args.memo_command`; 0 on success, 2 when a memo operation is refused."""
     engine = open_database(config.memory.sqlalchemy_url)
     try:
         store = SqlMemoStore(engine, SystemClock())
         _COMMANDS[args.memo_command](store, config.persona.tzinfo, args)
     except MemoError as exc:
         print(f"myao2 memo: {describe_error(exc)}", file=sys.stderr)
-        return 1
+        return EXIT_REFUSED
     finally:
         engine.dispose()
     return 0
 
 
 def describe_error(error: MemoError) -> str:
-    """A one-line explanation of a refused memo operation, for people."""
+    """A one-line explanation of a refused memo operation, for people: the tools' wording where
+    it does not name a tool."""
     template = _ERRORS.get(error.code)
-    return template.format(**error.params) if template else str(error)
+    return template.format(**error.params) if template else error_message(error, "en")
 
 
 # -- commands ----------------------------------------------------------------
@@ -102,19 +110,57 @@ def _history(store: MemoStore, tz: tzinfo, args: argparse.Namespace) -> None:
             print(f"    {line}")
 
 
+def _add(store: MemoStore, tz: tzinfo, args: argparse.Namespace) -> None:
+    audience = _audience(args) or WORKSPACE
+    priority = DEFAULT_PRIORITY if args.priority is None else args.priority
+    memo = _notebook(store).add(args.name, args.content, priority, _tags(args.tags), args.detail, audience=audience)
+    print(f"Added memo {memo.name!r} for {_audience_label(memo.audience)} (priority {memo.priority}).")
+
+
+def _edit(store: MemoStore, tz: tzinfo, args: argparse.Namespace) -> None:
+    memo = _notebook(store).edit(
+        args.name,
+        content=args.content,
+        priority=args.priority,
+        tags=_tags(args.tags),
+        detail=args.detail,
+        new_name=args.new_name,
+        audience=_audience(args),
+    )
+    print(f"Edited memo {memo.name!r} (revision {memo.revision}).")
+
+
+def _remove(store: MemoStore, tz: tzinfo, args: argparse.Namespace) -> None:
+    memo = _notebook(store).remove(args.name, audience=_audience(args))
+    print(f"Removed memo {memo.name!r}; `myao2 memo restore` brings it back.")
+
+
 def _restore(store: MemoStore, tz: tzinfo, args: argparse.Namespace) -> None:
-    memo = store.restore(args.name, CLI_ACTOR, audience=_audience(args))
+    memo = _notebook(store).restore(args.name, audience=_audience(args))
     print(f"Restored memo {memo.name!r} (priority {memo.priority}).")
 
 
 def _pin(store: MemoStore, tz: tzinfo, args: argparse.Namespace) -> None:
-    memo = store.pin(args.name, CLI_ACTOR)
+    memo = _notebook(store).pin(args.name, audience=_audience(args))
     print(f"Pinned memo {memo.name!r}: it is now a rule in every prompt that may see it, and the bot cannot change it.")
 
 
 def _unpin(store: MemoStore, tz: tzinfo, args: argparse.Namespace) -> None:
-    memo = store.unpin(args.name, CLI_ACTOR)
+    memo = _notebook(store).unpin(args.name, audience=_audience(args))
     print(f"Unpinned memo {memo.name!r}.")
+
+
+def _notebook(store: MemoStore) -> Notebook:
+    return Notebook(store, Actor.CLI)
+
+
+def _tags(value: str | None) -> list[str] | None:
+    """`--tags a,b` as a list; an empty `--tags ""` removes them all."""
+    return None if value is None else value.split(",")
+
+
+def _audience_label(audience: Audience) -> str:
+    return "the workspace" if audience.is_workspace else f"conversation {audience.conversation_id}"
 
 
 def _audience(args: argparse.Namespace) -> Audience | None:
@@ -128,6 +174,9 @@ _COMMANDS: dict[str, Command] = {
     "list": _list,
     "show": _show,
     "history": _history,
+    "add": _add,
+    "edit": _edit,
+    "remove": _remove,
     "restore": _restore,
     "pin": _pin,
     "unpin": _unpin,

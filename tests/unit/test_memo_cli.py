@@ -165,8 +165,8 @@ def test_restore_brings_a_memo_back(config, store, capsys):
         (["list", "--min-priority", "7"], "myao2 memo: priority must be a whole number from 1 to 5, not 7\n"),
     ],
 )
-def test_refusals_exit_1_with_one_line(config, store, capsys, argv, message):
-    assert run(config, *argv) == 1
+def test_refusals_exit_2_with_one_line(config, store, capsys, argv, message):
+    assert run(config, *argv) == 2
 
     captured = capsys.readouterr()
     assert captured.err == message
@@ -197,7 +197,7 @@ def test_a_name_shared_by_a_dm_and_the_workspace_is_picked_with_conversation(con
     memos.add(MemoDraft.create("alice-ramen", "Ramen night on Friday", 2), Origin("C1"), "model:U2")
     capsys.readouterr()
 
-    assert run(config, "show", "alice-ramen") == 1
+    assert run(config, "show", "alice-ramen") == 2
     assert capsys.readouterr().err == (
         "myao2 memo: several memos are named 'alice-ramen' (kept for G1, workspace); choose one with --conversation\n"
     )
@@ -213,7 +213,69 @@ def test_a_name_shared_by_a_dm_and_the_workspace_is_picked_with_conversation(con
     memos.remove("alice-ramen", Origin("C1"), "model:U2")
     memos.remove("alice-ramen", Origin("G1", channel_private=True), "model:U1")
     capsys.readouterr()
-    assert run(config, "restore", "alice-ramen") == 1
+    assert run(config, "restore", "alice-ramen") == 2
     assert "choose one with --conversation" in capsys.readouterr().err
     assert run(config, "restore", "alice-ramen", "--conversation", "G1") == 0
     assert memos.get("alice-ramen", "G1").content == "Alice loves spicy ramen"
+
+
+def myao2(config_path, *argv: str) -> subprocess.CompletedProcess[str]:
+    """The real `myao2 memo ...` command, as a person runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "myao2", "memo", *argv, "--config", str(config_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_people_add_edit_and_remove_memos_from_the_command_line(config_path, store):
+    memos, _ = store
+
+    added = myao2(config_path, "add", "standup", "--content", "Standup at 10:00", "--priority", "4", "--tags", "team,daily", "--detail", "In room B")
+    assert added.returncode == 0, added.stderr
+    assert added.stdout == "Added memo 'standup' for the workspace (priority 4).\n"
+    memo = memos.get("standup", "C7")
+    assert (memo.content, memo.priority, memo.tags, memo.detail) == ("Standup at 10:00", 4, ("team", "daily"), "In room B")
+
+    edited = myao2(config_path, "edit", "standup", "--content", "Standup at 10:30", "--tags", "", "--new-name", "daily-standup")
+    assert edited.returncode == 0, edited.stderr
+    assert edited.stdout == "Edited memo 'daily-standup' (revision 2).\n"
+    memo = memos.get("daily-standup", None)
+    assert (memo.content, memo.tags, memo.priority) == ("Standup at 10:30", (), 4)
+
+    removed = myao2(config_path, "remove", "daily-standup")
+    assert removed.returncode == 0, removed.stderr
+    history = memos.history("daily-standup")
+    assert [(r.action.value, r.actor) for r in history] == [("add", "user:cli"), ("edit", "user:cli"), ("remove", "user:cli")]
+
+
+def test_a_memo_added_for_a_conversation_stays_there(config, store, capsys):
+    memos, _ = store
+    assert run(config, "add", "surprise", "--content", "Party on Friday", "--conversation", "D5") == 0
+    assert capsys.readouterr().out == "Added memo 'surprise' for conversation D5 (priority 3).\n"
+    assert memos.get("surprise", "D5").content == "Party on Friday"
+    assert all(m.name != "surprise" for m in memos.list("C1").memos)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["add", "x", "--content", "y", "--tags", "a,b,c,d"], "A memo can have at most 3 tags (4 were given).\n"),
+        (["add", "x", "--content", "y", "--priority", "9"], "priority must be a whole number from 1 to 5, not 9\n"),
+        (["add", "alice-ramen", "--content", "y", "--conversation", "G1"], "a memo named 'alice-ramen' already exists; rename or remove it first\n"),
+        (["add", "x", "--content", "z" * 501], "the content is too long (501 characters; the limit is 500); put longer notes in --detail\n"),
+        (["edit", "alice-ramen"], "nothing to change: give --content, --priority, --tags, --detail or --new-name\n"),
+        (["edit", "nope", "--content", "y"], "no memo named 'nope'\n"),
+        (["edit", "alice-ramen", "--new-name", "ボブの誕生日"], "a memo named 'ボブの誕生日' already exists; rename or remove it first\n"),
+        (["remove", "dave-cold"], "no memo named 'dave-cold'\n"),
+    ],
+)
+def test_invalid_writes_exit_2_with_the_rule_and_write_nothing(config_path, store, argv, message):
+    memos, _ = store
+    before = [memos.history(m.name) for m in memos.list(None).memos]
+
+    result = myao2(config_path, *argv)
+
+    assert (result.returncode, result.stdout, result.stderr) == (2, "", "myao2 memo: " + message)
+    assert [memos.history(m.name) for m in memos.list(None).memos] == before

@@ -123,6 +123,6 @@ def test_the_command_line_pins_and_unpins(tmp_path, capsys):
     assert "Pinned memo 'no-spoilers'" in capsys.readouterr().out
     assert [m.name for m in memos.pinned(None)] == ["no-spoilers"]
     assert run("unpin", "no-spoilers") == 0
-    assert run("unpin", "no-spoilers") == 1
+    assert run("unpin", "no-spoilers") == 2
     assert "is not pinned" in capsys.readouterr().err
-    assert run("pin", "missing") == 1
+    assert run("pin", "missing") == 2

@@ -41,9 +41,28 @@ class MemoStore(Protocol):
 
     def add(self, draft: MemoDraft, origin: Origin, actor: str) -> Memo: ...
 
-    def edit(self, name: str, changes: MemoChanges, origin: Origin | None, actor: str) -> Memo: ...
+    def edit(
+        self,
+        name: str,
+        changes: MemoChanges,
+        origin: Origin | None,
+        actor: str,
+        *,
+        audience: Audience | None = None,
+        keep_pins: bool = False,
+    ) -> Memo:
+        """Change a memo; `keep_pins` refuses a pinned one even from a person's own view."""
+        ...
 
-    def remove(self, name: str, origin: Origin | None, actor: str) -> Memo: ...
+    def remove(
+        self,
+        name: str,
+        origin: Origin | None,
+        actor: str,
+        *,
+        audience: Audience | None = None,
+        keep_pins: bool = False,
+    ) -> Memo: ...
 
     def restore(
         self, name: str, actor: str, *, origin: Origin | None = None, audience: Audience | None = None
@@ -77,11 +96,11 @@ class MemoStore(Protocol):
 
     def history(self, name: str, *, audience: Audience | None = None) -> list[MemoRevision]: ...
 
-    def pin(self, name: str, actor: str) -> Memo:
+    def pin(self, name: str, actor: str, *, audience: Audience | None = None) -> Memo:
         """Make a memo a rule: shown in every prompt that may see it, changed by no conversation."""
         ...
 
-    def unpin(self, name: str, actor: str) -> Memo: ...
+    def unpin(self, name: str, actor: str, *, audience: Audience | None = None) -> Memo: ...
 
     def pinned(self, channel_id: str | None) -> list[Memo]:
         """The pinned memos `channel_id` may see, oldest pin first."""

@@ -82,10 +82,19 @@ class SqlMemoStore:
             self._revise(session, memo, Action.ADD, actor, None)
             return memo
 
-    def edit(self, name: str, changes: MemoChanges, origin: Origin | None, actor: str) -> Memo:
+    def edit(
+        self,
+        name: str,
+        changes: MemoChanges,
+        origin: Origin | None,
+        actor: str,
+        *,
+        audience: Audience | None = None,
+        keep_pins: bool = False,
+    ) -> Memo:
         with self._change() as session:
-            row = self._resolve(session, name, _reader(origin))
-            _refuse_pinned(session, row, origin)
+            row = self._resolve(session, name, _reader(origin), audience)
+            _refuse_pinned(session, row, origin, keep_pins)
             before = _to_memo(row)
             if origin is not None and not can_write(origin.audience, before.audience):
                 raise MemoError("wider_audience", name=before.name)
@@ -101,10 +110,18 @@ class SqlMemoStore:
             self._revise(session, after, Action.EDIT, actor, before)
             return after
 
-    def remove(self, name: str, origin: Origin | None, actor: str) -> Memo:
+    def remove(
+        self,
+        name: str,
+        origin: Origin | None,
+        actor: str,
+        *,
+        audience: Audience | None = None,
+        keep_pins: bool = False,
+    ) -> Memo:
         with self._change() as session:
-            row = self._resolve(session, name, _reader(origin))
-            _refuse_pinned(session, row, origin)
+            row = self._resolve(session, name, _reader(origin), audience)
+            _refuse_pinned(session, row, origin, keep_pins)
             before = _to_memo(row)
             row.removed_at = self._clock.now()
             _flush(session, name, name)
@@ -129,16 +146,16 @@ class SqlMemoStore:
             self._revise(session, after, Action.RESTORE, actor, before)
             return after
 
-    def pin(self, name: str, actor: str) -> Memo:
+    def pin(self, name: str, actor: str, *, audience: Audience | None = None) -> Memo:
         with self._change() as session:
-            row = self._resolve(session, name, None)
+            row = self._resolve(session, name, None, audience)
             if session.get(MemoPinRow, row.id) is None:
                 session.add(MemoPinRow(memo_id=row.id, pinned_by=actor, pinned_at=self._clock.now()))
             return _to_memo(row)
 
-    def unpin(self, name: str, actor: str) -> Memo:
+    def unpin(self, name: str, actor: str, *, audience: Audience | None = None) -> Memo:
         with self._change() as session:
-            row = self._resolve(session, name, None)
+            row = self._resolve(session, name, None, audience)
             pin = session.get(MemoPinRow, row.id)
             if pin is None:
                 raise MemoError("not_pinned", name=name)
@@ -406,9 +423,10 @@ def _seen(query: Any, audiences: Audiences, *, removed: bool = False, shadow: bo
     return query.where(or_(false(), *allowed))
 
 
-def _refuse_pinned(session: Session, row: MemoRow, origin: Origin | None) -> None:
-    """A pinned memo is a person's rule: a conversation (the model's tools) may read it, never change it."""
-    if origin is not None and session.get(MemoPinRow, row.id) is not None:
+def _refuse_pinned(session: Session, row: MemoRow, origin: Origin | None, keep_pins: bool) -> None:
+    """A pinned memo is a person's rule: a conversation (the model's tools) may read it, never change it;
+    nor may a person's own view that was asked to `keep_pins` (an agent acting for a person)."""
+    if (origin is not None or keep_pins) and session.get(MemoPinRow, row.id) is not None:
         raise MemoError("pinned", name=row.name)
 
 
