@@ -178,7 +178,7 @@ def test_mention_is_answered_during_a_slow_autonomous_reply(bot: BotProcess, sla
     def write(request: dict) -> Text:
         if "quick one" in prompt_text(request):
             return Text("mention answer")
-        return Text("slow answer", delay=10)
+        return Text("slow answer", delay=5)  # below the 10 s model timeout of the e2e config
 
     llm.set_responder(responder(lambda r: judgment(True), write))
     slack.add_channel("CDEV", "dev", members=[ALICE, BOB])
