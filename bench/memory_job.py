@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "src"))
 
-from myao2.application.context import Budget, ContextBuilder, Persona  # noqa: E402
+from myao2.application.context import Absorbed, Budget, ContextBuilder, Persona  # noqa: E402
 from myao2.application.memory_job import MemoryJob, MemorySettings  # noqa: E402
 from myao2.bot import memory_budgets  # noqa: E402
 from myao2.config import AgentConfig, AgentsConfig, Config  # noqa: E402
@@ -116,8 +116,7 @@ async def main() -> None:
             bot_user_id="UBOT",
             budget=Budget(defaults.response.conversation_max_tokens, defaults.response.message_max_tokens),
             marks=prompt_marks("en"),
-            memories=memories,
-            memory_budgets=memory_budgets(defaults),
+            absorbed=Absorbed(memories, memory_budgets(defaults)),
         )
 
         step = timedelta(hours=args.interval_hours)

@@ -14,7 +14,7 @@ from typing import Protocol, TypeVar
 
 from myao2.application.autonomous import AutonomousResponder, AutonomySettings
 from myao2.application.channels import ChannelLifecycle
-from myao2.application.context import Budget, ContextBuilder, MemoryBudgets, Persona
+from myao2.application.context import Absorbed, Budget, ContextBuilder, MemoryBudgets, Persona
 from myao2.application.conversations import Conversations
 from myao2.application.history_sync import HistorySync
 from myao2.application.inbox import Inbox
@@ -135,8 +135,7 @@ class Bot:
             bot_user_id=identity.user_id,
             budget=Budget(config.response.conversation_max_tokens, config.response.message_max_tokens),
             marks=prompt_marks(persona.language),
-            memories=memories,
-            memory_budgets=memory_budgets(config),
+            absorbed=Absorbed(memories, memory_budgets(config)),
         )
         renderer = PromptRenderer(
             persona.language,

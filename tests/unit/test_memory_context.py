@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import date
 from zoneinfo import ZoneInfo
 
 import pytest
 
-from myao2.application.context import Budget, ContextBuilder, MemoryBudgets, Persona
+from myao2.application.context import Absorbed, Budget, ContextBuilder, MemoryBudgets, Persona
+from myao2.bot import memory_budgets
+from myao2.config import Config
 from myao2.domain.conversation import Channel, ChannelKind, Message
 from myao2.domain.memory import WORKSPACE_SCOPE, Bullet, Memory, Scope, Term
 from myao2.domain.visibility import WORKSPACE, Audience
@@ -52,7 +55,10 @@ def stores(tmp_path):
     engine.dispose()
 
 
-def builder(stores, budgets: MemoryBudgets = MemoryBudgets(), with_memories: bool = True) -> ContextBuilder:
+DEFAULT_BUDGETS = memory_budgets(Config())
+
+
+def builder(stores, budgets: MemoryBudgets = DEFAULT_BUDGETS, with_memories: bool = True) -> ContextBuilder:
     memos, memories, clock = stores
     return ContextBuilder(
         memos,
@@ -61,8 +67,7 @@ def builder(stores, budgets: MemoryBudgets = MemoryBudgets(), with_memories: boo
         bot_user_id="UBOT",
         budget=Budget(6000, 1000),
         marks=prompt_marks("en"),
-        memories=memories if with_memories else None,
-        memory_budgets=budgets,
+        absorbed=Absorbed(memories, budgets) if with_memories else None,
     )
 
 
@@ -111,7 +116,7 @@ async def test_sections_are_trimmed_at_whole_bullets_oldest_first_with_a_marker(
     texts = [f"fact number {i} " + "x" * 40 for i in range(20)]
     memories.save([memory(WORKSPACE_SCOPE, Term.LONG, WORKSPACE, *texts)])
 
-    context = await builder(stores, MemoryBudgets(workspace=100)).build(GENERAL, reply(GENERAL))
+    context = await builder(stores, replace(DEFAULT_BUDGETS, workspace=100)).build(GENERAL, reply(GENERAL))
     text = PromptRenderer("en").render("response", "query", context)
 
     section = context.memory.workspace

@@ -43,13 +43,21 @@ class Persona:
 
 @dataclass(frozen=True)
 class MemoryBudgets:
-    """Most tokens each memory section of a prompt may take (from the `memory` config section)."""
+    """Most tokens each memory section of a prompt may take (the `memory.*_max_tokens` config keys)."""
 
-    workspace: int = 800
-    channel: int = 1000
+    workspace: int
+    channel: int
     """The channel's long- and short-term memories together; the short-term one is kept first."""
-    thread: int = 500
-    elsewhere: int = 500
+    thread: int
+    elsewhere: int
+
+
+@dataclass(frozen=True)
+class Absorbed:
+    """What the bot absorbed by listening that prompts show, and the budgets of its sections."""
+
+    memories: MemoryStore
+    budgets: MemoryBudgets
 
 
 @dataclass(frozen=True)
@@ -115,8 +123,8 @@ class Marks:
 
 
 class ContextBuilder:
-    """Builds the `PromptContext` for a conversation from the memo store (and, when given, the memory
-    store), within the prompt budget."""
+    """Builds the `PromptContext` for a conversation from the memo store (and, when given, what the bot
+    absorbed), within the prompt budget."""
 
     def __init__(
         self,
@@ -127,8 +135,7 @@ class ContextBuilder:
         bot_user_id: str,
         budget: Budget,
         marks: Marks,
-        memories: MemoryStore | None = None,
-        memory_budgets: MemoryBudgets = MemoryBudgets(),
+        absorbed: Absorbed | None = None,
     ) -> None:
         self._memos = memo_store
         self._clock = clock
@@ -136,8 +143,7 @@ class ContextBuilder:
         self._bot_user_id = bot_user_id
         self._budget = budget
         self._marks = marks
-        self._memories = memories
-        self._memory_budgets = memory_budgets
+        self._absorbed = absorbed
 
     async def build(
         self,
@@ -156,7 +162,7 @@ class ContextBuilder:
         """
         rules, important, recent = await asyncio.to_thread(self._read_memos, channel.id)
         thread_ts = next((m.thread_ts for m in messages if m.thread_ts), None)
-        memory = await asyncio.to_thread(self._read_memories, channel, thread_ts) if self._memories else MemorySections()
+        memory = await asyncio.to_thread(self._read_memories, channel, thread_ts) if self._absorbed else MemorySections()
         return PromptContext(
             persona=self._persona,
             now=self._clock.now().astimezone(self._persona.timezone),
@@ -206,11 +212,11 @@ class ContextBuilder:
 
     def _read_memories(self, channel: Channel, thread_ts: str | None) -> MemorySections:
         """The memories `channel` may read, each section within its budget."""
-        assert self._memories is not None
-        budgets = self._memory_budgets
+        assert self._absorbed is not None
+        memories, budgets = self._absorbed.memories, self._absorbed.budgets
 
         def readable(scope: Scope, term: Term) -> Memory | None:
-            memory = self._memories.get(scope, term)  # type: ignore[union-attr]
+            memory = memories.get(scope, term)
             return memory if memory is not None and can_read(channel.id, memory.audience) else None
 
         workspace = readable(WORKSPACE_SCOPE, Term.LONG)
@@ -222,7 +228,7 @@ class ContextBuilder:
         if shows_elsewhere(Audience.of(channel.id, channel.is_private)):
             lines = [
                 f"{memory.label}: {bullet_line(b)}"
-                for memory in self._memories.channels(Term.SHORT)
+                for memory in memories.channels(Term.SHORT)
                 if memory.scope.channel_id != channel.id and can_read(channel.id, memory.audience)
                 for b in memory.active
             ]
