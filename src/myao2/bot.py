@@ -20,10 +20,12 @@ from myao2.application.history_sync import HistorySync
 from myao2.application.inbox import Inbox
 from myao2.application.memory_job import MemoryJob, MemorySettings
 from myao2.application.mention import AnswerMention, MentionSettings
+from myao2.application.retention import RetentionJob
 from myao2.application.search import Search
 from myao2.config import Config, ConfigError
 from myao2.domain.answers import RetryPolicy
 from myao2.domain.judgment import SkipPolicy, WaitPolicy
+from myao2.domain.memory import RetentionPolicy
 from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
@@ -219,14 +221,30 @@ class Bot:
             spawn=self._tasks.spawn,
         )
 
+        memory_writer = StrandsMemoryWriter(clients, renderer, config.logging.debug_llm_messages)
         memory_job = MemoryJob(
             conversations=conversations,
             memories=memories,
-            writer=StrandsMemoryWriter(clients, renderer, config.logging.debug_llm_messages),
+            writer=memory_writer,
             clock=self._clock,
             persona=prompt_persona,
             settings=memory_settings(config),
         )
+        retention = RetentionJob(
+            conversations=conversations,
+            memories=memories,
+            writer=memory_writer,
+            clock=self._clock,
+            persona=prompt_persona,
+            policy=retention_policy(config),
+            bot_user_id=identity.user_id,
+            max_tokens=config.memory.batch_max_tokens,
+        )
+
+        async def remember() -> None:
+            """A memory round, then a retention round: raw messages are read before any is deleted."""
+            await memory_job.run()
+            await retention.run()
 
         def catch_up() -> None:
             self._tasks.spawn(self._catch_up(history, answer))
@@ -251,7 +269,7 @@ class Bot:
         self._tasks.spawn(self._every(response.history_sync_interval_seconds, lambda: self._catch_up(history, answer)))
         self._tasks.spawn(self._every(RETRY_POLL_SECONDS, answer.catch_up))
         self._tasks.spawn(self._every(response.check_interval_seconds, autonomous.check))
-        self._tasks.spawn(self._every(config.memory.update_interval_seconds, memory_job.run))
+        self._tasks.spawn(self._every(config.memory.update_interval_seconds, remember))
         indexer = IndexWorker(index, INDEX_INTERVAL_SECONDS) if index is not None else None
         if indexer is not None:
             indexer.start()
@@ -360,6 +378,17 @@ def memory_budgets(config: Config) -> MemoryBudgets:
         channel=memory.channel_max_tokens,
         thread=memory.thread_max_tokens,
         elsewhere=memory.elsewhere_max_tokens,
+        digest=memory.digest_max_tokens,
+    )
+
+
+def retention_policy(config: Config) -> RetentionPolicy:
+    """When raw messages are digested, condensed and deleted, from `memory.retention`."""
+    retention = config.memory.retention
+    return RetentionPolicy(
+        digest_after_days=retention.digest_after_days,
+        condense_after_days=retention.condense_after_days,
+        delete_after_days=retention.delete_after_days,
     )
 
 

@@ -133,6 +133,33 @@ class PersonaConfig(_Section):
         return ZoneInfo(self.timezone)
 
 
+class RetentionConfig(_Section):
+    """How long raw message text is kept: digested, condensed, then deleted. 0 turns a step off."""
+
+    digest_after_days: int = Field(default=3, ge=0)
+    """A day's messages in a conversation become a dated digest this many days later."""
+    condense_after_days: int = Field(default=7, ge=0)
+    """A shorter digest, made again from the raw messages, replaces it this many days later."""
+    delete_after_days: int = Field(default=14, ge=0)
+    """The raw message text is deleted this many days later (digests, memories and memos stay)."""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> RetentionConfig:
+        steps = [
+            (name, days)
+            for name, days in (
+                ("digest_after_days", self.digest_after_days),
+                ("condense_after_days", self.condense_after_days),
+                ("delete_after_days", self.delete_after_days),
+            )
+            if days
+        ]
+        for (earlier, before), (later, after) in zip(steps, steps[1:]):
+            if after <= before:
+                raise ValueError(f"{later} must be more than {earlier} ({before}), or 0 to turn it off")
+        return self
+
+
 class MemoryConfig(_Section):
     """Where memos and memories are stored, how the memory job runs and what prompts show of it."""
 
@@ -152,6 +179,9 @@ class MemoryConfig(_Section):
     thread_max_tokens: int = Field(default=500, ge=0)
     elsewhere_max_tokens: int = Field(default=500, ge=0)
     """Other channels' short-term memories in a public channel's prompt."""
+    digest_max_tokens: int = Field(default=600, ge=0)
+    """The current conversation's digests of past days in a prompt."""
+    retention: RetentionConfig = _section()
 
     @property
     def sqlalchemy_url(self) -> str:

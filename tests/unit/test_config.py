@@ -315,3 +315,14 @@ def test_shipped_config_has_no_unknown_keys(caplog: pytest.LogCaptureFixture) ->
 def test_config_is_frozen() -> None:
     with pytest.raises(ValueError):
         Config().persona.name = "other"  # type: ignore[misc]
+
+
+def test_retention_defaults_and_order(tmp_path: Path) -> None:
+    retention = load_text(tmp_path, "").memory.retention
+    assert (retention.digest_after_days, retention.condense_after_days, retention.delete_after_days) == (3, 7, 14)
+    off = load_text(tmp_path, "memory: {retention: {digest_after_days: 0, condense_after_days: 0}}").memory.retention
+    assert off.delete_after_days == 14
+    with pytest.raises(ConfigError, match="^memory.retention: delete_after_days must be more than condense_after_days"):
+        load_text(tmp_path, "memory: {retention: {condense_after_days: 20}}")
+    with pytest.raises(ConfigError, match="^memory.retention.digest_after_days: must be greater than or equal to 0"):
+        load_text(tmp_path, "memory: {retention: {digest_after_days: -1}}")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Protocol
 
 from myao2.application.context import Persona, PromptContext, format_time
@@ -11,7 +11,7 @@ from myao2.application.reply_stream import ReplyStream
 from myao2.domain.conversation import Channel
 from myao2.domain.judgment import Judgment
 from myao2.domain.memo import Origin
-from myao2.domain.memory import Bullet, Draft
+from myao2.domain.memory import Bullet, Draft, Stage
 
 
 class ModelUnavailable(Exception):
@@ -84,4 +84,26 @@ class MemoryUpdate:
 class MemoryWriter(Protocol):
     async def update(self, prompt: MemoryPrompt) -> MemoryUpdate:
         """The memory update for `prompt`; raises ModelUnavailable when the model fails or answers nothing usable."""
+        ...
+
+
+@dataclass(frozen=True)
+class DigestPrompt:
+    """What the memory model reads to digest one conversation's day: its messages, as prompt lines.
+
+    At `Stage.CONDENSED` it is asked for a shorter digest, made from the same raw messages.
+    """
+
+    persona: Persona
+    channel: Channel
+    day: date
+    stage: Stage
+    messages: tuple[str, ...]
+    omitted: int = 0
+    """Messages of the day left out to fit the model's budget (the oldest)."""
+
+
+class DigestWriter(Protocol):
+    async def digest(self, prompt: DigestPrompt) -> tuple[str, ...]:
+        """The digest's lines; raises ModelUnavailable when the model fails or answers nothing usable."""
         ...

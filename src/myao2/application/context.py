@@ -15,7 +15,7 @@ from typing import Literal
 from myao2.domain.budget import cut_text, fit_items
 from myao2.domain.conversation import MENTION, Channel, Message
 from myao2.domain.memo import IMPORTANT_PRIORITY, Memo
-from myao2.domain.memory import WORKSPACE_SCOPE, Memory, Scope, Term, bullet_line
+from myao2.domain.memory import WORKSPACE_SCOPE, Memory, Scope, Term, bullet_line, digest_line
 from myao2.domain.ports import Clock, MemoryStore, MemoStore
 from myao2.domain.tokens import estimate_tokens
 from myao2.domain.visibility import Audience, can_read, shows_elsewhere
@@ -50,6 +50,8 @@ class MemoryBudgets:
     """The channel's long- and short-term memories together; the short-term one is kept first."""
     thread: int
     elsewhere: int
+    digest: int
+    """The conversation's digests of past days; the oldest are left out first."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,8 @@ class MemorySections:
     thread: MemorySection = MemorySection()
     elsewhere: MemorySection = MemorySection()
     """Other channels' short-term memories, each line naming its channel (public channels only)."""
+    digests: MemorySection = MemorySection()
+    """The conversation's digests of past days, oldest first."""
 
 
 @dataclass(frozen=True)
@@ -233,12 +237,14 @@ class ContextBuilder:
                 for b in memory.active
             ]
             elsewhere = _fit_lines(lines, budgets.elsewhere)
+        digests = [digest_line(d) for d in memories.digests(channel.id) if can_read(channel.id, d.audience)]
         return MemorySections(
             workspace=_section(workspace, budgets.workspace),
             channel_long=long_section,
             channel_short=short_section,
             thread=_section(thread, budgets.thread),
             elsewhere=elsewhere,
+            digests=_fit_lines(digests, budgets.digest),
         )
 
 

@@ -127,3 +127,76 @@ class Memory:
 def bullet_line(bullet: Bullet) -> str:
     """A bullet as prompts and the command line show it: "- [YYYY-MM-DD] text"."""
     return f"- [{bullet.day.isoformat()}] {bullet.text}"
+
+
+class Stage(str, Enum):
+    """How far a day's digest has gone: a digest, then a shorter condensed one."""
+
+    DIGEST = "digest"
+    CONDENSED = "condensed"
+
+    @property
+    def rank(self) -> int:
+        return list(Stage).index(self)
+
+
+@dataclass(frozen=True)
+class Digest:
+    """What one conversation said on one day, kept once its raw messages are gone.
+
+    Made by the model from that day's messages (threads included), at `stage`;
+    it belongs to the audience of its conversation. `first_ts`..`last_ts` span the
+    messages it was made from and `authors` are who wrote them.
+    """
+
+    channel_id: str
+    day: date
+    stage: Stage
+    audience: Audience
+    lines: tuple[str, ...]
+    first_ts: str
+    last_ts: str
+    authors: tuple[str, ...] = ()
+    label: str = ""
+
+
+def digest_line(digest: Digest) -> str:
+    """A digest as prompts and search results show it: "- [YYYY-MM-DD] line; line"."""
+    return f"- [{digest.day.isoformat()}] {' / '.join(digest.lines)}"
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    """When a day's raw messages are digested, condensed and deleted, in whole days after that day; 0: never."""
+
+    digest_after_days: int = 3
+    condense_after_days: int = 7
+    delete_after_days: int = 14
+
+    @property
+    def horizon_days(self) -> int | None:
+        """The fewest days after which any step applies; None when every step is off."""
+        days = [d for d in (self.digest_after_days, self.condense_after_days, self.delete_after_days) if d]
+        return min(days) if days else None
+
+    def stage_due(self, day: date, today: date) -> Stage | None:
+        """The digest stage a day's messages should have by `today` (None: none yet, or digests are off)."""
+        age = (today - day).days
+        if self.condense_after_days and age >= self.condense_after_days:
+            return Stage.CONDENSED
+        if self.digest_after_days and age >= self.digest_after_days:
+            return Stage.DIGEST
+        return None
+
+    def final_stage(self) -> Stage | None:
+        """The last digest stage a day goes through before its raw text is deleted."""
+        if self.condense_after_days:
+            return Stage.CONDENSED
+        return Stage.DIGEST if self.digest_after_days else None
+
+    def deletable(self, day: date, today: date, made: Stage | None) -> bool:
+        """Whether a day's raw text may go: old enough, and its last digest (if any) made from it first."""
+        if not self.delete_after_days or (today - day).days < self.delete_after_days:
+            return False
+        final = self.final_stage()
+        return final is None or (made is not None and made.rank >= final.rank)

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Protocol
 
 from myao2.domain.conversation import Channel, ChannelChanges, ChannelKind, History, Message, Person
-from myao2.domain.memory import Memory, Scope, Term
+from myao2.domain.memory import Digest, Memory, Scope, Term
 from myao2.domain.answers import PendingAnswer
 from myao2.domain.memo import (
     Memo,
@@ -122,6 +122,19 @@ class MemoryStore(Protocol):
 
     def all(self) -> list[Memory]: ...
 
+    def digests(self, channel_id: str | None = None) -> list[Digest]:
+        """The digests of one conversation (or of all), by conversation then day."""
+        ...
+
+    def save_digest(self, digest: Digest) -> None:
+        """Store a day's digest, replacing the one of that conversation and day."""
+        ...
+
+    def narrow(self, channel_id: str) -> None:
+        """The channel stopped being the workspace's: what was absorbed from it becomes its own,
+        and the workspace memory is dropped, to be made again without it."""
+        ...
+
 
 class ConversationStore(Protocol):
     """What the bot has seen in Slack: channels, people and messages (synchronous; run in a thread)."""
@@ -169,6 +182,18 @@ class ConversationStore(Protocol):
     def changed_messages(self, channel_id: str, after_ts: str, edited_after: datetime | None) -> list[Message]:
         """Messages of the channel (threads included) newer than `after_ts` or edited after `edited_after`
         (None: ever edited), oldest first."""
+        ...
+
+    def messages_before(self, before: datetime) -> list[Message]:
+        """Every stored message posted before `before`, in any channel, by channel then posting order."""
+        ...
+
+    def active_threads(self, channel_id: str, since: datetime, user_id: str) -> set[str]:
+        """The threads of a channel that `user_id` took part in and that have a message posted after `since`."""
+        ...
+
+    def expire_messages(self, channel_id: str, ts: Sequence[str]) -> None:
+        """Delete these messages of a channel for good (retention): none as old is ever stored again."""
         ...
 
     def save_channel(self, channel: Channel, as_of: datetime | None = None) -> None:

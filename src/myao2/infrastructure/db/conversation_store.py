@@ -7,11 +7,11 @@ callers racing from several threads never store a message twice nor claim it twi
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Table, Text, delete, exists, func, insert, literal, or_, type_coerce, update
+from sqlalchemy import Connection, Engine, Table, Text, case, delete, exists, func, insert, literal, or_, type_coerce, update
 from sqlalchemy import select as core_select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
@@ -21,7 +21,14 @@ from myao2.domain.answers import PendingAnswer
 from myao2.domain.conversation import Channel, ChannelChanges, ChannelKind, History, Message, Person, mentions_in, ts_to_datetime
 from myao2.domain.ports import Clock
 from myao2.infrastructure.clock import SystemClock
-from myao2.infrastructure.db.tables import ChannelRow, ClaimRow, MessageRow, PersonRow, TombstoneRow
+from myao2.infrastructure.db.tables import (
+    ChannelRow,
+    ClaimRow,
+    MessageExpiryRow,
+    MessageRow,
+    PersonRow,
+    TombstoneRow,
+)
 
 TOMBSTONE_LIFETIME = timedelta(hours=1)
 """How long a deletion is remembered: longer than any history fetch takes."""
@@ -177,6 +184,45 @@ class SqlConversationStore:
                 .limit(after)
             ).all()
         return [*older, message, *(_to_message(r) for r in later)]
+
+    def messages_before(self, before: datetime) -> list[Message]:
+        with self._engine.connect() as connection:
+            rows = connection.execute(
+                core_select(_table(MessageRow))
+                .where(col(MessageRow.posted_at) < before)
+                .order_by(col(MessageRow.channel_id), col(MessageRow.posted_at), col(MessageRow.ts))
+            ).all()
+        return [_to_message(r) for r in rows]
+
+    def active_threads(self, channel_id: str, since: datetime, user_id: str) -> set[str]:
+        took_part = func.sum(case((MessageRow.user_id == user_id, 1), else_=0))
+        with self._engine.connect() as connection:
+            rows = connection.execute(
+                core_select(MessageRow.thread_ts)
+                .where(MessageRow.channel_id == channel_id, col(MessageRow.thread_ts).is_not(None))
+                .group_by(MessageRow.thread_ts)
+                .having(func.max(col(MessageRow.posted_at)) > since, took_part > 0)
+            ).all()
+        return {row[0] for row in rows}
+
+    def expire_messages(self, channel_id: str, ts: Sequence[str]) -> None:
+        if not ts:
+            return
+        expiry = _table(MessageExpiryRow)
+        with self._engine.begin() as connection:
+            connection.execute(
+                delete(MessageRow).where(MessageRow.channel_id == channel_id, col(MessageRow.ts).in_(list(ts)))
+            )
+            through = connection.execute(
+                core_select(expiry.c.deleted_through).where(expiry.c.channel_id == channel_id)
+            ).scalar_one_or_none()
+            newest = max(ts)
+            if through is None:
+                connection.execute(insert(expiry).values(channel_id=channel_id, deleted_through=newest))
+            elif newest > through:
+                connection.execute(
+                    update(expiry).where(expiry.c.channel_id == channel_id).values(deleted_through=newest)
+                )
 
     def channels(self) -> list[Channel]:
         """Every stored channel."""
@@ -369,14 +415,19 @@ _INSERT_IGNORING: dict[str, Callable[[Table], Any]] = {"sqlite": sqlite.insert, 
 
 
 def _save_message(connection: Connection, message: Message) -> bool:
-    """Insert a message unless its (channel, ts) is stored or was deleted; True when inserted.
+    """Insert a message unless its (channel, ts) is stored or was deleted (in Slack, or by retention); True when inserted.
 
     One statement, so a deletion committed meanwhile by another thread is respected.
     """
     table = _table(MessageRow)
     values = _message_row(message)
     tombstoned = exists().where(TombstoneRow.channel_id == message.channel_id, TombstoneRow.ts == message.ts)
-    source = core_select(*(literal(value, table.c[name].type) for name, value in values.items())).where(~tombstoned)
+    expired = exists().where(
+        MessageExpiryRow.channel_id == message.channel_id, col(MessageExpiryRow.deleted_through) >= message.ts
+    )
+    source = core_select(*(literal(value, table.c[name].type) for name, value in values.items())).where(
+        ~tombstoned, ~expired
+    )
     insert_ignoring = _INSERT_IGNORING.get(connection.dialect.name)
     if insert_ignoring is None:
         try:

@@ -9,10 +9,10 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlmodel import Session, col, select
 
-from myao2.domain.memory import Bullet, Memory, Scope, Term
+from myao2.domain.memory import Bullet, Digest, Memory, Scope, Stage, Term
 from myao2.domain.ports import Clock
 from myao2.domain.visibility import Audience
-from myao2.infrastructure.db.tables import MemoryRow
+from myao2.infrastructure.db.tables import DigestRow, MemoryRow
 
 
 class SqlMemoryStore:
@@ -63,6 +63,46 @@ class SqlMemoryStore:
             rows = session.exec(select(MemoryRow).order_by(col(MemoryRow.scope), col(MemoryRow.term))).all()
         return [row_to_memory(r) for r in rows]
 
+    def digests(self, channel_id: str | None = None) -> list[Digest]:
+        query = select(DigestRow).order_by(col(DigestRow.channel_id), col(DigestRow.day))
+        if channel_id is not None:
+            query = query.where(DigestRow.channel_id == channel_id)
+        with Session(self._engine) as session:
+            rows = session.exec(query).all()
+        return [row_to_digest(r) for r in rows]
+
+    def save_digest(self, digest: Digest) -> None:
+        with Session(self._engine) as session, session.begin():
+            row = session.exec(
+                select(DigestRow).where(DigestRow.channel_id == digest.channel_id, DigestRow.day == digest.day.isoformat())
+            ).first() or DigestRow(channel_id=digest.channel_id, day=digest.day.isoformat())
+            row.stage = digest.stage.value
+            row.audience = digest.audience.conversation_id
+            row.label = digest.label
+            row.lines = list(digest.lines)
+            row.first_ts = digest.first_ts
+            row.last_ts = digest.last_ts
+            row.authors = list(digest.authors)
+            row.made_at = self._clock.now()
+            session.add(row)
+
+    def narrow(self, channel_id: str) -> None:
+        """The channel's (and its threads') memories and digests become its own; the workspace memory,
+        which may hold what it said, is dropped, to be made again from the public channels alone."""
+        keys = [Scope(channel_id).key, f"thread:{channel_id}:%"]
+        with Session(self._engine) as session, session.begin():
+            rows = session.exec(
+                select(MemoryRow).where((MemoryRow.scope == keys[0]) | col(MemoryRow.scope).like(keys[1]))
+            ).all()
+            for row in rows:
+                row.audience = channel_id
+                session.add(row)
+            for digest in session.exec(select(DigestRow).where(DigestRow.channel_id == channel_id)).all():
+                digest.audience = channel_id
+                session.add(digest)
+            for workspace in session.exec(select(MemoryRow).where(MemoryRow.scope == Scope().key)).all():
+                session.delete(workspace)
+
 
 def bullet_to_json(bullet: Bullet) -> dict[str, Any]:
     """A bullet as stored in the `bullets` JSON column."""
@@ -88,4 +128,19 @@ def row_to_memory(row: MemoryRow) -> Memory:
         label=row.label,
         covered=row.covered,
         updated_at=row.updated_at,
+    )
+
+
+def row_to_digest(row: DigestRow) -> Digest:
+    """A digest from its row."""
+    return Digest(
+        channel_id=row.channel_id,
+        day=date.fromisoformat(row.day),
+        stage=Stage(row.stage),
+        audience=Audience(row.audience),
+        lines=tuple(row.lines),
+        first_ts=row.first_ts,
+        last_ts=row.last_ts,
+        authors=tuple(row.authors),
+        label=row.label,
     )

@@ -155,3 +155,32 @@ class MemoryRow(SQLModel, table=True):
     bullets: list[dict[str, Any]] = Field(sa_column=Column(JSONText, nullable=False))
     covered: str = Field(sa_column=Column(Text, nullable=False))
     updated_at: datetime = Field(sa_column=Column(UTCDateTime, nullable=False))
+
+
+class DigestRow(SQLModel, table=True):
+    """One conversation's day, digested (the raw messages may be gone)."""
+
+    __tablename__ = "digests"
+    __table_args__ = (UniqueConstraint("channel_id", "day", name="uq_digests_channel_day"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    channel_id: str = Field(max_length=32)
+    day: str = Field(max_length=10)
+    stage: str = Field(max_length=16)
+    audience: str | None = Field(default=None, max_length=32)
+    """The one conversation that may read it; NULL: the workspace."""
+    label: str = Field(max_length=255)
+    lines: list[str] = Field(sa_column=Column(JSONText, nullable=False))
+    first_ts: str = Field(max_length=32)
+    last_ts: str = Field(max_length=32)
+    authors: list[str] = Field(sa_column=Column(JSONText, nullable=False))
+    made_at: datetime = Field(sa_column=Column(UTCDateTime, nullable=False))
+
+
+class MessageExpiryRow(SQLModel, table=True):
+    """How far a channel's raw messages were deleted by retention: none up to `deleted_through` is stored again."""
+
+    __tablename__ = "message_expiry"
+
+    channel_id: str = Field(primary_key=True, max_length=32)
+    deleted_through: str = Field(max_length=32)

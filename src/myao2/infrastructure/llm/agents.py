@@ -16,11 +16,11 @@ import json
 import logging
 import time
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field
 
-from myao2.application.agents import MemoryPrompt, MemoryUpdate, ModelUnavailable
+from myao2.application.agents import DigestPrompt, MemoryPrompt, MemoryUpdate, ModelUnavailable
 from myao2.application.context import PromptContext
 from myao2.application.reply_stream import (
     ReplyDone,
@@ -38,7 +38,7 @@ from myao2.domain.memo import MAX_CHANGES_PER_REPLY, ChangeBudget, Origin
 from myao2.domain.memory import Draft
 from myao2.domain.ports import MemoStore
 from myao2.infrastructure.llm.phrases import elapsed_phrase, tool_title
-from myao2.infrastructure.llm.prompts import PromptRenderer
+from myao2.infrastructure.llm.prompts import Kind, PromptRenderer
 
 if TYPE_CHECKING:
     import openai
@@ -333,8 +333,17 @@ class MemoryUpdateOutput(BaseModel):
     threads: list[ThreadMemoryOutput] = Field(default_factory=list, description="one per thread asked for")
 
 
+class DigestOutput(BaseModel):
+    """The digest of one conversation's day."""
+
+    lines: list[str] = Field(description="short lines, each one sentence naming who it is about")
+
+
+_Output = TypeVar("_Output", bound=BaseModel)
+
+
 class StrandsMemoryWriter:
-    """`MemoryWriter` with the memory agent: no tools, structured output, two model calls at most."""
+    """`MemoryWriter` and `DigestWriter` with the memory agent: no tools, structured output, two model calls at most."""
 
     ROLE: Role = "memory"
     MAX_CALLS = 2
@@ -346,6 +355,22 @@ class StrandsMemoryWriter:
         self._debug = debug_messages
 
     async def update(self, prompt: MemoryPrompt) -> MemoryUpdate:
+        output = await self._ask("memory", prompt, MemoryUpdateOutput)
+        return MemoryUpdate(
+            long_term=tuple(Draft(b.text, tuple(b.ts), tuple(b.supersedes)) for b in output.long_term),
+            short_term=_drafts(output.short_term),
+            threads=tuple((t.thread_ts, _drafts(t.bullets)) for t in output.threads),
+        )
+
+    async def digest(self, prompt: DigestPrompt) -> tuple[str, ...]:
+        output = await self._ask("digest", prompt, DigestOutput)
+        lines = tuple(" ".join(line.split()) for line in output.lines)
+        if not any(lines):
+            raise ModelUnavailable(f"{self.ROLE} model gave an empty digest")
+        return tuple(line for line in lines if line)
+
+    async def _ask(self, kind: Kind, prompt: MemoryPrompt | DigestPrompt, output_model: type[_Output]) -> _Output:
+        """The model's structured answer to the `kind` templates rendered with `prompt`."""
         await self._clients.load()
         from strands import Agent
         from strands.agent.conversation_manager import NullConversationManager
@@ -353,16 +378,16 @@ class StrandsMemoryWriter:
 
         agent = Agent(
             model=self._clients.model(self.ROLE),
-            system_prompt=self._renderer.render(self.ROLE, "system", prompt),
+            system_prompt=self._renderer.render(kind, "system", prompt),
             callback_handler=None,
             conversation_manager=NullConversationManager(),
             retry_strategy=bounded_retry_strategy(),
             hooks=[ModelCallLog(self.ROLE, self._config.model_id, self._debug)],
         )
-        query = self._renderer.render(self.ROLE, "query", prompt)
+        query = self._renderer.render(kind, "query", prompt)
         try:
             result = await agent.invoke_async(
-                query, structured_output_model=MemoryUpdateOutput, limits={"turns": self.MAX_CALLS}
+                query, structured_output_model=output_model, limits={"turns": self.MAX_CALLS}
             )
         except StructuredOutputException:
             raise ModelUnavailable(f"{self.ROLE} model gave no structured answer") from None
@@ -372,13 +397,9 @@ class StrandsMemoryWriter:
             logger.error("%s agent failed unexpectedly: %s", self.ROLE, type(exc).__name__, exc_info=True)
             raise ModelUnavailable(f"{self.ROLE} agent failed: {type(exc).__name__}") from None
         output = result.structured_output
-        if not isinstance(output, MemoryUpdateOutput):
+        if not isinstance(output, output_model):
             raise ModelUnavailable(f"{self.ROLE} model stopped with {result.stop_reason}")
-        return MemoryUpdate(
-            long_term=tuple(Draft(b.text, tuple(b.ts), tuple(b.supersedes)) for b in output.long_term),
-            short_term=_drafts(output.short_term),
-            threads=tuple((t.thread_ts, _drafts(t.bullets)) for t in output.threads),
-        )
+        return output
 
 
 def _drafts(bullets: list[BulletOutput]) -> tuple[Draft, ...]:

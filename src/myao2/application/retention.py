@@ -1,0 +1,151 @@
+"""Retention: raw message text is personal data, kept only as long as the policy says.
+
+A day's messages in a conversation (threads included, days in the persona's time
+zone) become a dated digest after `digest_after_days`; after `condense_after_days` a
+shorter digest replaces it, made again from the raw messages, never from the digest;
+after `delete_after_days` the raw messages are deleted, once the day's last digest is
+made. Messages of a thread the bot still takes part in are kept until it has been
+quiet for a day. Each digest and each deletion is its own transaction, and what is
+done is read back from the store, so a crash resumes where it stopped; a failed model
+call keeps the raw messages and ends the round, to be tried again next round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta
+from itertools import groupby
+
+from myao2.application.agents import DigestPrompt, DigestWriter, ModelUnavailable
+from myao2.application.context import Persona, format_message
+from myao2.domain.budget import fit_items
+from myao2.domain.conversation import Channel, Message
+from myao2.domain.memory import Digest, RetentionPolicy, Stage
+from myao2.domain.ports import Clock, ConversationStore, MemoryStore
+from myao2.domain.tokens import estimate_tokens
+from myao2.domain.visibility import Audience
+
+logger = logging.getLogger(__name__)
+
+QUIET_THREAD = timedelta(days=1)
+"""How long a thread the bot takes part in must be quiet before its raw messages may go."""
+
+
+@dataclass(frozen=True)
+class RetentionReport:
+    """What one round did."""
+
+    digests: int = 0
+    failures: int = 0
+    deleted: int = 0
+
+
+class RetentionJob:
+    """Runs rounds of digesting, condensing and deleting raw messages; one round at a time."""
+
+    def __init__(
+        self,
+        *,
+        conversations: ConversationStore,
+        memories: MemoryStore,
+        writer: DigestWriter,
+        clock: Clock,
+        persona: Persona,
+        policy: RetentionPolicy,
+        bot_user_id: str,
+        max_tokens: int,
+    ) -> None:
+        self._conversations = conversations
+        self._memories = memories
+        self._writer = writer
+        self._clock = clock
+        self._persona = persona
+        self._policy = policy
+        self._bot_user_id = bot_user_id
+        self._max_tokens = max_tokens
+        """The most message text one digest call reads; the day's oldest messages are left out beyond it."""
+        self._lock = asyncio.Lock()
+
+    async def run(self) -> RetentionReport:
+        """One round over every conversation's days old enough for a step."""
+        horizon = self._policy.horizon_days
+        if horizon is None:
+            return RetentionReport()
+        async with self._lock:
+            today = self._clock.now().astimezone(self._persona.timezone).date()
+            before = self._day_start(today - timedelta(days=horizon - 1))
+            messages = await asyncio.to_thread(self._conversations.messages_before, before)
+            report = RetentionReport()
+            for channel_id, in_channel in groupby(messages, key=lambda m: m.channel_id):
+                report, going_on = await self._channel(channel_id, list(in_channel), today, report)
+                if not going_on:
+                    break
+            if report.digests or report.deleted or report.failures:
+                logger.info(
+                    "retention: %d digest(s) made, %d failed, %d raw message(s) deleted",
+                    report.digests,
+                    report.failures,
+                    report.deleted,
+                )
+            return report
+
+    async def _channel(
+        self, channel_id: str, messages: list[Message], today: date, report: RetentionReport
+    ) -> tuple[RetentionReport, bool]:
+        """Digest and delete what is due in one channel; False once the model failed (the round ends)."""
+        channel = await asyncio.to_thread(self._conversations.get_channel, channel_id)
+        if channel is None:
+            channel = Channel(channel_id, channel_id, is_member=False)  # unknown: kept to itself
+        made = {d.day: d.stage for d in await asyncio.to_thread(self._memories.digests, channel_id)}
+        days: dict[date, list[Message]] = {}
+        for message in messages:
+            days.setdefault(message.posted_at.astimezone(self._persona.timezone).date(), []).append(message)
+        kept_threads: set[str] | None = None
+        for day, of_day in sorted(days.items()):
+            due = self._policy.stage_due(day, today)
+            if due is not None and (made.get(day) is None or made[day].rank < due.rank):
+                try:
+                    lines = await self._writer.digest(self._prompt(channel, day, due, of_day))
+                except ModelUnavailable as exc:
+                    logger.warning("retention: digest skipped this round, raw messages kept: %s", exc)
+                    return RetentionReport(report.digests, report.failures + 1, report.deleted), False
+                digest = Digest(
+                    channel_id=channel.id,
+                    day=day,
+                    stage=due,
+                    audience=Audience.of(channel.id, channel.is_private),
+                    lines=lines,
+                    first_ts=of_day[0].ts,
+                    last_ts=of_day[-1].ts,
+                    authors=tuple(dict.fromkeys(m.user_id for m in of_day if m.user_id)),
+                    label=_label(channel),
+                )
+                await asyncio.to_thread(self._memories.save_digest, digest)
+                made[day] = due
+                report = RetentionReport(report.digests + 1, report.failures, report.deleted)
+            if self._policy.deletable(day, today, made.get(day)):
+                if kept_threads is None:
+                    since = self._clock.now() - QUIET_THREAD
+                    kept_threads = await asyncio.to_thread(
+                        self._conversations.active_threads, channel.id, since, self._bot_user_id
+                    )
+                going = [m.ts for m in of_day if (m.thread_ts or m.ts) not in kept_threads]
+                await asyncio.to_thread(self._conversations.expire_messages, channel.id, going)
+                report = RetentionReport(report.digests, report.failures, report.deleted + len(going))
+        return report, True
+
+    def _prompt(self, channel: Channel, day: date, stage: Stage, messages: Sequence[Message]) -> DigestPrompt:
+        zone = self._persona.timezone
+        lines = [format_message(m, zone, {}) for m in messages]
+        kept = fit_items(lines, self._max_tokens, lambda line: estimate_tokens(line) + 1)
+        return DigestPrompt(self._persona, channel, day, stage, tuple(kept), omitted=len(lines) - len(kept))
+
+    def _day_start(self, day: date) -> datetime:
+        return datetime.combine(day, time(), tzinfo=self._persona.timezone)
+
+
+def _label(channel: Channel) -> str:
+    return f"#{channel.name}"

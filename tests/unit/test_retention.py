@@ -1,0 +1,244 @@
+"""The retention job: digests, then condensed digests, then raw text deleted; resumable, and failures keep the raw data."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from myao2.application.agents import DigestPrompt, ModelUnavailable
+from myao2.application.context import Persona
+from myao2.application.retention import RetentionJob
+from myao2.domain.conversation import Channel, ChannelKind, Message
+from myao2.domain.memory import RetentionPolicy, Stage
+from myao2.domain.visibility import Audience
+from myao2.infrastructure.db.conversation_store import SqlConversationStore
+from myao2.infrastructure.db.engine import open_database
+from myao2.infrastructure.db.memory_store import SqlMemoryStore
+from tests.clocks import ManualClock
+
+PERSONA = Persona("myao", "", "en", ZoneInfo("UTC"))
+GENERAL = Channel("C1", "general")
+SECRET = Channel("G1", "secret", ChannelKind.PRIVATE)
+BOT = "UBOT"
+DAY = 24 * 3600
+
+
+class FakeDigests:
+    """A model that digests each message line as "<stage>: text"; `failing` makes it unavailable."""
+
+    def __init__(self) -> None:
+        self.prompts: list[DigestPrompt] = []
+        self.failing = False
+
+    async def digest(self, prompt: DigestPrompt) -> tuple[str, ...]:
+        self.prompts.append(prompt)
+        if self.failing:
+            raise ModelUnavailable("down")
+        return tuple(f"{prompt.stage.value}: {line.split(': ', 1)[1]}" for line in prompt.messages)
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def db_path(tmp_path):
+    return tmp_path / "m.db"
+
+
+@pytest.fixture
+def engine(db_path):
+    engine = open_database(f"sqlite:///{db_path}")
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def conversations(engine, clock) -> SqlConversationStore:
+    store = SqlConversationStore(engine, clock)
+    store.save_channel(GENERAL)
+    store.save_channel(SECRET)
+    return store
+
+
+@pytest.fixture
+def memories(engine, clock) -> SqlMemoryStore:
+    return SqlMemoryStore(engine, clock)
+
+
+@pytest.fixture
+def writer() -> FakeDigests:
+    return FakeDigests()
+
+
+def make_job(conversations, memories, writer, clock, policy=RetentionPolicy()) -> RetentionJob:
+    return RetentionJob(
+        conversations=conversations,
+        memories=memories,
+        writer=writer,
+        clock=clock,
+        persona=PERSONA,
+        policy=policy,
+        bot_user_id=BOT,
+        max_tokens=2000,
+    )
+
+
+@pytest.fixture
+def job(conversations, memories, writer, clock) -> RetentionJob:
+    return make_job(conversations, memories, writer, clock)
+
+
+def say(store: SqlConversationStore, clock: ManualClock, channel: Channel, text: str, user: str = "U1", thread_ts=None) -> Message:
+    clock.advance(60)
+    message = Message(channel.id, f"{clock.now().timestamp():.6f}", user, text, "Alice", thread_ts=thread_ts)
+    assert store.save_message(message)
+    return message
+
+
+def rows_holding(db_path, text: str) -> list[str]:
+    """The tables any of whose rows holds `text`."""
+    with sqlite3.connect(db_path) as db:
+        tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        found = []
+        for table in tables:
+            for row in db.execute(f'SELECT * FROM "{table}"'):
+                if any(isinstance(v, str) and text in v for v in row):
+                    found.append(table)
+                    break
+    return found
+
+
+async def test_days_are_digested_then_condensed_from_the_raw_messages_then_their_raw_text_deleted(
+    job, conversations, memories, writer, clock, db_path
+):
+    said = say(conversations, clock, GENERAL, "the office moves to Osaka in May")
+    say(conversations, clock, GENERAL, "cake on Friday")
+
+    clock.advance(2 * DAY)
+    assert (await job.run()).digests == 0
+    assert memories.digests() == []
+
+    clock.advance(1 * DAY)  # day 3
+    report = await job.run()
+    assert report.digests == 1
+    [digest] = memories.digests()
+    assert digest.stage is Stage.DIGEST and digest.audience == Audience()
+    assert digest.lines == ("digest: the office moves to Osaka in May", "digest: cake on Friday")
+    assert (await job.run()).digests == 0  # nothing new: no model call
+    assert len(writer.prompts) == 1
+
+    clock.advance(4 * DAY)  # day 7
+    await job.run()
+    [digest] = memories.digests()
+    assert digest.stage is Stage.CONDENSED
+    assert digest.lines[0] == "condensed: the office moves to Osaka in May"  # from the raw messages
+    assert conversations.get_message(GENERAL.id, said.ts) is not None
+
+    clock.advance(7 * DAY)  # day 14
+    report = await job.run()
+    assert report.deleted == 2
+    assert conversations.get_message(GENERAL.id, said.ts) is None
+    assert rows_holding(db_path, "Osaka in May") == ["digests"]
+    assert conversations.save_message(said) is False  # a late history fetch cannot bring it back
+
+
+async def test_a_model_failure_keeps_the_raw_messages_and_the_next_round_retries(
+    job, conversations, memories, writer, clock
+):
+    said = say(conversations, clock, GENERAL, "remember the milk")
+    clock.advance(15 * DAY)
+    writer.failing = True
+    report = await job.run()
+    assert report.failures == 1 and report.deleted == 0
+    assert conversations.get_message(GENERAL.id, said.ts) is not None
+    assert memories.digests() == []
+
+    writer.failing = False
+    report = await job.run()
+    assert [d.stage for d in memories.digests()] == [Stage.CONDENSED]  # straight to the last stage
+    assert report.deleted == 1
+
+
+async def test_a_run_cut_short_resumes_without_redoing_finished_days(job, conversations, memories, writer, clock):
+    say(conversations, clock, GENERAL, "day one")
+    clock.advance(DAY)
+    say(conversations, clock, GENERAL, "day two")
+    clock.advance(DAY)
+    say(conversations, clock, SECRET, "secret day three")
+    clock.advance(5 * DAY)
+
+    calls = 0
+    original = writer.digest
+
+    async def crash_after_first(prompt):
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise RuntimeError("killed")
+        return await original(prompt)
+
+    writer.digest = crash_after_first  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError):
+        await job.run()
+    assert len(memories.digests()) == 1
+
+    writer.digest = original  # type: ignore[method-assign]
+    writer.prompts.clear()
+    await job.run()
+    assert len(writer.prompts) == 2  # only the two days not done
+    assert sorted(str(d.day) for d in memories.digests()) == ["2025-01-02", "2025-01-03", "2025-01-04"]
+
+
+async def test_a_private_conversation_s_digest_is_its_own(job, conversations, memories, clock):
+    say(conversations, clock, SECRET, "canary-secret")
+    clock.advance(3 * DAY)
+    await job.run()
+    [digest] = memories.digests(SECRET.id)
+    assert digest.audience == Audience(SECRET.id)
+
+
+async def test_a_thread_the_bot_takes_part_in_keeps_its_messages_until_quiet_for_a_day(
+    job, conversations, clock
+):
+    parent = say(conversations, clock, GENERAL, "long running thread")
+    say(conversations, clock, GENERAL, "I am in", user=BOT, thread_ts=parent.ts)
+    other = say(conversations, clock, GENERAL, "plain message")
+    clock.advance(14 * DAY)
+    say(conversations, clock, GENERAL, "still going", thread_ts=parent.ts)
+
+    await job.run()
+    assert conversations.get_message(GENERAL.id, other.ts) is None
+    assert conversations.get_message(GENERAL.id, parent.ts) is not None
+
+    clock.advance(DAY)
+    await job.run()
+    assert conversations.get_message(GENERAL.id, parent.ts) is None
+
+
+async def test_steps_turned_off_are_skipped(conversations, memories, writer, clock):
+    said = say(conversations, clock, GENERAL, "kept forever")
+    job = make_job(conversations, memories, writer, clock, RetentionPolicy(0, 0, 0))
+    clock.advance(30 * DAY)
+    await job.run()
+    assert writer.prompts == [] and conversations.get_message(GENERAL.id, said.ts) is not None
+
+    only_delete = make_job(conversations, memories, writer, clock, RetentionPolicy(0, 0, 14))
+    await only_delete.run()
+    assert writer.prompts == [] and conversations.get_message(GENERAL.id, said.ts) is None
+
+
+def test_the_policy_says_which_stage_is_due_and_when_raw_text_may_go() -> None:
+    policy = RetentionPolicy(3, 7, 14)
+    today = ManualClock().now().date()
+    assert policy.stage_due(today - timedelta(days=2), today) is None
+    assert policy.stage_due(today - timedelta(days=3), today) is Stage.DIGEST
+    assert policy.stage_due(today - timedelta(days=7), today) is Stage.CONDENSED
+    old = today - timedelta(days=14)
+    assert not policy.deletable(old, today, Stage.DIGEST)
+    assert policy.deletable(old, today, Stage.CONDENSED)
+    assert RetentionPolicy(3, 0, 14).deletable(old, today, Stage.DIGEST)
