@@ -12,6 +12,7 @@ from contextlib import suppress
 from datetime import timedelta
 from typing import Protocol, TypeVar
 
+from myao2.application.activity import Activity
 from myao2.application.autonomous import AutonomousResponder, AutonomySettings
 from myao2.application.channels import ChannelLifecycle
 from myao2.application.context import Absorbed, Budget, ContextBuilder, MemoryBudgets, Persona
@@ -27,6 +28,7 @@ from myao2.domain.answers import RetryPolicy
 from myao2.domain.judgment import SkipPolicy, WaitPolicy
 from myao2.domain.memory import RetentionPolicy
 from myao2.infrastructure.clock import SystemClock
+from myao2.infrastructure.db.activity_store import SqlActivityLog
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.health import DatabaseCheck
@@ -144,7 +146,8 @@ class Bot:
             config.prompts.template_dir,
             system_overrides={role: getattr(config.agents, role).system_prompt for role in ROLES},
         )
-        clients = ModelClients(config.agents)
+        activity = Activity(SqlActivityLog(engine), self._clock)
+        clients = ModelClients(config.agents, activity)
         index = open_index(engine, config.search, memos, conversations)
         writer = StrandsReplyWriter(
             clients,
@@ -170,6 +173,7 @@ class Bot:
             persona.name,
             publisher,
             allow_broadcasts=response.allow_broadcast_mentions,
+            activity=activity,
         )
         answer = AnswerMention(
             store=conversations,
@@ -219,6 +223,7 @@ class Bot:
             clock=self._clock,
             settings=autonomy_settings(config),
             spawn=self._tasks.spawn,
+            activity=activity,
         )
 
         memory_writer = StrandsMemoryWriter(clients, renderer, config.logging.debug_llm_messages)

@@ -1,11 +1,13 @@
-"""Command line: ``myao2 [--config PATH] [run | memo ... | search ... | index rebuild]``."""
+"""Command line: ``myao2 [--config PATH] [run | memo ... | memory ... | search ... | index rebuild | stats]``."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 from collections.abc import Sequence
+from datetime import timedelta
 from pathlib import Path
 
 from myao2.config import Config, ConfigError, load_config
@@ -13,6 +15,16 @@ from myao2.config import Config, ConfigError, load_config
 EXIT_CONFIG_ERROR = 2
 EXIT_INTERRUPTED = 130
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+_PERIOD = re.compile(r"^\s*(\d+)\s*([mhdw])\s*$")
+_PERIOD_UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def period(value: str) -> timedelta:
+    """An argparse type: ``30m``, ``12h``, ``7d`` or ``2w``."""
+    match = _PERIOD.match(value)
+    if match is None or int(match.group(1)) == 0:
+        raise argparse.ArgumentTypeError("expected a period such as 30m, 12h, 7d or 2w")
+    return timedelta(**{_PERIOD_UNITS[match.group(2)]: int(match.group(1))})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -107,6 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--limit", type=int, default=5, metavar="N", help="hits of each kind (1-20, default 5)")
     search.add_argument("--json", action="store_true", help="print the ranked hits as JSON")
 
+    stats = commands.add_parser(
+        "stats", parents=[common], help="messages, memos, replies, judgments, model calls and their estimated cost"
+    )
+    stats.add_argument("--since", type=period, metavar="PERIOD", help="only the last 30m, 12h, 7d, 2w, ... (default: ever)")
+    stats.add_argument("--json", action="store_true", help="print JSON")
+
     index = commands.add_parser("index", parents=[common], help="maintain the search index")
     index_actions = index.add_subparsers(dest="index_command", metavar="ACTION", required=True)
     index_actions.add_parser("rebuild", parents=[common], help="re-embed and re-index everything")
@@ -151,6 +169,10 @@ def _dispatch(config: Config, args: argparse.Namespace) -> int:
         from myao2.search_cli import run_search_command
 
         return run_search_command(config, args)
+    if args.command == "stats":
+        from myao2.stats_cli import run_stats_command
+
+        return run_stats_command(config, args)
     from myao2.bot import run_bot
 
     return run_bot(config)

@@ -367,6 +367,21 @@ class ToolsConfig(_Section):
     web_search: WebSearchConfig = _section()
 
 
+class ModelPrice(_Section):
+    """What one model's tokens cost, per million tokens, in `stats.currency`."""
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+
+
+class StatsConfig(_Section):
+    """`myao2 stats`: the price table its estimated cost is computed from."""
+
+    currency: str = "USD"
+    prices: dict[str, ModelPrice] = {}
+    """By model id (as in `agents.*.model_id`); calls to a model without a price are counted but not priced."""
+
+
 class Config(_Section):
     """The whole configuration."""
 
@@ -380,6 +395,7 @@ class Config(_Section):
     health_check: HealthCheckConfig = _section()
     tools: ToolsConfig = _section()
     search: SearchConfig = _section()
+    stats: StatsConfig = _section()
 
     _missing_env: dict[str, str] = PrivateAttr(default_factory=dict)
 

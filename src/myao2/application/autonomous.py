@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from myao2.application.activity import Activity
 from myao2.application.agents import Judge, ModelUnavailable, ReplyWriter
 from myao2.application.context import ContextBuilder
 from myao2.application.conversations import Conversations
@@ -75,7 +76,9 @@ class AutonomousResponder:
         spawn: Spawn,
         sleep: Callable[[float], object] = asyncio.sleep,
         rng: random.Random | None = None,
+        activity: Activity | None = None,
     ) -> None:
+        """`activity` records each judgment's outcome."""
         self._store = store
         self._conversations = conversations
         self._contexts = contexts
@@ -87,6 +90,7 @@ class AutonomousResponder:
         self._spawn = spawn
         self._sleep = sleep
         self._rng = rng or random.Random()
+        self._activity = activity
         self._standing: dict[ConversationKey, _Standing] = {}
         self._considering: set[ConversationKey] = set()
         self._channel_turns = KeyedLocks()
@@ -147,6 +151,8 @@ class AutonomousResponder:
             except ModelUnavailable as exc:
                 logger.warning("no judgment for %s: %s", key, exc)
                 judgment = None
+            if self._activity is not None:
+                await self._activity.judgment(channel.id, judgment)
             self._remember(key, newest, judgment.confidence if judgment else 0.0)
             if judgment is None or not judgment.should_respond:
                 return

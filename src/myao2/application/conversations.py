@@ -7,8 +7,10 @@ import logging
 from collections.abc import Iterable
 from datetime import datetime
 
+from myao2.application.activity import Activity
 from myao2.application.outgoing import safe_stream, safe_text
 from myao2.application.reply_stream import ReplyPublisher, ReplyStream, Started
+from myao2.domain.activity import ReplyKind
 from myao2.domain.conversation import (
     MENTION,
     BotIdentity,
@@ -33,14 +35,19 @@ class Conversations:
         publisher: ReplyPublisher | None = None,
         *,
         allow_broadcasts: bool = False,
+        activity: Activity | None = None,
     ) -> None:
-        """`publisher` shows replies while they are written (`publish`); without it only `post` works."""
+        """`publisher` shows replies while they are written (`publish`); without it only `post` works.
+
+        `activity` records each post of the bot's.
+        """
         self._store = store
         self._chat = chat
         self._bot = bot
         self._bot_name = bot_name
         self._allow_broadcasts = allow_broadcasts
         self._publisher = publisher
+        self._activity = activity
 
     async def channel(self, channel_id: str) -> Channel:
         """The channel as stored, fetched from the chat platform the first time."""
@@ -93,6 +100,7 @@ class Conversations:
         """
         text = safe_text(text, self._allow_broadcasts)
         ts = await self._chat.post(channel_id, text, thread_ts, answering)
+        await self._posted(channel_id, answering)
         return await self._remember(channel_id, ts, text, thread_ts)
 
     async def publish(
@@ -123,6 +131,7 @@ class Conversations:
             answering=answering,
             started=started,
         )
+        await self._posted(channel.id, answering)
         return await self._remember(channel.id, published.ts, published.text, thread_ts)
 
     async def finish(self, channel_id: str, ts: str, apology: str, answering: str | None = None) -> None:
@@ -130,6 +139,10 @@ class Conversations:
         if self._publisher is None:
             raise RuntimeError("Conversations was built without a reply publisher")
         await self._publisher.finish(channel_id, ts, safe_text(apology, self._allow_broadcasts), answering=answering)
+
+    async def _posted(self, channel_id: str, answering: str | None) -> None:
+        if self._activity is not None:
+            await self._activity.reply(channel_id, ReplyKind.ANSWER if answering else ReplyKind.UNASKED)
 
     async def _remember(self, channel_id: str, ts: str, text: str, thread_ts: str | None) -> Message:
         """Store the bot's message; a copy a history sync stored meanwhile (half-written) gets this text."""

@@ -17,10 +17,11 @@ class Judgment:
     should_respond: bool
     reason: str
     confidence: float
+    valid: bool = True
 
     @classmethod
     def invalid(cls, why: str) -> Judgment:
-        return cls(should_respond=False, reason=f"invalid judgment output: {why}", confidence=0.0)
+        return cls(should_respond=False, reason=f"invalid judgment output: {why}", confidence=0.0, valid=False)
 
 
 @dataclass(frozen=True)

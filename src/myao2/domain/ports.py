@@ -6,6 +6,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Protocol
 
+from myao2.domain.activity import JudgmentOutcome, ModelCall, ReplyKind
 from myao2.domain.conversation import Channel, ChannelChanges, ChannelKind, History, Message, Person
 from myao2.domain.memory import Digest, Memory, Scope, Term
 from myao2.domain.answers import PendingAnswer
@@ -310,3 +311,13 @@ class ChatPlatform(Protocol):
     async def fetch_history(self, channel_id: str, oldest: str, limit: int) -> History:
         """Messages posted after `oldest`, thread replies included, oldest first, at most `limit`."""
         ...
+
+
+class ActivityLog(Protocol):
+    """Records what the bot does, for `myao2 stats`: counts and timings, never text."""
+
+    def model_call(self, call: ModelCall, at: datetime) -> None: ...
+
+    def judgment(self, channel_id: str, outcome: JudgmentOutcome, confidence: float, at: datetime) -> None: ...
+
+    def reply(self, channel_id: str, kind: ReplyKind, at: datetime) -> None: ...

@@ -184,3 +184,42 @@ class MessageExpiryRow(SQLModel, table=True):
 
     channel_id: str = Field(primary_key=True, max_length=32)
     deleted_through: str = Field(max_length=32)
+
+
+class ModelCallRow(SQLModel, table=True):
+    """One call to a model (see `ModelCall`)."""
+
+    __tablename__ = "model_calls"
+
+    id: int | None = Field(default=None, primary_key=True)
+    at: datetime = Field(sa_column=Column(UTCDateTime, nullable=False, index=True))
+    role: str = Field(max_length=16)
+    model: str = Field(max_length=255)
+    input_tokens: int
+    output_tokens: int
+    latency_ms: int
+    outcome: str = Field(max_length=8)
+    detail: str = Field(max_length=255)
+
+
+class JudgmentRow(SQLModel, table=True):
+    """One judgment on joining a conversation, and its outcome."""
+
+    __tablename__ = "judgments"
+
+    id: int | None = Field(default=None, primary_key=True)
+    at: datetime = Field(sa_column=Column(UTCDateTime, nullable=False, index=True))
+    channel_id: str = Field(max_length=32)
+    outcome: str = Field(max_length=8)
+    confidence: float
+
+
+class ReplyRow(SQLModel, table=True):
+    """One post of the bot's: an answer, or unasked."""
+
+    __tablename__ = "replies"
+
+    id: int | None = Field(default=None, primary_key=True)
+    at: datetime = Field(sa_column=Column(UTCDateTime, nullable=False, index=True))
+    channel_id: str = Field(max_length=32)
+    kind: str = Field(max_length=8)

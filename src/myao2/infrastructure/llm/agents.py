@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field
 
+from myao2.application.activity import Activity
 from myao2.application.agents import DigestPrompt, MemoryPrompt, MemoryUpdate, ModelUnavailable
 from myao2.application.context import PromptContext
 from myao2.application.reply_stream import (
@@ -32,6 +33,7 @@ from myao2.application.reply_stream import (
 )
 from myao2.application.search import Search
 from myao2.config import AgentConfig, AgentsConfig, ConfigError
+from myao2.domain.activity import CallOutcome, ModelCall
 from myao2.domain.conversation import ts_to_datetime
 from myao2.domain.judgment import Judgment
 from myao2.domain.memo import MAX_CHANGES_PER_REPLY, ChangeBudget, Origin
@@ -68,8 +70,10 @@ class ModelClients:
     their connections. A litellm provider without the litellm package is refused here.
     """
 
-    def __init__(self, agents: AgentsConfig) -> None:
+    def __init__(self, agents: AgentsConfig, activity: Activity | None = None) -> None:
+        """`activity` records every model call."""
         self._agents = agents
+        self._activity = activity
         self._models: dict[Role, Model] = {}
         self._clients: list[openai.AsyncOpenAI] = []
         self._loading: asyncio.Future[None] | None = None
@@ -93,6 +97,10 @@ class ModelClients:
         """The configuration of `role`'s agent."""
         config: AgentConfig = getattr(self._agents, role)
         return config
+
+    def call_log(self, role: Role, debug: bool) -> ModelCallLog:
+        """The hook that logs and records `role`'s model calls (with `debug`, their messages too)."""
+        return ModelCallLog(role, self.config(role).model_id, debug, self._activity)
 
     def model(self, role: Role) -> Model:
         """`role`'s model, built on the first call."""
@@ -190,7 +198,7 @@ class StrandsReplyWriter:
             callback_handler=None,
             conversation_manager=NullConversationManager(),
             retry_strategy=bounded_retry_strategy(),
-            hooks=[ModelCallLog(self.ROLE, self._config.model_id, self._debug)],
+            hooks=[self._clients.call_log(self.ROLE, self._debug)],
         )
         state: dict[str, Any] = {
             SCOPE_KEY: MemoToolScope(self._store, origin, self._language, ChangeBudget(self._max_memo_changes)),
@@ -269,7 +277,6 @@ class StrandsJudge:
 
     def __init__(self, clients: ModelClients, renderer: PromptRenderer, language: str, debug_messages: bool = False) -> None:
         self._clients = clients
-        self._config = clients.config(self.ROLE)
         self._renderer = renderer
         self._language = language
         self._debug = debug_messages
@@ -290,7 +297,7 @@ class StrandsJudge:
             callback_handler=None,
             conversation_manager=NullConversationManager(),
             retry_strategy=bounded_retry_strategy(),
-            hooks=[ModelCallLog(self.ROLE, self._config.model_id, self._debug)],
+            hooks=[self._clients.call_log(self.ROLE, self._debug)],
         )
         try:
             result = await agent.invoke_async(
@@ -350,7 +357,6 @@ class StrandsMemoryWriter:
 
     def __init__(self, clients: ModelClients, renderer: PromptRenderer, debug_messages: bool = False) -> None:
         self._clients = clients
-        self._config = clients.config(self.ROLE)
         self._renderer = renderer
         self._debug = debug_messages
 
@@ -382,7 +388,7 @@ class StrandsMemoryWriter:
             callback_handler=None,
             conversation_manager=NullConversationManager(),
             retry_strategy=bounded_retry_strategy(),
-            hooks=[ModelCallLog(self.ROLE, self._config.model_id, self._debug)],
+            hooks=[self._clients.call_log(self.ROLE, self._debug)],
         )
         query = self._renderer.render(kind, "query", prompt)
         try:
@@ -407,15 +413,17 @@ def _drafts(bullets: list[BulletOutput]) -> tuple[Draft, ...]:
 
 
 class ModelCallLog:
-    """Logs one INFO line per model call (tokens, duration); with `debug`, its input and output.
+    """Logs one INFO line per model call (tokens, duration) and records it in `activity`;
+    with `debug`, logs its input and output too.
 
     A strands `HookProvider` (a runtime-checkable protocol: no base class, so no import).
     """
 
-    def __init__(self, role: str, model_id: str, debug: bool) -> None:
+    def __init__(self, role: str, model_id: str, debug: bool, activity: Activity | None = None) -> None:
         self._role = role
         self._model_id = model_id
         self._debug = debug
+        self._activity = activity
         self._started = 0.0
 
     def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
@@ -430,7 +438,7 @@ class ModelCallLog:
         if self._debug and event.agent.messages:
             logger.debug("%s model input: %s", self._role, _dump(event.agent.messages[-1]))
 
-    def _after(self, event: AfterModelCallEvent) -> None:
+    async def _after(self, event: AfterModelCallEvent) -> None:
         duration_ms = round((time.perf_counter() - self._started) * 1000)
         if event.stop_response is None:
             error = describe_error(event.exception) if event.exception else "no response"
@@ -441,20 +449,26 @@ class ModelCallLog:
                 error,
                 duration_ms,
             )
-            return
-        message = event.stop_response.message
-        usage = message.get("metadata", {}).get("usage", {})
-        logger.info(
-            "model call: role=%s model=%s input_tokens=%d output_tokens=%d duration_ms=%d stop=%s",
-            self._role,
-            self._model_id,
-            usage.get("inputTokens", 0),
-            usage.get("outputTokens", 0),
-            duration_ms,
-            event.stop_response.stop_reason,
-        )
-        if self._debug:
-            logger.debug("%s model output: %s", self._role, _dump(message))
+            call = ModelCall(self._role, self._model_id, 0, 0, duration_ms, CallOutcome.ERROR, error)
+        else:
+            message = event.stop_response.message
+            usage = message.get("metadata", {}).get("usage", {})
+            tokens_in, tokens_out = usage.get("inputTokens", 0), usage.get("outputTokens", 0)
+            stop = event.stop_response.stop_reason
+            logger.info(
+                "model call: role=%s model=%s input_tokens=%d output_tokens=%d duration_ms=%d stop=%s",
+                self._role,
+                self._model_id,
+                tokens_in,
+                tokens_out,
+                duration_ms,
+                stop,
+            )
+            if self._debug:
+                logger.debug("%s model output: %s", self._role, _dump(message))
+            call = ModelCall(self._role, self._model_id, tokens_in, tokens_out, duration_ms, CallOutcome.OK, stop)
+        if self._activity is not None:
+            await self._activity.model_call(call)
 
 
 def import_model_libraries() -> None:

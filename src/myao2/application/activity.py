@@ -1,0 +1,50 @@
+"""Recording what the bot does (for `myao2 stats`) without holding up the event loop or the work itself."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from myao2.domain.activity import JudgmentOutcome, ModelCall, ReplyKind
+from myao2.domain.judgment import Judgment
+from myao2.domain.ports import ActivityLog, Clock
+
+logger = logging.getLogger(__name__)
+
+
+class Activity:
+    """Writes to the activity log in a worker thread; a failure to record is logged, never raised.
+
+    `watch` sees every model call first (e.g. to tell whether the model is reachable).
+    """
+
+    def __init__(self, log: ActivityLog, clock: Clock, watch: Callable[[ModelCall], None] | None = None) -> None:
+        self._log = log
+        self._clock = clock
+        self._watch = watch
+
+    async def model_call(self, call: ModelCall) -> None:
+        if self._watch is not None:
+            self._watch(call)
+        await self._record(self._log.model_call, call, self._clock.now())
+
+    async def judgment(self, channel_id: str, judgment: Judgment | None) -> None:
+        """A judgment, or None when the model could not be reached for one."""
+        if judgment is None:
+            outcome, confidence = JudgmentOutcome.FAILED, 0.0
+        elif not judgment.valid:
+            outcome, confidence = JudgmentOutcome.INVALID, judgment.confidence
+        else:
+            outcome = JudgmentOutcome.RESPOND if judgment.should_respond else JudgmentOutcome.QUIET
+            confidence = judgment.confidence
+        await self._record(self._log.judgment, channel_id, outcome, confidence, self._clock.now())
+
+    async def reply(self, channel_id: str, kind: ReplyKind) -> None:
+        await self._record(self._log.reply, channel_id, kind, self._clock.now())
+
+    async def _record(self, write: Callable[..., None], *args: object) -> None:
+        try:
+            await asyncio.to_thread(write, *args)
+        except Exception as exc:  # noqa: BLE001 - the figures are a courtesy: the work goes on
+            logger.warning("could not record activity: %s", type(exc).__name__)

@@ -1,0 +1,113 @@
+"""The activity log on SQLModel, and the figures `myao2 stats` reads from it and from the stores."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine, case, func
+from sqlmodel import Session, col, select
+
+from myao2.domain.activity import CallOutcome, JudgmentOutcome, ModelCall, ReplyKind
+from myao2.infrastructure.db.tables import JudgmentRow, MemoRow, MessageRow, ModelCallRow, ReplyRow
+
+
+class SqlActivityLog:
+    """`ActivityLog` over a SQLAlchemy engine; safe to share between threads."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def model_call(self, call: ModelCall, at: datetime) -> None:
+        self._add(
+            ModelCallRow(
+                at=at,
+                role=call.role,
+                model=call.model,
+                input_tokens=call.input_tokens,
+                output_tokens=call.output_tokens,
+                latency_ms=call.latency_ms,
+                outcome=call.outcome.value,
+                detail=call.detail[:255],
+            )
+        )
+
+    def judgment(self, channel_id: str, outcome: JudgmentOutcome, confidence: float, at: datetime) -> None:
+        self._add(JudgmentRow(at=at, channel_id=channel_id, outcome=outcome.value, confidence=confidence))
+
+    def reply(self, channel_id: str, kind: ReplyKind, at: datetime) -> None:
+        self._add(ReplyRow(at=at, channel_id=channel_id, kind=kind.value))
+
+    def _add(self, row: ModelCallRow | JudgmentRow | ReplyRow) -> None:
+        with Session(self._engine) as session, session.begin():
+            session.add(row)
+
+
+@dataclass(frozen=True)
+class ModelUsage:
+    """The calls one role made to one model."""
+
+    role: str
+    model: str
+    calls: int
+    failed: int
+    input_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True)
+class ActivityReport:
+    """What was stored and done since `since` (None: ever); `memos` counts the memos kept now."""
+
+    since: datetime | None
+    messages: int
+    memos: int
+    memos_added: int
+    replies: dict[ReplyKind, int]
+    judgments: dict[JudgmentOutcome, int]
+    usage: list[ModelUsage]
+
+
+def activity_report(engine: Engine, since: datetime | None) -> ActivityReport:
+    """The figures of `myao2 stats`, read in one session."""
+
+    def after(query: Any, column: Any) -> Any:
+        return query if since is None else query.where(column >= since)
+
+    failed = func.sum(case((col(ModelCallRow.outcome) == CallOutcome.ERROR.value, 1), else_=0))
+    usage_query = select(
+        ModelCallRow.role,
+        ModelCallRow.model,
+        func.count(),
+        failed,
+        func.sum(ModelCallRow.input_tokens),
+        func.sum(ModelCallRow.output_tokens),
+    ).group_by(col(ModelCallRow.role), col(ModelCallRow.model))
+    with Session(engine) as session:
+        usage = [
+            ModelUsage(role, model, calls, failed, tokens_in, tokens_out)
+            for role, model, calls, failed, tokens_in, tokens_out in session.exec(
+                after(usage_query, col(ModelCallRow.at)).order_by(col(ModelCallRow.role), col(ModelCallRow.model))
+            ).all()
+        ]
+        replies = dict(
+            session.exec(after(select(ReplyRow.kind, func.count()).group_by(col(ReplyRow.kind)), col(ReplyRow.at))).all()
+        )
+        judgments = dict(
+            session.exec(
+                after(select(JudgmentRow.outcome, func.count()).group_by(col(JudgmentRow.outcome)), col(JudgmentRow.at))
+            ).all()
+        )
+        messages = session.exec(after(select(func.count()).select_from(MessageRow), col(MessageRow.posted_at))).one()
+        memos = session.exec(select(func.count()).select_from(MemoRow).where(col(MemoRow.removed_at).is_(None))).one()
+        memos_added = session.exec(after(select(func.count()).select_from(MemoRow), col(MemoRow.created_at))).one()
+    return ActivityReport(
+        since=since,
+        messages=messages,
+        memos=memos,
+        memos_added=memos_added,
+        replies={kind: replies.get(kind.value, 0) for kind in ReplyKind},
+        judgments={outcome: judgments.get(outcome.value, 0) for outcome in JudgmentOutcome},
+        usage=usage,
+    )

@@ -1,0 +1,124 @@
+"""Activity: every model call, judgment and post is recorded, without text, and a failed write never stops the work."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from datetime import datetime
+
+import pytest
+from sqlmodel import Session, select
+
+from myao2.application.activity import Activity
+from myao2.config import AgentConfig, AgentsConfig
+from myao2.domain.activity import CallOutcome, JudgmentOutcome, ModelCall, ReplyKind
+from myao2.domain.judgment import Judgment
+from myao2.infrastructure.db.activity_store import SqlActivityLog
+from myao2.infrastructure.db.engine import open_database
+from myao2.infrastructure.db.memo_store import SqlMemoStore
+from myao2.infrastructure.db.tables import JudgmentRow, ModelCallRow
+from myao2.infrastructure.llm.agents import ModelClients, StrandsReplyWriter
+from myao2.infrastructure.llm.prompts import PromptRenderer
+from tests.clocks import ManualClock
+from tests.fakes.openai_server import Error, FakeOpenAI, Text
+from tests.unit.test_reply_writer import CONTEXT, FAST_RETRY, ORIGIN
+
+API_KEY = "sk-activity-test"
+
+
+@pytest.fixture
+def engine(tmp_path):  # type: ignore[no-untyped-def]
+    engine = open_database(f"sqlite:///{tmp_path}/m.db")
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI(api_key=API_KEY) as server:
+        yield server
+
+
+class Recorded:
+    """An `ActivityLog` that keeps what it is given."""
+
+    def __init__(self) -> None:
+        self.calls: list[ModelCall] = []
+        self.judgments: list[tuple[str, JudgmentOutcome, float]] = []
+        self.replies: list[tuple[str, ReplyKind]] = []
+
+    def model_call(self, call: ModelCall, at: datetime) -> None:
+        self.calls.append(call)
+
+    def judgment(self, channel_id: str, outcome: JudgmentOutcome, confidence: float, at: datetime) -> None:
+        self.judgments.append((channel_id, outcome, confidence))
+
+    def reply(self, channel_id: str, kind: ReplyKind, at: datetime) -> None:
+        self.replies.append((channel_id, kind))
+
+
+async def write_with(fake: FakeOpenAI, engine, activity: Activity) -> str:  # type: ignore[no-untyped-def]
+    config = AgentConfig(
+        model_id="fake-model",
+        client_args={"base_url": fake.base_url, "api_key": API_KEY},
+        max_retries=0,
+        timeout_seconds=5,
+    )
+    clients = ModelClients(AgentsConfig(response=config), activity)
+    try:
+        writer = StrandsReplyWriter(clients, PromptRenderer("en"), SqlMemoStore(engine, ManualClock()), "en")
+        return await writer.write(CONTEXT, ORIGIN)
+    finally:
+        await clients.close()
+
+
+async def test_each_model_call_is_recorded_with_its_tokens_and_outcome(fake, engine) -> None:
+    fake.script(Error(429, "slow down", "requests", "rate_limit_exceeded", headers=FAST_RETRY), Text("Ramen!"))
+    seen: list[ModelCall] = []
+    await write_with(fake, engine, Activity(SqlActivityLog(engine), ManualClock(), watch=seen.append))
+
+    with Session(engine) as session:
+        rows = session.exec(select(ModelCallRow).order_by(ModelCallRow.id)).all()
+    assert [(r.role, r.model, r.outcome) for r in rows] == [
+        ("response", "fake-model", "error"),
+        ("response", "fake-model", "ok"),
+    ]
+    failed, answered = rows
+    assert failed.input_tokens == failed.output_tokens == 0 and "429" in failed.detail
+    assert answered.input_tokens > 0 and answered.output_tokens > 0 and answered.detail == "end_turn"
+    assert answered.latency_ms >= 0
+    assert [c.outcome for c in seen] == [CallOutcome.ERROR, CallOutcome.OK]
+
+
+async def test_a_failing_activity_log_does_not_stop_the_answer(fake, engine, caplog) -> None:
+    class Broken(Recorded):
+        def model_call(self, call: ModelCall, at: datetime) -> None:
+            raise RuntimeError("disk full")
+
+    fake.script(Text("Still here."))
+    with caplog.at_level(logging.WARNING):
+        assert await write_with(fake, engine, Activity(Broken(), ManualClock())) == "Still here."
+    assert "could not record activity: RuntimeError" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("judgment", "outcome"),
+    [
+        (Judgment(True, "asked", 0.9), JudgmentOutcome.RESPOND),
+        (Judgment(False, "chatting", 0.7), JudgmentOutcome.QUIET),
+        (Judgment.invalid("no structured answer"), JudgmentOutcome.INVALID),
+        (None, JudgmentOutcome.FAILED),
+    ],
+)
+async def test_judgments_are_recorded_by_outcome(judgment: Judgment | None, outcome: JudgmentOutcome) -> None:
+    log = Recorded()
+    await Activity(log, ManualClock()).judgment("C1", judgment)
+    assert log.judgments == [("C1", outcome, judgment.confidence if judgment else 0.0)]
+
+
+async def test_a_judgment_row_keeps_no_reason(engine) -> None:
+    await Activity(SqlActivityLog(engine), ManualClock()).judgment("C1", Judgment(True, "Alice's secret", 0.8))
+    with Session(engine) as session:
+        row = session.exec(select(JudgmentRow)).one()
+    assert (row.channel_id, row.outcome, row.confidence) == ("C1", "respond", 0.8)
+    assert "secret" not in repr(row)
