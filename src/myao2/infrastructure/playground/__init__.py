@@ -1,0 +1,1 @@
+"""The playground: a local web chat with the persona, a second chat platform beside Slack."""
