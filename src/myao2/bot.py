@@ -34,7 +34,7 @@ from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.health import DatabaseCheck
 from myao2.infrastructure.db.memo_store import SqlMemoStore
 from myao2.infrastructure.db.memory_store import SqlMemoryStore
-from myao2.infrastructure.health import Health, HealthServer
+from myao2.infrastructure.health import Health, HealthServer, ModelReachability
 from myao2.infrastructure.llm.agents import (
     ROLES,
     ModelClients,
@@ -101,7 +101,8 @@ class Bot:
             loop.add_signal_handler(signum, self._stop.set)
 
         engine = await asyncio.to_thread(open_database, config.memory.sqlalchemy_url)
-        health = Health(DatabaseCheck(engine))
+        model = ModelReachability(config.health_check.model_failure_window_seconds)
+        health = Health(DatabaseCheck(engine), model)
         try:
             health_server = self._start_health_server(health)
         except OSError as exc:
@@ -146,7 +147,7 @@ class Bot:
             config.prompts.template_dir,
             system_overrides={role: getattr(config.agents, role).system_prompt for role in ROLES},
         )
-        activity = Activity(SqlActivityLog(engine), self._clock)
+        activity = Activity(SqlActivityLog(engine), self._clock, watch=model.observe)
         clients = ModelClients(config.agents, activity)
         index = open_index(engine, config.search, memos, conversations)
         writer = StrandsReplyWriter(

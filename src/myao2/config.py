@@ -311,6 +311,8 @@ class HealthCheckConfig(_Section):
 
     port: int | None = Field(default=8080, ge=0, le=65535)
     """null: no health endpoints."""
+    model_failure_window_seconds: float = Field(default=300.0, gt=0)
+    """/ready reports the model unreachable for this long after a model call failed (unless one succeeds)."""
 
 
 class SearchConfig(_Section):

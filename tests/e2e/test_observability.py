@@ -5,10 +5,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 
-from tests.e2e.conftest import ALICE, GENERAL, BotProcess
+from tests.e2e.conftest import ALICE, GENERAL, BotProcess, wait_until
 from tests.e2e.test_autonomous import FAST, judgment, responder
-from tests.fakes.openai_server import FakeOpenAI, Text
+from tests.e2e.test_mentions import replies_in
+from tests.fakes.openai_server import Error, FakeOpenAI, Text
 from tests.fakes.slack_server import FakeSlack
 
 
@@ -59,3 +63,35 @@ def test_an_invalid_price_table_exits_2_naming_the_key(bot: BotProcess) -> None:
     result = stats(bot)
     assert result.returncode == 2
     assert "stats.prices.fake.input" in result.stderr and "Traceback" not in result.stderr
+
+
+def ready(bot: BotProcess) -> tuple[int, dict]:
+    """/ready's status and JSON body."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{bot.health_port}/ready", timeout=5) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def test_ready_names_the_model_while_it_fails_and_recovers_with_it(
+    bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
+) -> None:
+    bot.start()
+    assert wait_until(lambda: ready(bot)[0] == 200, what="/ready 200")
+    llm.set_responder(lambda request: Error(500, "model down", headers={"retry-after-ms": "1"}))
+    slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> are you there?")
+
+    status, body = wait_until(lambda: (r := ready(bot))[0] == 503 and r, what="/ready 503")
+    assert body["ready"] is False and body["not_ready"] == ["model"]
+    assert body["checks"]["slack"] == {"ready": True} and body["checks"]["database"] == {"ready": True}
+    assert "HTTP 500" in body["checks"]["model"]["reason"]
+
+    time.sleep(1)
+    assert ready(bot)[0] == 503, "no model call succeeded yet"
+
+    llm.set_responder(lambda request: Text("Back now."))
+    again = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> and now?")
+    slack.wait_for(lambda: replies_in(slack, again), what="the answer once the model is back")
+    assert wait_until(lambda: ready(bot)[0] == 200, what="/ready back at 200")
+    assert bot.stop() == 0

@@ -1,13 +1,20 @@
-"""/live and /ready, served from a thread of their own so they can tell when the event loop is stuck."""
+"""/live and /ready, served from a thread of their own so they can tell when the event loop is stuck.
+
+/live answers in plain text; /ready in JSON, naming each part (Slack, the database, the
+model) and why it is not ready.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from myao2.domain.activity import CallOutcome, ModelCall
 
 logger = logging.getLogger(__name__)
 
@@ -15,11 +22,41 @@ HEARTBEAT_SECONDS = 1.0
 STUCK_AFTER_SECONDS = 5.0
 
 
+class ModelReachability:
+    """Whether the model answers: not while the newest model call failed, for `window_seconds` after it.
+
+    Fed every model call (on the event loop), read by the health server's thread.
+    """
+
+    def __init__(self, window_seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._window = window_seconds
+        self._clock = clock
+        self._failure: tuple[float, str] | None = None
+
+    def observe(self, call: ModelCall) -> None:
+        self._failure = (self._clock(), call.detail) if call.outcome is CallOutcome.ERROR else None
+
+    def __call__(self) -> str | None:
+        """Why the model is taken as unreachable, or None."""
+        failure = self._failure
+        if failure is None:
+            return None
+        ago = self._clock() - failure[0]
+        if ago > self._window:
+            return None
+        return f"the last model call failed {ago:.0f} s ago ({failure[1]})"
+
+
+Check = Callable[[], str | None]
+"""A readiness check: what is wrong, or None."""
+
+
 class Health:
     """The bot's vital signs, updated by the event loop and read by the health server."""
 
-    def __init__(self, database_ok: Callable[[], bool]) -> None:
-        self._database_ok = database_ok
+    def __init__(self, database: Check, model: Check) -> None:
+        self._database = database
+        self._model = model
         self._last_beat = time.monotonic()
         self.slack_connected = False
 
@@ -32,26 +69,46 @@ class Health:
     def live(self) -> bool:
         return time.monotonic() - self._last_beat < STUCK_AFTER_SECONDS
 
-    def ready(self) -> bool:
-        return self.slack_connected and self._database_ok()
+    def readiness(self) -> dict[str, str | None]:
+        """Each part of readiness, with what is wrong with it (None: ready)."""
+        return {
+            "slack": None if self.slack_connected else "not connected",
+            "database": self._database(),
+            "model": self._model(),
+        }
+
+
+def ready_body(readiness: dict[str, str | None]) -> dict[str, object]:
+    """/ready's JSON: ready or not, the parts that are not, and each part's state."""
+    not_ready = [part for part, problem in readiness.items() if problem is not None]
+    return {
+        "ready": not not_ready,
+        "not_ready": not_ready,
+        "checks": {
+            part: {"ready": True} if problem is None else {"ready": False, "reason": problem}
+            for part, problem in readiness.items()
+        },
+    }
 
 
 class HealthServer:
     """A tiny HTTP server on 0.0.0.0:`port` answering /live and /ready with 200 or 503."""
 
     def __init__(self, health: Health, port: int) -> None:
-        checks = {"/live": health.live, "/ready": health.ready}
-
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-                check = checks.get(self.path)
-                if check is None:
+                if self.path == "/live":
+                    ok = health.live()
+                    self._answer(ok, b"ok\n" if ok else b"unavailable\n", "text/plain")
+                elif self.path == "/ready":
+                    body = ready_body(health.readiness())
+                    self._answer(bool(body["ready"]), json.dumps(body).encode() + b"\n", "application/json")
+                else:
                     self.send_error(404)
-                    return
-                ok = check()
-                body = b"ok\n" if ok else b"unavailable\n"
+
+            def _answer(self, ok: bool, body: bytes, content_type: str) -> None:
                 self.send_response(200 if ok else 503)
-                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
