@@ -210,7 +210,7 @@ class Bot:
             bot_token=config.slack.bot_token,
             chat=gateway,
             inbox=inbox,
-            channels=ChannelLifecycle(conversations, memos, inbox.channel_changed),
+            channels=ChannelLifecycle(conversations, memos, memories, inbox.channel_changed),
             signing_secret=config.slack.signing_secret if config.slack.mode == "http" else None,
         )
 

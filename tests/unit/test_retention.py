@@ -242,3 +242,40 @@ def test_the_policy_says_which_stage_is_due_and_when_raw_text_may_go() -> None:
     assert not policy.deletable(old, today, Stage.DIGEST)
     assert policy.deletable(old, today, Stage.CONDENSED)
     assert RetentionPolicy(3, 0, 14).deletable(old, today, Stage.DIGEST)
+
+
+async def test_a_channel_turned_private_keeps_its_memories_and_digests_to_itself_and_the_workspace_forgets_it(
+    job, conversations, memories, clock
+):
+    from myao2.application.memory_job import MemoryJob
+    from myao2.domain.memory import WORKSPACE_SCOPE, Scope, Term
+    from tests.unit.test_memory_job import PERSONA as MEMORY_PERSONA, SETTINGS, FakeWriter
+
+    random = Channel("C2", "random")
+    conversations.save_channel(random)
+    memory_job = MemoryJob(
+        conversations=conversations, memories=memories, writer=FakeWriter(), clock=clock,
+        persona=MEMORY_PERSONA, settings=SETTINGS,
+    )
+    parent = say(conversations, clock, GENERAL, "canary-general plans")
+    say(conversations, clock, GENERAL, "in a thread", thread_ts=parent.ts)
+    say(conversations, clock, random, "cats are great")
+    clock.advance(3 * DAY)
+    await memory_job.run()
+    await job.run()
+    workspace = memories.get(WORKSPACE_SCOPE, Term.LONG)
+    assert workspace is not None and any("canary-general" in b.text for b in workspace.bullets)
+
+    conversations.set_channel_kind(GENERAL.id, ChannelKind.PRIVATE)
+    memories.narrow(GENERAL.id)
+    own = Audience(GENERAL.id)
+    assert {m.audience for m in memories.all() if m.scope.channel_id == GENERAL.id} == {own}
+    assert memories.get(Scope(GENERAL.id, parent.ts), Term.SHORT).audience == own
+    assert [d.audience for d in memories.digests(GENERAL.id)] == [own]
+    assert memories.get(WORKSPACE_SCOPE, Term.LONG) is None
+
+    await memory_job.run()  # made again, from the public channels alone
+    rebuilt = memories.get(WORKSPACE_SCOPE, Term.LONG)
+    assert rebuilt is not None and [b.text for b in rebuilt.active] and not any(
+        "canary-general" in b.text for b in rebuilt.bullets
+    )

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from myao2.domain.conversation import ChannelKind
-from myao2.domain.ports import ConversationStore, MemoStore
+from myao2.domain.ports import ConversationStore, MemoryStore, MemoStore
 
 logger = logging.getLogger(__name__)
 
@@ -16,16 +16,21 @@ NARROWED_BY = "slack"
 
 
 class ChannelLifecycle:
-    """Keeps the stored channel, and the memos taken there, in step with what Slack reports.
+    """Keeps the stored channel, and the memos, memories and digests taken there, in step with what Slack reports.
 
     `refresh` re-reads a channel from Slack (as the inbox does for a rename or a join).
     """
 
     def __init__(
-        self, store: ConversationStore, memos: MemoStore, refresh: Callable[[str], Awaitable[object]]
+        self,
+        store: ConversationStore,
+        memos: MemoStore,
+        memories: MemoryStore,
+        refresh: Callable[[str], Awaitable[object]],
     ) -> None:
         self._store = store
         self._memos = memos
+        self._memories = memories
         self._refresh = refresh
 
     async def became_private(self, channel_id: str) -> None:
@@ -47,8 +52,10 @@ class ChannelLifecycle:
         logger.info("left channel %s", channel_id)
 
     async def _narrow(self, channel_id: str, kind: ChannelKind) -> None:
-        """Store the new kind at once, then make the memos taken there the channel's own."""
+        """Store the new kind at once, then make the memos, memories and digests taken there the channel's own
+        (the workspace memory is made again without it)."""
         await asyncio.to_thread(self._store.set_channel_kind, channel_id, kind)
+        await asyncio.to_thread(self._memories.narrow, channel_id)
         narrowed = await asyncio.to_thread(self._memos.narrow, channel_id, NARROWED_BY)
         logger.info("channel %s is now %s: %d memo(s) narrowed to it", channel_id, kind.value, len(narrowed))
         if await asyncio.to_thread(self._store.get_channel, channel_id) is None:
