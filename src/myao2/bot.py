@@ -149,7 +149,7 @@ class Bot:
         )
         activity = Activity(SqlActivityLog(engine), self._clock, watch=model.observe)
         clients = ModelClients(config.agents, activity)
-        index = open_index(engine, config.search, memos, conversations)
+        index = open_index(engine, config.search, memos, conversations, memories)
         writer = StrandsReplyWriter(
             clients,
             renderer,
@@ -157,7 +157,7 @@ class Bot:
             persona.language,
             config.logging.debug_llm_messages,
             web=build_web_toolbox(config.tools, persona.language),
-            search=Search(index, memos, conversations) if index is not None else None,
+            search=Search(index, memos, conversations, memories) if index is not None else None,
             max_memo_changes=config.response.max_memo_changes_per_reply,
         )
         response = config.response

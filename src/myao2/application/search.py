@@ -1,4 +1,4 @@
-"""Searching memos and past messages for one reader, never past a time cutoff.
+"""Searching memos, past messages, digests and long-term memories for one reader, never past a time cutoff.
 
 What a reader may see is asked of `myao2.domain.visibility`; the index only ranks.
 Every call first brings the index up to date, so nothing changed since is missed and
@@ -12,14 +12,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from myao2.domain.conversation import Channel, Message
+from myao2.domain.conversation import Channel, Message, ts_to_datetime
 from myao2.domain.memo import Memo
+from myao2.domain.memory import Bullet, Digest, Memory
 from myao2.domain.visibility import Audience, can_read
 
 MAX_QUERY_LENGTH = 500
 MAX_LIMIT = 20
 CONTEXT_BEFORE = 2
 CONTEXT_AFTER = 2
+NOTE_BULLETS = 3
+"""The most bullets a long-term memory found shows: those holding most of the query."""
 
 
 class SearchError(Exception):
@@ -32,13 +35,15 @@ class SearchError(Exception):
 
 
 class RankingIndex(Protocol):
-    """Ranks documents of a kind ("memo" or "message") by relevance, as (id, score) pairs."""
+    """Ranks documents of a kind ("memo", "message", "digest" or "summary") by relevance, as (id, score) pairs."""
 
     def sync(self) -> int: ...
 
     def search(
         self, kind: str, query: str, readable: Callable[[str | None], bool], before: float | None, limit: int
     ) -> list: ...
+
+    def line_scores(self, query: str, lines: list[str]) -> list[float]: ...
 
 
 class MemoSource(Protocol):
@@ -51,6 +56,22 @@ class MessageSource(Protocol):
     def around(self, message: Message, before: int, after: int, until: datetime | None) -> list[Message]: ...
 
     def channels(self) -> list[Channel]: ...
+
+
+class NoteSource(Protocol):
+    def digests_by_ids(self, ids: list[int]) -> dict[int, Digest]: ...
+
+    def memories_by_ids(self, ids: list[int]) -> dict[int, Memory]: ...
+
+
+@dataclass(frozen=True)
+class NoteHit:
+    """A digest of a past day, or bullets of a long-term memory, that matched; `label` names its conversation."""
+
+    label: str
+    digest: Digest | None
+    bullets: tuple[Bullet, ...]
+    score: float
 
 
 @dataclass(frozen=True)
@@ -72,19 +93,25 @@ class MessageHit:
 class Search:
     """Memo and message search on behalf of a reader: a conversation's id, or None for a person's own view."""
 
-    def __init__(self, index: RankingIndex, memos: MemoSource, conversations: MessageSource) -> None:
+    def __init__(
+        self,
+        index: RankingIndex,
+        memos: MemoSource,
+        conversations: MessageSource,
+        notes: NoteSource | None = None,
+    ) -> None:
         self._index = index
         self._memos = memos
         self._conversations = conversations
+        self._notes = notes
+        """Digests and memories; without them `notes` finds nothing."""
 
     def memos(self, query: object, reader: str | None, before: datetime | None, limit: object = 5) -> list[MemoHit]:
         """The memos best matching `query` that `reader` may see, created at or before `before`."""
         text, count = validate(query, limit)
         self._index.sync()
 
-        def readable(scope: str | None) -> bool:
-            return can_read(reader, Audience(scope))
-
+        readable = _kept_for(reader)
         hits = self._index.search("memo", text, readable, _seconds(before), count)
         memos = self._memos.by_ids([hit.ref_id for hit in hits])
         found = []
@@ -131,6 +158,55 @@ class Search:
             found.append(MessageHit(message, channels.get(message.channel_id), context, hit.score))
         return found
 
+    def notes(
+        self,
+        query: object,
+        reader: str | None,
+        before: datetime | None,
+        channel: str | None = None,
+        limit: object = 5,
+    ) -> list[NoteHit]:
+        """The digests and long-term memories best matching `query` that `reader` may see, made only
+        from what was posted at or before `before` (of `channel` only, when given), best first."""
+        text, count = validate(query, limit)
+        if self._notes is None:
+            return []
+        self._index.sync()
+
+        readable = _kept_for(reader)
+        seconds = _seconds(before)
+        wanted = count if channel is None else count * 4  # some are of other channels
+        hits: list[NoteHit] = []
+        found = self._index.search("digest", text, readable, seconds, wanted)
+        digests = self._notes.digests_by_ids([hit.ref_id for hit in found])
+        for hit in found:
+            digest = digests.get(hit.ref_id)
+            if digest is None or not can_read(reader, digest.audience):
+                continue
+            if (channel is not None and digest.channel_id != channel) or (
+                seconds is not None and float(digest.last_ts) > seconds
+            ):
+                continue
+            hits.append(NoteHit(digest.label, digest, (), hit.score))
+        found = self._index.search("summary", text, readable, seconds, wanted)
+        memories = self._notes.memories_by_ids([hit.ref_id for hit in found])
+        for hit in found:
+            memory = memories.get(hit.ref_id)
+            if memory is None or not can_read(reader, memory.audience):
+                continue
+            if channel is not None and memory.scope.channel_id != channel:
+                continue
+            bullets = [b for b in memory.active if b.source_ts and (before is None or _newest(b) <= before)]
+            if bullets:
+                hits.append(NoteHit(memory.label, None, self._closest(text, bullets), hit.score))
+        hits.sort(key=lambda hit: -hit.score)
+        return hits[:count]
+
+    def _closest(self, query: str, bullets: list[Bullet]) -> tuple[Bullet, ...]:
+        """The bullets holding most of the query (the newest first among equals), oldest first."""
+        scores = self._index.line_scores(query, [b.text for b in bullets])
+        ranked = sorted(range(len(bullets)), key=lambda i: (-scores[i], -i))[:NOTE_BULLETS]
+        return tuple(bullets[i] for i in sorted(ranked))
 
     def channel_named(self, name: str, reader: str | None) -> str:
         """The id of the channel called `name` (or with that id) that `reader` may read, or a `SearchError`.
@@ -159,3 +235,13 @@ def validate(query: object, limit: object) -> tuple[str, int]:
 
 def _seconds(moment: datetime | None) -> float | None:
     return None if moment is None else moment.timestamp()
+
+
+def _kept_for(reader: str | None) -> Callable[[str | None], bool]:
+    """Whether text kept for an audience (its conversation id, None: the workspace) may be read by `reader`."""
+    return lambda scope: can_read(reader, Audience(scope))
+
+
+def _newest(bullet: Bullet) -> datetime:
+    """When the newest message a bullet came from was posted."""
+    return ts_to_datetime(max(bullet.source_ts))

@@ -71,6 +71,18 @@ class SqlMemoryStore:
             rows = session.exec(query).all()
         return [row_to_digest(r) for r in rows]
 
+    def digests_by_ids(self, ids: list[int]) -> dict[int, Digest]:
+        """The stored digests with these row ids, by id."""
+        with Session(self._engine) as session:
+            rows = session.exec(select(DigestRow).where(col(DigestRow.id).in_(ids))).all()
+        return {row.id: row_to_digest(row) for row in rows if row.id is not None}
+
+    def memories_by_ids(self, ids: list[int]) -> dict[int, Memory]:
+        """The stored memories with these row ids, by id."""
+        with Session(self._engine) as session:
+            rows = session.exec(select(MemoryRow).where(col(MemoryRow.id).in_(ids))).all()
+        return {row.id: row_to_memory(row) for row in rows if row.id is not None}
+
     def save_digest(self, digest: Digest) -> None:
         with Session(self._engine) as session, session.begin():
             row = session.exec(

@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import tzinfo
 
 from myao2.application.context import format_message
-from myao2.application.search import MemoHit, MessageHit, SearchError
+from myao2.application.search import MemoHit, MessageHit, NoteHit, SearchError
+from myao2.domain.memory import bullet_line, digest_line
 from myao2.infrastructure.llm.memo_messages import DEFAULT_LANGUAGE
 
 _TEXTS: dict[str, dict[str, str]] = {
@@ -21,6 +22,8 @@ _TEXTS: dict[str, dict[str, str]] = {
         "no_messages": "該当する過去のメッセージは見つかりませんでした。",
         "messages_header": "見つかった過去のメッセージ（関連の高い順、→ が該当メッセージ、前後の流れつき）:",
         "hit_header": "{number}. #{channel}",
+        "notes_header": "過去の日のまとめと記憶（関連の高い順、日付つき）:",
+        "workspace": "ワークスペース",
     },
     "en": {
         "blank_query": "The query is empty. Write what you are looking for.",
@@ -34,6 +37,8 @@ _TEXTS: dict[str, dict[str, str]] = {
         "no_messages": "No matching past messages.",
         "messages_header": "Past messages found, most relevant first (→ marks the match; its neighbours show the flow):",
         "hit_header": "{number}. #{channel}",
+        "notes_header": "Digests of past days and memories found, most relevant first, with their dates:",
+        "workspace": "the workspace",
     },
 }
 
@@ -74,6 +79,20 @@ def message_hits_message(hits: list[MessageHit], language: str, timezone: tzinfo
         for message in hit.context:
             marker = "→" if message.ts == hit.message.ts else " "
             lines.append(f"  {marker} {format_message(message, timezone, {})}")
+    return "\n".join(lines)
+
+
+def recall_message(hits: list[MessageHit], notes: list[NoteHit], language: str, timezone: tzinfo) -> str:
+    """The messages found, then the digests and memories found (left out when there are none)."""
+    text = message_hits_message(hits, language, timezone)
+    if not notes:
+        return text
+    texts = _texts(language)
+    lines = [text, "", texts["notes_header"]]
+    for number, note in enumerate(notes, start=1):
+        lines.append(f"{number}. {note.label or texts['workspace']}")
+        shown = [digest_line(note.digest)] if note.digest else [bullet_line(b) for b in note.bullets]
+        lines.extend(f"  {line}" for line in shown)
     return "\n".join(lines)
 
 

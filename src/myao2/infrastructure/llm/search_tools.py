@@ -1,4 +1,4 @@
-"""The search tools: `search_memo` over the memo notebook and `recall` over past messages.
+"""The search tools: `search_memo` over the memo notebook and `recall` over past messages, digests and memories.
 
 Each call finds its `SearchToolScope` in the agent's invocation state
 (`invocation_state={"search_scope": scope}`): the reader (what the conversation may
@@ -63,7 +63,8 @@ async def recall(
 ) -> str | dict[str, Any]:
     """Search past messages by meaning and by keyword, in Japanese or English: what someone
     said weeks ago, what was decided, when something happened. Each message found comes
-    with the two messages before and after it, their authors and times.
+    with the two messages before and after it, their authors and times. Old messages are
+    kept only as dated digests and memories, which are searched too.
 
     Args:
         query: What you are looking for, e.g. "where Alice went on holiday".
@@ -78,9 +79,10 @@ async def recall(
         if channel is not None and channel.strip():
             channel_id = await asyncio.to_thread(scope.search.channel_named, channel, scope.reader)
         hits = await asyncio.to_thread(scope.search.messages, query, scope.reader, cutoff, channel_id, limit)
+        notes = await asyncio.to_thread(scope.search.notes, query, scope.reader, cutoff, channel_id, limit)
     except SearchError as error:
         return _refused(error, scope)
-    return say.message_hits_message(hits, scope.language, scope.timezone)
+    return say.recall_message(hits, notes, scope.language, scope.timezone)
 
 
 def _parse_before(before: str | None, zone: tzinfo) -> datetime | None:

@@ -1,6 +1,7 @@
-"""The hybrid search index over memos and messages, kept in SQLite beside them.
+"""The hybrid search index over memos, messages, digests and long-term memories, kept in SQLite beside them.
 
-Triggers queue every change to a memo or a message (migration 0006); `sync` drains
+Triggers queue every change to a memo, a message, a digest or a memory (migrations
+0006 and 0012); `sync` drains
 that queue in batches (embedding is the slow part, so it runs in a worker thread,
 never on the event loop) and is run again before each search, so a search never
 misses a change nor returns something removed. Each hit is scored by the cosine of
@@ -19,15 +20,20 @@ from dataclasses import dataclass
 import numpy as np
 from sqlalchemy import Connection, Engine, text
 
+from myao2.domain.memory import Term, bullet_line
+from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.memo_store import SqlMemoStore
+from myao2.infrastructure.db.memory_store import SqlMemoryStore
 from myao2.infrastructure.search.embedders import Embedder
 from myao2.infrastructure.search.text import fts_document, fts_query, terms
 from myao2.infrastructure.search.vectors import StoredVector, VectorCache
 
 logger = logging.getLogger(__name__)
 
-KINDS = ("memo", "message")
+KINDS = ("memo", "message", "digest", "summary")
+"""What is indexed: memos, messages, digests of past days and long-term memories (summaries)."""
+_SOURCES = {"memo": "memos", "message": "messages", "digest": "digests", "summary": "memories"}
 BATCH_SIZE = 16
 CANDIDATES = 50
 """How many hits each ranking (dense, keyword) proposes before fusion."""
@@ -67,11 +73,13 @@ class SearchIndex:
         embedder: Embedder,
         memos: SqlMemoStore,
         conversations: SqlConversationStore,
+        memories: SqlMemoryStore | None = None,
     ) -> None:
         self._engine = engine
         self._embedder = embedder
         self._memos = memos
         self._conversations = conversations
+        self._memories = memories or SqlMemoryStore(engine, SystemClock())
         self._caches = {kind: VectorCache() for kind in KINDS}
         self._sync_lock = threading.Lock()
         self._cache_lock = threading.Lock()
@@ -115,13 +123,13 @@ class SearchIndex:
             return done
 
     def rebuild(self, progress: Progress | None = None) -> int:
-        """Re-embed and re-index every memo and message."""
+        """Re-embed and re-index every memo, message, digest and memory."""
         with self._sync_lock, self._engine.begin() as connection:
             connection.execute(text("DELETE FROM search_fts"))
             connection.execute(text("DELETE FROM search_docs"))
             connection.execute(text("DELETE FROM search_queue"))
-            connection.execute(text("INSERT INTO search_queue (kind, ref_id) SELECT 'memo', id FROM memos"))
-            connection.execute(text("INSERT INTO search_queue (kind, ref_id) SELECT 'message', id FROM messages"))
+            for kind, table in _SOURCES.items():
+                connection.execute(text(f"INSERT INTO search_queue (kind, ref_id) SELECT '{kind}', id FROM {table}"))
         with self._cache_lock:
             self._caches = {kind: VectorCache() for kind in KINDS}
         return self.sync(progress)
@@ -181,13 +189,43 @@ class SearchIndex:
                     text=f"{body}\n{memo.name.replace('-', ' ')}",
                     keywords=fts_document(f"{memo.name}\n{body}"),
                 )
-        else:
+        elif kind == "message":
             for message_id, message in self._conversations.messages_by_ids(ids).items():
                 body = f"{message.user_name}: {message.text}"
                 found[message_id] = Document(
                     scope=message.channel_id, at=float(message.ts), text=body, keywords=fts_document(body)
                 )
+        elif kind == "digest":
+            # Dated by its day's last message: a cutoff inside that day leaves the whole digest out.
+            for digest_id, digest in self._memories.digests_by_ids(ids).items():
+                body = f"{digest.label} {digest.day.isoformat()}\n" + "\n".join(digest.lines)
+                found[digest_id] = Document(
+                    scope=digest.audience.conversation_id,
+                    at=float(digest.last_ts),
+                    text=body,
+                    keywords=fts_document(body),
+                )
+        else:
+            for memory_id, memory in self._memories.memories_by_ids(ids).items():
+                bullets = [b for b in memory.active if b.source_ts]
+                if memory.term is not Term.LONG or not bullets:
+                    continue
+                body = "\n".join([memory.label, *(bullet_line(b) for b in reversed(bullets))])
+                found[memory_id] = Document(
+                    # Dated by its oldest bullet: readers drop the bullets past their cutoff.
+                    scope=memory.audience.conversation_id,
+                    at=min(float(max(b.source_ts)) for b in bullets),
+                    text=body,
+                    keywords=fts_document(body),
+                )
         return found
+
+    def line_scores(self, query: str, lines: list[str]) -> list[float]:
+        """How much of `query`'s keyword weight each line holds, from 0 to 1 (to pick a long document's lines)."""
+        query_terms = list(dict.fromkeys(terms(query)))
+        with self._engine.connect() as connection:
+            weights = _idf(connection, query_terms, sum(len(c) for c in self._caches.values()))
+        return [coverage(weights, fts_document(line)) for line in lines]
 
     # -- searching --------------------------------------------------------------
 

@@ -10,6 +10,7 @@ from sqlalchemy import Engine
 from myao2.config import SearchConfig
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.memo_store import SqlMemoStore
+from myao2.infrastructure.db.memory_store import SqlMemoryStore
 from myao2.infrastructure.search.embedders import make_embedder
 from myao2.infrastructure.search.index import SearchIndex
 
@@ -19,13 +20,17 @@ logger = logging.getLogger(__name__)
 
 
 def open_index(
-    engine: Engine, config: SearchConfig, memos: SqlMemoStore, conversations: SqlConversationStore
+    engine: Engine,
+    config: SearchConfig,
+    memos: SqlMemoStore,
+    conversations: SqlConversationStore,
+    memories: SqlMemoryStore | None = None,
 ) -> SearchIndex | None:
     """The search index of this database; None where search is not available (databases other than SQLite)."""
     if engine.dialect.name != "sqlite":
         logger.warning("search needs SQLite; the search tools are off for %s", engine.dialect.name)
         return None
-    return SearchIndex(engine, make_embedder(config), memos, conversations)
+    return SearchIndex(engine, make_embedder(config), memos, conversations, memories)
 
 
 class IndexProgressLog:

@@ -1,0 +1,133 @@
+"""Recall over digests and long-term memories: found with their dates, within visibility, never past the cutoff."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import date, datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from myao2.application.search import Search
+from myao2.domain.conversation import Channel, ChannelKind
+from myao2.domain.memory import Bullet, Digest, Memory, Scope, Stage, Term
+from myao2.domain.visibility import WORKSPACE, Audience
+from myao2.infrastructure.db.conversation_store import SqlConversationStore
+from myao2.infrastructure.db.engine import open_database
+from myao2.infrastructure.db.memo_store import SqlMemoStore
+from myao2.infrastructure.db.memory_store import SqlMemoryStore
+from myao2.infrastructure.search.index import SearchIndex
+from myao2.infrastructure.llm.search_messages import recall_message
+from tests.clocks import ManualClock
+from tests.fakes.embedder import HashEmbedder
+
+START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+DAY = timedelta(days=1)
+
+
+def ts(moment: datetime) -> str:
+    return f"{moment.timestamp():.6f}"
+
+
+class Notes:
+    def __init__(self, path: Path) -> None:
+        self.engine = open_database(f"sqlite:///{path}")
+        clock = ManualClock(START)
+        self.memos = SqlMemoStore(self.engine, clock)
+        self.conversations = SqlConversationStore(self.engine, clock)
+        self.memories = SqlMemoryStore(self.engine, clock)
+        for channel_id, kind in (("C1", ChannelKind.PUBLIC), ("C2", ChannelKind.PUBLIC), ("G1", ChannelKind.PRIVATE)):
+            self.conversations.save_channel(Channel(channel_id, channel_id.lower(), kind))
+        self.index = SearchIndex(self.engine, HashEmbedder(), self.memos, self.conversations, self.memories)
+        self.search = Search(self.index, self.memos, self.conversations, self.memories)
+
+    def digest(self, channel: str, day: int, *lines: str, private: bool = False) -> None:
+        first = START + day * DAY + timedelta(hours=9)
+        self.memories.save_digest(
+            Digest(
+                channel_id=channel,
+                day=first.date(),
+                stage=Stage.DIGEST,
+                audience=Audience.of(channel, private),
+                lines=lines,
+                first_ts=ts(first),
+                last_ts=ts(first + timedelta(hours=8)),
+                label=f"#{channel.lower()}",
+            )
+        )
+
+    def found(self, query: str, reader: str | None, before: datetime | None = None, channel: str | None = None):
+        return self.search.notes(query, reader, before, channel, 5)
+
+
+@pytest.fixture
+def notes(tmp_path: Path) -> Notes:
+    return Notes(tmp_path / "n.db")
+
+
+def test_a_digest_is_found_with_its_date_after_its_messages_are_gone(notes: Notes) -> None:
+    notes.digest("C1", 0, "Alice said the office moves to Osaka in May.")
+    notes.digest("C1", 1, "Bob bought a new laptop.")
+    [hit, *_] = notes.found("where is the office moving", "C2")
+    assert hit.digest is not None and hit.digest.day == date(2026, 1, 1)
+    text = recall_message([], notes.found("office Osaka", "C2"), "en", timezone.utc)
+    assert "- [2026-01-01] Alice said the office moves to Osaka in May." in text
+
+
+def test_a_private_digest_is_found_only_in_its_own_conversation(notes: Notes) -> None:
+    notes.digest("G1", 0, "canary-secret surprise party", private=True)
+    assert notes.found("surprise party canary-secret", "C1") == []
+    assert notes.found("surprise party canary-secret", None) != []
+    assert [h.digest.channel_id for h in notes.found("surprise party canary-secret", "G1")] == ["G1"]
+
+
+def test_a_digest_narrowed_when_its_channel_turns_private_is_no_longer_found_elsewhere(notes: Notes) -> None:
+    notes.digest("C1", 0, "canary-general plans for the launch")
+    assert notes.found("launch plans", "C2") != []
+    notes.conversations.set_channel_kind("C1", ChannelKind.PRIVATE)
+    notes.memories.narrow("C1")
+    assert notes.found("launch plans", "C2") == []
+    assert notes.found("launch plans", "C1") != []
+
+
+def test_the_channel_filter_keeps_to_that_channel(notes: Notes) -> None:
+    notes.digest("C1", 0, "ramen lunch in general")
+    notes.digest("C2", 0, "ramen lunch in random")
+    assert [h.digest.channel_id for h in notes.found("ramen lunch", "C1", channel="C2")] == ["C2"]
+
+
+def test_long_term_memories_are_found_bullet_by_bullet_up_to_the_cutoff(notes: Notes) -> None:
+    bullets = tuple(
+        Bullet(i + 1, text, (START + i * DAY).date(), (ts(START + i * DAY + timedelta(hours=1)),))
+        for i, text in enumerate(["Alice likes green tea", "Bob moved to Sapporo", "Alice adopted a cat"])
+    )
+    notes.memories.save([Memory(Scope("C1"), Term.LONG, WORKSPACE, bullets, label="#c1")])
+    [hit] = notes.found("Alice cat", "C2")
+    assert "Alice adopted a cat" in [b.text for b in hit.bullets]
+    [hit] = notes.found("Alice cat", "C2", before=START + DAY + timedelta(hours=2))
+    assert [b.text for b in hit.bullets if "cat" in b.text] == []  # the cat came after the cutoff
+    assert notes.found("Alice cat", "C2", before=START) == []
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cutoff_days=st.floats(min_value=-1, max_value=8))
+def test_nothing_made_from_messages_after_the_cutoff_is_returned(tmp_path_factory, cutoff_days: float) -> None:
+    notes = Notes(tmp_path_factory.mktemp("n") / "n.db")
+    for day in range(7):
+        notes.digest("C1", day, f"daily standup notes number {day}")
+    cutoff = START + cutoff_days * DAY
+    for hit in notes.found("daily standup notes", "C1", before=cutoff):
+        assert float(hit.digest.last_ts) <= cutoff.timestamp()
+    notes.engine.dispose()
+
+
+def test_deleted_digests_leave_the_index(notes: Notes, tmp_path: Path) -> None:
+    notes.digest("C1", 0, "canary-gone text")
+    assert notes.found("canary-gone", "C1") != []
+    with sqlite3.connect(tmp_path / "n.db") as db:
+        db.execute("DELETE FROM digests")
+    assert notes.found("canary-gone", "C1") == []
+    with sqlite3.connect(tmp_path / "n.db") as db:
+        assert db.execute("SELECT count(*) FROM search_docs WHERE text LIKE '%canary-gone%'").fetchone() == (0,)
