@@ -95,6 +95,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     actions.add_parser("unpin", parents=[common, named], help="make a pinned memo an ordinary memo again")
 
+    scope = argparse.ArgumentParser(add_help=False)
+    scope.add_argument(
+        "--visibility",
+        choices=["workspace", "all"],
+        default="workspace",
+        help="workspace: only memos the whole workspace may see (default); all: conversations' private memos too",
+    )
+    memo_export = actions.add_parser(
+        "export", parents=[common, scope], help="write every live memo as a Markdown file (one folder per first tag)"
+    )
+    memo_export.add_argument("--output", required=True, type=Path, metavar="DIR", help="the folder to write")
+    memo_import = actions.add_parser(
+        "import", parents=[common, scope], help="show what importing a folder of memo files would change"
+    )
+    memo_import.add_argument("--dir", required=True, type=Path, metavar="DIR", help="the folder to read")
+    memo_import.add_argument("--apply", action="store_true", help="make the changes (as actor import)")
+    memo_import.add_argument("--prune", action="store_true", help="also remove memos that have no file")
+
     memory = commands.add_parser("memory", parents=[common], help="inspect what the bot remembers")
     memory_actions = memory.add_subparsers(dest="memory_command", metavar="ACTION", required=True)
     memory_show = memory_actions.add_parser(
@@ -157,6 +175,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(config: Config, args: argparse.Namespace) -> int:
+    if args.command == "memo" and args.memo_command in ("export", "import"):
+        from myao2.memo_snapshot_cli import run_snapshot_command
+
+        return run_snapshot_command(config, args)
     if args.command == "memo":
         from myao2.memo_cli import run_memo_command
 

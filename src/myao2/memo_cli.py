@@ -11,7 +11,8 @@ import argparse
 import json
 import sys
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime, tzinfo
 from typing import Any
 
@@ -48,16 +49,23 @@ Command = Callable[[MemoStore, tzinfo, argparse.Namespace], None]
 
 def run_memo_command(config: Config, args: argparse.Namespace) -> int:
     """Run the memo subcommand `args.memo_command`; 0 on success, 2 when a memo operation is refused."""
-    engine = open_database(config.memory.sqlalchemy_url)
     try:
-        store = SqlMemoStore(engine, SystemClock())
-        _COMMANDS[args.memo_command](store, config.persona.tzinfo, args)
+        with open_memo_store(config) as store:
+            _COMMANDS[args.memo_command](store, config.persona.tzinfo, args)
     except MemoError as exc:
         print(f"myao2 memo: {describe_error(exc)}", file=sys.stderr)
         return EXIT_REFUSED
+    return 0
+
+
+@contextmanager
+def open_memo_store(config: Config) -> Iterator[SqlMemoStore]:
+    """The configured database's memo store, its engine disposed of afterwards."""
+    engine = open_database(config.memory.sqlalchemy_url)
+    try:
+        yield SqlMemoStore(engine, SystemClock())
     finally:
         engine.dispose()
-    return 0
 
 
 def describe_error(error: MemoError) -> str:
