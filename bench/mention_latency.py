@@ -20,7 +20,10 @@ counted against the bot. Everything stays on 127.0.0.1. Figures:
   per streamed answer, and the ack latency p99 while K answers stream at once.
 
 CPU is read from /proc/<pid>/stat (utime + stime, every thread of the bot). The
-bot's periodic jobs are pushed out of the run (`BOT_SETTINGS`). On a busy machine
+search index worker (its thread and the embedding engine's, named ``search-index``)
+embeds every stored message and memo in the background at a lower CPU priority; its
+CPU is shown apart, and the per-mention and per-message targets are for the rest.
+The bot's periodic jobs are pushed out of the run (`BOT_SETTINGS`). On a busy machine
 the figures move by a few ms: run it more than once.
 """
 
@@ -54,6 +57,8 @@ from tests.fakes.slack_server import FakeSlack  # noqa: E402
 BOT_USER_ID = "UBOT"
 REPLY_TIMEOUT = 15.0
 CLOCK_TICK = 1.0 / os.sysconf("SC_CLK_TCK")
+INDEX_THREAD = "search-index"
+IDLE_SECONDS = 3.0
 
 # Periodic jobs (history sync, autonomous check) are pushed out of the run, so
 # the figures show the mention and ingest paths only.
@@ -200,7 +205,21 @@ def cpu_seconds(pid: int) -> float:
     return sum(cpu_times(pid))
 
 
-def settle(pid: int, quiet: float = 0.3, timeout: float = 10.0) -> float:
+def indexing_cpu_seconds(pid: int) -> float:
+    """CPU seconds of the bot's search index worker threads (named ``search-index``), live ones only."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            if (task / "comm").read_text(encoding="ascii").strip() != INDEX_THREAD:
+                continue
+            fields = (task / "stat").read_text(encoding="ascii").rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended meanwhile
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total * CLOCK_TICK
+
+
+def settle(pid: int, quiet: float = 1.0, timeout: float = 20.0) -> float:
     """Wait until the process used no CPU for `quiet` seconds; returns its CPU seconds then."""
     deadline = time.monotonic() + timeout
     last, since = cpu_seconds(pid), time.monotonic()
@@ -275,12 +294,13 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
 
         settle(pid)
         idle_start, idle_cpu = time.monotonic(), cpu_seconds(pid)
-        time.sleep(1.0)
+        time.sleep(IDLE_SECONDS)
         idle_rate = (cpu_seconds(pid) - idle_cpu) / (time.monotonic() - idle_start)
 
         # N sequential mentions.
         settle(pid)
         user_before, system_before = cpu_times(pid)
+        indexing_before = indexing_cpu_seconds(pid)
         latencies: list[float] = []
         unanswered = 0
         for i in range(args.mentions):
@@ -292,6 +312,7 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
             latencies.append(latency_ms(ts, reply))
         settle(pid)
         user_after, system_after = cpu_times(pid)
+        indexing = (indexing_cpu_seconds(pid) - indexing_before) / args.mentions
         user = (user_after - user_before) / args.mentions
         system = (system_after - system_before) / args.mentions
         if latencies:
@@ -301,15 +322,16 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
                 f"max {max(latencies):.1f} ms, mean {statistics.fmean(latencies):.1f} ms "
                 "(targets p50 <= 30, p99 <= 100)"
             )
-        print(f"  bot CPU per mention: {(user + system) * 1000:.1f} ms = user {user * 1000:.1f} + system "
-              f"{system * 1000:.1f} (target <= 15; idle background {idle_rate * 1000:.1f} ms/s)")
+        print(f"  bot CPU per mention: {(user + system - indexing) * 1000:.1f} ms (target <= 7) + search indexing "
+              f"{indexing * 1000:.1f} ms = {(user + system) * 1000:.1f} ms (user {user * 1000:.1f} + system "
+              f"{system * 1000:.1f}); idle {idle_rate * 1000:.1f} ms/s")
         if unanswered:
             print(f"  UNANSWERED: {unanswered}")
             failed = True
 
         # M plain messages.
         stored = stored_messages(bot.database)
-        before = settle(pid)
+        before, indexing_before = settle(pid), indexing_cpu_seconds(pid)
         for i in range(args.messages):
             slack.call("post_message", channel=GENERAL, user=(ALICE, BOB)[i % 2], text=f"just chatting, line {i}")
         deadline = time.monotonic() + 30
@@ -317,8 +339,11 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
             time.sleep(0.02)
         missing = stored + args.messages - stored_messages(bot.database)
         after = settle(pid)
-        print(f"{args.messages} plain messages: bot CPU per message {(after - before) / args.messages * 1000:.2f} ms"
-              " (target <= 2)" + (f"; {missing} NOT STORED" if missing > 0 else ""))
+        indexing = (indexing_cpu_seconds(pid) - indexing_before) / args.messages
+        total = (after - before) / args.messages
+        print(f"{args.messages} plain messages: bot CPU per message {(total - indexing) * 1000:.2f} ms (target <= 1.2) "
+              f"+ search indexing {indexing * 1000:.2f} ms = {total * 1000:.2f} ms"
+              + (f"; {missing} NOT STORED" if missing > 0 else ""))
         failed |= missing > 0
 
         # K simultaneous mentions, each in a thread of its own.
@@ -361,7 +386,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     with tempfile.TemporaryDirectory(prefix="myao2-bench-") as tmp:
         status = run(args, Path(tmp))
-    streaming_reply.run(args.streamed, 1000, args.concurrent)
+    if args.streamed:
+        streaming_reply.run(args.streamed, 1000, args.concurrent)
     return status
 
 

@@ -55,7 +55,6 @@ from myao2.infrastructure.web.toolbox import build_web_toolbox
 logger = logging.getLogger(__name__)
 
 SHUTDOWN_GRACE_SECONDS = 5.0
-INDEX_INTERVAL_SECONDS = 2.0
 
 T = TypeVar("T")
 RETRY_POLL_SECONDS = 2.0
@@ -276,7 +275,7 @@ class Bot:
         self._tasks.spawn(self._every(RETRY_POLL_SECONDS, answer.catch_up))
         self._tasks.spawn(self._every(response.check_interval_seconds, autonomous.check))
         self._tasks.spawn(self._every(config.memory.update_interval_seconds, remember))
-        indexer = IndexWorker(index, INDEX_INTERVAL_SECONDS) if index is not None else None
+        indexer = IndexWorker(index, engine) if index is not None else None
         if indexer is not None:
             indexer.start()
 

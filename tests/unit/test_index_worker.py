@@ -1,0 +1,111 @@
+"""The search index worker: woken by this process's commits, asleep otherwise."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from myao2.domain.conversation import Channel, ChannelKind, Message
+from myao2.infrastructure.db.conversation_store import SqlConversationStore
+from myao2.infrastructure.clock import SystemClock
+from myao2.infrastructure.db.engine import open_database
+from myao2.infrastructure.db.memo_store import SqlMemoStore
+from myao2.infrastructure.search.index import SearchIndex
+from myao2.infrastructure.search.setup import THREAD_NAME, IndexWorker
+from tests.e2e.conftest import wait_until
+from tests.fakes.embedder import HashEmbedder
+
+
+class CountingIndex:
+    """Stands in for the index: counts the syncs the worker asks for."""
+
+    def __init__(self) -> None:
+        self.syncs = 0
+        self.synced = threading.Condition()
+
+    def sync(self, progress: object = None) -> int:
+        with self.synced:
+            self.syncs += 1
+            self.synced.notify_all()
+        return 0
+
+    def warm(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def wait_syncs(self, count: int) -> None:
+        with self.synced:
+            assert self.synced.wait_for(lambda: self.syncs >= count, timeout=30), f"{self.syncs} syncs, not {count}"
+
+
+def test_a_message_stored_while_the_worker_runs_is_indexed(tmp_path: Path) -> None:
+    engine = open_database(f"sqlite:///{tmp_path / 'w.db'}")
+    conversations = SqlConversationStore(engine)
+    index = SearchIndex(engine, HashEmbedder(), SqlMemoStore(engine, SystemClock()), conversations)
+    worker = IndexWorker(index, engine, gather_seconds=0)
+    worker.start()
+    try:
+        conversations.save_channel(Channel("C1", "general", ChannelKind.PUBLIC))
+        at = datetime(2026, 1, 1, tzinfo=timezone.utc).timestamp()
+        conversations.save_message(Message("C1", f"{at:.6f}", "U1", "ramen on friday", "Alice"))
+        wait_until(lambda: index.pending() == 0, what="the worker to index the message")
+        with engine.connect() as connection:
+            assert connection.execute(text("SELECT count(*) FROM search_docs")).scalar_one() == 1
+    finally:
+        worker.stop()
+        engine.dispose()
+
+
+def test_each_commit_wakes_the_idle_worker_to_sync(tmp_path: Path) -> None:
+    engine = open_database(f"sqlite:///{tmp_path / 'w.db'}")
+    index = CountingIndex()
+    worker = IndexWorker(index, engine, gather_seconds=0)  # type: ignore[arg-type]
+    worker.start()
+    try:
+        index.wait_syncs(1)  # the catch-up at start
+        for expected in (2, 3):
+            with engine.begin() as connection:
+                connection.execute(text("INSERT INTO search_queue (kind, ref_id) VALUES ('message', 1)"))
+            index.wait_syncs(expected)
+    finally:
+        worker.stop()
+        engine.dispose()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="thread names and priorities of their own are Linux's")
+def test_the_worker_thread_is_named_and_at_lower_priority_for_the_system_too(tmp_path: Path) -> None:
+    engine = open_database(f"sqlite:///{tmp_path / 'w.db'}")
+    index = CountingIndex()
+    worker = IndexWorker(index, engine)  # type: ignore[arg-type]
+    worker.start()
+    try:
+        index.wait_syncs(1)
+        named = [task for task in Path("/proc/self/task").iterdir() if (task / "comm").read_text().strip() == THREAD_NAME]
+        assert len(named) == 1
+        assert os.getpriority(os.PRIO_PROCESS, int(named[0].name)) > os.getpriority(os.PRIO_PROCESS, os.getpid())
+    finally:
+        worker.stop()
+        engine.dispose()
+
+
+def _worker_running() -> bool:
+    return any(thread.name == "search-index" for thread in threading.enumerate())
+
+
+def test_stopping_an_idle_worker_ends_its_thread(tmp_path: Path) -> None:
+    engine = open_database(f"sqlite:///{tmp_path / 'w.db'}")
+    index = CountingIndex()
+    worker = IndexWorker(index, engine)  # type: ignore[arg-type]
+    worker.start()
+    index.wait_syncs(1)
+    worker.stop()
+    wait_until(lambda: not _worker_running(), what="the worker thread to end")
+    engine.dispose()
