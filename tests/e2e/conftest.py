@@ -61,6 +61,13 @@ class BotProcess:
         self.settings: dict[str, Any] = {}
         self.env_overrides: dict[str, str | None] = {}
         self.process: subprocess.Popen[bytes] | None = None
+        self.clock_shift_file: Path | None = None
+        """Set (see `shift_clock`), the bot runs with its clock moved forward by the seconds in this file."""
+
+    def shift_clock(self, seconds: float) -> None:
+        """Move the bot's clock `seconds` ahead of the real time (also while it runs)."""
+        self.clock_shift_file = self.tmp_path / "clock_shift"
+        self.clock_shift_file.write_text(str(seconds), encoding="utf-8")
 
     def write_config(self) -> None:
         agent = {
@@ -99,6 +106,8 @@ class BotProcess:
             OPENAI_BASE_URL=self.llm.base_url,
             PYTHONPATH=str(ROOT / "src"),
         )
+        if self.clock_shift_file is not None:
+            env.update(MYAO2_TEST_CLOCK_SHIFT_FILE=str(self.clock_shift_file), PYTHONPATH=f"{ROOT / 'src'}{os.pathsep}{ROOT}")
         for key, value in self.env_overrides.items():
             if value is None:
                 env.pop(key, None)
@@ -110,8 +119,9 @@ class BotProcess:
         self.write_config()
         connections = self.slack.connection_count
         self._log = self.log_path.open("ab")
+        module = "myao2" if self.clock_shift_file is None else "tests.e2e.shifted_clock"
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "myao2", "run", "--config", str(self.config_path)],
+            [sys.executable, "-m", module, "run", "--config", str(self.config_path)],
             cwd=self.tmp_path,
             env=self.environment(),
             stdout=self._log,

@@ -88,3 +88,27 @@ async def test_a_server_error_is_unavailable(fake, writer):
 
     with pytest.raises(ModelUnavailable):
         await writer.update(PROMPT)
+
+
+async def test_a_digest_is_asked_with_the_day_s_messages_and_the_stage_s_length(fake, writer):
+    from datetime import date
+
+    from myao2.application.agents import DigestPrompt
+    from myao2.domain.memory import Stage
+
+    day = DigestPrompt(
+        persona=PROMPT.persona,
+        channel=Channel("C1", "general"),
+        day=date(2025, 1, 2),
+        stage=Stage.CONDENSED,
+        messages=("[2025-01-02 02:59] Alice: release moved to friday",),
+    )
+    fake.script(ToolCalls([ToolCall("DigestOutput", {"lines": ["  Alice: release on   Friday ", ""]})]))
+
+    assert await writer.digest(day) == ("Alice: release on Friday",)
+    query = str(fake.requests[0]["messages"])
+    assert "Day: 2025-01-02" in query and "release moved to friday" in query and "3 lines at most" in query
+
+    fake.script(Error(500, "boom", "server_error"))
+    with pytest.raises(ModelUnavailable):
+        await writer.digest(day)

@@ -279,3 +279,21 @@ async def test_a_channel_turned_private_keeps_its_memories_and_digests_to_itself
     assert rebuilt is not None and [b.text for b in rebuilt.active] and not any(
         "canary-general" in b.text for b in rebuilt.bullets
     )
+
+
+async def test_forgetting_a_person_deletes_the_digests_of_the_days_they_spoke_in(
+    job, conversations, memories, clock, engine, db_path
+):
+    from myao2.infrastructure.db.forget import forget_person
+
+    say(conversations, clock, GENERAL, "canary-alice loves jazz", user="UALICE")
+    clock.advance(DAY)
+    say(conversations, clock, GENERAL, "bob likes tea", user="UBOB")
+    clock.advance(15 * DAY)
+    await job.run()
+    assert len(memories.digests()) == 2 and rows_holding(db_path, "canary-alice") == ["digests"]
+
+    forgotten = forget_person(engine, "UALICE")
+    assert forgotten.notes == 1
+    assert rows_holding(db_path, "canary-alice") == []
+    assert [d.lines for d in memories.digests()] == [("condensed: bob likes tea",)]

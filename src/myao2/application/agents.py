@@ -105,5 +105,5 @@ class DigestPrompt:
 
 class DigestWriter(Protocol):
     async def digest(self, prompt: DigestPrompt) -> tuple[str, ...]:
-        """The digest's lines; raises ModelUnavailable when the model fails or answers nothing usable."""
+        """The digest's lines (none: nothing worth keeping); raises ModelUnavailable when the model fails."""
         ...

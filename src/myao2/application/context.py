@@ -237,7 +237,9 @@ class ContextBuilder:
                 for b in memory.active
             ]
             elsewhere = _fit_lines(lines, budgets.elsewhere)
-        digests = [digest_line(d) for d in memories.digests(channel.id) if can_read(channel.id, d.audience)]
+        digests = [
+            digest_line(d) for d in memories.digests(channel.id) if d.lines and can_read(channel.id, d.audience)
+        ]
         return MemorySections(
             workspace=_section(workspace, budgets.workspace),
             channel_long=long_section,

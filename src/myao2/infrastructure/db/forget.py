@@ -8,7 +8,15 @@ from sqlalchemy import Engine, delete
 from sqlmodel import Session, col, select
 
 from myao2.infrastructure.db.memory_store import bullet_to_json, row_to_memory
-from myao2.infrastructure.db.tables import MemoPinRow, MemoRevisionRow, MemoRow, MemoryRow, MessageRow, PersonRow
+from myao2.infrastructure.db.tables import (
+    DigestRow,
+    MemoPinRow,
+    MemoRevisionRow,
+    MemoRow,
+    MemoryRow,
+    MessageRow,
+    PersonRow,
+)
 
 
 @dataclass(frozen=True)
@@ -22,7 +30,8 @@ class Forgotten:
 
 def forget_person(engine: Engine, user_id: str) -> Forgotten:
     """Delete, in one transaction, every message `user_id` wrote, their name, every memo taken from what
-    they said (with its revisions and pin) and every memory note whose sources include one of their messages."""
+    they said (with its revisions and pin), every memory note whose sources include one of their messages and
+    every digest of a day they spoke in (a note each)."""
     with Session(engine) as session, session.begin():
         their_ts = set(session.exec(select(MessageRow.ts).where(MessageRow.user_id == user_id)).all())
         memo_ids = list(session.exec(select(MemoRow.id).where(MemoRow.user_id == user_id)).all())
@@ -34,6 +43,10 @@ def forget_person(engine: Engine, user_id: str) -> Forgotten:
                 notes += len(memory.bullets) - len(kept)
                 row.bullets = [bullet_to_json(b) for b in replace(memory, bullets=kept).bullets]
                 session.add(row)
+        for digest in session.exec(select(DigestRow)).all():
+            if user_id in digest.authors:
+                notes += 1
+                session.delete(digest)
         session.exec(delete(MemoRevisionRow).where(col(MemoRevisionRow.memo_id).in_(memo_ids)))  # type: ignore[call-overload]
         session.exec(delete(MemoPinRow).where(col(MemoPinRow.memo_id).in_(memo_ids)))  # type: ignore[call-overload]
         session.exec(delete(MemoRow).where(col(MemoRow.id).in_(memo_ids)))  # type: ignore[call-overload]

@@ -370,10 +370,7 @@ class StrandsMemoryWriter:
 
     async def digest(self, prompt: DigestPrompt) -> tuple[str, ...]:
         output = await self._ask("digest", prompt, DigestOutput)
-        lines = tuple(" ".join(line.split()) for line in output.lines)
-        if not any(lines):
-            raise ModelUnavailable(f"{self.ROLE} model gave an empty digest")
-        return tuple(line for line in lines if line)
+        return tuple(line for line in (" ".join(line.split()) for line in output.lines) if line)
 
     async def _ask(self, kind: Kind, prompt: MemoryPrompt | DigestPrompt, output_model: type[_Output]) -> _Output:
         """The model's structured answer to the `kind` templates rendered with `prompt`."""

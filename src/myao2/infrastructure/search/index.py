@@ -198,6 +198,8 @@ class SearchIndex:
         elif kind == "digest":
             # Dated by its day's last message: a cutoff inside that day leaves the whole digest out.
             for digest_id, digest in self._memories.digests_by_ids(ids).items():
+                if not digest.lines:
+                    continue
                 body = f"{digest.label} {digest.day.isoformat()}\n" + "\n".join(digest.lines)
                 found[digest_id] = Document(
                     scope=digest.audience.conversation_id,

@@ -1,0 +1,151 @@
+"""Retention end to end, the bot's clock moved forward: digests on day 3, condensed on day 7, raw text gone on day 15,
+and what was said on day 0 still recalled through its digest; a private channel's canary never leaves it."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from typing import Any
+
+from tests.e2e.conftest import ALICE, BOB, GENERAL, BotProcess, wait_until
+from tests.e2e.test_mentions import prompt_text, replies_in
+from tests.fakes.memory_model import digest, is_digest_request, is_memory_request, remember
+from tests.fakes.openai_server import Text, ToolCall, ToolCalls
+from tests.fakes.slack_server import FakeSlack
+
+SECRET_ROOM = "GSECRET"
+DAY = 24 * 3600
+FACT = "the spare key is under the blue flowerpot"
+CANARY = "canary-secret"
+
+
+def responder(request: dict[str, Any]):  # type: ignore[no-untyped-def]
+    if is_memory_request(request):
+        return remember(request)
+    if is_digest_request(request):
+        return digest(request)
+    if any(m["role"] == "tool" for m in request["messages"]):
+        return Text("Found it.")
+    asked = request["messages"][-1]["content"]
+    asked = asked if isinstance(asked, str) else str(asked)
+    if "where is the spare key?" in asked:
+        return ToolCalls([ToolCall("recall", {"query": "where the spare key is"})])
+    if "any party plans?" in asked:
+        return ToolCalls([ToolCall("recall", {"query": "surprise party for Bob"})])
+    return Text("Sure thing.")
+
+
+def rows(bot: BotProcess, sql: str, *args: Any) -> list[tuple]:
+    with sqlite3.connect(bot.database) as db:
+        return db.execute(sql, args).fetchall()
+
+
+def digests(bot: BotProcess, channel: str) -> list[tuple[str, str, list]]:
+    return rows(bot, "SELECT day, stage, lines FROM digests WHERE channel_id = ? ORDER BY day", channel)
+
+
+def tables_holding(bot: BotProcess, text: str) -> set[str]:
+    """The tables any row of which holds `text`."""
+    found = set()
+    with sqlite3.connect(bot.database) as db:
+        for (table,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
+            for row in db.execute(f'SELECT * FROM "{table}"'):
+                if any(isinstance(v, str) and text in v for v in row):
+                    found.add(table)
+                    break
+    return found
+
+
+class Days:
+    """The bot's clock, moved forward a whole number of days, and messages posted at that time."""
+
+    def __init__(self, bot: BotProcess, slack: FakeSlack) -> None:
+        self.bot = bot
+        self.slack = slack
+        self.shift = 0
+        bot.shift_clock(0)
+
+    def move_to(self, day: int) -> None:
+        self.shift = day * DAY
+        self.bot.shift_clock(self.shift)
+
+    def post(self, channel: str, user: str, text: str) -> str:
+        return self.slack.post_message(channel, user, text, ts=f"{time.time() + self.shift:.6f}")
+
+
+def ask(days: Days, slack: FakeSlack, llm, question: str) -> tuple[str, list[str]]:  # type: ignore[no-untyped-def]
+    """Mention the bot in #general; returns the prompt it answered from and the tool results it saw."""
+    seen = len(llm.requests)
+    ts = days.post(GENERAL, ALICE, f"<@{slack.bot_user_id}> {question}")
+    slack.wait_for(lambda: replies_in(slack, ts), what=f"the answer to {question!r}")
+    requests = [
+        r
+        for r in llm.requests[seen:]
+        if question in prompt_text(r) and not is_memory_request(r) and not is_digest_request(r)
+    ]
+    results = [
+        m["content"] if isinstance(m["content"], str) else str(m["content"])
+        for m in requests[-1]["messages"]
+        if m["role"] == "tool"
+    ]
+    return prompt_text(requests[0]), results
+
+
+def only_the_secret_room_saw_the_canary(llm) -> None:  # type: ignore[no-untyped-def]
+    for request in llm.requests:
+        text = prompt_text(request)
+        if CANARY in text:
+            assert (is_memory_request(request) and "Scope: #secret-room" in text) or (
+                is_digest_request(request) and "Conversation: #secret-room" in text
+            ), text
+
+
+def test_a_fact_from_day_0_is_recalled_on_day_15_from_its_digest_after_the_raw_text_is_gone(
+    bot: BotProcess, slack: FakeSlack, llm
+) -> None:
+    slack.add_channel(SECRET_ROOM, "secret-room", is_private=True, members=[ALICE, BOB])
+    llm.set_responder(responder)
+    bot.settings["memory.update_interval_seconds"] = 0.5
+    days = Days(bot, slack)
+    bot.start()
+
+    days.post(GENERAL, BOB, FACT)
+    days.post(SECRET_ROOM, ALICE, f"{CANARY} surprise party for Bob on Friday")
+    wait_until(
+        lambda: len(rows(bot, "SELECT scope FROM memories WHERE scope LIKE 'channel:%' AND term = 'long'")) == 2,
+        what="the memory job to read day 0",
+    )
+    assert digests(bot, GENERAL) == []
+
+    days.move_to(3)
+    wait_until(lambda: digests(bot, GENERAL) and digests(bot, SECRET_ROOM), what="the digests of day 0")
+    [(day0, stage, lines)] = digests(bot, GENERAL)
+    assert stage == "digest" and f"digest: {FACT}" in lines
+    assert rows(bot, "SELECT audience FROM digests WHERE channel_id = ?", SECRET_ROOM) == [(SECRET_ROOM,)]
+    prompt, results = ask(days, slack, llm, "any party plans?")
+    assert f"- [{day0}] digest: {FACT}" in prompt  # the channel's digest reaches its prompt
+    assert results and CANARY not in results[0]
+    assert rows(bot, "SELECT count(*) FROM messages WHERE text = ?", FACT) == [(1,)]
+
+    days.move_to(7)
+    wait_until(lambda: digests(bot, GENERAL)[0][1] == "condensed", what="the digest of day 0 to be condensed")
+    assert f"condensed: {FACT}" in digests(bot, GENERAL)[0][2]
+    assert rows(bot, "SELECT count(*) FROM messages WHERE text = ?", FACT) == [(1,)]
+
+    days.move_to(15)
+    wait_until(lambda: "messages" not in tables_holding(bot, "blue flowerpot") and not rows(
+        bot, "SELECT kind FROM search_docs WHERE text LIKE '%blue flowerpot%' AND kind = 'message'"
+    ), what="the raw text of day 0 to be deleted, from the search index too")
+    assert rows(bot, "SELECT count(*) FROM messages WHERE ts < ?", f"{time.time() + DAY:.6f}") == [(0,)]
+    assert not tables_holding(bot, CANARY) & {"messages"}
+
+    prompt, results = ask(days, slack, llm, "where is the spare key?")
+    assert f"- [{day0}] condensed: {FACT}" in prompt  # digests still reach the prompt
+    [result] = results
+    assert f"- [{day0}] condensed: {FACT}" in result  # recall finds it through the digest, with its date
+    assert digests(bot, GENERAL)[0][0] == day0
+
+    _, results = ask(days, slack, llm, "any party plans?")
+    assert results and CANARY not in results[0]
+    only_the_secret_room_saw_the_canary(llm)
+    assert bot.stop() == 0
