@@ -10,6 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.conftest import ALICE, GENERAL, BotProcess
+from tests.e2e.test_memo_privacy import DM, SECRET
+from tests.e2e.test_mentions import prompt_text
+from tests.fakes.openai_server import Text, ToolCall, ToolCalls
+from tests.fakes.slack_server import FakeSlack
+
 CONFIG_YAML = """\
 persona:
   timezone: Asia/Tokyo
@@ -162,3 +168,42 @@ def test_a_missing_folder_is_refused(notebook: Path, tmp_path: Path) -> None:
 
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr == f"myao2 memo: no folder {tmp_path / 'nowhere'}\n"
+
+
+def test_with_the_bot_running_a_dm_memo_stays_out_of_the_shared_export_and_an_import_reaches_the_next_prompt(
+    bot: BotProcess, slack: FakeSlack, llm
+) -> None:
+    slack.add_channel(DM, ALICE, is_im=True, members=[ALICE])
+    bot.start()
+
+    def mention(channel: str, text: str, *calls: ToolCall) -> None:
+        llm.script(*([ToolCalls(list(calls))] if calls else []), Text("ok"))
+        posts = len(slack.posted)
+        slack.post_message(channel, ALICE, text if channel == DM else f"<@{slack.bot_user_id}> {text}")
+        slack.wait_for(lambda: len(slack.posted) > posts, what=f"the reply in {channel}")
+
+    mention(GENERAL, "lunch is on fridays", ToolCall("add_memo", {"name": "team-lunch", "content": "Lunch on Fridays", "priority": 4, "tags": ["food"]}))
+    mention(DM, SECRET, ToolCall("add_memo", {"name": "bob-party", "content": SECRET, "priority": 4}))
+
+    def cli(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "myao2", "memo", *argv, "--config", str(bot.config_path)],
+            env=bot.environment(), capture_output=True, text=True, timeout=60,
+        )
+
+    shared, everything = bot.tmp_path / "shared", bot.tmp_path / "everything"
+    ok(cli("export", "--output", str(shared)))
+    ok(cli("export", "--output", str(everything), "--visibility", "all"))
+    assert sorted(tree(shared)) == ["food/team-lunch.md"]
+    assert SECRET.encode() not in b"".join(tree(shared).values())
+    assert f"conversation: {DM}\n".encode() in tree(everything)["bob-party.md"]
+
+    lunch = shared / "food" / "team-lunch.md"
+    lunch.write_text(lunch.read_text().replace("Lunch on Fridays", "Lunch on Thursdays"))
+    assert ok(cli("import", "--dir", str(shared), "--apply")) == "changed   food/team-lunch.md (content)\nApplied: 1 changed.\n"
+
+    seen = len(llm.requests)
+    mention(GENERAL, "when is lunch?")
+    prompt = prompt_text(llm.requests[seen])
+    assert "Lunch on Thursdays" in prompt and "Lunch on Fridays" not in prompt
+    assert bot.stop() == 0
