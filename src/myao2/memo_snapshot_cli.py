@@ -123,7 +123,9 @@ def _describe(step: Step) -> str | None:
     where = step.path or _label(step)
     outcome = f"{step.outcome.value:<9}"
     if step.outcome is Outcome.CHANGED:
-        return f"{outcome} {where} ({', '.join(step.changed)})"
+        assert step.memo is not None and step.file is not None
+        since = f"; the memo changed since revision {step.file.revision}, now {step.memo.revision}" if step.overwrites else ""
+        return f"{outcome} {where} ({', '.join(step.changed)}{since})"
     if step.outcome in (Outcome.ADDED, Outcome.REMOVED):
         return f"{outcome} {where}" + ("" if step.path else " (no file)")
     if step.outcome is Outcome.KEPT:

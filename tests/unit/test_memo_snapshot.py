@@ -17,6 +17,7 @@ from myao2.application.memo_snapshot import (
     snapshot_paths,
 )
 from myao2.application.notebook import Actor, Notebook
+from myao2.cli import main
 from myao2.domain.memo import MAX_TAG_KINDS, Memo, Visibility
 from myao2.domain.visibility import WORKSPACE, Audience
 from myao2.infrastructure.db.engine import open_database
@@ -288,3 +289,36 @@ def test_unicode_names_are_compared_as_written(store):
 
     assert list(files) == ["café.md"]
     assert plan_import(store, files, Scope.WORKSPACE).count(Outcome.UNCHANGED) == 1
+
+
+def test_a_change_to_a_memo_edited_since_its_file_was_written_is_flagged(store, notebook):
+    files = files_of(store)
+    notebook.edit("alice-ramen", content="Alice loves very spicy ramen")
+    edited = files["food/alice-ramen.md"].replace(b"priority: 4", b"priority: 5")
+
+    stale = plan_import(store, {"food/alice-ramen.md": edited}, Scope.WORKSPACE)
+    current = plan_import(store, files_of(store), Scope.WORKSPACE)
+    by_hand = plan_import(store, {"a.md": b"---\nname: alice-ramen\n---\nhi\n"}, Scope.WORKSPACE)
+
+    assert [(s.outcome, s.changed, s.overwrites) for s in stale.steps if s.path] == [
+        (Outcome.CHANGED, ("content", "priority"), True)
+    ]
+    assert not any(step.overwrites for step in current.steps + by_hand.steps)
+
+
+def test_the_plan_says_which_changes_overwrite_newer_revisions(tmp_path, capsys):
+    config = tmp_path / "config.yaml"
+    config.write_text(f"memory:\n  database_path: {tmp_path / 'memos.db'}\n")
+    folder = tmp_path / "memos"
+    assert main(["memo", "add", "lunch", "--content", "Lunch on Fridays", "--config", str(config)]) == 0
+    assert main(["memo", "export", "--output", str(folder), "--config", str(config)]) == 0
+    assert main(["memo", "edit", "lunch", "--priority", "5", "--config", str(config)]) == 0
+    (folder / "lunch.md").write_text((folder / "lunch.md").read_text().replace("Fridays", "Thursdays"))
+    capsys.readouterr()
+
+    assert main(["memo", "import", "--dir", str(folder), "--config", str(config)]) == 0
+
+    assert capsys.readouterr().out == (
+        "changed   lunch.md (content, priority; the memo changed since revision 1, now 2)\n"
+        "Plan: 1 changed. Nothing written: --apply applies it.\n"
+    )

@@ -19,7 +19,8 @@
     Likes Ichiran in Shibuya
 
 `conversation` is there only for a memo kept for one conversation. `created`, `updated`
-and `revision` describe the stored memo and are not read back. The same memo always renders
+and `revision` describe the stored memo: only the revision is read back, to tell whether the
+memo changed since the file was written. The same memo always renders
 to the same bytes, so a folder of them diffs well in git. A content line that reads as the
 detail heading is written with a backslash before it, which reading removes.
 """
@@ -60,6 +61,8 @@ class MemoFile:
     tags: object = ()
     detail: str | None = None
     pinned: bool = False
+    revision: int | None = None
+    """The memo's revision the file was written from, if it says."""
 
     def draft(self) -> MemoDraft:
         """The memo the file describes, by the memo rules (raises `MemoError`)."""
@@ -114,6 +117,7 @@ def parse_memo(text: str) -> MemoFile:
         tags=front.get("tags") or (),
         detail=detail,
         pinned=pinned,
+        revision=_revision(front.get("revision")),
     )
 
 
@@ -155,6 +159,10 @@ def _split_body(lines: list[str]) -> tuple[str, str | None]:
     content_lines = lines if heading is None else lines[:heading]
     content = "\n".join(line[1:] if _ESCAPED_HEADING.fullmatch(line) else line for line in content_lines)
     return content, None if heading is None else "\n".join(lines[heading + 1 :])
+
+
+def _revision(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _utc(moment: datetime) -> datetime:

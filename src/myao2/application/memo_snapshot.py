@@ -147,6 +147,14 @@ class Step:
     memo: Memo | None = None
     """The stored memo the step concerns."""
 
+    @property
+    def overwrites(self) -> bool:
+        """Whether a change replaces revisions made since its file was written (by the bot, say)."""
+        written = self.file.revision if self.file is not None else None
+        return self.outcome is Outcome.CHANGED and written is not None and self.memo is not None and (
+            written < self.memo.revision
+        )
+
 
 @dataclass(frozen=True)
 class ImportPlan:
