@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from myao2.application.context import Absorbed, Budget, ContextBuilder, Persona  # noqa: E402
 from myao2.application.memory_job import MemoryJob, MemorySettings  # noqa: E402
-from myao2.bot import memory_budgets  # noqa: E402
+from myao2.composition import memory_budgets  # noqa: E402
 from myao2.config import AgentConfig, AgentsConfig, Config  # noqa: E402
 from myao2.domain.conversation import Channel, Message  # noqa: E402
 from myao2.domain.tokens import estimate_tokens  # noqa: E402

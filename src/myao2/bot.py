@@ -12,45 +12,28 @@ from contextlib import suppress
 from datetime import timedelta
 from typing import Protocol, TypeVar
 
-from myao2.application.activity import Activity
 from myao2.application.autonomous import AutonomousResponder, AutonomySettings
 from myao2.application.channels import ChannelLifecycle
-from myao2.application.context import Absorbed, Budget, ContextBuilder, MemoryBudgets, Persona
 from myao2.application.conversations import Conversations
 from myao2.application.history_sync import HistorySync
 from myao2.application.inbox import Inbox
-from myao2.application.memory_job import MemoryJob, MemorySettings
 from myao2.application.mention import AnswerMention, MentionSettings
-from myao2.application.retention import RetentionJob
-from myao2.application.search import Search
+from myao2.composition import build_application
 from myao2.config import Config, ConfigError
 from myao2.domain.answers import RetryPolicy
 from myao2.domain.judgment import SkipPolicy, WaitPolicy
-from myao2.domain.memory import RetentionPolicy
 from myao2.infrastructure.clock import SystemClock
-from myao2.infrastructure.db.activity_store import SqlActivityLog
-from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.health import DatabaseCheck
-from myao2.infrastructure.db.memo_store import SqlMemoStore
-from myao2.infrastructure.db.memory_store import SqlMemoryStore
 from myao2.infrastructure.health import Health, HealthServer, ModelReachability
-from myao2.infrastructure.llm.agents import (
-    ROLES,
-    ModelClients,
-    StrandsJudge,
-    StrandsMemoryWriter,
-    StrandsReplyWriter,
-)
-from myao2.infrastructure.search.setup import IndexWorker, open_index
-from myao2.infrastructure.llm.phrases import apology, prompt_marks
-from myao2.infrastructure.llm.prompts import PromptRenderer
+from myao2.infrastructure.llm.agents import ModelClients
+from myao2.infrastructure.search.setup import IndexWorker
+from myao2.infrastructure.llm.phrases import apology
 from myao2.infrastructure.slack.app import build_app
 from myao2.infrastructure.slack.connection import AppTokenRejected, SocketMode, identify
 from myao2.infrastructure.slack.gateway import SlackAuthError, SlackGateway, make_web_client, web_session
 from myao2.infrastructure.slack.streaming import SlackReplyPublisher, StreamSettings
 from myao2.infrastructure.tasks import TaskSet
-from myao2.infrastructure.web.toolbox import build_web_toolbox
 
 logger = logging.getLogger(__name__)
 
@@ -127,38 +110,8 @@ class Bot:
             await close_early()
             return 0
 
-        conversations = SqlConversationStore(engine, self._clock)
-        memos = SqlMemoStore(engine, self._clock)
-        memories = SqlMemoryStore(engine, self._clock)
-        persona = config.persona
-        prompt_persona = Persona(persona.name, persona.system_prompt, persona.language, persona.tzinfo)
-        contexts = ContextBuilder(
-            memos,
-            self._clock,
-            prompt_persona,
-            bot_user_id=identity.user_id,
-            budget=Budget(config.response.conversation_max_tokens, config.response.message_max_tokens),
-            marks=prompt_marks(persona.language),
-            absorbed=Absorbed(memories, memory_budgets(config)),
-        )
-        renderer = PromptRenderer(
-            persona.language,
-            config.prompts.template_dir,
-            system_overrides={role: getattr(config.agents, role).system_prompt for role in ROLES},
-        )
-        activity = Activity(SqlActivityLog(engine), self._clock, watch=model.observe)
-        clients = ModelClients(config.agents, activity)
-        index = open_index(engine, config.search, memos, conversations, memories)
-        writer = StrandsReplyWriter(
-            clients,
-            renderer,
-            memos,
-            persona.language,
-            config.logging.debug_llm_messages,
-            web=build_web_toolbox(config.tools, persona.language),
-            search=Search(index, memos, conversations, memories) if index is not None else None,
-            max_memo_changes=config.response.max_memo_changes_per_reply,
-        )
+        parts = build_application(config, engine, self._clock, identity.user_id, watch=model.observe)
+        conversations, persona, clients, activity = parts.conversations, config.persona, parts.clients, parts.activity
         response = config.response
         publisher = SlackReplyPublisher(
             make_web_client(config.slack.bot_token, config.slack.api_base_url, web),
@@ -178,8 +131,8 @@ class Bot:
         answer = AnswerMention(
             store=conversations,
             chat=gateway,
-            contexts=contexts,
-            writer=writer,
+            contexts=parts.contexts,
+            writer=parts.writer,
             conversations=talk,
             bot=identity,
             clock=self._clock,
@@ -209,47 +162,22 @@ class Bot:
             bot_token=config.slack.bot_token,
             chat=gateway,
             inbox=inbox,
-            channels=ChannelLifecycle(conversations, memos, memories, inbox.channel_changed),
+            channels=ChannelLifecycle(conversations, parts.memos, parts.memories, inbox.channel_changed),
             signing_secret=config.slack.signing_secret if config.slack.mode == "http" else None,
         )
 
         autonomous = AutonomousResponder(
             store=conversations,
             conversations=talk,
-            contexts=contexts,
-            judge=StrandsJudge(clients, renderer, persona.language, config.logging.debug_llm_messages),
-            writer=writer,
+            contexts=parts.contexts,
+            judge=parts.judge,
+            writer=parts.writer,
             bot=identity,
             clock=self._clock,
             settings=autonomy_settings(config),
             spawn=self._tasks.spawn,
             activity=activity,
         )
-
-        memory_writer = StrandsMemoryWriter(clients, renderer, config.logging.debug_llm_messages)
-        memory_job = MemoryJob(
-            conversations=conversations,
-            memories=memories,
-            writer=memory_writer,
-            clock=self._clock,
-            persona=prompt_persona,
-            settings=memory_settings(config),
-        )
-        retention = RetentionJob(
-            conversations=conversations,
-            memories=memories,
-            writer=memory_writer,
-            clock=self._clock,
-            persona=prompt_persona,
-            policy=retention_policy(config),
-            bot_user_id=identity.user_id,
-            max_tokens=config.memory.batch_max_tokens,
-        )
-
-        async def remember() -> None:
-            """A memory round, then a retention round: raw messages are read before any is deleted."""
-            await memory_job.run()
-            await retention.run()
 
         def catch_up() -> None:
             self._tasks.spawn(self._catch_up(history, answer))
@@ -274,8 +202,8 @@ class Bot:
         self._tasks.spawn(self._every(response.history_sync_interval_seconds, lambda: self._catch_up(history, answer)))
         self._tasks.spawn(self._every(RETRY_POLL_SECONDS, answer.catch_up))
         self._tasks.spawn(self._every(response.check_interval_seconds, autonomous.check))
-        self._tasks.spawn(self._every(config.memory.update_interval_seconds, remember))
-        indexer = IndexWorker(index, engine) if index is not None else None
+        self._tasks.spawn(self._every(config.memory.update_interval_seconds, parts.remember))
+        indexer = IndexWorker(parts.index, engine) if parts.index is not None else None
         if indexer is not None:
             indexer.start()
 
@@ -363,38 +291,6 @@ class Bot:
                 await job()
             except Exception:
                 logger.exception("periodic job failed")
-
-
-def memory_settings(config: Config) -> MemorySettings:
-    """The memory job's settings from the `memory` section."""
-    memory = config.memory
-    return MemorySettings(
-        short_term_window=timedelta(hours=memory.short_term_window_hours),
-        thread_memory_days=memory.thread_memory_days,
-        batch_max_tokens=memory.batch_max_tokens,
-    )
-
-
-def memory_budgets(config: Config) -> MemoryBudgets:
-    """The prompt budgets of the memory sections from the `memory` section."""
-    memory = config.memory
-    return MemoryBudgets(
-        workspace=memory.workspace_max_tokens,
-        channel=memory.channel_max_tokens,
-        thread=memory.thread_max_tokens,
-        elsewhere=memory.elsewhere_max_tokens,
-        digest=memory.digest_max_tokens,
-    )
-
-
-def retention_policy(config: Config) -> RetentionPolicy:
-    """When raw messages are digested, condensed and deleted, from `memory.retention`."""
-    retention = config.memory.retention
-    return RetentionPolicy(
-        digest_after_days=retention.digest_after_days,
-        condense_after_days=retention.condense_after_days,
-        delete_after_days=retention.delete_after_days,
-    )
 
 
 def autonomy_settings(config: Config) -> AutonomySettings:

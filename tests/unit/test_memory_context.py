@@ -7,7 +7,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from myao2.application.context import Absorbed, Budget, ContextBuilder, MemoryBudgets, Persona
-from myao2.bot import memory_budgets
+from myao2.composition import memory_budgets
 from myao2.config import Config
 from myao2.domain.conversation import Channel, ChannelKind, Message
 from myao2.domain.memory import WORKSPACE_SCOPE, Bullet, Memory, Scope, Term
