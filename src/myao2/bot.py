@@ -111,6 +111,7 @@ class Bot:
             return 0
 
         parts = build_application(config, engine, self._clock, identity.user_id, watch=model.observe)
+        await asyncio.to_thread(parts.conversations.save_identity, identity)  # for the commands without Slack
         conversations, persona, clients, activity = parts.conversations, config.persona, parts.clients, parts.activity
         response = config.response
         publisher = SlackReplyPublisher(

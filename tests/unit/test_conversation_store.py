@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import Engine
 
 from tests.unit.test_migrations import head_revision
-from myao2.domain.conversation import Channel, ChannelKind, Message, Person, ts_to_datetime
+from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Message, Person, ts_to_datetime
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
 from tests.clocks import ManualClock
@@ -402,3 +402,13 @@ def test_a_released_attempt_is_due_at_once_and_not_counted(store: SqlConversatio
     store.release("C1", ts(0), ts_to_datetime(ts(5)))
     [pending] = store.due_answers(ts_to_datetime(ts(5)), ts_to_datetime(ts(-1)))
     assert pending.attempts == 0
+
+
+# -- the bot's identity ------------------------------------------------------
+
+
+def test_the_bot_identity_is_kept_for_what_runs_without_slack(store: SqlConversationStore) -> None:
+    assert store.identity() is None
+    store.save_identity(BotIdentity(BOT, "B1", "T1"))
+    store.save_identity(BotIdentity("UBOT2", None, "T1"))  # a new app: the latest connection counts
+    assert store.identity() == BotIdentity("UBOT2", None, "T1")

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Protocol
 
 from myao2.domain.activity import JudgmentOutcome, ModelCall, ReplyKind
-from myao2.domain.conversation import Channel, ChannelChanges, ChannelKind, History, Message, Person
+from myao2.domain.conversation import BotIdentity, Channel, ChannelChanges, ChannelKind, History, Message, Person
 from myao2.domain.memory import Digest, Memory, Scope, Term
 from myao2.domain.answers import PendingAnswer
 from myao2.domain.memo import (
@@ -232,6 +232,14 @@ class ConversationStore(Protocol):
 
     def people(self, user_ids: Iterable[str] | None = None) -> dict[str, Person]:
         """Everyone stored, or only those of `user_ids` who are."""
+        ...
+
+    def save_identity(self, identity: BotIdentity) -> None:
+        """Remember who the bot is in Slack, for what runs without Slack."""
+        ...
+
+    def identity(self) -> BotIdentity | None:
+        """Who the bot was when it last connected; None if it never has."""
         ...
 
     def claim(self, channel_id: str, ts: str, retry_at: datetime | None = None) -> bool:

@@ -18,10 +18,21 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, SQLModel, col, select
 
 from myao2.domain.answers import PendingAnswer
-from myao2.domain.conversation import Channel, ChannelChanges, ChannelKind, History, Message, Person, mentions_in, ts_to_datetime
+from myao2.domain.conversation import (
+    BotIdentity,
+    Channel,
+    ChannelChanges,
+    ChannelKind,
+    History,
+    Message,
+    Person,
+    mentions_in,
+    ts_to_datetime,
+)
 from myao2.domain.ports import Clock
 from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.tables import (
+    BotIdentityRow,
     ChannelRow,
     ClaimRow,
     MessageExpiryRow,
@@ -288,6 +299,21 @@ class SqlConversationStore:
             r.user_id: Person(user_id=r.user_id, display_name=r.display_name, is_bot=r.is_bot)
             for r in rows
         }
+
+    def save_identity(self, identity: BotIdentity) -> None:
+        values = {
+            "user_id": identity.user_id,
+            "bot_id": identity.bot_id,
+            "team_id": identity.team_id,
+            "updated_at": self._clock.now(),
+        }
+        if not self._insert(BotIdentityRow, {"id": 1, **values}):
+            self._update(BotIdentityRow, [BotIdentityRow.id == 1], values)
+
+    def identity(self) -> BotIdentity | None:
+        with Session(self._engine) as session:
+            row = session.get(BotIdentityRow, 1)
+        return None if row is None else BotIdentity(row.user_id, row.bot_id, row.team_id)
 
     # -- answers -------------------------------------------------------------
 

@@ -109,6 +109,18 @@ class MessageRow(SQLModel, table=True):
     edited_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime, nullable=True))
 
 
+class BotIdentityRow(SQLModel, table=True):
+    """Who the bot is in Slack, as it last connected (one row)."""
+
+    __tablename__ = "bot_identity"
+
+    id: int = Field(default=1, primary_key=True)
+    user_id: str = Field(max_length=32)
+    bot_id: str | None = Field(default=None, max_length=32)
+    team_id: str | None = Field(default=None, max_length=32)
+    updated_at: datetime = Field(sa_column=Column(UTCDateTime, nullable=False))
+
+
 class TombstoneRow(SQLModel, table=True):
     """A message deleted in Slack; it is never stored again."""
 
