@@ -54,6 +54,7 @@ class Application:
     """The search index (None where search is not available); kept up to date by whoever runs an `IndexWorker`."""
     writer: StrandsReplyWriter
     judge: StrandsJudge
+    memory_writer: StrandsMemoryWriter
     memory_job: MemoryJob
     retention: RetentionJob
 
@@ -109,10 +110,11 @@ def build_application(
         search=Search(index, memos, conversations, memories) if index is not None else None,
         max_memo_changes=config.response.max_memo_changes_per_reply,
     )
+    memory_writer = StrandsMemoryWriter(clients, renderer, debug)
     memory_job = MemoryJob(
         conversations=conversations,
         memories=memories,
-        writer=StrandsMemoryWriter(clients, renderer, debug),
+        writer=memory_writer,
         clock=clock,
         persona=persona,
         settings=memory_settings(config),
@@ -141,6 +143,7 @@ def build_application(
         index=index,
         writer=writer,
         judge=StrandsJudge(clients, renderer, persona.language, debug),
+        memory_writer=memory_writer,
         memory_job=memory_job,
         retention=retention,
     )

@@ -196,7 +196,7 @@ class ContextBuilder:
         fitted = fit_items(
             lines,
             self._budget.conversation_tokens,
-            lambda item: estimate_tokens(item[1]) + 1,  # and its line break
+            lambda item: line_tokens(item[1]),
             keep=lambda item: answering is not None and item[0].ts == answering.ts,
             marker=lambda count: (None, self._marks.dropped(count)),
         )
@@ -226,7 +226,7 @@ class ContextBuilder:
         workspace = readable(WORKSPACE_SCOPE, Term.LONG)
         short = readable(Scope(channel.id), Term.SHORT)
         short_section = _section(short, budgets.channel)
-        long_section = _section(readable(Scope(channel.id), Term.LONG), budgets.channel - _cost(short_section))
+        long_section = _section(readable(Scope(channel.id), Term.LONG), budgets.channel - section_tokens(short_section))
         thread = readable(Scope(channel.id, thread_ts), Term.SHORT) if thread_ts else None
         elsewhere = MemorySection()
         if shows_elsewhere(Audience.of(channel.id, channel.is_private)):
@@ -256,18 +256,20 @@ def _section(memory: Memory | None, max_tokens: int) -> MemorySection:
 
 
 def _fit_lines(lines: Sequence[str], max_tokens: int) -> MemorySection:
-    kept = fit_items(lines, max_tokens, _line_cost)
+    kept = fit_items(lines, max_tokens, line_tokens)
     if len(kept) < len(lines):  # room for the marker that says so
-        kept = fit_items(lines, max(0, max_tokens - MARKER_TOKENS), _line_cost)
+        kept = fit_items(lines, max(0, max_tokens - MARKER_TOKENS), line_tokens)
     return MemorySection(tuple(kept), len(lines) - len(kept))
 
 
-def _line_cost(line: str) -> int:
+def line_tokens(line: str) -> int:
+    """What one line of a prompt section costs against its budget: its text and its line break."""
     return estimate_tokens(line) + 1
 
 
-def _cost(section: MemorySection) -> int:
-    return sum(_line_cost(line) for line in section.lines) + (MARKER_TOKENS if section.omitted else 0)
+def section_tokens(section: MemorySection) -> int:
+    """What a memory section costs against its budget, the marker of left-out notes included."""
+    return sum(line_tokens(line) for line in section.lines) + (MARKER_TOKENS if section.omitted else 0)
 
 
 def format_time(moment: datetime, timezone: tzinfo) -> str:

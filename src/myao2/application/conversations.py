@@ -29,7 +29,7 @@ class Conversations:
     def __init__(
         self,
         store: ConversationStore,
-        chat: ChatPlatform,
+        chat: ChatPlatform | None,
         bot: BotIdentity,
         bot_name: str,
         publisher: ReplyPublisher | None = None,
@@ -40,6 +40,7 @@ class Conversations:
         """`publisher` shows replies while they are written (`publish`); without it only `post` works.
 
         `activity` records each post of the bot's.
+        Without a `chat` platform (a preview) only what is stored is known, and nothing can be posted.
         """
         self._store = store
         self._chat = chat
@@ -53,6 +54,8 @@ class Conversations:
         """The channel as stored, fetched from the chat platform the first time."""
         channel = await asyncio.to_thread(self._store.get_channel, channel_id)
         if channel is None:
+            if self._chat is None:
+                raise LookupError(f"no channel {channel_id} is stored")
             channel = await self._chat.channel(channel_id)
             await asyncio.to_thread(self._store.save_channel, channel)
         return channel
@@ -72,7 +75,7 @@ class Conversations:
         wanted = {user_id for m in messages for user_id in MENTION.findall(m.text)} - {self._bot.user_id}
         people = await asyncio.to_thread(self._store.people, wanted) if wanted else {}
         unknown = sorted(wanted - people.keys())
-        if unknown:
+        if unknown and self._chat is not None:
             found = await asyncio.gather(*map(self._look_up, unknown))
             people.update((person.user_id, person) for person in found if person is not None)
         names = {user_id: person.display_name for user_id, person in people.items()}
@@ -80,6 +83,7 @@ class Conversations:
         return names
 
     async def _look_up(self, user_id: str) -> Person | None:
+        assert self._chat is not None
         try:
             person = await self._chat.person(user_id)
         except Exception as exc:  # noqa: BLE001 - a name is a courtesy: the answer goes on without it
@@ -98,6 +102,8 @@ class Conversations:
         Unless broadcasts are allowed, @channel, @here, @everyone and user groups
         in `text` are made to notify nobody (see `safe_text`).
         """
+        if self._chat is None:
+            raise RuntimeError("Conversations was built without a chat platform")
         text = safe_text(text, self._allow_broadcasts)
         ts = await self._chat.post(channel_id, text, thread_ts, answering)
         await self._posted(channel_id, answering)

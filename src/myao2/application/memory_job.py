@@ -74,6 +74,20 @@ class _Mark:
         return changes.newest_edit is not None and (self.edited is None or changes.newest_edit > self.edited)
 
 
+@dataclass(frozen=True)
+class _Backlog:
+    """A channel's messages its memory has not read, in batches, and the memories they update."""
+
+    audience: Audience
+    label: str
+    long_term: Memory
+    short_term: Memory
+    mark: _Mark
+    window_start: datetime
+    earlier: list[Message]
+    batches: list[list[Message]]
+
+
 class MemoryJob:
     """Runs rounds of the memory job; one round at a time."""
 
@@ -107,31 +121,37 @@ class MemoryJob:
 
     # -- channels ------------------------------------------------------------
 
+    async def next_prompt(self, channel_id: str) -> MemoryPrompt | None:
+        """What the next round's first model call for the channel would read; None when nothing is new there."""
+        changes = (await asyncio.to_thread(self._conversations.changes)).get(channel_id)
+        channel = await asyncio.to_thread(self._conversations.get_channel, channel_id)
+        if changes is None or channel is None:
+            return None
+        backlog = await self._backlog(channel, changes)
+        if backlog is None or not backlog.batches:
+            return None
+        batch = backlog.batches[0]
+        threads = [await self._thread(backlog, ts) for ts in self._active_threads(batch)]
+        return self._channel_prompt(
+            channel, backlog.long_term, backlog.short_term, threads, backlog.earlier, batch, backlog.window_start
+        )
+
     async def _channel(self, channel_id: str, changes: ChannelChanges, report: RoundReport) -> RoundReport:
         channel = await asyncio.to_thread(self._conversations.get_channel, channel_id)
         if channel is None:
             return report
-        scope = Scope(channel_id)
-        audience = Audience.of(channel.id, channel.is_private)
-        label = f"#{channel.name}"
-        long_term = await self._load(scope, Term.LONG, audience, label)
-        mark = _Mark.parse(long_term.covered)
-        if not mark.behind(changes):
+        backlog = await self._backlog(channel, changes)
+        if backlog is None:
             return report
-        window_start = self._clock.now() - self._settings.short_term_window
-        fresh = await asyncio.to_thread(self._conversations.changed_messages, channel_id, mark.ts, mark.edited)
-        short_term = await self._load(scope, Term.SHORT, audience, label)
-        fresh_ts = {m.ts for m in fresh}
-        window = await asyncio.to_thread(self._conversations.messages_since, channel_id, window_start)
-        earlier = self._earlier([m for m in window if m.ts not in fresh_ts], fresh)
-        batches = self._batches(fresh)
+        scope, long_term, short_term, mark = Scope(channel_id), backlog.long_term, backlog.short_term, backlog.mark
+        earlier, batches, window_start = backlog.earlier, backlog.batches, backlog.window_start
         for number, batch in enumerate(batches, 1):
             batch_mark = _Mark(
                 ts=max(mark.ts, *(m.ts for m in batch)),
                 edited=changes.newest_edit if number == len(batches) else mark.edited,
             )
             touched = self._active_threads(batch)
-            threads = [await self._load(Scope(channel.id, ts), Term.SHORT, audience, label) for ts in touched]
+            threads = [await self._thread(backlog, ts) for ts in touched]
             prompt = self._channel_prompt(channel, long_term, short_term, threads, earlier, batch, window_start)
             update = await self._ask(prompt)
             report = replace(report, calls=report.calls + 1, failures=report.failures + (update is None))
@@ -145,6 +165,27 @@ class MemoryJob:
             seen = replace(long_term, covered=replace(mark, edited=changes.newest_edit).dump())
             await asyncio.to_thread(self._memories.save, [seen])
         return replace(report, updated=report.updated + (scope.key,))
+
+    async def _backlog(self, channel: Channel, changes: ChannelChanges) -> _Backlog | None:
+        """What the channel's memory has not read yet, and what it is read with; None when up to date."""
+        scope = Scope(channel.id)
+        audience = Audience.of(channel.id, channel.is_private)
+        label = f"#{channel.name}"
+        long_term = await self._load(scope, Term.LONG, audience, label)
+        mark = _Mark.parse(long_term.covered)
+        if not mark.behind(changes):
+            return None
+        window_start = self._clock.now() - self._settings.short_term_window
+        fresh = await asyncio.to_thread(self._conversations.changed_messages, channel.id, mark.ts, mark.edited)
+        short_term = await self._load(scope, Term.SHORT, audience, label)
+        fresh_ts = {m.ts for m in fresh}
+        window = await asyncio.to_thread(self._conversations.messages_since, channel.id, window_start)
+        earlier = self._earlier([m for m in window if m.ts not in fresh_ts], fresh)
+        return _Backlog(audience, label, long_term, short_term, mark, window_start, earlier, self._batches(fresh))
+
+    async def _thread(self, backlog: _Backlog, thread_ts: str) -> Memory:
+        scope = Scope(backlog.long_term.scope.channel_id, thread_ts)
+        return await self._load(scope, Term.SHORT, backlog.audience, backlog.label)
 
     def _earlier(self, window: Sequence[Message], fresh: Sequence[Message]) -> list[Message]:
         """The window's already-read messages of the threads the new ones continue, newest kept within a

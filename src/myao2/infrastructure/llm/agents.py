@@ -15,6 +15,7 @@ import importlib.util
 import json
 import logging
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -61,6 +62,28 @@ THROTTLE_ATTEMPTS = 2
 THROTTLE_DELAY_SECONDS = 1
 
 _LIMIT_STOPS = ("limit_turns", "limit_total_tokens", "limit_output_tokens")
+
+
+@dataclass(frozen=True)
+class ModelPrompt:
+    """What an agent's first model call sends: the system prompt, the query and the tools offered.
+
+    Each tool is given as the model sees it: ``{"name", "description", "parameters"}``,
+    the parameters a JSON schema.
+    """
+
+    system: str
+    query: str
+    tools: tuple[dict[str, Any], ...] = ()
+
+
+def tool_schemas(tools: list[Any]) -> tuple[dict[str, Any], ...]:
+    """Strands tools as the model is offered them (see `ModelPrompt`)."""
+    specs = [tool.tool_spec for tool in tools]
+    return tuple(
+        {"name": spec["name"], "description": spec["description"], "parameters": spec["inputSchema"]["json"]}
+        for spec in specs
+    )
 
 
 class ModelClients:
@@ -184,16 +207,15 @@ class StrandsReplyWriter:
         from strands.agent.conversation_manager import NullConversationManager
 
         from myao2.infrastructure.llm import web_tools
-        from myao2.infrastructure.llm.memo_tools import MEMO_TOOLS, SCOPE_KEY, MemoToolScope
-        from myao2.infrastructure.llm.search_tools import SEARCH_KEY, SEARCH_TOOLS, SearchToolScope
+        from myao2.infrastructure.llm.memo_tools import SCOPE_KEY, MemoToolScope
+        from myao2.infrastructure.llm.search_tools import SEARCH_KEY, SearchToolScope
 
-        system = self._renderer.render(self.ROLE, "system", context)
-        query = self._renderer.render(self.ROLE, "query", context)
+        system, query = self._render(context)
         if self._debug:
             logger.debug("%s system prompt:\n%s", self.ROLE, system)
         agent = Agent(
             model=self._clients.model(self.ROLE),
-            tools=[*MEMO_TOOLS, *web_tools.offered_tools(self._web), *(SEARCH_TOOLS if self._search is not None else [])],
+            tools=self._tools(),
             system_prompt=system,
             callback_handler=None,
             conversation_manager=NullConversationManager(),
@@ -244,6 +266,22 @@ class StrandsReplyWriter:
             raise ModelUnavailable(f"{self.ROLE} model gave no answer (stop reason {result.stop_reason})")
         yield ReplyDone(reply)
 
+    def prompt(self, context: PromptContext) -> ModelPrompt:
+        """What a reply to the conversation in `context` starts with (imports the tools on first use)."""
+        system, query = self._render(context)
+        return ModelPrompt(system, query, tool_schemas(self._tools()))
+
+    def _render(self, context: PromptContext) -> tuple[str, str]:
+        return self._renderer.render(self.ROLE, "system", context), self._renderer.render(self.ROLE, "query", context)
+
+    def _tools(self) -> list[Any]:
+        """The memo tools, the configured web tools and, with a search, the search tools."""
+        from myao2.infrastructure.llm import web_tools
+        from myao2.infrastructure.llm.memo_tools import MEMO_TOOLS
+        from myao2.infrastructure.llm.search_tools import SEARCH_TOOLS
+
+        return [*MEMO_TOOLS, *web_tools.offered_tools(self._web), *(SEARCH_TOOLS if self._search is not None else [])]
+
     def _tool_events(self, message: Message, tools: dict[str, str]) -> list[ReplyEvent]:
         """Tool calls an assistant message makes, or tool results a user message carries."""
         events: list[ReplyEvent] = []
@@ -287,10 +325,7 @@ class StrandsJudge:
         from strands.agent.conversation_manager import NullConversationManager
         from strands.types.exceptions import StructuredOutputException
 
-        system = self._renderer.render(self.ROLE, "system", context)
-        query = self._renderer.render(
-            self.ROLE, "query", context, elapsed=elapsed_phrase(elapsed, self._language)
-        )
+        system, query = self._render(context, elapsed)
         agent = Agent(
             model=self._clients.model(self.ROLE),
             system_prompt=system,
@@ -314,6 +349,15 @@ class StrandsJudge:
         if not isinstance(output, JudgmentOutput):
             return Judgment.invalid(f"stopped with {result.stop_reason}")
         return Judgment(output.should_respond, output.reason, output.confidence)
+
+    def prompt(self, context: PromptContext, elapsed: timedelta) -> ModelPrompt:
+        """What a judgment of the conversation in `context`, quiet for `elapsed`, starts with."""
+        system, query = self._render(context, elapsed)
+        return ModelPrompt(system, query, structured_output_schemas(JudgmentOutput))
+
+    def _render(self, context: PromptContext, elapsed: timedelta) -> tuple[str, str]:
+        query = self._renderer.render(self.ROLE, "query", context, elapsed=elapsed_phrase(elapsed, self._language))
+        return self._renderer.render(self.ROLE, "system", context), query
 
 
 class BulletOutput(BaseModel):
@@ -379,15 +423,15 @@ class StrandsMemoryWriter:
         from strands.agent.conversation_manager import NullConversationManager
         from strands.types.exceptions import StructuredOutputException
 
+        system, query = self._render(kind, prompt)
         agent = Agent(
             model=self._clients.model(self.ROLE),
-            system_prompt=self._renderer.render(kind, "system", prompt),
+            system_prompt=system,
             callback_handler=None,
             conversation_manager=NullConversationManager(),
             retry_strategy=bounded_retry_strategy(),
             hooks=[self._clients.call_log(self.ROLE, self._debug)],
         )
-        query = self._renderer.render(kind, "query", prompt)
         try:
             result = await agent.invoke_async(
                 query, structured_output_model=output_model, limits={"turns": self.MAX_CALLS}
@@ -403,6 +447,21 @@ class StrandsMemoryWriter:
         if not isinstance(output, output_model):
             raise ModelUnavailable(f"{self.ROLE} model stopped with {result.stop_reason}")
         return output
+
+    def prompt(self, prompt: MemoryPrompt) -> ModelPrompt:
+        """What the memory update for `prompt` starts with."""
+        system, query = self._render("memory", prompt)
+        return ModelPrompt(system, query, structured_output_schemas(MemoryUpdateOutput))
+
+    def _render(self, kind: Kind, prompt: MemoryPrompt | DigestPrompt) -> tuple[str, str]:
+        return self._renderer.render(kind, "system", prompt), self._renderer.render(kind, "query", prompt)
+
+
+def structured_output_schemas(output: type[BaseModel]) -> tuple[dict[str, Any], ...]:
+    """The tool strands offers the model for a structured answer of type `output`."""
+    from strands.tools.structured_output.structured_output_tool import StructuredOutputTool
+
+    return tool_schemas([StructuredOutputTool(output)])
 
 
 def _drafts(bullets: list[BulletOutput]) -> tuple[Draft, ...]:
