@@ -1,4 +1,4 @@
-"""Command line: ``myao2 [--config PATH] [run | memo ... | memory ... | search ... | index rebuild | stats]``."""
+"""Command line: ``myao2 [--config PATH] [run | memo ... | memory ... | search ... | index rebuild | stats | preview ...]``."""
 
 from __future__ import annotations
 
@@ -143,6 +143,17 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_argument("--since", type=period, metavar="PERIOD", help="only the last 30m, 12h, 7d, 2w, ... (default: ever)")
     stats.add_argument("--json", action="store_true", help="print JSON")
 
+    preview = commands.add_parser(
+        "preview", parents=[common], help="print the exact prompt the bot would send the model now (database only)"
+    )
+    preview.add_argument("role", choices=("response", "judgment", "memory"), help="which agent's prompt")
+    preview.add_argument("--channel", required=True, metavar="C", help="the conversation's channel id")
+    preview.add_argument("--thread", metavar="TS", help="a thread of it (default: the channel's top-level flow)")
+    preview.add_argument(
+        "--as", dest="as_user", metavar="USER", help="answer this user's latest message (default: anyone's but the bot's)"
+    )
+    preview.add_argument("--json", action="store_true", help="print JSON")
+
     index = commands.add_parser("index", parents=[common], help="maintain the search index")
     index_actions = index.add_subparsers(dest="index_command", metavar="ACTION", required=True)
     index_actions.add_parser("rebuild", parents=[common], help="re-embed and re-index everything")
@@ -187,6 +198,10 @@ def _dispatch(config: Config, args: argparse.Namespace) -> int:
         from myao2.memory_cli import run_memory_command
 
         return run_memory_command(config, args)
+    if args.command == "preview":
+        from myao2.preview_cli import run_preview_command
+
+        return run_preview_command(config, args)
     if args.command in ("search", "index"):
         from myao2.search_cli import run_search_command
 

@@ -1,0 +1,164 @@
+"""What the bot would send the model now for a conversation, from the database alone.
+
+The prompt comes from the very agents and context builder the bot runs with (see
+`myao2.composition`), so the preview cannot drift from what the bot sends. Used by
+`myao2 preview` and by the MCP server's `preview` tool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Literal
+
+from myao2.application.context import PromptContext, line_tokens, section_tokens
+from myao2.application.conversations import Conversations
+from myao2.composition import Application, memory_budgets
+from myao2.domain.conversation import BotIdentity, Message
+from myao2.domain.tokens import estimate_tokens
+from myao2.infrastructure.llm.agents import ModelPrompt
+
+Role = Literal["response", "judgment", "memory"]
+PREVIEW_ROLES: tuple[Role, ...] = ("response", "judgment", "memory")
+
+
+class PreviewError(Exception):
+    """The preview cannot be made: an unknown conversation, a bot that never connected, ..."""
+
+
+@dataclass(frozen=True)
+class Section:
+    """One part of a prompt: its estimated tokens (see `estimate_tokens`) and the budget it is fitted to."""
+
+    name: str
+    tokens: int
+    budget: int | None = None
+    """None for a part no budget cuts (its size is set by counts or by the templates)."""
+
+
+@dataclass(frozen=True)
+class Preview:
+    """The first model call an agent would make now: its prompt and what each part of it costs.
+
+    `prompt` is None when the agent would make no call (the memory of a channel with nothing new).
+    """
+
+    role: Role
+    channel_id: str
+    thread_ts: str | None
+    prompt: ModelPrompt | None
+    sections: tuple[Section, ...] = ()
+
+    def to_json(self) -> dict[str, object]:
+        """The preview as JSON-ready data."""
+        prompt = self.prompt
+        return {
+            "role": self.role,
+            "channel": self.channel_id,
+            "thread": self.thread_ts,
+            "system": prompt.system if prompt else None,
+            "query": prompt.query if prompt else None,
+            "tools": list(prompt.tools) if prompt else [],
+            "sections": [{"name": s.name, "tokens": s.tokens, "budget": s.budget} for s in self.sections],
+        }
+
+
+class Previewer:
+    """Makes previews over the application's stores, as the bot that last connected."""
+
+    def __init__(self, app: Application, bot: BotIdentity) -> None:
+        self._app = app
+        self._bot = bot
+        # No chat platform: only what is stored is known, as the bot knows it.
+        self._talk = Conversations(app.conversations, None, bot, app.persona.name)
+
+    async def preview(
+        self, role: Role, channel_id: str, thread_ts: str | None = None, as_user: str | None = None
+    ) -> Preview:
+        """The preview of `role`'s next call for the conversation (a thread, or the channel's top-level flow).
+
+        The response answers the latest message of `as_user` (default: of anyone but the bot).
+        """
+        if role == "memory":
+            return await self._memory(channel_id)
+        try:
+            channel = await self._talk.channel(channel_id)
+        except LookupError:
+            raise PreviewError(f"the bot has not seen a conversation {channel_id}") from None
+        response = self._app.config.response
+        since = self._app.clock.now() - timedelta(seconds=response.max_message_age_seconds)
+        messages = await self._talk.messages(channel_id, thread_ts, response.context_message_limit, since)
+        names = await self._talk.names(messages)
+        await self._app.clients.load()  # the tools' modules, imported off the event loop
+        if role == "judgment":
+            context = await self._app.contexts.build(channel, messages, names)
+            newest = messages[-1].posted_at if messages else self._app.clock.now()
+            prompt = self._app.judge.prompt(context, self._app.clock.now() - newest)
+        else:
+            answering = self._answering(messages, as_user)
+            context = await self._app.contexts.build(channel, messages, names, answering=answering)
+            prompt = self._app.writer.prompt(context)
+        return Preview(role, channel_id, thread_ts, prompt, self._sections(prompt, context))
+
+    def _answering(self, messages: list[Message], as_user: str | None) -> Message | None:
+        def answerable(message: Message) -> bool:
+            return message.user_id == as_user if as_user else message.user_id != self._bot.user_id
+
+        for message in reversed(messages):
+            if answerable(message):
+                return message
+        if as_user:
+            raise PreviewError(f"{as_user} has no message in this conversation to answer")
+        return None
+
+    async def _memory(self, channel_id: str) -> Preview:
+        if await asyncio.to_thread(self._app.conversations.get_channel, channel_id) is None:
+            raise PreviewError(f"the bot has not seen a conversation {channel_id}")
+        memory_prompt = await self._app.memory_job.next_prompt(channel_id)
+        if memory_prompt is None:
+            return Preview("memory", channel_id, None, None)
+        await self._app.clients.load()
+        prompt = self._app.memory_writer.prompt(memory_prompt)
+        budget = self._app.config.memory.batch_max_tokens
+        material = sum(line_tokens(line) for line in (*memory_prompt.earlier, *memory_prompt.material))
+        return Preview(
+            "memory",
+            channel_id,
+            None,
+            prompt,
+            (*_whole(prompt), Section("messages", material, budget)),
+        )
+
+    def _sections(self, prompt: ModelPrompt, context: PromptContext) -> tuple[Section, ...]:
+        budgets = memory_budgets(self._app.config)
+        memory = context.memory
+        memos = [*context.important_memos, *context.recent_memos]
+        return (
+            *_whole(prompt),
+            Section("rules", sum(estimate_tokens(m.content) for m in context.rules)),
+            Section("memory: workspace", section_tokens(memory.workspace), budgets.workspace),
+            Section(
+                "memory: channel",
+                section_tokens(memory.channel_long) + section_tokens(memory.channel_short),
+                budgets.channel,
+            ),
+            Section("memory: thread", section_tokens(memory.thread), budgets.thread),
+            Section("memory: elsewhere", section_tokens(memory.elsewhere), budgets.elsewhere),
+            Section("memos", sum(estimate_tokens(m.content) for m in memos)),
+            Section(
+                "conversation",
+                sum(line_tokens(line) for line in context.conversation),
+                self._app.config.response.conversation_max_tokens,
+            ),
+        )
+
+
+def _whole(prompt: ModelPrompt) -> tuple[Section, ...]:
+    tools = json.dumps(list(prompt.tools), ensure_ascii=False)
+    return (
+        Section("system prompt", estimate_tokens(prompt.system)),
+        Section("query", estimate_tokens(prompt.query)),
+        Section("tools", estimate_tokens(tools) if prompt.tools else 0),
+    )

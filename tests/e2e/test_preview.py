@@ -1,0 +1,84 @@
+"""`myao2 preview`: the prompt it prints is the one the running bot sends the model."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+
+from tests.e2e.conftest import ALICE, BOB, GENERAL, BotProcess, wait_until
+from tests.e2e.test_memo_pins import myao2
+from tests.e2e.test_mentions import replies_in
+from tests.fakes.openai_server import Text
+from tests.fakes.slack_server import FakeSlack
+
+DM = "DALICE"
+CURRENT_TIME = re.compile(r"^Current time: .*$", re.MULTILINE)
+
+
+def preview(bot: BotProcess, *argv: str) -> dict:
+    result = myao2(bot, "preview", *argv, "--json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def stored(bot: BotProcess, text: str) -> bool:
+    with sqlite3.connect(bot.database) as db:
+        return db.execute("SELECT count(*) FROM messages WHERE text LIKE ?", (f"%{text}%",)).fetchone()[0] > 0
+
+
+def test_the_preview_of_an_answer_is_byte_for_byte_what_the_bot_then_sends(
+    bot: BotProcess, slack: FakeSlack, llm
+) -> None:
+    slack.add_channel(DM, ALICE, is_im=True, members=[ALICE])
+    bot.start()
+    added = myao2(bot, "memo", "add", "team-lunch", "--content", "Team lunch is on Fridays", "--priority", "4")
+    assert added.returncode == 0, added.stderr
+    secret = myao2(
+        bot, "memo", "add", "alice-surprise", "--content", "Alice plans a surprise party for Bob",
+        "--priority", "5", "--conversation", DM,
+    )  # fmt: skip
+    assert secret.returncode == 0, secret.stderr
+    slack.post_message(GENERAL, BOB, f"I had sushi yesterday with <@{ALICE}>")
+    wait_until(lambda: stored(bot, "sushi yesterday"), what="Bob's message stored")
+
+    # The prompt shows the time to the minute: should a minute turn between the bot's
+    # request and the preview, the conversation goes on and both are compared again.
+    for attempt in range(3):
+        before = len(llm.requests)
+        llm.script(Text("Ramen, of course!"))
+        ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> what should I eat tonight? ({attempt})")
+        request = llm.wait_for_requests(before + 1)[before]
+        slack.wait_for(lambda: replies_in(slack, ts), what="the answer")
+        shown = preview(bot, "response", "--channel", GENERAL)
+        sent_query = request["messages"][1]["content"][0]["text"]
+        if CURRENT_TIME.findall(sent_query) == CURRENT_TIME.findall(shown["query"]):
+            break
+
+    assert request["messages"][0] == {"role": "system", "content": shown["system"]}
+    assert sent_query == shown["query"]
+    assert len(request["messages"]) == 2
+    assert [t["function"] for t in request["tools"]] == shown["tools"]
+    assert "team-lunch" in shown["query"] and "@Alice" in shown["query"]
+    assert "surprise" not in json.dumps(shown)  # the DM's memo stays in the DM
+    names = {section["name"]: section for section in shown["sections"]}
+    assert names["conversation"]["budget"] == 6000 and 0 < names["conversation"]["tokens"] < 6000
+    assert bot.stop() == 0
+
+
+def test_a_preview_needs_no_slack_and_names_what_it_cannot_find(bot: BotProcess, slack: FakeSlack) -> None:
+    bot.start()
+    slack.post_message(GENERAL, BOB, "anyone around?")
+    wait_until(lambda: stored(bot, "anyone around?"), what="Bob's message stored")
+    assert bot.stop() == 0
+    slack.stop()  # from here on nothing answers on Slack's side
+
+    judged = preview(bot, "judgment", "--channel", GENERAL)
+    assert "anyone around?" in judged["query"]
+    assert [tool["name"] for tool in judged["tools"]] == ["JudgmentOutput"]
+    text = myao2(bot, "preview", "response", "--channel", GENERAL, "--as", BOB)
+    assert text.returncode == 0 and "===== system prompt =====" in text.stdout and "add_memo" in text.stdout
+    unknown = myao2(bot, "preview", "response", "--channel", "CNOWHERE")
+    assert unknown.returncode == 2 and "CNOWHERE" in unknown.stderr and "Traceback" not in unknown.stderr
+    nobody = myao2(bot, "preview", "response", "--channel", GENERAL, "--as", "UCAROL")
+    assert nobody.returncode == 2 and "UCAROL" in nobody.stderr

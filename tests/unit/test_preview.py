@@ -1,0 +1,104 @@
+"""The preview over a real SQLite store: what each conversation's prompt may show, and the memory prompt."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from datetime import date, datetime, timezone
+
+import pytest
+from sqlalchemy import Engine
+
+from myao2.application.notebook import Actor, Notebook
+from myao2.composition import Application, build_application
+from myao2.config import load_config
+from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Message
+from myao2.domain.memory import Bullet, Memory, Scope, Term
+from myao2.domain.visibility import Audience
+from myao2.infrastructure.db.engine import open_database
+from myao2.preview import PreviewError, Previewer
+from tests.clocks import ManualClock
+
+T0 = 1_700_000_000
+BOT = BotIdentity("UBOT", "B1", "T1")
+GENERAL, DM = "CGENERAL", "DALICE"
+
+
+@pytest.fixture
+def engine(tmp_path) -> Iterator[Engine]:  # type: ignore[no-untyped-def]
+    engine = open_database(f"sqlite:///{tmp_path / 'm.db'}")
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def app(tmp_path, engine: Engine) -> Application:  # type: ignore[no-untyped-def]
+    path = tmp_path / "config.yaml"
+    path.write_text("persona:\n  name: myao\n  language: en\n  timezone: UTC\n")
+    clock = ManualClock(datetime.fromtimestamp(T0 + 600, tz=timezone.utc))
+    app = build_application(load_config(path), engine, clock, BOT.user_id)
+    store = app.conversations
+    store.save_channel(Channel(GENERAL, "general"))
+    store.save_channel(Channel(DM, "alice", ChannelKind.IM))
+    for channel, offset, user, text in [
+        (GENERAL, 1, "UBOB", "lunch plans, <@UBOT>?"),
+        (GENERAL, 2, "UALICE", "pizza for me"),
+        (DM, 3, "UALICE", "keep a secret for me"),
+    ]:
+        store.save_message(Message(channel, f"{T0 + offset}.000000", user, text, user.title()))
+    notebook = Notebook(app.memos, Actor.CLI)
+    notebook.add("lunch-day", "Team lunch is on Fridays", 4)
+    notebook.add("surprise", "Alice plans a surprise party for Bob", 5, audience=Audience(DM))
+    day = date(2023, 11, 14)
+    app.memories.save([Memory(Scope(DM), Term.LONG, Audience(DM), (Bullet(1, "Alice hides a gift", day, ("1.0",)),))])
+    return app
+
+
+def preview(app: Application, role: str, channel: str, **options: str):  # type: ignore[no-untyped-def]
+    return asyncio.run(Previewer(app, BOT).preview(role, channel, **options))  # type: ignore[arg-type]
+
+
+def test_a_public_channel_preview_shows_nothing_of_a_dm(app: Application) -> None:
+    public = preview(app, "response", GENERAL)
+    private = preview(app, "response", DM)
+
+    assert "Team lunch is on Fridays" in public.prompt.query and "pizza for me" in public.prompt.query
+    assert "surprise party" not in public.prompt.query and "hides a gift" not in public.prompt.query
+    assert "keep a secret" not in public.prompt.query
+    assert "surprise party" in private.prompt.query and "hides a gift" in private.prompt.query
+
+
+def test_mentions_of_the_bot_read_as_its_name_and_tools_come_with_their_schemas(app: Application) -> None:
+    shown = preview(app, "response", GENERAL, as_user="UBOB")
+
+    assert "lunch plans, @myao?" in shown.prompt.query
+    add_memo = next(tool for tool in shown.prompt.tools if tool["name"] == "add_memo")
+    assert add_memo["parameters"]["type"] == "object" and "name" in add_memo["parameters"]["properties"]
+    sections = {s.name: s for s in shown.sections}
+    assert sections["conversation"].budget == app.config.response.conversation_max_tokens
+    assert sections["conversation"].tokens > 0 and sections["memory: channel"].tokens == 0
+
+
+def test_the_judgment_preview_offers_only_its_answer_form(app: Application) -> None:
+    shown = preview(app, "judgment", GENERAL)
+
+    assert [tool["name"] for tool in shown.prompt.tools] == ["JudgmentOutput"]
+    assert "Time since the last message: 9 minutes" in shown.prompt.query
+
+
+def test_the_memory_preview_reads_the_messages_not_yet_remembered(app: Application) -> None:
+    shown = preview(app, "memory", GENERAL)
+
+    assert f"ts={T0 + 2}.000000" in shown.prompt.query and "pizza for me" in shown.prompt.query
+    assert "keep a secret" not in shown.prompt.query
+    assert [tool["name"] for tool in shown.prompt.tools] == ["MemoryUpdateOutput"]
+    assert {s.name for s in shown.sections} >= {"system prompt", "query", "messages"}
+
+
+def test_an_unknown_conversation_or_speaker_is_named(app: Application) -> None:
+    with pytest.raises(PreviewError, match="CNOWHERE"):
+        preview(app, "response", "CNOWHERE")
+    with pytest.raises(PreviewError, match="CNOWHERE"):
+        preview(app, "memory", "CNOWHERE")
+    with pytest.raises(PreviewError, match="UCAROL"):
+        preview(app, "response", GENERAL, as_user="UCAROL")
