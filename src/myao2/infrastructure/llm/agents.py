@@ -78,8 +78,12 @@ class ModelPrompt:
 
 
 def tool_schemas(tools: list[Any]) -> tuple[dict[str, Any], ...]:
-    """Strands tools as the model is offered them (see `ModelPrompt`)."""
-    specs = [tool.tool_spec for tool in tools]
+    """Strands tools as the model is offered them (see `ModelPrompt`), normalised as an agent's registry does."""
+    from strands.tools.registry import ToolRegistry
+
+    registry = ToolRegistry()
+    registry.process_tools(tools)
+    specs = registry.get_all_tool_specs()
     return tuple(
         {"name": spec["name"], "description": spec["description"], "parameters": spec["inputSchema"]["json"]}
         for spec in specs
