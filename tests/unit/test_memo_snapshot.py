@@ -322,3 +322,36 @@ def test_the_plan_says_which_changes_overwrite_newer_revisions(tmp_path, capsys)
         "changed   lunch.md (content, priority; the memo changed since revision 1, now 2)\n"
         "Plan: 1 changed. Nothing written: --apply applies it.\n"
     )
+
+
+def test_a_name_changed_in_its_exported_file_renames_the_memo_keeping_its_history(store, notebook):
+    files = files_of(store)
+    files["food/alice-ramen.md"] = files["food/alice-ramen.md"].replace(b"name: alice-ramen", b"name: alice-noodles")
+
+    plan = plan_import(store, files, Scope.WORKSPACE, prune=True)
+
+    assert [(s.outcome, s.path, s.changed) for s in plan.steps if s.outcome is not Outcome.UNCHANGED] == [
+        (Outcome.CHANGED, "food/alice-ramen.md", ("name",))
+    ]
+    apply_import(store, plan)
+    assert [m.name for m in store.list(None).memos if m.audience.is_workspace] == ["alice-noodles", "standup"]
+    assert [(r.action.value, r.actor) for r in store.history("alice-noodles")] == [
+        ("add", "user:cli"), ("edit", "user:import")
+    ]
+    assert plan_import(store, files_of(store), Scope.WORKSPACE, prune=True).complete
+
+
+def test_a_rename_onto_a_name_in_use_is_refused_and_a_file_moved_elsewhere_is_a_new_memo(store, notebook):
+    files = files_of(store, Scope.ALL)
+    taken = files["food/surprise.md"].replace(b"name: surprise", b"name: standup")
+
+    clash = plan_import(store, {**files, "food/surprise.md": taken}, Scope.ALL, prune=True)
+    assert [(s.outcome, s.path, s.reason.code) for s in clash.steps if s.outcome is not Outcome.UNCHANGED] == [
+        (Outcome.REFUSED, "food/surprise.md", "name_taken")
+    ]
+
+    moved = files.pop("food/alice-ramen.md").replace(b"name: alice-ramen", b"name: alice-noodles")
+    elsewhere = plan_import(store, {**files, "noodles.md": moved}, Scope.ALL)
+    assert [(s.outcome, s.path or s.key[1]) for s in elsewhere.steps if s.outcome is not Outcome.UNCHANGED] == [
+        (Outcome.ADDED, "noodles.md"), (Outcome.KEPT, "alice-ramen")
+    ]

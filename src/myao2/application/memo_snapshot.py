@@ -9,7 +9,8 @@ An import is planned first: each file is added, changed, unchanged, refused (a m
 a clash with another file, or a memo outside the scope) or invalid (unreadable); memos the
 folder lacks are removed only when pruning, and never while a file is unreadable (it may
 be one of them). Applying writes through the notebook as actor `import`, so a file edited
-by a person becomes an edit of its memo, with its history kept.
+by a person becomes an edit of its memo, with its history kept: a file matches the memo of
+its name and audience, or else, renamed, the memo it was exported for.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ _UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 _DEVICE_NAMES = frozenset(
     {"CON", "PRN", "AUX", "NUL"} | {f"{port}{n}" for port in ("COM", "LPT") for n in "123456789¹²³"}
 )
-_FIELDS = ("content", "priority", "tags", "detail")
+_FIELDS = ("name", "content", "priority", "tags", "detail")
 
 Key = tuple[Audience, str]
 """A live memo's identity: its audience and name."""
@@ -139,7 +140,7 @@ class Step:
     """The file; None for a memo the folder lacks."""
     key: Key | None = None
     changed: tuple[str, ...] = ()
-    """The fields a change writes: content, priority, tags, detail, pinned."""
+    """The fields a change writes: name, content, priority, tags, detail, pinned."""
     reason: str | MemoError | None = None
     """Why the file was refused or is invalid."""
     file: MemoFile | None = None
@@ -183,7 +184,8 @@ def plan_import(store: MemoStore, files: Mapping[str, bytes], scope: Scope, *, p
     pinned = {memo.id for memo in store.pinned(None)}
     steps = [_read(path, data, scope, live, pinned) for path, data in sorted(files.items())]
     steps = _refuse_duplicates(steps)
-    named = {step.key for step in steps if step.key is not None}
+    steps = _find_renames(steps, [memo for key, memo in live.items() if scope.includes(key[0])], pinned)
+    named = {_key(step.memo) if step.memo else step.key for step in steps if step.key is not None}
     unreadable = any(step.outcome is Outcome.INVALID for step in steps)
     missing = Outcome.REMOVED if prune and not unreadable else Outcome.KEPT
     for key, memo in sorted(live.items(), key=lambda item: _order(item[1])):
@@ -224,11 +226,31 @@ def _read(path: str, data: bytes, scope: Scope, live: dict[Key, Memo], pinned: s
     memo = live.get(key)
     if memo is None:
         return Step(Outcome.ADDED, path, key, file=file, draft=draft)
-    changed = tuple(field for field in _FIELDS if getattr(draft, field) != getattr(memo, field))
-    if file.pinned != (memo.id in pinned):
+    return _compared(Step(Outcome.UNCHANGED, path, key, file=file, draft=draft), memo, pinned)
+
+
+def _compared(step: Step, memo: Memo, pinned: set[int | None]) -> Step:
+    """`step` as a change of `memo` (or no change, where its file says what the memo holds)."""
+    assert step.draft is not None and step.file is not None
+    changed = tuple(field for field in _FIELDS if getattr(step.draft, field) != getattr(memo, field))
+    if step.file.pinned != (memo.id in pinned):
         changed += ("pinned",)
     outcome = Outcome.CHANGED if changed else Outcome.UNCHANGED
-    return Step(outcome, path, key, changed, file=file, draft=draft, memo=memo)
+    return replace(step, outcome=outcome, changed=changed, memo=memo)
+
+
+def _find_renames(steps: list[Step], memos: list[Memo], pinned: set[int | None]) -> list[Step]:
+    """A new name in the file an export wrote for a memo of the same audience that no file names
+    any more is a rename of that memo: its history goes on under the new name."""
+    homes = dict(snapshot_paths(memos))
+    named = {step.key for step in steps}
+    found = []
+    for step in steps:
+        memo = homes.get(step.path or "")
+        if step.outcome is Outcome.ADDED and memo and _key(memo) not in named and memo.audience == step.key[0]:
+            step = _compared(step, memo, pinned)
+        found.append(step)
+    return found
 
 
 def _refuse_duplicates(steps: list[Step]) -> list[Step]:
@@ -266,13 +288,16 @@ def _apply(notebook: Notebook, step: Step) -> Step:
             if step.file.pinned:
                 notebook.pin(name, audience=audience)
             return step
+        assert step.memo is not None
         edits = {field: getattr(draft, field) for field in _FIELDS if field in step.changed}
         if edits:
+            if "name" in edits:
+                edits["new_name"] = edits.pop("name")
             if "tags" in edits:
                 edits["tags"] = list(draft.tags)
             if "detail" in edits:
                 edits["detail"] = draft.detail or ""
-            notebook.edit(name, audience=audience, **edits)
+            notebook.edit(step.memo.name, audience=audience, **edits)
         if "pinned" in step.changed:
             (notebook.pin if step.file.pinned else notebook.unpin)(name, audience=audience)
         return step
@@ -294,15 +319,18 @@ class _Rehearsal:
             return step
         assert step.draft is not None
         audience, name = step.key
+        before = _key(step.memo) if step.memo is not None else None
         view = view_of(audience)
-        others = [tags for key, tags in self._tags.items() if key[0] in view and key != step.key]
+        others = {key: tags for key, tags in self._tags.items() if key[0] in view and key != before}
         try:
-            if step.outcome is Outcome.ADDED and any((seen, name) in self._tags for seen in view):
+            if (step.outcome is Outcome.ADDED or "name" in step.changed) and any((a, name) in others for a in view):
                 raise MemoError("name_taken", name=name)
             if step.outcome is Outcome.ADDED or "tags" in step.changed:
-                check_tag_kinds(step.draft.tags, {tag for tags in others for tag in tags})
+                check_tag_kinds(step.draft.tags, {tag for tags in others.values() for tag in tags})
         except MemoError as error:
             return replace(step, outcome=Outcome.REFUSED, reason=error)
+        if before is not None:
+            del self._tags[before]
         self._tags[step.key] = step.draft.tags
         return step
 
