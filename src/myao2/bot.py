@@ -34,6 +34,7 @@ from myao2.infrastructure.slack.connection import AppTokenRejected, SocketMode, 
 from myao2.infrastructure.slack.gateway import SlackAuthError, SlackGateway, make_web_client, web_session
 from myao2.infrastructure.slack.streaming import SlackReplyPublisher, StreamSettings
 from myao2.infrastructure.tasks import TaskSet
+from myao2.infrastructure.tracing import start_tracing
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +49,12 @@ def run_bot(config: Config) -> int:
     """Run the bot until it is told to stop; returns the process exit status."""
     check_slack_settings(config)
     config.require("agents.response")
-    return asyncio.run(Bot(config).run())
+    traces = start_tracing(config.logging.debug_llm_messages)
+    try:
+        return asyncio.run(Bot(config).run())
+    finally:
+        if traces is not None:
+            traces.shutdown()  # sends the spans still waiting
 
 
 def check_slack_settings(config: Config) -> None:

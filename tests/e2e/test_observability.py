@@ -12,7 +12,9 @@ import urllib.request
 from tests.e2e.conftest import ALICE, GENERAL, BotProcess, wait_until
 from tests.e2e.test_autonomous import FAST, judgment, responder
 from tests.e2e.test_mentions import replies_in
-from tests.fakes.openai_server import Error, FakeOpenAI, Text
+from tests.e2e.test_search import seed
+from tests.fakes.openai_server import Error, FakeOpenAI, Text, ToolCall, ToolCalls
+from tests.fakes.otlp_server import FakeCollector
 from tests.fakes.slack_server import FakeSlack
 
 
@@ -95,3 +97,84 @@ def test_ready_names_the_model_while_it_fails_and_recovers_with_it(
     slack.wait_for(lambda: replies_in(slack, again), what="the answer once the model is back")
     assert wait_until(lambda: ready(bot)[0] == 200, what="/ready back at 200")
     assert bot.stop() == 0
+
+
+MARKS = ("Zanzibar", "Quetzal", "Wombatique", "Okapiberry")
+"""Words that appear only in what people, memos and the model wrote: never in a span unless debugging."""
+
+
+def traced_bot(bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI, collector: FakeCollector) -> tuple[str, str]:
+    """Run the bot through an answer with a memo search, an unasked reply and a memory round; stop it.
+
+    Returns the ts of the mention and of the message answered unasked.
+    """
+    seed(bot, memos=[("alice-snack", f"Alice snacks on {MARKS[0]} figs")])
+    bot.env_overrides.update(OTEL_EXPORTER_OTLP_ENDPOINT=collector.endpoint, OTEL_BSP_SCHEDULE_DELAY="200")
+    bot.settings.update(FAST)
+    bot.settings["memory.update_interval_seconds"] = 1
+    mention_reply = [ToolCalls([ToolCall("search_memo", {"query": f"{MARKS[1]} snack"})]), Text(f"{MARKS[2]} figs!")]
+
+    def write(request: dict) -> Text | ToolCalls:
+        if "JudgmentOutput" in json.dumps(request.get("tools") or []):
+            return judgment(True, 0.9)
+        if any(t["function"]["name"] == "MemoryUpdateOutput" for t in request.get("tools") or []):
+            return ToolCalls([ToolCall("MemoryUpdateOutput", {"long_term": [], "short_term": [], "threads": []})])
+        return mention_reply.pop(0) if mention_reply else Text(f"Me too, {MARKS[3]}.")
+
+    llm.set_responder(write)
+    bot.start()
+    mention = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> what is my {MARKS[1]} snack?")
+    slack.wait_for(lambda: replies_in(slack, mention), what="the answer")
+    unasked = slack.post_message(GENERAL, ALICE, f"I could eat {MARKS[3]} all day")
+    slack.wait_for(lambda: any(p.get("thread_ts") is None for p in slack.posted), what="the unasked reply")
+    wait_until(lambda: collector.named("memory.round"), what="a memory round's span")
+    assert bot.stop() == 0  # the spans still waiting are sent at exit
+    return mention, unasked
+
+
+def test_spans_arrive_over_otlp_with_ids_and_no_text(bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI) -> None:
+    with FakeCollector() as collector:
+        mention, unasked = traced_bot(bot, slack, llm, collector)
+    spans = collector.spans
+    assert {span.service for span in spans} == {"myao2"}
+
+    events = [s for s in collector.named("slack.event") if s.attributes.get("slack.message_ts") == mention]
+    assert events and {s.attributes["slack.channel_id"] for s in events} == {GENERAL}
+    assert {s.attributes["slack.event_type"] for s in events} <= {"message", "app_mention"}
+
+    (answer,) = [s for s in collector.named("answer") if s.attributes.get("slack.message_ts") == mention]
+    assert answer.attributes["slack.channel_id"] == GENERAL and answer.attributes["myao2.answer.attempt"] == 1
+    assert answer.parent_span_id in {s.span_id for s in events}, "the answer belongs to its event's trace"
+    in_answer = [s for s in spans if s.trace_id == answer.trace_id]
+    names = {s.name for s in in_answer}
+    assert {"execute_tool search_memo", "chat", "search.memos"} <= names
+    assert any(name.startswith("invoke_agent") for name in names)
+    (search,) = [s for s in in_answer if s.name == "search.memos"]
+    assert search.attributes == {"myao2.search.reader": GENERAL, "myao2.search.hits": 1}
+    chat = next(s for s in in_answer if s.name == "chat")
+    assert chat.attributes["gen_ai.usage.input_tokens"] > 0
+
+    judged = [s for s in collector.named("judgment") if s.attributes.get("slack.message_ts") == unasked]
+    assert judged and judged[0].attributes["slack.channel_id"] == GENERAL
+    assert judged[0].attributes["myao2.judgment.outcome"] == "respond"
+    assert judged[0].attributes["myao2.judgment.confidence"] == 0.9
+
+    rounds = collector.named("memory.round")
+    assert any(r.attributes["myao2.memory.calls"] >= 1 for r in rounds)
+    channel_rounds = collector.named("memory.channel")
+    assert channel_rounds and {s.attributes["slack.channel_id"] for s in channel_rounds} == {GENERAL}
+
+    assert all(not s.events for s in spans), "events (prompts, replies, exceptions) are taken off"
+    sent = b"".join(collector.bodies)
+    for mark in MARKS:
+        assert mark.encode() not in sent, f"{mark} reached the collector"
+
+
+def test_with_debug_llm_messages_the_model_messages_go_out_too(
+    bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
+) -> None:
+    bot.settings["logging.debug_llm_messages"] = True
+    with FakeCollector() as collector:
+        traced_bot(bot, slack, llm, collector)
+    sent = b"".join(collector.bodies)
+    assert MARKS[1].encode() in sent and MARKS[2].encode() in sent

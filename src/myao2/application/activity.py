@@ -6,7 +6,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from myao2.domain.activity import JudgmentOutcome, ModelCall, ReplyKind
+from myao2.domain.activity import ModelCall, ReplyKind, judgment_outcome
 from myao2.domain.judgment import Judgment
 from myao2.domain.ports import ActivityLog, Clock
 
@@ -31,14 +31,8 @@ class Activity:
 
     async def judgment(self, channel_id: str, judgment: Judgment | None) -> None:
         """A judgment, or None when the model could not be reached for one."""
-        if judgment is None:
-            outcome, confidence = JudgmentOutcome.FAILED, 0.0
-        elif not judgment.valid:
-            outcome, confidence = JudgmentOutcome.INVALID, judgment.confidence
-        else:
-            outcome = JudgmentOutcome.RESPOND if judgment.should_respond else JudgmentOutcome.QUIET
-            confidence = judgment.confidence
-        await self._record(self._log.judgment, channel_id, outcome, confidence, self._clock.now())
+        confidence = judgment.confidence if judgment else 0.0
+        await self._record(self._log.judgment, channel_id, judgment_outcome(judgment), confidence, self._clock.now())
 
     async def reply(self, channel_id: str, kind: ReplyKind) -> None:
         await self._record(self._log.reply, channel_id, kind, self._clock.now())

@@ -10,12 +10,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from myao2.application import tracing
 from myao2.application.activity import Activity
 from myao2.application.agents import Judge, ModelUnavailable, ReplyWriter
 from myao2.application.context import ContextBuilder
 from myao2.application.conversations import Conversations
 from myao2.application.inbox import Spawn
 from myao2.application.locks import KeyedLocks
+from myao2.domain.activity import judgment_outcome
 from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Message
 from myao2.domain.judgment import ConversationKey, SkipPolicy, WaitPolicy, messages_per_minute
 from myao2.domain.memo import Origin
@@ -140,6 +142,13 @@ class AutonomousResponder:
         return self._settings.reply_to_bots or not message.is_bot
 
     async def _consider(self, channel: Channel, key: ConversationKey, newest: Message, elapsed: timedelta) -> None:
+        attributes = {"slack.channel_id": channel.id, "slack.thread_ts": key.thread_ts, "slack.message_ts": newest.ts}
+        with tracing.span("judgment", attributes) as span:
+            await self._judge_and_join(channel, key, newest, elapsed, span)
+
+    async def _judge_and_join(
+        self, channel: Channel, key: ConversationKey, newest: Message, elapsed: timedelta, span: tracing.Span
+    ) -> None:
         try:
             since = self._clock.now() - timedelta(seconds=self._settings.max_message_age_seconds)
             messages = await self._conversations.messages(
@@ -151,6 +160,9 @@ class AutonomousResponder:
             except ModelUnavailable as exc:
                 logger.warning("no judgment for %s: %s", key, exc)
                 judgment = None
+            span.set_attribute("myao2.judgment.outcome", judgment_outcome(judgment).value)
+            if judgment is not None:
+                span.set_attribute("myao2.judgment.confidence", judgment.confidence)
             if self._activity is not None:
                 await self._activity.judgment(channel.id, judgment)
             self._remember(key, newest, judgment.confidence if judgment else 0.0)

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import date, datetime, timedelta, timezone
 
+from myao2.application import tracing
 from myao2.application.agents import MemoryPrompt, MemoryUpdate, MemoryWriter, ModelUnavailable
 from myao2.application.context import Persona, format_message
 from myao2.domain.budget import fit_items
@@ -112,12 +113,18 @@ class MemoryJob:
     async def run(self) -> RoundReport:
         """One round over every channel with changes, then the workspace."""
         async with self._lock:
-            report = RoundReport()
-            changes = await asyncio.to_thread(self._conversations.changes)
-            for channel_id, channel_changes in sorted(changes.items()):
-                report = await self._channel(channel_id, channel_changes, report)
-            await asyncio.to_thread(self._expire_short_terms)
-            return await self._workspace(report)
+            with tracing.span("memory.round") as span:
+                report = RoundReport()
+                changes = await asyncio.to_thread(self._conversations.changes)
+                for channel_id, channel_changes in sorted(changes.items()):
+                    with tracing.span("memory.channel", {"slack.channel_id": channel_id}):
+                        report = await self._channel(channel_id, channel_changes, report)
+                await asyncio.to_thread(self._expire_short_terms)
+                report = await self._workspace(report)
+                span.set_attribute("myao2.memory.calls", report.calls)
+                span.set_attribute("myao2.memory.failures", report.failures)
+                span.set_attribute("myao2.memory.updated", len(report.updated))
+                return report
 
     # -- channels ------------------------------------------------------------
 

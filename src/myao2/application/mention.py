@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from myao2.application import tracing
 from myao2.application.agents import ReplyWriter
 from myao2.application.context import ContextBuilder
 from myao2.application.conversations import Conversations
@@ -129,6 +130,16 @@ class AnswerMention:
 
     async def _attempt(self, message: Message, attempt: int, *, fresh: bool) -> None:
         """One attempt at answering; `fresh` when no earlier attempt can have posted anything."""
+        attributes = {
+            "slack.channel_id": message.channel_id,
+            "slack.thread_ts": message.thread_ts,
+            "slack.message_ts": message.ts,
+            "myao2.answer.attempt": attempt,
+        }
+        with tracing.span("answer", attributes):
+            await self._answer(message, attempt, fresh=fresh)
+
+    async def _answer(self, message: Message, attempt: int, *, fresh: bool) -> None:
         key = (message.channel_id, message.ts)
         self._in_flight.add(key)
         try:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from itertools import groupby
 
+from myao2.application import tracing
 from myao2.application.agents import DigestPrompt, DigestWriter, ModelUnavailable
 from myao2.application.context import Persona, format_message
 from myao2.domain.budget import fit_items
@@ -75,22 +76,27 @@ class RetentionJob:
         if horizon is None:
             return RetentionReport()
         async with self._lock:
-            today = self._clock.now().astimezone(self._persona.timezone).date()
-            before = self._day_start(today - timedelta(days=horizon - 1))
-            messages = await asyncio.to_thread(self._conversations.messages_before, before)
-            report = RetentionReport()
-            for channel_id, in_channel in groupby(messages, key=lambda m: m.channel_id):
-                report, going_on = await self._channel(channel_id, list(in_channel), today, report)
-                if not going_on:
-                    break
-            if report.digests or report.deleted or report.failures:
-                logger.info(
-                    "retention: %d digest(s) made, %d failed, %d raw message(s) deleted",
-                    report.digests,
-                    report.failures,
-                    report.deleted,
-                )
-            return report
+            with tracing.span("memory.retention") as span:
+                today = self._clock.now().astimezone(self._persona.timezone).date()
+                before = self._day_start(today - timedelta(days=horizon - 1))
+                messages = await asyncio.to_thread(self._conversations.messages_before, before)
+                report = RetentionReport()
+                for channel_id, in_channel in groupby(messages, key=lambda m: m.channel_id):
+                    with tracing.span("memory.retention.channel", {"slack.channel_id": channel_id}):
+                        report, going_on = await self._channel(channel_id, list(in_channel), today, report)
+                    if not going_on:
+                        break
+                span.set_attribute("myao2.retention.digests", report.digests)
+                span.set_attribute("myao2.retention.failures", report.failures)
+                span.set_attribute("myao2.retention.deleted", report.deleted)
+                if report.digests or report.deleted or report.failures:
+                    logger.info(
+                        "retention: %d digest(s) made, %d failed, %d raw message(s) deleted",
+                        report.digests,
+                        report.failures,
+                        report.deleted,
+                    )
+                return report
 
     async def _channel(
         self, channel_id: str, messages: list[Message], today: date, report: RetentionReport

@@ -7,11 +7,14 @@ nothing removed or deleted is returned. Synchronous: call it from a worker threa
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Protocol, TypeVar
 
+from myao2.application import tracing
 from myao2.domain.conversation import Channel, Message, ts_to_datetime
 from myao2.domain.memo import Memo
 from myao2.domain.memory import Bullet, Digest, Memory
@@ -90,6 +93,29 @@ class MessageHit:
     score: float
 
 
+Hits = TypeVar("Hits", bound=list)
+
+
+def _traced(name: str) -> Callable[[Callable[..., Hits]], Callable[..., Hits]]:
+    """Run a search in a span named `name`: the reader, the channel asked about and the hit count, never the query."""
+
+    def wrap(method: Callable[..., Hits]) -> Callable[..., Hits]:
+        signature = inspect.signature(method)
+
+        @functools.wraps(method)
+        def traced(*args: object, **kwargs: object) -> Hits:
+            given = signature.bind(*args, **kwargs).arguments
+            attributes = {"myao2.search.reader": given["reader"] or "person", "slack.channel_id": given.get("channel")}
+            with tracing.span(name, attributes) as span:
+                found = method(*args, **kwargs)
+                span.set_attribute("myao2.search.hits", len(found))
+                return found
+
+        return traced
+
+    return wrap
+
+
 class Search:
     """Memo and message search on behalf of a reader: a conversation's id, or None for a person's own view."""
 
@@ -106,6 +132,7 @@ class Search:
         self._notes = notes
         """Digests and memories; without them `notes` finds nothing."""
 
+    @_traced("search.memos")
     def memos(self, query: object, reader: str | None, before: datetime | None, limit: object = 5) -> list[MemoHit]:
         """The memos best matching `query` that `reader` may see, created at or before `before`."""
         text, count = validate(query, limit)
@@ -124,6 +151,7 @@ class Search:
             found.append(MemoHit(memo, hit.score))
         return found
 
+    @_traced("search.messages")
     def messages(
         self,
         query: object,
@@ -158,6 +186,7 @@ class Search:
             found.append(MessageHit(message, channels.get(message.channel_id), context, hit.score))
         return found
 
+    @_traced("search.notes")
     def notes(
         self,
         query: object,

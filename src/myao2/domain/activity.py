@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from myao2.domain.judgment import Judgment
+
 
 class CallOutcome(StrEnum):
     OK = "ok"
@@ -35,6 +37,15 @@ class JudgmentOutcome(StrEnum):
     """The model answered, but not in the expected form: taken as "quiet"."""
     FAILED = "failed"
     """The model could not be reached."""
+
+
+def judgment_outcome(judgment: Judgment | None) -> JudgmentOutcome:
+    """The outcome of a judgment, or FAILED for None (the model could not be reached)."""
+    if judgment is None:
+        return JudgmentOutcome.FAILED
+    if not judgment.valid:
+        return JudgmentOutcome.INVALID
+    return JudgmentOutcome.RESPOND if judgment.should_respond else JudgmentOutcome.QUIET
 
 
 class ReplyKind(StrEnum):

@@ -13,6 +13,7 @@ from slack_bolt.authorization import AuthorizeResult
 from slack_bolt.response import BoltResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
+from myao2.application import tracing
 from myao2.application.channels import ChannelLifecycle
 from myao2.application.inbox import Inbox
 from myao2.domain.conversation import BotIdentity
@@ -29,6 +30,8 @@ from myao2.infrastructure.slack.translate import (
 logger = logging.getLogger(__name__)
 
 RECENT_EVENT_IDS = 2048
+
+Listener = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 class RecentEvents:
@@ -83,6 +86,19 @@ def build_app(
     )
     recent = RecentEvents()
 
+    def listen(event_type: str | re.Pattern[str]) -> Callable[[Listener], Listener]:
+        """Register a listener for `event_type`, run in a span of its own."""
+
+        def register(listener: Listener) -> Listener:
+            async def traced(event: dict[str, Any]) -> None:
+                with tracing.span("slack.event", event_attributes(event)):
+                    await listener(event)
+
+            app.event(event_type)(traced)
+            return listener
+
+        return register
+
     @app.middleware
     async def drop_redeliveries(body: dict[str, Any], next: Callable[[], Awaitable[Any]]) -> Any:
         event_id = body.get("event_id")
@@ -100,7 +116,7 @@ def build_app(
         message = to_message(event, event["channel"], name)
         await inbox.message_posted(message, kind_from_event(event.get("channel_type")))
 
-    @app.event("message")
+    @listen("message")
     async def on_message(event: dict[str, Any]) -> None:
         subtype = event.get("subtype")
         channel = event.get("channel", "")
@@ -114,46 +130,58 @@ def build_app(
         elif subtype in SPOKEN_SUBTYPES and "ts" in event:
             await spoken(event)
 
-    @app.event("app_mention")
+    @listen("app_mention")
     async def on_mention(event: dict[str, Any]) -> None:
         await spoken(event)
 
-    @app.event("member_joined_channel")
+    @listen("member_joined_channel")
     async def on_joined(event: dict[str, Any]) -> None:
         if event.get("user") == bot.user_id:
             await inbox.channel_changed(event["channel"])
 
-    @app.event("channel_rename")
+    @listen("channel_rename")
     async def on_rename(event: dict[str, Any]) -> None:
         await inbox.channel_changed(event["channel"]["id"])
 
-    @app.event("channel_unshared")
+    @listen("channel_unshared")
     async def on_unshared(event: dict[str, Any]) -> None:
         await inbox.channel_changed(event["channel"])
 
-    @app.event("channel_converted_to_private")
+    @listen("channel_converted_to_private")
     async def on_converted_to_private(event: dict[str, Any]) -> None:
         await channels.became_private(event["channel"])
 
-    @app.event("channel_shared")
+    @listen("channel_shared")
     async def on_shared(event: dict[str, Any]) -> None:
         await channels.shared_outside(event["channel"])
 
-    @app.event("member_left_channel")
+    @listen("member_left_channel")
     async def on_member_left(event: dict[str, Any]) -> None:
         if event.get("user") == bot.user_id:
             await channels.left(event["channel"])
 
-    @app.event("channel_left")
+    @listen("channel_left")
     async def on_channel_left(event: dict[str, Any]) -> None:
         await channels.left(event["channel"])
 
-    @app.event("group_left")
+    @listen("group_left")
     async def on_group_left(event: dict[str, Any]) -> None:
         await channels.left(event["channel"])
 
-    @app.event(re.compile(".*"))
+    @listen(re.compile(".*"))
     async def acknowledge_others(event: dict[str, Any]) -> None:
         """Any other subscribed event: acknowledged, nothing to keep."""
 
     return app
+
+
+def event_attributes(event: dict[str, Any]) -> dict[str, tracing.Attribute]:
+    """A span's attributes for a Slack event: its type and where it happened, never its text."""
+    channel = event.get("channel")
+    return {
+        "slack.event_type": event.get("type"),
+        "slack.event_subtype": event.get("subtype"),
+        "slack.channel_id": channel.get("id") if isinstance(channel, dict) else channel,
+        "slack.thread_ts": event.get("thread_ts"),
+        "slack.message_ts": event.get("ts"),
+    }

@@ -1,0 +1,44 @@
+"""Spans around the bot's work: event handling, answers, judgments, memory jobs, search.
+
+Off, and free (OpenTelemetry is not even imported), until `enable()`. Attributes carry
+ids, counts and outcomes, never what anyone wrote.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, Protocol
+
+Attribute = str | int | float | bool | None
+
+
+class Span(Protocol):
+    def set_attribute(self, key: str, value: Any) -> None: ...
+
+
+class _NoSpan:
+    def set_attribute(self, key: str, value: Any) -> None:
+        """Nothing to record while tracing is off."""
+
+
+_tracer: Any = None
+
+
+def enable() -> None:
+    """Make `span` record, through the global OpenTelemetry tracer provider."""
+    global _tracer
+    from opentelemetry import trace
+
+    _tracer = trace.get_tracer("myao2")
+
+
+@contextmanager
+def span(name: str, attributes: Mapping[str, Attribute] | None = None) -> Iterator[Span]:
+    """A span named `name` around the block, current within it; attributes that are None are left out."""
+    if _tracer is None:
+        yield _NoSpan()
+        return
+    given = {key: value for key, value in (attributes or {}).items() if value is not None}
+    with _tracer.start_as_current_span(name, attributes=given) as current:
+        yield current
