@@ -7,7 +7,7 @@ import argparse
 import json
 
 from myao2.config import Config
-from myao2.domain.memory import Memory, Scope, bullet_line
+from myao2.domain.memory import Digest, Memory, Scope, bullet_line, digest_line
 from myao2.domain.visibility import can_read
 from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.engine import open_database
@@ -23,15 +23,17 @@ def run_memory_command(config: Config, args: argparse.Namespace) -> int:
         return _forget(config, args.user, args.yes)
     engine = open_database(config.memory.sqlalchemy_url)
     try:
-        shown = select(SqlMemoryStore(engine, SystemClock()).all(), args.channel, args.thread)
+        store = SqlMemoryStore(engine, SystemClock())
+        shown = select(store.all(), args.channel, args.thread)
+        digests = [d for d in store.digests(args.channel) if args.channel is None or can_read(args.channel, d.audience)]
     finally:
         engine.dispose()
     if args.json:
-        print(json.dumps([_json(m) for m in shown], ensure_ascii=False, indent=2))
-    elif not shown:
+        print(json.dumps([*(_json(m) for m in shown), *(_digest_json(d) for d in digests)], ensure_ascii=False, indent=2))
+    elif not shown and not digests:
         print("Nothing remembered yet.")
     else:
-        print("\n\n".join(_text(m) for m in shown))
+        print("\n\n".join([*(_text(m) for m in shown), *_digests_text(digests)]))
     return 0
 
 
@@ -102,4 +104,26 @@ def _json(memory: Memory) -> dict[str, object]:
             }
             for b in memory.bullets
         ],
+    }
+
+
+def _digests_text(digests: list[Digest]) -> list[str]:
+    """One block per conversation: its digests of past days, oldest first."""
+    blocks: dict[str, list[str]] = {}
+    for digest in digests:
+        private = "" if digest.audience.is_workspace else ", private to this conversation"
+        title = f"== {digest.label or digest.channel_id} ({digest.channel_id}): digests of past days{private} =="
+        blocks.setdefault(title, [title]).append(f"{digest_line(digest)}  ({digest.stage.value})")
+    return ["\n".join(lines) for lines in blocks.values()]
+
+
+def _digest_json(digest: Digest) -> dict[str, object]:
+    return {
+        "scope": Scope(digest.channel_id).key,
+        "term": "digest",
+        "label": digest.label,
+        "private_to": digest.audience.conversation_id,
+        "day": digest.day.isoformat(),
+        "stage": digest.stage.value,
+        "lines": list(digest.lines),
     }

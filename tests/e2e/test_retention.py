@@ -17,6 +17,7 @@ SECRET_ROOM = "GSECRET"
 DAY = 24 * 3600
 FACT = "the spare key is under the blue flowerpot"
 CANARY = "canary-secret"
+MEMO = "the wifi password is on the fridge"
 
 
 def responder(request: dict[str, Any]):  # type: ignore[no-untyped-def]
@@ -30,6 +31,8 @@ def responder(request: dict[str, Any]):  # type: ignore[no-untyped-def]
     asked = asked if isinstance(asked, str) else str(asked)
     if "where is the spare key?" in asked:
         return ToolCalls([ToolCall("recall", {"query": "where the spare key is"})])
+    if "please note the wifi" in asked:
+        return ToolCalls([ToolCall("add_memo", {"name": "wifi", "content": MEMO, "priority": 3})])
     if "any party plans?" in asked:
         return ToolCalls([ToolCall("recall", {"query": "surprise party for Bob"})])
     return Text("Sure thing.")
@@ -111,6 +114,8 @@ def test_a_fact_from_day_0_is_recalled_on_day_15_from_its_digest_after_the_raw_t
 
     days.post(GENERAL, BOB, FACT)
     days.post(SECRET_ROOM, ALICE, f"{CANARY} surprise party for Bob on Friday")
+    ask(days, slack, llm, "please note the wifi password")
+    assert rows(bot, "SELECT content FROM memos") == [(MEMO,)]
     wait_until(
         lambda: len(rows(bot, "SELECT scope FROM memories WHERE scope LIKE 'channel:%' AND term = 'long'")) == 2,
         what="the memory job to read day 0",
@@ -139,6 +144,7 @@ def test_a_fact_from_day_0_is_recalled_on_day_15_from_its_digest_after_the_raw_t
     assert rows(bot, "SELECT count(*) FROM messages WHERE ts < ?", f"{time.time() + DAY:.6f}") == [(0,)]
     assert not tables_holding(bot, CANARY) & {"messages"}
 
+    assert rows(bot, "SELECT content FROM memos WHERE removed_at IS NULL") == [(MEMO,)]  # memos stay
     prompt, results = ask(days, slack, llm, "where is the spare key?")
     assert f"- [{day0}] condensed: {FACT}" in prompt  # digests still reach the prompt
     [result] = results

@@ -86,3 +86,21 @@ def test_show_with_nothing_remembered(config, capsys):
 def test_the_command_line_runs_memory_show(config_path, remembered, capsys):
     assert main(["memory", "show", "--config", str(config_path)]) == 0
     assert "ws fact" in capsys.readouterr().out
+
+
+def test_show_prints_the_digests_a_conversation_may_see(config, remembered, capsys):
+    from myao2.domain.memory import Digest, Stage
+
+    engine = open_database(config.memory.sqlalchemy_url)
+    store = SqlMemoryStore(engine, ManualClock())
+    store.save_digest(Digest("C1", DAY, Stage.CONDENSED, WORKSPACE, ("plans were made",), "1.0", "2.0", label="#general"))
+    store.save_digest(Digest("D1", DAY, Stage.DIGEST, Audience("D1"), ("dm digest",), "1.0", "2.0", label="#alice"))
+    engine.dispose()
+
+    out = show(config, capsys, "--channel", "C1")
+    assert "== #general (C1): digests of past days ==\n- [2025-01-02] plans were made  (condensed)" in out
+    assert "dm digest" not in out
+    assert "dm digest" in show(config, capsys)
+    entries = json.loads(show(config, capsys, "--channel", "D1", "--json"))
+    assert {"scope": "channel:D1", "term": "digest", "label": "#alice", "private_to": "D1", "day": "2025-01-02",
+            "stage": "digest", "lines": ["dm digest"]} in entries

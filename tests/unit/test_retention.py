@@ -297,3 +297,48 @@ async def test_forgetting_a_person_deletes_the_digests_of_the_days_they_spoke_in
     assert forgotten.notes == 1
     assert rows_holding(db_path, "canary-alice") == []
     assert [d.lines for d in memories.digests()] == [("condensed: bob likes tea",)]
+
+
+async def test_a_channel_turning_private_while_a_round_is_asking_the_model_stays_narrowed(
+    conversations, memories, clock
+):
+    from myao2.application.memory_job import MemoryJob
+    from myao2.domain.memory import WORKSPACE_SCOPE, Scope, Term
+    from tests.unit.test_memory_job import PERSONA as MEMORY_PERSONA, SETTINGS, FakeWriter, echo
+
+    def turned_private_meanwhile(prompt):  # type: ignore[no-untyped-def]
+        if prompt.channel is None:  # the workspace's turn: the channel turns private while the model thinks
+            conversations.set_channel_kind(GENERAL.id, ChannelKind.PRIVATE)
+            memories.narrow(GENERAL.id)
+        return echo(prompt)
+
+    memory_job = MemoryJob(
+        conversations=conversations, memories=memories, writer=FakeWriter(turned_private_meanwhile), clock=clock,
+        persona=MEMORY_PERSONA, settings=SETTINGS,
+    )
+    say(conversations, clock, GENERAL, "canary-general plans")
+    await memory_job.run()
+    assert memories.get(Scope(GENERAL.id), Term.LONG).audience == Audience(GENERAL.id)
+    workspace = memories.get(WORKSPACE_SCOPE, Term.LONG)
+    assert workspace is None or not any("canary" in b.text for b in workspace.bullets)
+
+    # A save of what was read before the narrowing does not widen it again.
+    stale = memories.get(Scope(GENERAL.id), Term.LONG)
+    from dataclasses import replace as replaced
+
+    memories.save([replaced(stale, audience=Audience())])
+    assert memories.get(Scope(GENERAL.id), Term.LONG).audience == Audience(GENERAL.id)
+
+
+async def test_a_digest_made_while_its_channel_turned_private_is_narrowed(conversations, memories, clock):
+    class TurningPrivate(FakeDigests):
+        async def digest(self, prompt):  # type: ignore[no-untyped-def]
+            conversations.set_channel_kind(GENERAL.id, ChannelKind.PRIVATE)
+            memories.narrow(GENERAL.id)
+            return await super().digest(prompt)
+
+    job = make_job(conversations, memories, TurningPrivate(), clock)
+    say(conversations, clock, GENERAL, "canary-general plans")
+    clock.advance(3 * DAY)
+    await job.run()
+    assert [d.audience for d in memories.digests()] == [Audience(GENERAL.id)]

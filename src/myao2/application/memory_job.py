@@ -167,6 +167,8 @@ class MemoryJob:
             long_term, short_term, threads = self._apply(long_term, short_term, threads, earlier, batch, update)
             long_term = replace(long_term, covered=batch_mark.dump())
             await asyncio.to_thread(self._memories.save, [long_term, short_term, *threads])
+            if long_term.audience.is_workspace:
+                await asyncio.to_thread(still_public, self._conversations, self._memories, [channel.id])
             mark, earlier = batch_mark, []
         if not batches:  # nothing new to read (edited, then deleted): seen all the same
             seen = replace(long_term, covered=replace(mark, edited=changes.newest_edit).dump())
@@ -333,6 +335,8 @@ class MemoryJob:
         long_term = replace(long_term, covered=covered)
         short_term = short_term.renewed(self._dated(update.short_term, allowed | _sources(short_term)))
         await asyncio.to_thread(self._memories.save, [long_term, short_term])
+        sources = [long.scope.channel_id for long, _ in changed if long.scope.channel_id]
+        await asyncio.to_thread(still_public, self._conversations, self._memories, sources)
         return replace(report, updated=report.updated + (WORKSPACE_SCOPE.key,))
 
     def _workspace_sources(self) -> list[tuple[Memory, Memory]]:
@@ -364,6 +368,15 @@ class MemoryJob:
         return tuple(
             fit_items(bullets, self._settings.batch_max_tokens // 2, lambda b: estimate_tokens(b.text) + 8)
         )
+
+
+def still_public(conversations: ConversationStore, memories: MemoryStore, channel_ids: Sequence[str]) -> None:
+    """After saving for the workspace what was made from these channels: any that stopped being public
+    meanwhile (the save raced its narrowing) is narrowed again, the workspace memory with it."""
+    for channel_id in channel_ids:
+        channel = conversations.get_channel(channel_id)
+        if channel is not None and channel.is_private:
+            memories.narrow(channel_id)
 
 
 def _cost(message: Message) -> int:

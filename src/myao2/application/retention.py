@@ -22,6 +22,7 @@ from itertools import groupby
 from myao2.application import tracing
 from myao2.application.agents import DigestPrompt, DigestWriter, ModelUnavailable
 from myao2.application.context import Persona, format_message
+from myao2.application.memory_job import still_public
 from myao2.domain.budget import fit_items
 from myao2.domain.conversation import Channel, Message
 from myao2.domain.memory import Digest, RetentionPolicy, Stage
@@ -130,6 +131,8 @@ class RetentionJob:
                     label=_label(channel),
                 )
                 await asyncio.to_thread(self._memories.save_digest, digest)
+                if digest.audience.is_workspace:
+                    await asyncio.to_thread(still_public, self._conversations, self._memories, [channel.id])
                 made[day] = due
                 report = RetentionReport(report.digests + 1, report.failures, report.deleted)
             if self._policy.deletable(day, today, made.get(day)):

@@ -114,7 +114,10 @@ class MemoryStore(Protocol):
     def get(self, scope: Scope, term: Term) -> Memory | None: ...
 
     def save(self, memories: Sequence[Memory]) -> None:
-        """Store these memories in one transaction: all of them or none."""
+        """Store these memories in one transaction: all of them or none.
+
+        A stored memory's audience is never widened (one narrowed meanwhile stays narrowed).
+        """
         ...
 
     def channels(self, term: Term) -> list[Memory]:
@@ -128,7 +131,7 @@ class MemoryStore(Protocol):
         ...
 
     def save_digest(self, digest: Digest) -> None:
-        """Store a day's digest, replacing the one of that conversation and day."""
+        """Store a day's digest, replacing the one of that conversation and day (never widening its audience)."""
         ...
 
     def narrow(self, channel_id: str) -> None:

@@ -16,7 +16,11 @@ from myao2.infrastructure.db.tables import DigestRow, MemoryRow
 
 
 class SqlMemoryStore:
-    """`MemoryStore` over a SQLAlchemy engine; safe to share between threads."""
+    """`MemoryStore` over a SQLAlchemy engine; safe to share between threads.
+
+    A save never widens what is stored: a memory or digest once narrowed to its
+    conversation stays that conversation's own.
+    """
 
     def __init__(self, engine: Engine, clock: Clock) -> None:
         self._engine = engine
@@ -42,7 +46,7 @@ class SqlMemoryStore:
                     row = MemoryRow(
                         scope=memory.scope.key, term=memory.term.value, label="", bullets=[], covered="", updated_at=now
                     )
-                row.audience = memory.audience.conversation_id
+                row.audience = _narrower(row.audience, memory.audience)
                 row.label = memory.label
                 row.bullets = [bullet_to_json(b) for b in memory.bullets]
                 row.covered = memory.covered
@@ -89,7 +93,7 @@ class SqlMemoryStore:
                 select(DigestRow).where(DigestRow.channel_id == digest.channel_id, DigestRow.day == digest.day.isoformat())
             ).first() or DigestRow(channel_id=digest.channel_id, day=digest.day.isoformat())
             row.stage = digest.stage.value
-            row.audience = digest.audience.conversation_id
+            row.audience = _narrower(row.audience, digest.audience)
             row.label = digest.label
             row.lines = list(digest.lines)
             row.first_ts = digest.first_ts
@@ -114,6 +118,11 @@ class SqlMemoryStore:
                 session.add(digest)
             for workspace in session.exec(select(MemoryRow).where(MemoryRow.scope == Scope().key)).all():
                 session.delete(workspace)
+
+
+def _narrower(stored: str | None, audience: Audience) -> str | None:
+    """The audience a save keeps: never wider than the stored one, so a save racing `narrow` cannot undo it."""
+    return stored if stored is not None else audience.conversation_id
 
 
 def bullet_to_json(bullet: Bullet) -> dict[str, Any]:
