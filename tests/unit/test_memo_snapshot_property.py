@@ -122,3 +122,23 @@ def test_importing_an_export_into_an_empty_notebook_recreates_its_memos(engines,
     assert {p: STORED_STATE.sub("", t) for p, t in recreated.items()} == {
         p: STORED_STATE.sub("", t) for p, t in files.items()
     }
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(notebooks, st.sampled_from(list(Scope)), st.integers(0, 11))
+def test_a_new_name_in_an_exported_file_plans_exactly_that_rename(engines, specs, scope, which):
+    store = new_store(engines[0])
+    write(store, specs)
+    files = encoded(export_snapshot(store, scope))
+    if not files:
+        return
+    path = sorted(files)[which % len(files)]
+    old = re.search(rb"^name: (.*)$", files[path], re.MULTILINE)
+    assert old is not None
+    files[path] = files[path].replace(old.group(0), b"name: renamed-by-a-person", 1)
+
+    plan = plan_import(store, files, scope, prune=True)
+
+    assert [(step.path, step.changed) for step in plan.steps if step.outcome is not Outcome.UNCHANGED] == [
+        (path, ("name",))
+    ]
