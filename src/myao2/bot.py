@@ -41,8 +41,8 @@ logger = logging.getLogger(__name__)
 SHUTDOWN_GRACE_SECONDS = 5.0
 
 T = TypeVar("T")
-RETRY_POLL_SECONDS = 2.0
-"""How often answers due again (after a failed or interrupted attempt) are looked for."""
+RETRY_AFTER_FAILURE_SECONDS = 10.0
+"""How long the bot waits before looking for answers due again after looking failed (the database, say)."""
 
 
 def run_bot(config: Config) -> int:
@@ -207,7 +207,7 @@ class Bot:
         self._tasks.spawn(self._settle(clients))
         catch_up()
         self._tasks.spawn(self._every(response.history_sync_interval_seconds, lambda: self._catch_up(history, answer)))
-        self._tasks.spawn(self._every(RETRY_POLL_SECONDS, answer.catch_up))
+        self._tasks.spawn(self._retry_when_due(answer))
         self._tasks.spawn(self._every(response.check_interval_seconds, autonomous.check))
         self._tasks.spawn(self._every(config.memory.update_interval_seconds, parts.remember))
         indexer = IndexWorker(parts.index, engine) if parts.index is not None else None
@@ -286,6 +286,17 @@ class Bot:
         started = await answer.catch_up()
         if started:
             logger.info("taking up %d message(s) for the bot found unanswered", started)
+
+    async def _retry_when_due(self, answer: AnswerMention) -> None:
+        """Take up answers due again (after a failed or interrupted attempt) when they fall due, until the bot stops."""
+        while not self._stop.is_set():
+            try:
+                await self._until_stopped(answer.wait_until_due())
+                if not self._stop.is_set():
+                    await answer.catch_up()
+            except Exception:
+                logger.exception("taking up answers due again failed")
+                await self._until_stopped(asyncio.sleep(RETRY_AFTER_FAILURE_SECONDS))
 
     async def _every(self, seconds: float, job: Callable[[], Awaitable[object]]) -> None:
         """Run `job` every `seconds` until the bot stops; a failure is logged and the next round runs."""

@@ -396,6 +396,22 @@ def test_next_attempt_is_taken_once_and_moves_the_retry_time(store: SqlConversat
     assert store.next_attempt("C1", ts(0), 2, ts_to_datetime(ts(90))) is False
 
 
+def test_the_next_due_answer_is_the_earliest_unsettled_one_after_now(store: SqlConversationStore) -> None:
+    since = ts_to_datetime(ts(-1))
+    assert store.next_due(ts_to_datetime(ts(0)), since) is None
+    for i, due in ((0, 30), (1, 20), (2, 40), (3, 5)):
+        store.save_message(msg(i))
+        store.claim("C1", ts(i), retry_at=ts_to_datetime(ts(due)))
+    store.save_message(msg(4))
+    store.claim("C1", ts(4))  # no retry time: never due
+    store.settle("C1", ts(1), ts(9))
+
+    assert store.next_due(ts_to_datetime(ts(10)), since) == ts_to_datetime(ts(30))  # 5 is past, 20 settled
+    assert store.next_due(ts_to_datetime(ts(30)), since) == ts_to_datetime(ts(40))
+    assert store.next_due(ts_to_datetime(ts(10)), ts_to_datetime(ts(0))) == ts_to_datetime(ts(40))  # window
+    assert store.next_due(ts_to_datetime(ts(40)), since) is None
+
+
 def test_a_released_attempt_is_due_at_once_and_not_counted(store: SqlConversationStore) -> None:
     store.save_message(msg(0))
     store.claim("C1", ts(0), retry_at=ts_to_datetime(ts(100)))

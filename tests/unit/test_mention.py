@@ -292,3 +292,25 @@ async def test_an_attempt_still_running_is_not_taken_up_twice(world: World) -> N
     world.writer.block.set()
     await task
     assert len(world.chat.posts) == 1
+
+
+async def test_waiting_for_due_answers_ends_when_an_attempt_fails(world: World) -> None:
+    waiting = asyncio.create_task(world.answer.wait_until_due())  # nothing is owed: no end in sight
+    await asyncio.sleep(0)
+    message = world.mention()
+    world.chat.fail_posts = 1
+    await world.answer(message)
+    await asyncio.wait_for(waiting, 30)
+    assert await world.retry_after(10) == 1  # and the failed answer is taken up when due
+
+
+async def test_waiting_for_due_answers_ends_when_the_next_one_falls_due(world: World) -> None:
+    message = world.mention()
+    world.chat.fail_posts = 1
+    await world.answer(message)  # due again 10 s after it was claimed
+    world.clock.advance(9.95)
+    await asyncio.wait_for(world.answer.wait_until_due(), 30)  # the failure is seen at once
+    await asyncio.wait_for(world.answer.wait_until_due(), 30)  # then it sleeps until the answer is due
+    world.clock.advance(0.05)
+    assert await world.retry_after(0) == 1
+

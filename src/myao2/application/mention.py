@@ -6,6 +6,7 @@ import asyncio
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -81,6 +82,7 @@ class AnswerMention:
         self._threads = KeyedLocks()
         self._claimed: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._in_flight: set[tuple[str, str]] = set()
+        self._failed = asyncio.Event()
 
     async def __call__(self, message: Message) -> None:
         """Answer a message that just arrived, unless it is already taken up."""
@@ -112,6 +114,20 @@ class AnswerMention:
                 self._spawn(self._attempt(message, attempt, fresh=False))
                 started += 1
         return started
+
+    async def wait_until_due(self) -> None:
+        """Return when `catch_up` may find an answer due: when the next one falls due, or an attempt here failed.
+
+        Sleeps meanwhile, however long; nothing is polled. Answers other processes
+        owe are taken up when they fall due too, if they were claimed before this
+        call (else at the next history catch-up).
+        """
+        now = self._clock.now()
+        since = now - timedelta(seconds=self._settings.catchup_seconds)
+        due = await asyncio.to_thread(self._store.next_due, now, since)
+        with suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._failed.wait(), None if due is None else (due - now).total_seconds())
+        self._failed.clear()
 
     async def _claim(self, message: Message) -> bool:
         """Claim the message in the store; a message already claimed here is refused without asking it."""
@@ -162,6 +178,7 @@ class AnswerMention:
                 attempt,
                 exc,
             )
+            self._failed.set()
         finally:
             self._in_flight.discard(key)
 

@@ -280,6 +280,10 @@ class ConversationStore(Protocol):
         """Answers to messages posted after `since` that are unsettled and due at `now`, oldest first."""
         ...
 
+    def next_due(self, now: datetime, since: datetime) -> datetime | None:
+        """When the next unsettled answer to a message posted after `since` falls due, after `now`; None: none will."""
+        ...
+
     def claimed(self, channel_id: str, ts: Iterable[str]) -> set[str]:
         """Which of these messages were taken up for an answer."""
         ...

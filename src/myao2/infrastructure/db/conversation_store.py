@@ -371,6 +371,18 @@ class SqlConversationStore:
             ).all()
         return [PendingAnswer(_to_message(row), attempts) for row, attempts in rows]
 
+    def next_due(self, now: datetime, since: datetime) -> datetime | None:
+        with Session(self._engine) as session:
+            return session.exec(
+                select(func.min(ClaimRow.next_attempt_at))
+                .join(MessageRow, (ClaimRow.channel_id == MessageRow.channel_id) & (ClaimRow.ts == MessageRow.ts))
+                .where(
+                    col(ClaimRow.settled_at).is_(None),
+                    col(ClaimRow.next_attempt_at) > now,
+                    col(MessageRow.posted_at) > since,
+                )
+            ).one()
+
     def claimed(self, channel_id: str, ts: Iterable[str]) -> set[str]:
         with Session(self._engine) as session:
             rows = session.exec(
