@@ -373,6 +373,7 @@ class TestSqliteFile:
     def test_wal_mode(self, engine: Engine, db_path: Path) -> None:
         with engine.connect() as connection:
             assert connection.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+            assert connection.execute(text("PRAGMA synchronous")).scalar() == 1  # NORMAL: no flush per commit
         with sqlite3.connect(db_path) as plain:
             assert plain.execute("PRAGMA journal_mode").fetchone() == ("wal",)
 

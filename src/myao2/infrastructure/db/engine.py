@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import StaticPool
 
@@ -39,8 +40,15 @@ def _create(url: str) -> Engine:
 
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+    """WAL, with synchronous=NORMAL: a commit is not flushed to disk (the WAL is, at each checkpoint).
+
+    The database stays consistent whatever happens; a crash of the bot loses nothing,
+    and a power cut at most the last commits before it. A flush per commit took ~5 ms
+    here, and a mention commits several times on its way to the answer.
+    """
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA secure_delete=ON")  # deleted text (retention, forgetting) is overwritten in the file
@@ -48,7 +56,13 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyp
 
 
 def migrate(engine: Engine) -> None:
-    """Apply every pending Alembic migration (the version lives in `alembic_version`)."""
+    """Apply every pending Alembic migration (the version lives in `alembic_version`).
+
+    A database already at the newest version is left as it is without loading
+    Alembic (about 0.15 s of start-up).
+    """
+    if _version(engine) == newest_revision():
+        return
     from alembic import command
     from alembic.config import Config
 
@@ -57,3 +71,18 @@ def migrate(engine: Engine) -> None:
     with engine.begin() as connection:
         config.attributes["connection"] = connection
         command.upgrade(config, "head")
+
+
+def newest_revision() -> str:
+    """The newest migration's revision: each is numbered like its file (0001_memos.py is "0001")."""
+    return max(path.name.split("_", 1)[0] for path in (MIGRATIONS / "versions").glob("[0-9]*_*.py"))
+
+
+def _version(engine: Engine) -> str | None:
+    """The revision the database is at; None before the first migration."""
+    try:
+        with engine.connect() as connection:
+            return connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
+    except OperationalError:  # no such table yet
+        return None
+
