@@ -6,12 +6,13 @@ import sqlite3
 import threading
 from pathlib import Path
 
+from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
-from sqlalchemy import text
+from sqlalchemy import create_engine, text
 from sqlalchemy.exc import IntegrityError
 
-from myao2.infrastructure.db.engine import MIGRATIONS, migrate, open_database
+from myao2.infrastructure.db.engine import MIGRATIONS, migrate, newest_revision, open_database
 
 
 def head_revision() -> str:
@@ -38,6 +39,30 @@ def test_an_empty_database_gets_the_tables_and_the_head_version(tmp_path: Path) 
         assert plain.execute("SELECT version_num FROM alembic_version").fetchall() == [
             (head_revision(),)
         ]
+
+
+def test_each_revision_is_numbered_like_its_file_so_the_newest_is_known_without_alembic() -> None:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    scripts = list(ScriptDirectory.from_config(config).walk_revisions())
+    for script in scripts:
+        assert Path(script.path).name.startswith(f"{script.revision}_")
+    assert newest_revision() == head_revision()
+
+
+def test_a_database_at_an_older_version_is_migrated_to_the_newest(tmp_path: Path) -> None:
+    path = tmp_path / "m.db"
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    engine = create_engine(f"sqlite:///{path}")
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "0001")
+    engine.dispose()
+    open_database(f"sqlite:///{path}")
+    with sqlite3.connect(path) as plain:
+        assert plain.execute("SELECT version_num FROM alembic_version").fetchall() == [(head_revision(),)]
+        assert plain.execute("SELECT count(*) FROM sqlite_master WHERE name = 'claims'").fetchone() == (1,)
 
 
 def test_migrating_again_changes_nothing(tmp_path: Path) -> None:
