@@ -11,9 +11,11 @@ import pytest
 from myao2.cli import main
 from myao2.domain.activity import CallOutcome, JudgmentOutcome, ModelCall, ReplyKind
 from myao2.domain.conversation import Message
+from myao2.domain.memo import MemoDraft, Origin
 from myao2.infrastructure.db.activity_store import SqlActivityLog
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
+from myao2.infrastructure.db.memo_store import SqlMemoStore
 from tests.clocks import ManualClock
 
 NOW = datetime.now(timezone.utc)
@@ -51,6 +53,12 @@ def recorded(config_path: Path) -> None:
     log.reply("C1", ReplyKind.ANSWER, NOW)
     log.reply("C1", ReplyKind.UNASKED, NOW)
     log.reply("C1", ReplyKind.ANSWER, OLD)
+    memos = SqlMemoStore(engine, ManualClock(OLD))
+    memos.add(MemoDraft.create("old", "kept a month", 3), Origin("C1", user_id="U1"), "test")
+    memos = SqlMemoStore(engine, ManualClock(NOW))
+    memos.add(MemoDraft.create("new", "kept today", 3), Origin("C1", user_id="U1"), "test")
+    memos.add(MemoDraft.create("gone", "removed today", 3), Origin("C1", user_id="U1"), "test")
+    memos.remove("gone", None, "test")
     store = SqlConversationStore(engine, ManualClock())
     store.save_message(Message(channel_id="C1", ts=f"{NOW.timestamp():.6f}", user_id="U1", text="new", user_name="a"))
     store.save_message(Message(channel_id="C1", ts=f"{OLD.timestamp():.6f}", user_id="U1", text="old", user_name="a"))
@@ -67,6 +75,7 @@ def test_the_last_week_counts_only_what_happened_in_it_and_prices_it(
 ) -> None:
     figures = stats(config_path, capsys, "--since", "7d")
     assert figures["messages_stored"] == 1
+    assert figures["memos"] == {"kept": 2, "added": 2}
     assert figures["replies_posted"] == {"answer": 1, "unasked": 1, "total": 2}
     assert figures["judgments"] == {"respond": 1, "quiet": 1, "invalid": 0, "failed": 1, "total": 3}
     roles = {r["role"]: r for r in figures["model_calls"]}
@@ -91,6 +100,7 @@ def test_without_since_everything_counts(recorded: None, config_path: Path, caps
     figures = stats(config_path, capsys)
     assert figures["since"] is None
     assert figures["messages_stored"] == 2
+    assert figures["memos"] == {"kept": 2, "added": 3}
     assert figures["replies_posted"]["total"] == 3
     assert {r["role"]: r["calls"] for r in figures["model_calls"]} == {"response": 3, "judgment": 1, "memory": 1}
 
