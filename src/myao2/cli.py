@@ -1,4 +1,4 @@
-"""Command line: ``myao2 [--config PATH] [run | memo ... | memory ... | search ... | index rebuild | stats | preview ...]``."""
+"""Command line: ``myao2 [--config PATH] [run | memo ... | memory ... | search ... | index rebuild | stats | preview ... | mcp]``."""
 
 from __future__ import annotations
 
@@ -154,6 +154,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     preview.add_argument("--json", action="store_true", help="print JSON")
 
+    mcp = commands.add_parser("mcp", parents=[common], help="serve the memos to other AI agents over MCP (stdio)")
+    mcp.add_argument("--http", action="store_true", help="streamable HTTP on mcp.host:mcp.port, with mcp.token")
+    mcp.add_argument(
+        "--conversation", metavar="C", help="also see and write this conversation's own memos (default: workspace only)"
+    )
+    mcp.add_argument("--allow-pinned", action="store_true", help="let clients edit and remove pinned memos (rules)")
+
     index = commands.add_parser("index", parents=[common], help="maintain the search index")
     index_actions = index.add_subparsers(dest="index_command", metavar="ACTION", required=True)
     index_actions.add_parser("rebuild", parents=[common], help="re-embed and re-index everything")
@@ -202,6 +209,10 @@ def _dispatch(config: Config, args: argparse.Namespace) -> int:
         from myao2.preview_cli import run_preview_command
 
         return run_preview_command(config, args)
+    if args.command == "mcp":
+        from myao2.mcp_server import run_mcp_command
+
+        return run_mcp_command(config, args)
     if args.command in ("search", "index"):
         from myao2.search_cli import run_search_command
 

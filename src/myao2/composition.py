@@ -52,6 +52,8 @@ class Application:
     """The model clients; whoever builds the application closes them (the engine too)."""
     index: SearchIndex | None
     """The search index (None where search is not available); kept up to date by whoever runs an `IndexWorker`."""
+    search: Search | None
+    """Memo and message search over the index, for any reader (None where search is not available)."""
     writer: StrandsReplyWriter
     judge: StrandsJudge
     memory_writer: StrandsMemoryWriter
@@ -100,6 +102,7 @@ def build_application(
     clients = ModelClients(config.agents, activity)
     debug = config.logging.debug_llm_messages
     index = open_index(engine, config.search, memos, conversations, memories)
+    search = Search(index, memos, conversations, memories) if index is not None else None
     writer = StrandsReplyWriter(
         clients,
         renderer,
@@ -107,7 +110,7 @@ def build_application(
         persona.language,
         debug,
         web=build_web_toolbox(config.tools, persona.language),
-        search=Search(index, memos, conversations, memories) if index is not None else None,
+        search=search,
         max_memo_changes=config.response.max_memo_changes_per_reply,
     )
     memory_writer = StrandsMemoryWriter(clients, renderer, debug)
@@ -141,6 +144,7 @@ def build_application(
         renderer=renderer,
         clients=clients,
         index=index,
+        search=search,
         writer=writer,
         judge=StrandsJudge(clients, renderer, persona.language, debug),
         memory_writer=memory_writer,

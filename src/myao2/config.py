@@ -384,6 +384,16 @@ class StatsConfig(_Section):
     """By model id (as in `agents.*.model_id`); calls to a model without a price are counted but not priced."""
 
 
+class McpConfig(_Section):
+    """`myao2 mcp --http`: where the MCP server listens, and the bearer token its clients must send."""
+
+    host: str = "127.0.0.1"
+    """Only this machine by default: another address serves the notebook to the network."""
+    port: int = Field(default=8765, ge=1, le=65535)
+    token: str = ""
+    """Required for HTTP (e.g. ${MYAO2_MCP_TOKEN}); stdio needs none."""
+
+
 class Config(_Section):
     """The whole configuration."""
 
@@ -398,6 +408,7 @@ class Config(_Section):
     tools: ToolsConfig = _section()
     search: SearchConfig = _section()
     stats: StatsConfig = _section()
+    mcp: McpConfig = _section()
 
     _missing_env: dict[str, str] = PrivateAttr(default_factory=dict)
 

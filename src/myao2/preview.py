@@ -21,7 +21,6 @@ from myao2.domain.tokens import estimate_tokens
 from myao2.infrastructure.llm.agents import ModelPrompt
 
 Role = Literal["response", "judgment", "memory"]
-PREVIEW_ROLES: tuple[Role, ...] = ("response", "judgment", "memory")
 
 
 class PreviewError(Exception):

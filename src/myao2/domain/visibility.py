@@ -32,6 +32,10 @@ class Audience:
 
 WORKSPACE = Audience()
 
+WORKSPACE_VIEW = ""
+"""A reader that is no conversation: it sees what the whole workspace may read and nothing of any
+conversation's own (e.g. an MCP client started without a conversation). No conversation has this id."""
+
 
 def can_read(reader: str | None, audience: Audience) -> bool:
     """Whether text kept for `audience` may be shown in conversation `reader` (None: a person's own view)."""

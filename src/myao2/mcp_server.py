@@ -1,0 +1,391 @@
+"""``myao2 mcp``: the memo notebook served to other AI agents over MCP (stdio, or streamable HTTP).
+
+Writes go through the notebook service as actor ``mcp``, so the bot's rules, privacy and
+revision history hold; a pinned memo (a person's rule) is refused unless the server runs
+with ``--allow-pinned``. The client sees what the whole workspace may read and, started
+with ``--conversation C``, that conversation's own memos too, exactly as a prompt in C
+would (the domain's visibility rule decides). The database is shared with the running bot
+(WAL, busy timeout): the bot sees a change at its next prompt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hmac
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, TypeVar
+from urllib.parse import quote
+
+from pydantic import Field
+
+from myao2.application.memo_markdown import render_memo
+from myao2.application.notebook import DEFAULT_PRIORITY, Actor, Notebook
+from myao2.application.search import SearchError
+from myao2.composition import Application, build_application
+from myao2.config import Config
+from myao2.domain.conversation import BotIdentity
+from myao2.domain.memo import Memo, MemoError, MemoRevision
+from myao2.domain.visibility import WORKSPACE, WORKSPACE_VIEW, Audience, can_read, readable_audiences
+from myao2.infrastructure.clock import SystemClock
+from myao2.infrastructure.db.conversation_store import SqlConversationStore
+from myao2.infrastructure.db.engine import open_database
+from myao2.infrastructure.llm.memo_messages import error_message
+from myao2.preview import PreviewError, Previewer
+
+T = TypeVar("T")
+
+SERVER_NAME = "myao2-notebook"
+MEMO_URI = "memo://notebook/{name}"
+INSTRUCTIONS = (
+    "The notebook of myao2, a Slack bot: short memos (name, one-line content, priority 1-5, up to 3 tags, "
+    "an optional longer detail) about the people and happenings of a Slack workspace. The bot reads them "
+    "in every reply. Check with list_memo or search_memo before adding, and edit a memo rather than "
+    "adding a second one on the same subject. Every change is kept as a revision: memo_history shows them, "
+    "and restore_memo brings back a removed memo."
+)
+
+
+# The tools' argument types (module level: the SDK reads the annotations from here).
+Name = Annotated[str, Field(description="the memo's exact name, as list_memo shows it")]
+Priority = Annotated[int, Field(ge=1, le=5, description="5 always remember, 4 important, 3 useful, 2 minor, 1 temporary")]
+Tags = Annotated[list[str] | None, Field(description="up to 3 short tags; reuse existing ones (list_memo_tags)")]
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What the client may see and write: the workspace's memos, and a conversation's when given."""
+
+    conversation: str | None = None
+    allow_pinned: bool = False
+
+    @property
+    def reader(self) -> str:
+        """The reader the visibility rule is asked about."""
+        return self.conversation or WORKSPACE_VIEW
+
+    @property
+    def audience(self) -> Audience:
+        """Where a new memo is kept."""
+        return Audience(self.conversation) if self.conversation else WORKSPACE
+
+
+class NotebookTools:
+    """The operations the MCP tools and resources offer, over the application's stores."""
+
+    def __init__(self, app: Application, scope: Scope, bot: BotIdentity | None) -> None:
+        self._app = app
+        self._scope = scope
+        self._bot = bot
+        self._notebook = Notebook(app.memos, Actor.MCP, allow_pinned=scope.allow_pinned)
+
+    def list(self, tag: str | None, min_priority: int, removed: bool, offset: int, limit: int) -> dict[str, Any]:
+        page = self._app.memos.list(
+            self._scope.reader, tag=tag, min_priority=min_priority, removed=removed, offset=offset, limit=limit
+        )
+        pinned = self._pinned()
+        return {
+            "memos": [self._summary(memo, pinned) for memo in page.memos],
+            "offset": page.offset,
+            "total": page.total,
+        }
+
+    def get(self, name: str) -> dict[str, Any]:
+        memo = self._app.memos.get(name, self._scope.reader)
+        return self._data(memo, self._pinned())
+
+    def markdown(self, name: str) -> str:
+        """The memo as `myao2 memo export` writes it."""
+        memo = self._app.memos.get(name, self._scope.reader)
+        return render_memo(memo, pinned=memo.name in self._pinned())
+
+    def names(self) -> list[str]:
+        return [memo.name for memo in self._app.memos.list(self._scope.reader).memos]
+
+    def search(self, query: str, limit: int) -> dict[str, Any]:
+        if self._app.search is None:
+            raise ToolRefusal("search is not available with this database (it needs SQLite)")
+        try:
+            hits = self._app.search.memos(query, self._scope.reader, None, limit)
+        except SearchError as exc:
+            raise ToolRefusal(f"the search was refused ({exc.code})") from None
+        pinned = self._pinned()
+        return {"memos": [{**self._summary(hit.memo, pinned), "score": round(hit.score, 4)} for hit in hits]}
+
+    def tags(self) -> dict[str, Any]:
+        usages = self._app.memos.tags(self._scope.reader)
+        return {"tags": [{"tag": u.tag, "count": u.count, "last_updated": u.last_updated.isoformat()} for u in usages]}
+
+    def add(self, name: str, content: str, priority: int, tags: list[str] | None, detail: str | None) -> dict[str, Any]:
+        memo = self._notebook.add(name, content, priority, tags, detail, audience=self._scope.audience)
+        return self._data(memo, self._pinned())
+
+    def edit(self, name: str, **changes: Any) -> dict[str, Any]:
+        memo = self._notebook.edit(name, audience=self._seen(name).audience, **changes)
+        return self._data(memo, self._pinned())
+
+    def remove(self, name: str) -> dict[str, Any]:
+        memo = self._notebook.remove(name, audience=self._seen(name).audience)
+        return {"removed": memo.name, "revision": memo.revision}
+
+    def restore(self, name: str) -> dict[str, Any]:
+        memo = self._nearest(lambda audience: self._notebook.restore(name, audience=audience))
+        return self._data(memo, self._pinned())
+
+    def history(self, name: str) -> dict[str, Any]:
+        revisions = self._nearest(lambda audience: self._app.memos.history(name, audience=audience))
+        return {"revisions": [_revision(r) for r in revisions]}
+
+    async def preview(self, role: str, channel: str, thread: str | None, as_user: str | None) -> dict[str, Any]:
+        stored = await asyncio.to_thread(self._app.conversations.get_channel, channel)
+        if stored is None:
+            raise ToolRefusal(f"the bot has not seen a conversation {channel}")
+        if not can_read(self._scope.reader, Audience.of(stored.id, stored.is_private)):
+            raise ToolRefusal(f"{channel} is a private conversation this server was not started for (--conversation)")
+        if self._bot is None:
+            raise ToolRefusal("the bot had not connected to Slack with this database when this server started")
+        try:
+            shown = await Previewer(self._app, self._bot).preview(role, channel, thread, as_user)  # type: ignore[arg-type]
+        except PreviewError as exc:
+            raise ToolRefusal(str(exc)) from None
+        return shown.to_json()
+
+    def _seen(self, name: str) -> Memo:
+        """The live memo `name` means for this client."""
+        return self._app.memos.get(name, self._scope.reader)
+
+    def _nearest(self, work: Callable[[Audience], T]) -> T:
+        """`work` for the nearest audience this client reads where it is not refused (as a name
+        means a conversation's own memo before the workspace's); else the first refusal."""
+        refusal: MemoError | None = None
+        for audience in readable_audiences(self._scope.reader):
+            try:
+                return work(audience)
+            except MemoError as exc:
+                refusal = refusal or exc
+        assert refusal is not None
+        raise refusal
+
+    def _pinned(self) -> set[str]:
+        return {memo.name for memo in self._app.memos.pinned(self._scope.reader)}
+
+    @staticmethod
+    def _summary(memo: Memo, pinned: set[str]) -> dict[str, Any]:
+        return {
+            "name": memo.name,
+            "content": memo.content,
+            "priority": memo.priority,
+            "tags": list(memo.tags),
+            "has_detail": bool(memo.detail),
+            "kept_for": memo.audience.conversation_id or "workspace",
+            "pinned": memo.name in pinned,
+            "updated_at": memo.updated_at.isoformat(),
+            "revision": memo.revision,
+        }
+
+    def _data(self, memo: Memo, pinned: set[str]) -> dict[str, Any]:
+        return {**self._summary(memo, pinned), "detail": memo.detail, "created_at": memo.created_at.isoformat()}
+
+
+class ToolRefusal(Exception):
+    """A tool call refused with a message for the client."""
+
+
+def _revision(revision: MemoRevision) -> dict[str, Any]:
+    return {
+        "action": revision.action.value,
+        "actor": revision.actor,
+        "at": revision.at.isoformat(),
+        "before": revision.before,
+        "after": revision.after,
+    }
+
+
+def memo_uri(name: str) -> str:
+    """The resource URI of a memo's Markdown view."""
+    return MEMO_URI.format(name=quote(name, safe=""))
+
+
+def build_server(  # type: ignore[no-untyped-def]
+    app: Application, scope: Scope, bot: BotIdentity | None, token: str | None, host: str, port: int
+):
+    """The MCP server over `app`'s notebook, as the bot `bot` (None: never connected, no previews).
+
+    With `token`, HTTP requests must carry it as a bearer token.
+    """
+    from mcp.server.auth.provider import AccessToken
+    from mcp.server.auth.settings import AuthSettings
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.server.mcpserver.resources.templates import ResourceSecurity
+    from mcp.types import Resource
+
+    tools = NotebookTools(app, scope, bot)
+
+    async def call(work: Callable[[], T]) -> T:
+        """Run a store operation off the event loop; a refusal becomes the tool's error message."""
+        try:
+            return await asyncio.to_thread(work)
+        except MemoError as exc:
+            raise ToolError(_refused(exc)) from None
+        except ToolRefusal as exc:
+            raise ToolError(str(exc)) from None
+
+    class StaticToken:
+        """Accepts the one configured bearer token."""
+
+        async def verify_token(self, presented: str) -> AccessToken | None:
+            if token and hmac.compare_digest(presented.encode(), token.encode()):
+                return AccessToken(token=presented, client_id="myao2-mcp", scopes=[])
+            return None
+
+    class NotebookServer(MCPServer):  # type: ignore[type-arg]
+        async def list_resources(self) -> list[Resource]:
+            names = await call(tools.names)
+            return [
+                Resource(uri=memo_uri(name), name=name, mime_type="text/markdown", description=f"The memo {name!r}")
+                for name in names
+            ]
+
+    base_url = f"http://{host}:{port}"
+    server = NotebookServer(
+        SERVER_NAME,
+        instructions=INSTRUCTIONS,
+        token_verifier=StaticToken() if token else None,
+        auth=AuthSettings(issuer_url=base_url, resource_server_url=None) if token else None,
+        log_level="WARNING",
+    )
+
+    @server.tool(description="List memos, most important and most recently updated first.")
+    async def list_memo(
+        tag: Annotated[str | None, Field(description="only memos with this tag")] = None,
+        min_priority: Annotated[int, Field(ge=1, le=5, description="only memos of at least this priority")] = 1,
+        removed: Annotated[bool, Field(description="list removed memos instead (restore_memo brings one back)")] = False,
+        offset: Annotated[int, Field(ge=0, description="memos to skip, for the next page")] = 0,
+        limit: Annotated[int, Field(ge=1, le=100, description="memos per page")] = 20,
+    ) -> dict[str, Any]:
+        return await call(lambda: tools.list(tag, min_priority, removed, offset, limit))
+
+    @server.tool(description="Read one memo in full, its detail included.")
+    async def get_memo(memo_name: Name) -> dict[str, Any]:
+        return await call(lambda: tools.get(memo_name))
+
+    @server.tool(description="Find memos by meaning (in Japanese or English), best match first.")
+    async def search_memo(
+        query: Annotated[str, Field(description="what to look for, in a few words")],
+        limit: Annotated[int, Field(ge=1, le=20, description="most memos to return")] = 5,
+    ) -> dict[str, Any]:
+        return await call(lambda: tools.search(query, limit))
+
+    @server.tool(description="The tags in use, with how many memos bear each.")
+    async def list_memo_tags() -> dict[str, Any]:
+        return await call(tools.tags)
+
+    @server.tool(
+        description=(
+            "Add a memo. Name the person it is about in the content (e.g. 'Alice loves spicy ramen'); keep the "
+            "content to one line (at most 500 characters) and put longer facts in detail. Refused when the name "
+            "is taken: edit that memo instead."
+        )
+    )
+    async def add_memo(
+        name: Annotated[str, Field(description="a short, unique name, e.g. alice-ramen")],
+        content: Annotated[str, Field(description="the fact itself, one line")],
+        priority: Priority = DEFAULT_PRIORITY,
+        tags: Tags = None,
+        detail: Annotated[str | None, Field(description="longer notes, shown only on request")] = None,
+    ) -> dict[str, Any]:
+        return await call(lambda: tools.add(name, content, priority, tags, detail))
+
+    @server.tool(
+        description=(
+            "Change a memo: only the fields given change. An empty detail clears it; an empty tag list removes "
+            "the tags. A pinned memo (a rule a person set) is refused unless the server allows it."
+        )
+    )
+    async def edit_memo(
+        memo_name: Name,
+        content: Annotated[str | None, Field(description="the new content")] = None,
+        priority: Annotated[int | None, Field(ge=1, le=5, description="the new priority")] = None,
+        tags: Tags = None,
+        detail: Annotated[str | None, Field(description="the new detail")] = None,
+        new_name: Annotated[str | None, Field(description="rename the memo")] = None,
+    ) -> dict[str, Any]:
+        changes = {"content": content, "priority": priority, "tags": tags, "detail": detail, "new_name": new_name}
+        return await call(lambda: tools.edit(memo_name, **changes))
+
+    @server.tool(description="Remove a memo that is no longer true or useful; restore_memo brings it back.")
+    async def remove_memo(memo_name: Name) -> dict[str, Any]:
+        return await call(lambda: tools.remove(memo_name))
+
+    @server.tool(description="Bring back the most recently removed memo of that name.")
+    async def restore_memo(memo_name: Name) -> dict[str, Any]:
+        return await call(lambda: tools.restore(memo_name))
+
+    @server.tool(description="Every change of a memo, oldest first: who made it, when, and the state before and after.")
+    async def memo_history(memo_name: Name) -> dict[str, Any]:
+        return await call(lambda: tools.history(memo_name))
+
+    @server.tool(
+        description=(
+            "The exact prompt the bot would send its model now for a conversation, from its database: the system "
+            "prompt, the query, the tools with their JSON schemas, and estimated tokens per section with their budgets."
+        )
+    )
+    async def preview(
+        role: Annotated[
+            Literal["response", "judgment", "memory"],
+            Field(description="response: its answer; judgment: whether to join unasked; memory: its next memory update"),
+        ],
+        channel: Annotated[str, Field(description="the Slack channel id, e.g. C0123")],
+        thread: Annotated[str | None, Field(description="a thread's ts (default: the channel's top-level flow)")] = None,
+        as_user: Annotated[str | None, Field(description="answer this user's latest message (response only)")] = None,
+    ) -> dict[str, Any]:
+        try:
+            return await tools.preview(role, channel, thread, as_user)
+        except ToolRefusal as exc:
+            raise ToolError(str(exc)) from None
+
+    @server.resource(
+        MEMO_URI,
+        name="memo",
+        description="A memo as Markdown",
+        mime_type="text/markdown",
+        security=ResourceSecurity(exempt_params={"name"}),  # a memo's name, not a path
+    )
+    async def memo_markdown(name: str) -> str:
+        return await call(lambda: tools.markdown(name))
+
+    return server
+
+
+def _refused(error: MemoError) -> str:
+    message = error_message(error, "en")
+    if error.code == "pinned":
+        return message + " (This server was started without --allow-pinned.)"
+    return message
+
+
+def run_mcp_command(config: Config, args: argparse.Namespace) -> int:
+    """Serve the notebook until the client goes (stdio) or the process is stopped (HTTP); 0 then."""
+    token = None
+    if args.http:
+        config.require("mcp.token")
+        token = config.mcp.token.strip()
+    engine = open_database(config.memory.sqlalchemy_url)
+    try:
+        clock = SystemClock()
+        bot = SqlConversationStore(engine, clock).identity()
+        app = build_application(config, engine, clock, bot.user_id if bot else "")
+        scope = Scope(args.conversation, args.allow_pinned)
+        server = build_server(app, scope, bot, token, config.mcp.host, config.mcp.port)
+        if not args.http:
+            server.run("stdio")
+            return 0
+        print(f"myao2 mcp: serving on http://{config.mcp.host}:{config.mcp.port}/mcp", file=sys.stderr, flush=True)
+        server.run("streamable-http", host=config.mcp.host, port=config.mcp.port)
+    finally:
+        engine.dispose()
+    return 0

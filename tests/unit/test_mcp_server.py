@@ -1,0 +1,47 @@
+"""The MCP server in process (the SDK's in-memory client): what each scope may see, preview included."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from mcp.client import Client
+
+from myao2.composition import Application
+from myao2.mcp_server import Scope, build_server
+from tests.unit.test_preview import BOT, DM, GENERAL, app, engine  # noqa: F401  (fixtures)
+
+
+def call(app: Application, scope: Scope, tool: str, arguments: dict[str, Any]) -> tuple[bool, Any]:
+    server = build_server(app, scope, BOT, None, "127.0.0.1", 8765)
+
+    async def session() -> tuple[bool, Any]:
+        async with Client(server) as client:
+            result = await client.call_tool(tool, arguments)
+        text = result.content[0].text
+        return result.is_error, text if result.is_error else json.loads(text)
+
+    return asyncio.run(session())
+
+
+def test_a_workspace_client_previews_public_channels_only(app: Application) -> None:  # noqa: F811
+    failed, shown = call(app, Scope(), "preview", {"role": "response", "channel": GENERAL})
+    assert not failed and "Team lunch is on Fridays" in shown["query"] and "surprise" not in json.dumps(shown)
+
+    failed, refusal = call(app, Scope(), "preview", {"role": "response", "channel": DM})
+    assert failed and "--conversation" in refusal and "secret" not in refusal
+
+
+def test_a_client_started_for_a_dm_previews_it(app: Application) -> None:  # noqa: F811
+    failed, shown = call(app, Scope(DM), "preview", {"role": "response", "channel": DM})
+    assert not failed and "Alice plans a surprise party for Bob" in shown["query"]
+
+
+def test_a_dm_memo_is_not_found_by_a_workspace_client(app: Application) -> None:  # noqa: F811
+    failed, refusal = call(app, Scope(), "get_memo", {"memo_name": "surprise"})
+    assert failed and "surprise party" not in refusal
+    failed, history = call(app, Scope(), "memo_history", {"memo_name": "surprise"})
+    assert failed
+    failed, history = call(app, Scope(DM), "memo_history", {"memo_name": "surprise"})
+    assert not failed and history["revisions"][0]["actor"] == "user:cli"
