@@ -155,3 +155,46 @@ def test_a_fact_from_day_0_is_recalled_on_day_15_from_its_digest_after_the_raw_t
     assert results and CANARY not in results[0]
     only_the_secret_room_saw_the_canary(llm)
     assert bot.stop() == 0
+
+
+PLANS = "CPLANS"
+PLAN = "canary-plans surprise party for Bob on Friday"
+
+
+def test_a_channel_turned_private_takes_its_memories_and_digests_out_of_every_other_conversation(
+    bot: BotProcess, slack: FakeSlack, llm
+) -> None:
+    slack.add_channel(PLANS, "plans", members=[ALICE, BOB])
+    llm.set_responder(responder)
+    bot.settings["memory.update_interval_seconds"] = 0.5
+    days = Days(bot, slack)
+    bot.start()
+
+    days.post(PLANS, ALICE, PLAN)
+    days.post(GENERAL, BOB, FACT)
+    days.move_to(3)
+    wait_until(lambda: digests(bot, PLANS) and digests(bot, GENERAL), what="the digests of day 0")
+    wait_until(
+        lambda: any("canary-plans" in bullets for (bullets,) in rows(bot, "SELECT bullets FROM memories WHERE scope = 'workspace'")),
+        what="the workspace memory to hold what #plans said",
+    )
+    prompt, results = ask(days, slack, llm, "any party plans?")
+    assert "canary-plans" in prompt  # while #plans is public, #general sees its news...
+    assert "canary-plans" in results[0]  # ...and recall finds its digest
+
+    slack.convert_to_private(PLANS)
+    wait_until(lambda: rows(bot, "SELECT audience FROM digests WHERE channel_id = ?", PLANS) == [(PLANS,)], what="the digest narrowed")
+    assert {a for (a,) in rows(bot, "SELECT audience FROM memories WHERE scope LIKE ?", f"channel:{PLANS}")} == {PLANS}
+    wait_until(
+        lambda: (workspace := rows(bot, "SELECT bullets FROM memories WHERE scope = 'workspace' AND term = 'long'"))
+        and "canary-plans" not in workspace[0][0]
+        and "blue flowerpot" in workspace[0][0],
+        what="the workspace memory made again from #general alone",
+    )
+    seen = len(llm.requests)
+    prompt, results = ask(days, slack, llm, "any party plans?")
+    assert "canary-plans" not in prompt and "canary-plans" not in results[0]
+    for request in llm.requests[seen:]:
+        if not (is_memory_request(request) or is_digest_request(request)):
+            assert "canary-plans" not in prompt_text(request)
+    assert bot.stop() == 0
