@@ -37,9 +37,19 @@ def summarize(report: ActivityReport, prices: dict[str, Price], currency: str) -
     for usage in sorted(report.usage, key=_role_rank):
         role = roles.setdefault(
             usage.role,
-            {"role": usage.role, "calls": 0, "failed": 0, "input_tokens": 0, "output_tokens": 0, "estimated_cost": 0.0},
+            {
+                "role": usage.role,
+                "calls": 0,
+                "failed": 0,
+                "input_tokens": 0,
+                "output_tokens": 0,
+                "mean_latency_ms": 0,
+                "estimated_cost": 0.0,
+            },
         )
-        role["calls"] += usage.calls
+        calls = role["calls"] + usage.calls
+        role["mean_latency_ms"] = round((role["mean_latency_ms"] * role["calls"] + usage.latency_ms) / calls)
+        role["calls"] = calls
         role["failed"] += usage.failed
         role["input_tokens"] += usage.input_tokens
         role["output_tokens"] += usage.output_tokens
@@ -75,12 +85,13 @@ def render(figures: dict[str, Any]) -> str:
         f"Judgments:        {judgments['total']} ({judgments['respond']} respond, {judgments['quiet']} quiet, "
         f"{judgments['invalid']} invalid, {judgments['failed']} failed)",
         "",
-        f"{'Model calls':<12}{'calls':>8}{'failed':>8}{'tokens in':>12}{'tokens out':>12}{'est. cost':>12}",
+        f"{'Model calls':<12}{'calls':>8}{'failed':>8}{'tokens in':>12}{'tokens out':>12}{'mean ms':>10}"
+        f"{'est. cost':>12}",
     ]
     for role in figures["model_calls"]:
         lines.append(
             f"{role['role']:<12}{role['calls']:>8}{role['failed']:>8}{role['input_tokens']:>12}"
-            f"{role['output_tokens']:>12}{role['estimated_cost']:>12.4f}"
+            f"{role['output_tokens']:>12}{role['mean_latency_ms']:>10}{role['estimated_cost']:>12.4f}"
         )
     if not figures["model_calls"]:
         lines.append("(none)")

@@ -34,7 +34,8 @@ def config_path(tmp_path: Path) -> Path:
 
 def call(role: str, model: str, tokens_in: int, tokens_out: int, ok: bool = True) -> ModelCall:
     outcome = CallOutcome.OK if ok else CallOutcome.ERROR
-    return ModelCall(role, model, tokens_in, tokens_out, 120, outcome, "end_turn" if ok else "APIStatusError")
+    latency = 1000 if ok else 100
+    return ModelCall(role, model, tokens_in, tokens_out, latency, outcome, "end_turn" if ok else "APIStatusError")
 
 
 @pytest.fixture
@@ -86,6 +87,7 @@ def test_the_last_week_counts_only_what_happened_in_it_and_prices_it(
         "failed": 1,
         "input_tokens": 1_000_000,
         "output_tokens": 100_000,
+        "mean_latency_ms": 550,
         "estimated_cost": None,
     }
     assert roles["response"]["estimated_cost"] == pytest.approx(2.0 + 0.8)
@@ -114,7 +116,7 @@ def test_text_output_names_each_figure(recorded: None, config_path: Path, capsys
     assert "Estimated cost:   2.9100 EUR" in out
     assert "not priced (no entry in stats.prices): unpriced" in out
     response = next(line for line in out.splitlines() if line.startswith("response"))
-    assert response.split() == ["response", "2", "1", "1000000", "100000", "2.8000"]
+    assert response.split() == ["response", "2", "1", "1000000", "100000", "550", "2.8000"]
 
 
 def test_an_empty_database_prints_zeros(config_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

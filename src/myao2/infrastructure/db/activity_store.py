@@ -54,6 +54,8 @@ class ModelUsage:
     failed: int
     input_tokens: int
     output_tokens: int
+    latency_ms: int
+    """All the calls' latencies together."""
 
 
 @dataclass(frozen=True)
@@ -83,11 +85,12 @@ def activity_report(engine: Engine, since: datetime | None) -> ActivityReport:
         failed,
         func.sum(ModelCallRow.input_tokens),
         func.sum(ModelCallRow.output_tokens),
+        func.sum(ModelCallRow.latency_ms),
     ).group_by(col(ModelCallRow.role), col(ModelCallRow.model))
     with Session(engine) as session:
         usage = [
-            ModelUsage(role, model, calls, failed, tokens_in, tokens_out)
-            for role, model, calls, failed, tokens_in, tokens_out in session.exec(
+            ModelUsage(*row)
+            for row in session.exec(
                 after(usage_query, col(ModelCallRow.at)).order_by(col(ModelCallRow.role), col(ModelCallRow.model))
             ).all()
         ]
