@@ -2,9 +2,10 @@
 
     .venv/bin/python bench/memory_job.py [--messages N] [--days D] [--channels C] [--interval-hours H] [--seed S]
 
-The real memory job (SQLite store, strands agent, shipped English templates) runs in this
-process against FakeOpenAI on 127.0.0.1, whose memory model remembers every new message as
-a note (tests/fakes/memory_model.py). A simulated clock spreads the messages (threads
+The real memory job (SQLite store, strands agent, shipped English templates), people's
+profiles included, runs in this process against FakeOpenAI on 127.0.0.1, whose memory model
+remembers every new message as a note and learns "likes X" from "I like X"
+(tests/fakes/memory_model.py). A simulated clock spreads the messages (threads
 included) over the days and runs the job every `--interval-hours`.
 
 Printed: LLM calls and estimated prompt tokens (characters / 4, CJK as one) per 1,000
@@ -31,6 +32,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from myao2.application.context import Absorbed, Budget, ContextBuilder, Persona  # noqa: E402
 from myao2.application.memory_job import MemoryJob, MemorySettings  # noqa: E402
+from myao2.application.profiles import ProfileKeeper  # noqa: E402
 from myao2.composition import memory_budgets  # noqa: E402
 from myao2.config import AgentConfig, AgentsConfig, Config  # noqa: E402
 from myao2.domain.conversation import Channel, Message  # noqa: E402
@@ -39,6 +41,7 @@ from myao2.infrastructure.db.conversation_store import SqlConversationStore  # n
 from myao2.infrastructure.db.engine import open_database  # noqa: E402
 from myao2.infrastructure.db.memo_store import SqlMemoStore  # noqa: E402
 from myao2.infrastructure.db.memory_store import SqlMemoryStore  # noqa: E402
+from myao2.infrastructure.db.profile_store import SqlProfileStore  # noqa: E402
 from myao2.infrastructure.llm.agents import ModelClients, StrandsMemoryWriter  # noqa: E402
 from myao2.infrastructure.llm.phrases import prompt_marks  # noqa: E402
 from myao2.infrastructure.llm.prompts import PromptRenderer  # noqa: E402
@@ -63,7 +66,10 @@ def traffic(count: int, days: int, channels: list[Channel], rng: random.Random) 
         channel = rng.choices(channels, weights)[0]
         ts = f"{moment.timestamp():.6f}"
         person = rng.choice(PEOPLE)
-        text = f"{rng.choice(TOPICS)} {rng.choice(VERBS)} ({rng.randint(1, 999)})"
+        if rng.random() < 0.1:  # now and then something about themselves, for their profile
+            text = f"I like {rng.choice(TOPICS)}"
+        else:
+            text = f"{rng.choice(TOPICS)} {rng.choice(VERBS)} ({rng.randint(1, 999)})"
         thread = rng.choice(roots[channel.id][-5:]) if roots[channel.id] and rng.random() < 0.33 else None
         if thread is None:
             roots[channel.id].append(ts)
@@ -101,13 +107,23 @@ async def main() -> None:
             store.save_channel(channel)
         agent = AgentConfig(model_id="fake", client_args={"base_url": llm.base_url, "api_key": "sk-bench"})
         clients = ModelClients(AgentsConfig(memory=agent))
+        profiles = SqlProfileStore(engine, clock)
+        writer = StrandsMemoryWriter(clients, PromptRenderer("en"))
         job = MemoryJob(
             conversations=store,
             memories=memories,
-            writer=StrandsMemoryWriter(clients, PromptRenderer("en")),
+            writer=writer,
             clock=clock,
             persona=PERSONA,
             settings=MemorySettings(timedelta(hours=24), thread_memory_days=7, batch_max_tokens=6000),
+            profiles=ProfileKeeper(
+                conversations=store,
+                profiles=profiles,
+                writer=writer,
+                clock=clock,
+                persona=PERSONA,
+                batch_max_tokens=6000,
+            ),
         )
         contexts = ContextBuilder(
             SqlMemoStore(engine, clock),
@@ -116,7 +132,7 @@ async def main() -> None:
             bot_user_id="UBOT",
             budget=Budget(defaults.response.conversation_max_tokens, defaults.response.message_max_tokens),
             marks=prompt_marks("en"),
-            absorbed=Absorbed(memories, memory_budgets(defaults)),
+            absorbed=Absorbed(memories, profiles, memory_budgets(defaults)),
         )
 
         step = timedelta(hours=args.interval_hours)

@@ -1,4 +1,5 @@
-"""Command line: ``myao2 [--config PATH] [run | memo ... | memory ... | search ... | index rebuild | stats | preview ... | mcp]``."""
+"""Command line: ``myao2 [--config PATH] [run | memo ... | memory ... | profile ... | search ... | index rebuild | stats
+| preview ... | mcp]``."""
 
 from __future__ import annotations
 
@@ -127,6 +128,20 @@ def build_parser() -> argparse.ArgumentParser:
     memory_forget.add_argument("--user", required=True, metavar="U", help="the person's Slack user id")
     memory_forget.add_argument("--yes", action="store_true", help="do not ask for confirmation")
 
+    profile = commands.add_parser("profile", parents=[common], help="what the bot learnt about people")
+    profile.set_defaults(json=False)
+    profile_actions = profile.add_subparsers(dest="profile_command", metavar="ACTION", required=True)
+    candidates = profile_actions.add_parser(
+        "candidates", parents=[common], help="facts sure and confirmed enough to become memos"
+    )
+    candidates.add_argument("--json", action="store_true", help="print JSON")
+    promote = profile_actions.add_parser(
+        "promote", parents=[common], help="make a candidate fact a priority-5 memo (for the fact's audience)"
+    )
+    promote.add_argument("user", help="the person's Slack user id")
+    promote.add_argument("fact_id", type=int, help="the fact's id, as candidates lists it")
+    promote.add_argument("--name", help="the memo's name (default: <display name>-<fact id>)")
+
     search = commands.add_parser("search", parents=[common], help="search memos and past messages")
     search.add_argument("query")
     only = search.add_mutually_exclusive_group()
@@ -213,6 +228,10 @@ def _dispatch(config: Config, args: argparse.Namespace) -> int:
         from myao2.mcp_server import run_mcp_command
 
         return run_mcp_command(config, args)
+    if args.command == "profile":
+        from myao2.profile_cli import run_profile_command
+
+        return run_profile_command(config, args)
     if args.command in ("search", "index"):
         from myao2.search_cli import run_search_command
 

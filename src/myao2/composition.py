@@ -16,6 +16,7 @@ from sqlalchemy import Engine
 from myao2.application.activity import Activity
 from myao2.application.context import Absorbed, Budget, ContextBuilder, MemoryBudgets, Persona
 from myao2.application.memory_job import MemoryJob, MemorySettings
+from myao2.application.profiles import ProfileKeeper
 from myao2.application.retention import RetentionJob
 from myao2.application.search import Search
 from myao2.config import Config
@@ -26,6 +27,7 @@ from myao2.infrastructure.db.activity_store import SqlActivityLog
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.memo_store import SqlMemoStore
 from myao2.infrastructure.db.memory_store import SqlMemoryStore
+from myao2.infrastructure.db.profile_store import SqlProfileStore
 from myao2.infrastructure.llm.agents import ROLES, ModelClients, StrandsJudge, StrandsMemoryWriter, StrandsReplyWriter
 from myao2.infrastructure.llm.phrases import prompt_marks
 from myao2.infrastructure.llm.prompts import PromptRenderer
@@ -45,6 +47,7 @@ class Application:
     conversations: SqlConversationStore
     memos: SqlMemoStore
     memories: SqlMemoryStore
+    profiles: SqlProfileStore
     contexts: ContextBuilder
     """Builds prompt contexts as the bot whose Slack user id was given."""
     renderer: PromptRenderer
@@ -84,6 +87,7 @@ def build_application(
     conversations = SqlConversationStore(engine, clock)
     memos = SqlMemoStore(engine, clock)
     memories = SqlMemoryStore(engine, clock)
+    profiles = SqlProfileStore(engine, clock)
     contexts = ContextBuilder(
         memos,
         clock,
@@ -91,7 +95,7 @@ def build_application(
         bot_user_id=bot_user_id,
         budget=Budget(config.response.conversation_max_tokens, config.response.message_max_tokens),
         marks=prompt_marks(persona.language),
-        absorbed=Absorbed(memories, memory_budgets(config)),
+        absorbed=Absorbed(memories, profiles, memory_budgets(config)),
     )
     renderer = PromptRenderer(
         persona.language,
@@ -121,6 +125,14 @@ def build_application(
         clock=clock,
         persona=persona,
         settings=memory_settings(config),
+        profiles=ProfileKeeper(
+            conversations=conversations,
+            profiles=profiles,
+            writer=memory_writer,
+            clock=clock,
+            persona=persona,
+            batch_max_tokens=config.memory.batch_max_tokens,
+        ),
     )
     retention = RetentionJob(
         conversations=conversations,
@@ -140,6 +152,7 @@ def build_application(
         conversations=conversations,
         memos=memos,
         memories=memories,
+        profiles=profiles,
         contexts=contexts,
         renderer=renderer,
         clients=clients,
@@ -172,6 +185,7 @@ def memory_budgets(config: Config) -> MemoryBudgets:
         thread=memory.thread_max_tokens,
         elsewhere=memory.elsewhere_max_tokens,
         digest=memory.digest_max_tokens,
+        people=memory.people_max_tokens,
     )
 
 

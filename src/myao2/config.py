@@ -167,7 +167,7 @@ class MemoryConfig(_Section):
     database_url: str | None = None
     """An SQLAlchemy URL that overrides ``database_path`` when set."""
     update_interval_seconds: float = Field(default=3600.0, gt=0)
-    """How often the memory job updates the workspace, channel and thread memories."""
+    """How often the memory job updates the workspace, channel and thread memories and people's profiles."""
     short_term_window_hours: float = Field(default=24.0, gt=0)
     thread_memory_days: float = Field(default=7.0, gt=0)
     """Threads with a message this recent get a memory of their own."""
@@ -182,6 +182,8 @@ class MemoryConfig(_Section):
     digest_max_tokens: int = Field(default=600, ge=0)
     """The current conversation's digests of past days in a prompt."""
     retention: RetentionConfig = _section()
+    people_max_tokens: int = Field(default=400, ge=0)
+    """What the bot learnt about the people in the conversation (their profile facts) in a prompt."""
 
     @property
     def sqlalchemy_url(self) -> str:

@@ -40,7 +40,8 @@ def run_memory_command(config: Config, args: argparse.Namespace) -> int:
 def _forget(config: Config, user_id: str, confirmed: bool) -> int:
     if not confirmed:
         answer = input(
-            f"Delete every message of {user_id}, the memos taken from them and the notes made from their words? "
+            f"Delete every message of {user_id}, their profile, the memos taken from them and the notes made from "
+            "their words? "
             "This cannot be undone. [y/N] "
         )
         if answer.strip().lower() not in ("y", "yes"):
@@ -53,7 +54,7 @@ def _forget(config: Config, user_id: str, confirmed: bool) -> int:
         engine.dispose()
     print(
         f"Forgot {user_id}: {forgotten.messages} message(s), {forgotten.memos} memo(s), "
-        f"{forgotten.notes} memory note(s) deleted."
+        f"{forgotten.notes} memory note(s), {forgotten.facts} profile fact(s) deleted."
     )
     return 0
 

@@ -29,6 +29,11 @@ def memories(bot: BotProcess) -> dict[tuple[str, str], list[str]]:
     return {(scope, term): [b["text"] for b in json.loads(bullets)] for scope, term, bullets in rows}
 
 
+def profiled(bot: BotProcess, user_id: str) -> bool:
+    with sqlite3.connect(bot.database) as db:
+        return db.execute("SELECT 1 FROM profiles WHERE user_id = ?", (user_id,)).fetchone() is not None
+
+
 def answer_prompts(llm) -> list[str]:  # type: ignore[no-untyped-def]
     return [prompt_text(r) for r in llm.requests if not is_memory_request(r)]
 
@@ -94,15 +99,15 @@ def test_a_quiet_workspace_costs_no_memory_calls_and_a_restart_redoes_nothing(
 ) -> None:
     bot = memory_bot.start()
     slack.post_message(GENERAL, ALICE, "the release moves to friday")
-    wait_until(lambda: ("workspace", "long") in memories(bot), timeout=20, what="the first round")
+    wait_until(lambda: profiled(bot, ALICE), timeout=20, what="the first round, Alice's profile last")
     calls = len([r for r in llm.requests if is_memory_request(r)])
     assert bot.stop() == 0
 
     bot.start()
-    slack.post_message(GENERAL, BOB, "ok")  # not a change the job has seen yet: one channel + workspace
-    wait_until(lambda: len([r for r in llm.requests if is_memory_request(r)]) >= calls + 2, timeout=20, what="the round")
+    slack.post_message(GENERAL, BOB, "ok")  # not a change the job has seen yet: one channel + workspace + Bob
+    wait_until(lambda: len([r for r in llm.requests if is_memory_request(r)]) >= calls + 3, timeout=20, what="the round")
     time.sleep(1.5)  # three more rounds with nothing new
-    assert len([r for r in llm.requests if is_memory_request(r)]) == calls + 2
+    assert len([r for r in llm.requests if is_memory_request(r)]) == calls + 3
     assert memories(bot)[(f"channel:{GENERAL}", "long")] == [
         "remembered: the release moves to friday",
         "remembered: ok",

@@ -8,15 +8,18 @@ from datetime import date
 import pytest
 
 from myao2.cli import build_parser
+from myao2.application.notebook import Actor, Notebook
 from myao2.config import load_config
 from myao2.domain.conversation import Channel, Message, Person
 from myao2.domain.memo import MemoChanges, MemoDraft, Origin
 from myao2.domain.memory import WORKSPACE_SCOPE, Bullet, Memory, Scope, Term
+from myao2.domain.profile import NewFact, Profile
 from myao2.domain.visibility import WORKSPACE
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
 from myao2.infrastructure.db.memory_store import SqlMemoryStore
+from myao2.infrastructure.db.profile_store import SqlProfileStore
 from myao2.memory_cli import run_memory_command
 from tests.clocks import ManualClock
 
@@ -56,6 +59,11 @@ def config(tmp_path):
             Memory(WORKSPACE_SCOPE, Term.SHORT, WORKSPACE, (Bullet(1, "canary-alice news", DAY, ("1.000001",)),)),
         ]
     )
+    profiles = SqlProfileStore(engine, clock)
+    for user, text, ts in (("UALICE", "canary-alice likes jazz", "1.000001"), ("UBOB", "likes tea", "1.000002")):
+        profiles.save([Profile(user).learn(WORKSPACE, [(NewFact(text, 0.95, (ts,)), "C1", DAY)], [])])
+    promoted = Notebook(memos, Actor.CLI).add("alice-fact", "Alice: canary-alice fact", 5)
+    profiles.save([profiles.get("UALICE").promoted(1, promoted.id)])
     engine.dispose()
     return config
 
@@ -77,8 +85,10 @@ def test_forget_leaves_no_row_with_their_text_and_keeps_everyone_elses(config, c
 
     text = every_text(config)
     assert "canary-alice" not in text and "UALICE" not in text
-    assert "bob likes tea" in text and "bob drinks tea" in text
-    assert "Forgot UALICE: 1 message(s), 1 memo(s), 3 memory note(s) deleted." in capsys.readouterr().out
+    assert "bob likes tea" in text and "bob drinks tea" in text and "likes tea" in text
+    assert "Forgot UALICE: 1 message(s), 2 memo(s), 3 memory note(s), 1 profile fact(s) deleted." in (
+        capsys.readouterr().out
+    )
 
 
 def test_forget_asks_first_and_a_no_deletes_nothing(config, monkeypatch, capsys):

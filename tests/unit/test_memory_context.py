@@ -15,6 +15,7 @@ from myao2.domain.visibility import WORKSPACE, Audience
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
 from myao2.infrastructure.db.memory_store import SqlMemoryStore
+from myao2.infrastructure.db.profile_store import SqlProfileStore
 from myao2.infrastructure.llm.phrases import prompt_marks
 from myao2.infrastructure.llm.prompts import PromptRenderer
 from tests.clocks import ManualClock
@@ -51,7 +52,7 @@ def stores(tmp_path):
             memory(Scope(DM.id), Term.SHORT, Audience(DM.id), "canary-dm-short", label="#alice"),
         ]
     )
-    yield SqlMemoStore(engine, clock), memories, clock
+    yield SqlMemoStore(engine, clock), memories, SqlProfileStore(engine, clock), clock
     engine.dispose()
 
 
@@ -59,7 +60,7 @@ DEFAULT_BUDGETS = memory_budgets(Config())
 
 
 def builder(stores, budgets: MemoryBudgets = DEFAULT_BUDGETS, with_memories: bool = True) -> ContextBuilder:
-    memos, memories, clock = stores
+    memos, memories, profiles, clock = stores
     return ContextBuilder(
         memos,
         clock,
@@ -67,7 +68,7 @@ def builder(stores, budgets: MemoryBudgets = DEFAULT_BUDGETS, with_memories: boo
         bot_user_id="UBOT",
         budget=Budget(6000, 1000),
         marks=prompt_marks("en"),
-        absorbed=Absorbed(memories, budgets) if with_memories else None,
+        absorbed=Absorbed(memories, profiles, budgets) if with_memories else None,
     )
 
 
@@ -112,7 +113,7 @@ async def test_a_private_conversation_sees_its_own_memory_and_nothing_of_other_c
 
 
 async def test_sections_are_trimmed_at_whole_bullets_oldest_first_with_a_marker(stores):
-    _, memories, _ = stores
+    _, memories, _, _ = stores
     texts = [f"fact number {i} " + "x" * 40 for i in range(20)]
     memories.save([memory(WORKSPACE_SCOPE, Term.LONG, WORKSPACE, *texts)])
 

@@ -12,6 +12,7 @@ from myao2.domain.conversation import Channel
 from myao2.domain.judgment import Judgment
 from myao2.domain.memo import Origin
 from myao2.domain.memory import Bullet, Draft, Stage
+from myao2.domain.profile import Confirmation, Fact, NewFact
 
 
 class ModelUnavailable(Exception):
@@ -106,4 +107,45 @@ class DigestPrompt:
 class DigestWriter(Protocol):
     async def digest(self, prompt: DigestPrompt) -> tuple[str, ...]:
         """The digest's lines (none: nothing worth keeping); raises ModelUnavailable when the model fails."""
+        ...
+
+
+@dataclass(frozen=True)
+class PersonMaterial:
+    """One person in a profile update: who, the facts already known (of the update's audience), their new messages."""
+
+    user_id: str
+    name: str
+    facts: tuple[Fact, ...]
+    messages: tuple[str, ...]
+    """Their new messages, oldest first, each line starting with its `ts=`."""
+
+
+@dataclass(frozen=True)
+class ProfilePrompt:
+    """What the memory model reads to update the profiles of people who said something new in one audience."""
+
+    persona: Persona
+    now: datetime
+    conversation: Channel | None
+    """The one private conversation (a DM or private channel) the messages come from; None: the public channels."""
+    people: tuple[PersonMaterial, ...]
+
+    def local_time(self, moment: datetime) -> str:
+        """`moment` as prompts show it, in the persona's time zone."""
+        return format_time(moment, self.persona.timezone)
+
+
+@dataclass(frozen=True)
+class PersonUpdate:
+    """The model's answer for one person: new facts, and known facts their messages confirm."""
+
+    user_id: str
+    new: tuple[NewFact, ...] = ()
+    confirmed: tuple[Confirmation, ...] = ()
+
+
+class ProfileWriter(Protocol):
+    async def learn(self, prompt: ProfilePrompt) -> tuple[PersonUpdate, ...]:
+        """The profile updates for `prompt`; raises ModelUnavailable when the model fails or answers nothing usable."""
         ...

@@ -16,7 +16,7 @@ from myao2.domain.budget import cut_text, fit_items
 from myao2.domain.conversation import MENTION, Channel, Message
 from myao2.domain.memo import IMPORTANT_PRIORITY, Memo
 from myao2.domain.memory import WORKSPACE_SCOPE, Memory, Scope, Term, bullet_line, digest_line
-from myao2.domain.ports import Clock, MemoryStore, MemoStore
+from myao2.domain.ports import Clock, MemoryStore, MemoStore, ProfileStore
 from myao2.domain.tokens import estimate_tokens
 from myao2.domain.visibility import Audience, can_read, shows_elsewhere
 
@@ -52,6 +52,8 @@ class MemoryBudgets:
     elsewhere: int
     digest: int
     """The conversation's digests of past days; the oldest are left out first."""
+    people: int
+    """The profile facts of the people in the conversation together."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,7 @@ class Absorbed:
     """What the bot absorbed by listening that prompts show, and the budgets of its sections."""
 
     memories: MemoryStore
+    profiles: ProfileStore
     budgets: MemoryBudgets
 
 
@@ -83,6 +86,9 @@ class MemorySections:
     """Other channels' short-term memories, each line naming its channel (public channels only)."""
     digests: MemorySection = MemorySection()
     """The conversation's digests of past days, oldest first."""
+    people: MemorySection = MemorySection()
+    """Facts learnt about the people in the conversation, each line naming its person; the budget leaves out
+    the least sure of the people who spoke longest ago."""
 
 
 @dataclass(frozen=True)
@@ -166,7 +172,12 @@ class ContextBuilder:
         """
         rules, important, recent = await asyncio.to_thread(self._read_memos, channel.id)
         thread_ts = next((m.thread_ts for m in messages if m.thread_ts), None)
-        memory = await asyncio.to_thread(self._read_memories, channel, thread_ts) if self._absorbed else MemorySections()
+        speakers = _speakers(messages, self._bot_user_id)
+        memory = (
+            await asyncio.to_thread(self._read_memories, channel, thread_ts, speakers)
+            if self._absorbed
+            else MemorySections()
+        )
         return PromptContext(
             persona=self._persona,
             now=self._clock.now().astimezone(self._persona.timezone),
@@ -214,8 +225,11 @@ class ContextBuilder:
         recent = self._memos.recent(channel_id, RECENT_MEMO_LIMIT, exclude=pinned | {m.name for m in important})
         return tuple(rules), tuple(important), tuple(recent)
 
-    def _read_memories(self, channel: Channel, thread_ts: str | None) -> MemorySections:
-        """The memories `channel` may read, each section within its budget."""
+    def _read_memories(
+        self, channel: Channel, thread_ts: str | None, speakers: Sequence[tuple[str, str]]
+    ) -> MemorySections:
+        """The memories and profile facts of `speakers` (user id, name) that `channel` may read, each section
+        within its budget."""
         assert self._absorbed is not None
         memories, budgets = self._absorbed.memories, self._absorbed.budgets
 
@@ -240,6 +254,13 @@ class ContextBuilder:
         digests = [
             digest_line(d) for d in memories.digests(channel.id) if d.lines and can_read(channel.id, d.audience)
         ]
+        profiles = self._absorbed.profiles.many(user_id for user_id, _ in speakers)
+        facts = [
+            f"- {one_line(name)}: {fact.text}"
+            for user_id, name in speakers
+            if user_id in profiles
+            for fact in sorted(profiles[user_id].readable(channel.id), key=lambda f: (-f.confidence, f.id))
+        ]
         return MemorySections(
             workspace=_section(workspace, budgets.workspace),
             channel_long=long_section,
@@ -247,7 +268,17 @@ class ContextBuilder:
             thread=_section(thread, budgets.thread),
             elsewhere=elsewhere,
             digests=_fit_lines(digests, budgets.digest),
+            people=_fit_lines(facts, budgets.people, drop="last"),
         )
+
+
+def _speakers(messages: Sequence[Message], bot_user_id: str) -> list[tuple[str, str]]:
+    """The people (user id, name) who wrote `messages`, the latest to speak first; bots left out."""
+    speakers: dict[str, str] = {}
+    for message in reversed(messages):
+        if message.user_id and not message.is_bot and message.user_id != bot_user_id:
+            speakers.setdefault(message.user_id, message.user_name)
+    return list(speakers.items())
 
 
 def _section(memory: Memory | None, max_tokens: int) -> MemorySection:
@@ -255,10 +286,10 @@ def _section(memory: Memory | None, max_tokens: int) -> MemorySection:
     return _fit_lines([bullet_line(b) for b in memory.active] if memory else [], max_tokens)
 
 
-def _fit_lines(lines: Sequence[str], max_tokens: int) -> MemorySection:
-    kept = fit_items(lines, max_tokens, line_tokens)
+def _fit_lines(lines: Sequence[str], max_tokens: int, drop: Literal["first", "last"] = "first") -> MemorySection:
+    kept = fit_items(lines, max_tokens, line_tokens, drop=drop)
     if len(kept) < len(lines):  # room for the marker that says so
-        kept = fit_items(lines, max(0, max_tokens - MARKER_TOKENS), line_tokens)
+        kept = fit_items(lines, max(0, max_tokens - MARKER_TOKENS), line_tokens, drop=drop)
     return MemorySection(tuple(kept), len(lines) - len(kept))
 
 

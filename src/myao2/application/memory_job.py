@@ -7,7 +7,8 @@ remakes the short-term memory and the memories of the active threads it touched.
 Each batch is saved in one transaction with the mark of what it covered, so a
 crash resumes where it stopped and a failed call keeps the old memory for the next
 round. Then the workspace memory is updated from the public channels' memories,
-only when one of them changed.
+only when one of them changed, and the profiles of people who said something new
+(`myao2.application.profiles`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from datetime import date, datetime, timedelta, timezone
 from myao2.application import tracing
 from myao2.application.agents import MemoryPrompt, MemoryUpdate, MemoryWriter, ModelUnavailable
 from myao2.application.context import Persona, format_message
+from myao2.application.profiles import ProfileKeeper
 from myao2.domain.budget import fit_items
 from myao2.domain.conversation import Channel, ChannelChanges, Message, ts_to_datetime
 from myao2.domain.memory import WORKSPACE_SCOPE, Bullet, Draft, Memory, Scope, Term
@@ -101,6 +103,7 @@ class MemoryJob:
         clock: Clock,
         persona: Persona,
         settings: MemorySettings,
+        profiles: ProfileKeeper | None = None,
     ) -> None:
         self._conversations = conversations
         self._memories = memories
@@ -108,10 +111,11 @@ class MemoryJob:
         self._clock = clock
         self._persona = persona
         self._settings = settings
+        self._profiles = profiles
         self._lock = asyncio.Lock()
 
     async def run(self) -> RoundReport:
-        """One round over every channel with changes, then the workspace."""
+        """One round over every channel with changes, then the workspace, then people's profiles."""
         async with self._lock:
             with tracing.span("memory.round") as span:
                 report = RoundReport()
@@ -121,6 +125,14 @@ class MemoryJob:
                         report = await self._channel(channel_id, channel_changes, report)
                 await asyncio.to_thread(self._expire_short_terms)
                 report = await self._workspace(report)
+                if self._profiles is not None:
+                    people = await self._profiles.run()
+                    report = replace(
+                        report,
+                        calls=report.calls + people.calls,
+                        failures=report.failures + people.failures,
+                        updated=report.updated + tuple(f"person:{user_id}" for user_id in people.people),
+                    )
                 span.set_attribute("myao2.memory.calls", report.calls)
                 span.set_attribute("myao2.memory.failures", report.failures)
                 span.set_attribute("myao2.memory.updated", len(report.updated))

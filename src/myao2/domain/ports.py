@@ -9,6 +9,7 @@ from typing import Protocol
 from myao2.domain.activity import JudgmentOutcome, ModelCall, ReplyKind
 from myao2.domain.conversation import BotIdentity, Channel, ChannelChanges, ChannelKind, History, Message, Person
 from myao2.domain.memory import Digest, Memory, Scope, Term
+from myao2.domain.profile import Profile
 from myao2.domain.answers import PendingAnswer
 from myao2.domain.memo import (
     Memo,
@@ -140,6 +141,22 @@ class MemoryStore(Protocol):
         ...
 
 
+class ProfileStore(Protocol):
+    """The profiles of people the memory job keeps, one per person; synchronous, run in a thread."""
+
+    def get(self, user_id: str) -> Profile | None: ...
+
+    def many(self, user_ids: Iterable[str]) -> dict[str, Profile]:
+        """The stored profiles of these people, by user id."""
+        ...
+
+    def save(self, profiles: Sequence[Profile]) -> None:
+        """Store these profiles in one transaction: all of them or none."""
+        ...
+
+    def all(self) -> list[Profile]: ...
+
+
 class ConversationStore(Protocol):
     """What the bot has seen in Slack: channels, people and messages (synchronous; run in a thread)."""
 
@@ -198,6 +215,13 @@ class ConversationStore(Protocol):
 
     def expire_messages(self, channel_id: str, ts: Sequence[str]) -> None:
         """Delete these messages of a channel for good (retention): none as old is ever stored again."""
+    def newest_by_author(self) -> dict[tuple[str, str], str]:
+        """(user id, channel id) -> the ts of that person's newest message there, for every person's
+        (not a bot's) messages."""
+        ...
+
+    def messages_by(self, user_id: str, channel_ids: Iterable[str], after_ts: str, limit: int) -> list[Message]:
+        """The oldest `limit` messages of `user_id` in these channels newer than `after_ts`, oldest first."""
         ...
 
     def save_channel(self, channel: Channel, as_of: datetime | None = None) -> None:

@@ -166,6 +166,30 @@ class SqlConversationStore:
             ).all()
         return [_to_message(r) for r in rows]
 
+    def newest_by_author(self) -> dict[tuple[str, str], str]:
+        query = (
+            core_select(MessageRow.user_id, MessageRow.channel_id, func.max(MessageRow.ts))
+            .where(col(MessageRow.user_id).is_not(None), col(MessageRow.is_bot).is_(False))
+            .group_by(MessageRow.user_id, MessageRow.channel_id)
+        )
+        with self._engine.connect() as connection:
+            rows = connection.execute(query).all()
+        return {(user, channel): ts for user, channel, ts in rows}
+
+    def messages_by(self, user_id: str, channel_ids: Iterable[str], after_ts: str, limit: int) -> list[Message]:
+        with self._engine.connect() as connection:
+            rows = connection.execute(
+                core_select(_table(MessageRow))
+                .where(
+                    MessageRow.user_id == user_id,
+                    col(MessageRow.channel_id).in_(list(channel_ids)),
+                    MessageRow.ts > after_ts,
+                )
+                .order_by(col(MessageRow.ts))
+                .limit(limit)
+            ).all()
+        return [_to_message(r) for r in rows]
+
     def messages_by_ids(self, ids: list[int]) -> dict[int, Message]:
         """The stored messages with these row ids, by id."""
         with self._engine.connect() as connection:

@@ -1,10 +1,11 @@
-"""Forgetting a person on request: their messages, the memos taken from them and the notes made from their words."""
+"""Forgetting a person on request: their messages, their profile, the memos taken from them or made of their
+profile, and the notes made from their words."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from sqlalchemy import Engine, delete
+from sqlalchemy import Engine, delete, or_
 from sqlmodel import Session, col, select
 
 from myao2.infrastructure.db.memory_store import bullet_to_json, row_to_memory
@@ -16,6 +17,7 @@ from myao2.infrastructure.db.tables import (
     MemoryRow,
     MessageRow,
     PersonRow,
+    ProfileRow,
 )
 
 
@@ -26,15 +28,22 @@ class Forgotten:
     messages: int
     memos: int
     notes: int
+    facts: int
+    """Facts of their profile."""
 
 
 def forget_person(engine: Engine, user_id: str) -> Forgotten:
-    """Delete, in one transaction, every message `user_id` wrote, their name, every memo taken from what
-    they said (with its revisions and pin), every memory note whose sources include one of their messages and
-    every digest of a day they spoke in (a note each)."""
+    """Delete, in one transaction, every message `user_id` wrote, their name, their profile, every memo taken
+    from what they said or made of their profile (with its revisions and pin), every memory note whose sources
+    include one of their messages and every digest of a day they spoke in (a note each)."""
     with Session(engine) as session, session.begin():
         their_ts = set(session.exec(select(MessageRow.ts).where(MessageRow.user_id == user_id)).all())
-        memo_ids = list(session.exec(select(MemoRow.id).where(MemoRow.user_id == user_id)).all())
+        profile = session.get(ProfileRow, user_id)
+        facts = profile.facts if profile is not None else []
+        promoted = {f["memo_id"] for f in facts if f.get("memo_id") is not None}
+        memo_ids = list(
+            session.exec(select(MemoRow.id).where(or_(MemoRow.user_id == user_id, col(MemoRow.id).in_(promoted)))).all()
+        )
         notes = 0
         for row in session.exec(select(MemoryRow)).all():
             memory = row_to_memory(row)
@@ -52,4 +61,5 @@ def forget_person(engine: Engine, user_id: str) -> Forgotten:
         session.exec(delete(MemoRow).where(col(MemoRow.id).in_(memo_ids)))  # type: ignore[call-overload]
         session.exec(delete(MessageRow).where(MessageRow.user_id == user_id))  # type: ignore[call-overload]
         session.exec(delete(PersonRow).where(PersonRow.user_id == user_id))  # type: ignore[call-overload]
-    return Forgotten(messages=len(their_ts), memos=len(memo_ids), notes=notes)
+        session.exec(delete(ProfileRow).where(ProfileRow.user_id == user_id))  # type: ignore[call-overload]
+    return Forgotten(messages=len(their_ts), memos=len(memo_ids), notes=notes, facts=len(facts))

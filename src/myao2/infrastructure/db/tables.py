@@ -235,3 +235,14 @@ class ReplyRow(SQLModel, table=True):
     at: datetime = Field(sa_column=Column(UTCDateTime, nullable=False, index=True))
     channel_id: str = Field(max_length=32)
     kind: str = Field(max_length=8)
+
+
+class ProfileRow(SQLModel, table=True):
+    """A person's profile: facts learnt from what they said, as JSON, and how far each audience was read."""
+
+    __tablename__ = "profiles"
+
+    user_id: str = Field(primary_key=True, max_length=32)
+    facts: list[dict[str, Any]] = Field(sa_column=Column(JSONText, nullable=False))
+    read_up_to: dict[str, str] = Field(sa_column=Column(JSONText, nullable=False))
+    updated_at: datetime = Field(sa_column=Column(UTCDateTime, nullable=False))

@@ -22,7 +22,14 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from pydantic import BaseModel, Field
 
 from myao2.application.activity import Activity
-from myao2.application.agents import DigestPrompt, MemoryPrompt, MemoryUpdate, ModelUnavailable
+from myao2.application.agents import (
+    DigestPrompt,
+    MemoryPrompt,
+    MemoryUpdate,
+    ModelUnavailable,
+    PersonUpdate,
+    ProfilePrompt,
+)
 from myao2.application.context import PromptContext
 from myao2.application.reply_stream import (
     ReplyDone,
@@ -39,6 +46,7 @@ from myao2.domain.conversation import ts_to_datetime
 from myao2.domain.judgment import Judgment
 from myao2.domain.memo import MAX_CHANGES_PER_REPLY, ChangeBudget, Origin
 from myao2.domain.memory import Draft
+from myao2.domain.profile import Confirmation, NewFact
 from myao2.domain.ports import MemoStore
 from myao2.infrastructure.llm.phrases import elapsed_phrase, tool_title
 from myao2.infrastructure.llm.prompts import Kind, PromptRenderer
@@ -394,11 +402,37 @@ class DigestOutput(BaseModel):
     lines: list[str] = Field(description="short lines, each one sentence naming who it is about")
 
 
+class NewFactOutput(BaseModel):
+    text: str = Field(description="one short sentence about the person, e.g. 'prefers short answers'")
+    confidence: float = Field(ge=0, le=1, description="how sure the messages make you, from 0 to 1")
+    ts: list[str] = Field(description="the ts of the messages it comes from")
+    supersedes: list[int] = Field(default_factory=list, description="ids of known facts this one contradicts")
+
+
+class ConfirmationOutput(BaseModel):
+    id: int = Field(description="the id of the known fact the messages confirm")
+    confidence: float = Field(ge=0, le=1, description="how sure you are of the fact now, from 0 to 1")
+    ts: list[str] = Field(description="the ts of the messages that confirm it")
+
+
+class PersonUpdateOutput(BaseModel):
+    user_id: str = Field(description="the person's user id, as given")
+    new_facts: list[NewFactOutput] = Field(default_factory=list, description="only what is new; may be empty")
+    confirmed: list[ConfirmationOutput] = Field(default_factory=list, description="known facts said again")
+
+
+class ProfileUpdateOutput(BaseModel):
+    """What the new messages teach about each person: new facts and confirmations of known ones."""
+
+    people: list[PersonUpdateOutput] = Field(description="one per person given")
+
+
 _Output = TypeVar("_Output", bound=BaseModel)
 
 
 class StrandsMemoryWriter:
-    """`MemoryWriter` and `DigestWriter` with the memory agent: no tools, structured output, two model calls at most."""
+    """`MemoryWriter`, `DigestWriter` and `ProfileWriter` with the memory agent: no tools, structured output,
+    two model calls at most."""
 
     ROLE: Role = "memory"
     MAX_CALLS = 2
@@ -420,7 +454,20 @@ class StrandsMemoryWriter:
         output = await self._ask("digest", prompt, DigestOutput)
         return tuple(line for line in (" ".join(line.split()) for line in output.lines) if line)
 
-    async def _ask(self, kind: Kind, prompt: MemoryPrompt | DigestPrompt, output_model: type[_Output]) -> _Output:
+    async def learn(self, prompt: ProfilePrompt) -> tuple[PersonUpdate, ...]:
+        output = await self._ask("profile", prompt, ProfileUpdateOutput)
+        return tuple(
+            PersonUpdate(
+                person.user_id,
+                new=tuple(NewFact(f.text, f.confidence, tuple(f.ts), tuple(f.supersedes)) for f in person.new_facts),
+                confirmed=tuple(Confirmation(c.id, c.confidence, tuple(c.ts)) for c in person.confirmed),
+            )
+            for person in output.people
+        )
+
+    async def _ask(
+        self, kind: Kind, prompt: MemoryPrompt | DigestPrompt | ProfilePrompt, output_model: type[_Output]
+    ) -> _Output:
         """The model's structured answer to the `kind` templates rendered with `prompt`."""
         await self._clients.load()
         from strands import Agent
@@ -457,7 +504,7 @@ class StrandsMemoryWriter:
         system, query = self._render("memory", prompt)
         return ModelPrompt(system, query, structured_output_schemas(MemoryUpdateOutput))
 
-    def _render(self, kind: Kind, prompt: MemoryPrompt | DigestPrompt) -> tuple[str, str]:
+    def _render(self, kind: Kind, prompt: MemoryPrompt | DigestPrompt | ProfilePrompt) -> tuple[str, str]:
         return self._renderer.render(kind, "system", prompt), self._renderer.render(kind, "query", prompt)
 
 

@@ -8,10 +8,10 @@ from typing import Any, Literal
 
 from jinja2 import BaseLoader, ChoiceLoader, Environment, FileSystemLoader, PackageLoader, StrictUndefined
 
-from myao2.application.agents import DigestPrompt, MemoryPrompt
+from myao2.application.agents import DigestPrompt, MemoryPrompt, ProfilePrompt
 from myao2.application.context import PromptContext, one_line
 
-Kind = Literal["judgment", "response", "memory", "digest"]
+Kind = Literal["judgment", "response", "memory", "digest", "profile"]
 Part = Literal["system", "query"]
 
 
@@ -44,11 +44,16 @@ class PromptRenderer:
         self._overrides = dict(system_overrides or {})
 
     def render(
-        self, kind: Kind, part: Part, context: PromptContext | MemoryPrompt | DigestPrompt, **extra: Any
+        self,
+        kind: Kind,
+        part: Part,
+        context: PromptContext | MemoryPrompt | DigestPrompt | ProfilePrompt,
+        **extra: Any,
     ) -> str:
         """The prompt text; `extra` adds variables a template needs (e.g. `elapsed` for judgment).
 
-        The memory templates get a `MemoryPrompt`, the digest ones a `DigestPrompt`, the others a `PromptContext`.
+        The memory templates get a `MemoryPrompt`, the digest ones a `DigestPrompt`, the profile ones a
+        `ProfilePrompt`, the others a `PromptContext`.
         """
         override = self._overrides.get(kind) if part == "system" else None
         if override:

@@ -1,0 +1,184 @@
+"""Keeping the profiles of people: what each person said, turned into facts by the memory model.
+
+Part of each memory job round. A person's messages are read per audience (the
+workspace, or one private conversation), so a model call about a DM sees and changes
+only the facts learnt in that DM. In one round each person with new messages takes
+part in one call at most: the audience read least recently goes first, the others
+wait for the next round. People whose turn falls on the same audience share one call.
+Each call's profiles are saved in one transaction with how far they were read, so a
+failed call keeps the old profiles and the messages are read again next round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from myao2.application.agents import ModelUnavailable, PersonMaterial, PersonUpdate, ProfilePrompt, ProfileWriter
+from myao2.application.context import Persona, format_message
+from myao2.domain.budget import fit_items
+from myao2.domain.conversation import Channel, Message, ts_to_datetime
+from myao2.domain.ports import Clock, ConversationStore, ProfileStore
+from myao2.domain.profile import Confirmation, Fact, NewFact, Profile, audience_key
+from myao2.domain.tokens import estimate_tokens
+from myao2.domain.visibility import Audience
+
+logger = logging.getLogger(__name__)
+
+MESSAGE_OVERHEAD_TOKENS = 16
+"""About what a message line's prefix (ts, channel, time, name) costs."""
+
+
+@dataclass(frozen=True)
+class ProfileRound:
+    """What one round of profile updates did."""
+
+    calls: int = 0
+    failures: int = 0
+    people: tuple[str, ...] = ()
+    """The user ids whose profiles were updated."""
+
+
+class ProfileKeeper:
+    """Updates people's profiles from their new messages; one round at a time (run by the memory job)."""
+
+    def __init__(
+        self,
+        *,
+        conversations: ConversationStore,
+        profiles: ProfileStore,
+        writer: ProfileWriter,
+        clock: Clock,
+        persona: Persona,
+        batch_max_tokens: int,
+    ) -> None:
+        self._conversations = conversations
+        self._profiles = profiles
+        self._writer = writer
+        self._clock = clock
+        self._persona = persona
+        self._batch_max_tokens = batch_max_tokens
+
+    async def run(self) -> ProfileRound:
+        """One round: one model call per audience whose turn it is for someone with new messages."""
+        newest = await asyncio.to_thread(self._conversations.newest_by_author)
+        channels = await asyncio.to_thread(self._channels, {channel_id for _, channel_id in newest})
+        profiles = await asyncio.to_thread(self._profiles.many, {user_id for user_id, _ in newest})
+        # user -> audience -> (newest ts, channel ids)
+        unread: dict[str, dict[Audience, tuple[str, list[str]]]] = defaultdict(dict)
+        for (user_id, channel_id), ts in sorted(newest.items()):
+            channel = channels.get(channel_id)
+            if channel is None:
+                continue
+            audience = Audience.of(channel.id, channel.is_private)
+            known_ts, ids = unread[user_id].get(audience, ("", []))
+            unread[user_id][audience] = (max(known_ts, ts), [*ids, channel_id])
+        turns: dict[Audience, list[tuple[Profile, list[str]]]] = defaultdict(list)
+        for user_id, audiences in sorted(unread.items()):
+            profile = profiles.get(user_id) or Profile(user_id)
+            behind = [
+                (profile.read_up_to.get(audience_key(a), ""), audience_key(a), a, ids)
+                for a, (ts, ids) in audiences.items()
+                if ts > profile.read_up_to.get(audience_key(a), "")
+            ]
+            if behind:
+                *_, audience, ids = min(behind, key=lambda item: item[:2])  # read least recently first
+                turns[audience].append((profile, ids))
+        report = ProfileRound()
+        for audience, people in sorted(turns.items(), key=lambda item: audience_key(item[0])):
+            report = await self._update(audience, people, channels, report)
+        return report
+
+    def _channels(self, channel_ids: set[str]) -> dict[str, Channel]:
+        found = {channel_id: self._conversations.get_channel(channel_id) for channel_id in channel_ids}
+        return {channel_id: channel for channel_id, channel in found.items() if channel is not None}
+
+    async def _update(
+        self,
+        audience: Audience,
+        people: Sequence[tuple[Profile, list[str]]],
+        channels: dict[str, Channel],
+        report: ProfileRound,
+    ) -> ProfileRound:
+        """One model call for `people`'s new messages in `audience`; their profiles saved together."""
+        share = max(1, self._batch_max_tokens // len(people))
+        names = await asyncio.to_thread(self._conversations.people, [p.user_id for p, _ in people])
+        read: list[tuple[Profile, list[Message]]] = []
+        for profile, channel_ids in people:
+            after = profile.read_up_to.get(audience_key(audience), "")
+            limit = max(1, share // MESSAGE_OVERHEAD_TOKENS)  # no message costs less than its prefix
+            messages = await asyncio.to_thread(
+                self._conversations.messages_by, profile.user_id, channel_ids, after, limit
+            )
+            read.append((profile, _within(messages, share)))
+        prompt = ProfilePrompt(
+            persona=self._persona,
+            now=self._clock.now().astimezone(self._persona.timezone),
+            conversation=None if audience.is_workspace else channels[people[0][1][0]],
+            people=tuple(
+                PersonMaterial(
+                    profile.user_id,
+                    names[profile.user_id].display_name if profile.user_id in names else messages[-1].user_name,
+                    self._known(profile.of(audience)),
+                    tuple(self._line(m, channels) for m in messages if m.text.strip()),
+                )
+                for profile, messages in read
+            ),
+        )
+        try:
+            updates = {u.user_id: u for u in await self._writer.learn(prompt)}
+        except ModelUnavailable as exc:
+            logger.warning("profile update skipped this round: %s", exc)
+            return ProfileRound(report.calls + 1, report.failures + 1, report.people)
+        saved = [
+            self._apply(profile, audience, messages, updates.get(profile.user_id)).read(audience, messages[-1].ts)
+            for profile, messages in read
+        ]
+        await asyncio.to_thread(self._profiles.save, saved)
+        return ProfileRound(report.calls + 1, report.failures, report.people + tuple(p.user_id for p in saved))
+
+    def _apply(
+        self, profile: Profile, audience: Audience, messages: Sequence[Message], update: PersonUpdate | None
+    ) -> Profile:
+        """`profile` with the model's update applied; sources other than `messages` are dropped."""
+        if update is None:
+            return profile
+        by_ts = {m.ts: m for m in messages}
+
+        def sources(source_ts: Sequence[str]) -> tuple[str, ...]:
+            return tuple(ts for ts in dict.fromkeys(source_ts) if ts in by_ts)
+
+        new = []
+        for draft in update.new:
+            source_ts = sources(draft.source_ts)
+            text = " ".join(draft.text.split())
+            if source_ts and text:
+                first = by_ts[source_ts[0]]
+                day = ts_to_datetime(max(source_ts)).astimezone(self._persona.timezone).date()
+                new.append((NewFact(text, draft.confidence, source_ts, draft.supersedes), first.channel_id, day))
+        confirmed = [Confirmation(c.fact_id, c.confidence, sources(c.source_ts)) for c in update.confirmed]
+        return profile.learn(audience, new, [c for c in confirmed if c.source_ts])
+
+    def _known(self, facts: Sequence[Fact]) -> tuple[Fact, ...]:
+        """The most recent known facts that fit a quarter of the batch budget."""
+        return tuple(fit_items(facts, self._batch_max_tokens // 4, lambda f: estimate_tokens(f.text) + 12))
+
+    def _line(self, message: Message, channels: dict[str, Channel]) -> str:
+        channel = channels[message.channel_id]
+        return f"ts={message.ts} #{channel.name} {format_message(message, self._persona.timezone, {})}"
+
+
+def _within(messages: Sequence[Message], max_tokens: int) -> list[Message]:
+    """The oldest of `messages` that fit `max_tokens` (one at least): the rest wait for the next round."""
+    kept: list[Message] = []
+    size = 0
+    for message in messages:
+        cost = estimate_tokens(message.text) + MESSAGE_OVERHEAD_TOKENS
+        if kept and size + cost > max_tokens:
+            break
+        kept.append(message)
+        size += cost
+    return kept

@@ -1,0 +1,149 @@
+"""Profiles of people: facts the bot learnt from what each person said.
+
+A fact carries a confidence (0 to 1), how many later messages confirmed it, the
+conversation it was learnt in, the day, and the audience of that conversation:
+a fact learnt in a DM or a private channel is shown only there. Like long-term
+memory, a profile only grows: a new fact may supersede older ones of the same
+audience (kept, hidden from prompts), and nothing is rewritten. A fact confident
+enough and confirmed often enough is a candidate for a memo, which only a person
+can make of it (`myao2 profile promote`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import date
+
+from myao2.domain.visibility import Audience, can_read
+
+CANDIDATE_CONFIDENCE = 0.9
+CANDIDATE_CONFIRMATIONS = 3
+
+
+@dataclass(frozen=True)
+class Fact:
+    """Something learnt about a person, where and when, and how sure the bot is of it."""
+
+    id: int
+    text: str
+    confidence: float
+    confirmations: int
+    """How many later messages confirmed it (0 when it was said once)."""
+    conversation_id: str
+    """The conversation it was learnt in."""
+    audience: Audience
+    learned_on: date
+    source_ts: tuple[str, ...]
+    superseded_by: int | None = None
+    memo_id: int | None = None
+    """The memo a person made of it (then no longer a candidate)."""
+
+    @property
+    def active(self) -> bool:
+        return self.superseded_by is None
+
+    @property
+    def is_candidate(self) -> bool:
+        """Whether a person may want it as a memo: sure, confirmed often, not yet promoted."""
+        return (
+            self.active
+            and self.memo_id is None
+            and self.confidence >= CANDIDATE_CONFIDENCE
+            and self.confirmations >= CANDIDATE_CONFIRMATIONS
+        )
+
+
+@dataclass(frozen=True)
+class NewFact:
+    """A fact the model proposes: its text, confidence, source messages and the ids it contradicts."""
+
+    text: str
+    confidence: float
+    source_ts: tuple[str, ...]
+    supersedes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """The model's word that messages confirm a known fact, with its confidence now."""
+
+    fact_id: int
+    confidence: float
+    source_ts: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One person's facts, and up to which message ts each audience's messages were read."""
+
+    user_id: str
+    facts: tuple[Fact, ...] = ()
+    read_up_to: Mapping[str, str] = field(default_factory=dict)
+    """Audience key (see `audience_key`) -> the newest ts read from that audience."""
+
+    def readable(self, reader: str | None) -> tuple[Fact, ...]:
+        """The active facts conversation `reader` may see (None: a person's own view), oldest first."""
+        return tuple(f for f in self.facts if f.active and can_read(reader, f.audience))
+
+    def of(self, audience: Audience) -> tuple[Fact, ...]:
+        """The active facts learnt in `audience`: the only ones a model call about `audience` sees or changes."""
+        return tuple(f for f in self.facts if f.active and f.audience == audience)
+
+    def fact(self, fact_id: int) -> Fact | None:
+        return next((f for f in self.facts if f.id == fact_id), None)
+
+    def learn(
+        self,
+        audience: Audience,
+        new: Sequence[tuple[NewFact, str, date]],
+        confirmations: Sequence[Confirmation],
+    ) -> Profile:
+        """This profile with `new` facts (each with its conversation and day) learnt in `audience`
+        and `confirmations` applied.
+
+        Only active facts of the same audience may be confirmed or superseded, so
+        nothing said in one conversation changes what another sees. A confirmation
+        counts each source message once; unknown ids are ignored.
+        """
+        facts = {f.id: f for f in self.facts}
+        own = {f.id for f in self.of(audience)}
+        for confirmation in confirmations:
+            fact = facts.get(confirmation.fact_id)
+            if fact is None or fact.id not in own:
+                continue
+            fresh = tuple(ts for ts in dict.fromkeys(confirmation.source_ts) if ts not in fact.source_ts)
+            if fresh:
+                facts[fact.id] = replace(
+                    fact,
+                    confirmations=fact.confirmations + len(fresh),
+                    confidence=_clamp(confirmation.confidence),
+                    source_ts=fact.source_ts + fresh,
+                )
+        next_id = max(facts, default=0) + 1
+        for offset, (draft, conversation_id, day) in enumerate(new):
+            fact_id = next_id + offset
+            for old in draft.supersedes:
+                if old in own and facts[old].active:
+                    facts[old] = replace(facts[old], superseded_by=fact_id)
+            facts[fact_id] = Fact(
+                fact_id, draft.text, _clamp(draft.confidence), 0, conversation_id, audience, day, draft.source_ts
+            )
+        return replace(self, facts=tuple(facts[i] for i in sorted(facts)))
+
+    def read(self, audience: Audience, ts: str) -> Profile:
+        """This profile having read `audience`'s messages up to `ts`."""
+        return replace(self, read_up_to={**self.read_up_to, audience_key(audience): ts})
+
+    def promoted(self, fact_id: int, memo_id: int | None) -> Profile:
+        """This profile with fact `fact_id` marked as made into memo `memo_id`."""
+        return replace(self, facts=tuple(replace(f, memo_id=memo_id) if f.id == fact_id else f for f in self.facts))
+
+
+def audience_key(audience: Audience) -> str:
+    """A text key for an audience: "" for the workspace, else its conversation id."""
+    return audience.conversation_id or ""
+
+
+def _clamp(confidence: float) -> float:
+    return min(1.0, max(0.0, float(confidence)))

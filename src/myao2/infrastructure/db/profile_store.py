@@ -1,0 +1,82 @@
+"""The profile store on SQLModel: one row per person, facts as JSON text."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import date
+from typing import Any
+
+from sqlalchemy import Engine
+from sqlmodel import Session, col, select
+
+from myao2.domain.ports import Clock
+from myao2.domain.profile import Fact, Profile
+from myao2.domain.visibility import Audience
+from myao2.infrastructure.db.tables import ProfileRow
+
+
+class SqlProfileStore:
+    """`ProfileStore` over a SQLAlchemy engine; safe to share between threads."""
+
+    def __init__(self, engine: Engine, clock: Clock) -> None:
+        self._engine = engine
+        self._clock = clock
+
+    def get(self, user_id: str) -> Profile | None:
+        return self.many([user_id]).get(user_id)
+
+    def many(self, user_ids: Iterable[str]) -> dict[str, Profile]:
+        with Session(self._engine) as session:
+            rows = session.exec(select(ProfileRow).where(col(ProfileRow.user_id).in_(list(user_ids)))).all()
+        return {row.user_id: _to_profile(row) for row in rows}
+
+    def save(self, profiles: Sequence[Profile]) -> None:
+        now = self._clock.now()
+        with Session(self._engine) as session, session.begin():
+            for profile in profiles:
+                row = session.get(ProfileRow, profile.user_id) or ProfileRow(
+                    user_id=profile.user_id, facts=[], read_up_to={}, updated_at=now
+                )
+                row.facts = [_fact_to_json(f) for f in profile.facts]
+                row.read_up_to = dict(profile.read_up_to)
+                row.updated_at = now
+                session.add(row)
+
+    def all(self) -> list[Profile]:
+        with Session(self._engine) as session:
+            rows = session.exec(select(ProfileRow).order_by(col(ProfileRow.user_id))).all()
+        return [_to_profile(row) for row in rows]
+
+
+def _fact_to_json(fact: Fact) -> dict[str, Any]:
+    return {
+        "id": fact.id,
+        "text": fact.text,
+        "confidence": fact.confidence,
+        "confirmations": fact.confirmations,
+        "conversation": fact.conversation_id,
+        "audience": fact.audience.conversation_id,
+        "day": fact.learned_on.isoformat(),
+        "ts": list(fact.source_ts),
+        "superseded_by": fact.superseded_by,
+        "memo_id": fact.memo_id,
+    }
+
+
+def _to_profile(row: ProfileRow) -> Profile:
+    facts = tuple(
+        Fact(
+            id=f["id"],
+            text=f["text"],
+            confidence=f["confidence"],
+            confirmations=f["confirmations"],
+            conversation_id=f["conversation"],
+            audience=Audience(f["audience"]),
+            learned_on=date.fromisoformat(f["day"]),
+            source_ts=tuple(f["ts"]),
+            superseded_by=f.get("superseded_by"),
+            memo_id=f.get("memo_id"),
+        )
+        for f in row.facts
+    )
+    return Profile(row.user_id, facts, dict(row.read_up_to))

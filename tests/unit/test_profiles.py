@@ -1,0 +1,298 @@
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import date
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from myao2.application.agents import ModelUnavailable, PersonUpdate, ProfilePrompt
+from myao2.application.context import Absorbed, Budget, ContextBuilder, Persona
+from myao2.application.profiles import ProfileKeeper
+from myao2.composition import memory_budgets
+from myao2.config import Config
+from myao2.domain.conversation import Channel, ChannelKind, Message
+from myao2.domain.profile import Confirmation, NewFact, Profile
+from myao2.domain.visibility import WORKSPACE, Audience
+from myao2.infrastructure.db.conversation_store import SqlConversationStore
+from myao2.infrastructure.db.engine import open_database
+from myao2.infrastructure.db.memo_store import SqlMemoStore
+from myao2.infrastructure.db.memory_store import SqlMemoryStore
+from myao2.infrastructure.db.profile_store import SqlProfileStore
+from myao2.infrastructure.llm.phrases import prompt_marks
+from myao2.infrastructure.llm.prompts import PromptRenderer
+from tests.clocks import ManualClock
+
+PERSONA = Persona("myao", "", "en", ZoneInfo("UTC"))
+GENERAL = Channel("C1", "general")
+RANDOM = Channel("C2", "random")
+DM = Channel("D1", "alice", ChannelKind.IM)
+LIKE = re.compile(r"^ts=([\d.]+) .*: I like (.+)$")
+DAY = date(2025, 1, 2)
+
+
+def liking(prompt: ProfilePrompt) -> tuple[PersonUpdate, ...]:
+    """A model that learns "likes X" from "I like X", or confirms it when known."""
+    updates = []
+    for person in prompt.people:
+        known = {f.text: f.id for f in person.facts}
+        new, confirmed = [], []
+        for line in person.messages:
+            match = LIKE.match(line)
+            if not match:
+                continue
+            ts, thing = match.groups()
+            if f"likes {thing}" in known:
+                confirmed.append(Confirmation(known[f"likes {thing}"], 0.95, (ts,)))
+            else:
+                new.append(NewFact(f"likes {thing}", 0.7, (ts,)))
+        updates.append(PersonUpdate(person.user_id, tuple(new), tuple(confirmed)))
+    return tuple(updates)
+
+
+class FakeWriter:
+    def __init__(self, answer: Callable[[ProfilePrompt], tuple[PersonUpdate, ...]] = liking) -> None:
+        self.answer = answer
+        self.prompts: list[ProfilePrompt] = []
+
+    async def learn(self, prompt: ProfilePrompt) -> tuple[PersonUpdate, ...]:
+        self.prompts.append(prompt)
+        return self.answer(prompt)
+
+    def calls(self) -> list[tuple[bool, list[str]]]:
+        return [(p.conversation is not None, [person.user_id for person in p.people]) for p in self.prompts]
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def engine(tmp_path):
+    engine = open_database(f"sqlite:///{tmp_path}/m.db")
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def conversations(engine, clock) -> SqlConversationStore:
+    store = SqlConversationStore(engine, clock)
+    for channel in (GENERAL, RANDOM, DM):
+        store.save_channel(channel)
+    return store
+
+
+@pytest.fixture
+def profiles(engine, clock) -> SqlProfileStore:
+    return SqlProfileStore(engine, clock)
+
+
+@pytest.fixture
+def writer() -> FakeWriter:
+    return FakeWriter()
+
+
+@pytest.fixture
+def keeper(conversations, profiles, writer, clock) -> ProfileKeeper:
+    return ProfileKeeper(
+        conversations=conversations, profiles=profiles, writer=writer, clock=clock, persona=PERSONA, batch_max_tokens=2000
+    )
+
+
+@pytest.fixture
+def say(conversations, clock):
+    def say(channel: Channel, user: str, text: str, *, bot: bool = False) -> Message:
+        clock.advance(60)
+        message = Message(channel.id, f"{clock.now().timestamp():.6f}", user, text, user.title(), is_bot=bot)
+        conversations.save_message(message)
+        return message
+
+    return say
+
+
+def facts(profiles: SqlProfileStore, user: str, reader: str | None = None) -> list[tuple[str, int, float]]:
+    profile = profiles.get(user)
+    return [] if profile is None else [(f.text, f.confirmations, f.confidence) for f in profile.readable(reader)]
+
+
+# -- the domain ---------------------------------------------------------------
+
+
+def test_a_fact_confirmed_by_three_more_messages_is_a_candidate_and_promotion_ends_that():
+    profile = Profile("U1").learn(WORKSPACE, [(NewFact("likes tea", 0.7, ("1.0",)), "C1", DAY)], [])
+    for n, ts in enumerate(("2.0", "3.0", "3.0", "4.0"), 1):
+        profile = profile.learn(WORKSPACE, [], [Confirmation(1, 0.95, (ts,))])
+        assert profile.facts[0].is_candidate == (n >= 4)  # the same message twice counts once
+    assert profile.facts[0].confirmations == 3
+    assert not profile.promoted(1, 7).facts[0].is_candidate
+
+
+def test_a_private_conversation_neither_confirms_nor_supersedes_what_another_audience_learnt():
+    profile = Profile("U1").learn(WORKSPACE, [(NewFact("likes tea", 0.7, ("1.0",)), "C1", DAY)], [])
+    dm = Audience(DM.id)
+    profile = profile.learn(dm, [(NewFact("hates tea", 0.9, ("2.0",), supersedes=(1,)), DM.id, DAY)], [Confirmation(1, 1.0, ("2.0",))])
+
+    assert [(f.text, f.confirmations, f.audience) for f in profile.readable(None)] == [
+        ("likes tea", 0, WORKSPACE),
+        ("hates tea", 0, dm),
+    ]
+    assert [f.text for f in profile.readable(GENERAL.id)] == ["likes tea"]
+
+
+# -- the keeper ---------------------------------------------------------------
+
+
+async def test_facts_accumulate_confirmations_across_rounds_and_a_quiet_round_calls_nothing(keeper, writer, profiles, say):
+    say(GENERAL, "U1", "I like ramen")
+    say(GENERAL, "U2", "hello there")
+    say(RANDOM, "U1", "and hello from random")
+    assert (await keeper.run()).calls == 1
+    assert writer.calls() == [(False, ["U1", "U2"])]  # one call for everyone with news in public channels
+    assert len(writer.prompts[0].people[0].messages) == 2
+    assert facts(profiles, "U1") == [("likes ramen", 0, 0.7)]
+
+    for _ in range(3):
+        say(GENERAL, "U1", "I like ramen")
+        await keeper.run()
+    assert facts(profiles, "U1") == [("likes ramen", 3, 0.95)]
+    assert writer.calls()[1:] == [(False, ["U1"])] * 3  # U2 said nothing new
+
+    writer.prompts.clear()
+    assert (await keeper.run()).calls == 0
+    assert writer.prompts == []
+
+
+async def test_bots_and_the_bot_itself_get_no_profile(keeper, writer, say):
+    say(GENERAL, "UBOT", "I like being helpful", bot=True)
+    assert (await keeper.run()).calls == 0
+
+
+async def test_a_dm_fact_is_kept_for_the_dm_and_read_in_a_call_of_its_own_on_the_next_round(
+    keeper, writer, profiles, say
+):
+    say(DM, "U1", "I like canary-secret cake")
+    say(GENERAL, "U1", "I like ramen")
+    await keeper.run()
+    await keeper.run()
+
+    assert writer.calls() == [(False, ["U1"]), (True, ["U1"])]  # one call per person per round
+    assert all("canary" not in line for line in writer.prompts[0].people[0].messages)
+    assert writer.prompts[1].people[0].facts == ()  # the public facts are not the DM call's to change
+    assert facts(profiles, "U1", GENERAL.id) == [("likes ramen", 0, 0.7)]
+    assert facts(profiles, "U1", DM.id) == [("likes ramen", 0, 0.7), ("likes canary-secret cake", 0, 0.7)]
+    fact = profiles.get("U1").facts[1]
+    assert (fact.conversation_id, fact.audience) == (DM.id, Audience(DM.id))
+
+
+async def test_a_failed_call_keeps_the_profile_and_reads_the_messages_again(keeper, writer, profiles, say):
+    say(GENERAL, "U1", "I like tea")
+
+    def down(prompt: ProfilePrompt) -> tuple[PersonUpdate, ...]:
+        raise ModelUnavailable("down")
+
+    writer.answer = down
+    report = await keeper.run()
+    assert (report.calls, report.failures) == (1, 1)
+    assert profiles.get("U1") is None
+
+    writer.answer = liking
+    await keeper.run()
+    assert facts(profiles, "U1") == [("likes tea", 0, 0.7)]
+
+
+async def test_facts_may_only_cite_the_messages_read(keeper, writer, profiles, say):
+    say(GENERAL, "U1", "I like tea")
+    writer.answer = lambda prompt: (
+        PersonUpdate("U1", (NewFact("made up", 0.9, ("123.000000",)), NewFact("likes tea", 0.8, ("123.0", LIKE.match(prompt.people[0].messages[0]).group(1))))),
+        PersonUpdate("U9", (NewFact("not asked about", 0.9, ("1.0",)),)),
+    )
+    await keeper.run()
+    assert facts(profiles, "U1") == [("likes tea", 0, 0.8)]
+    assert profiles.get("U9") is None
+
+
+async def test_a_long_backlog_is_read_a_batch_per_round(conversations, profiles, writer, clock, say):
+    keeper = ProfileKeeper(
+        conversations=conversations, profiles=profiles, writer=writer, clock=clock, persona=PERSONA, batch_max_tokens=100
+    )
+    for i in range(12):
+        say(GENERAL, "U1", f"I like thing number {i}")
+    rounds = 0
+    while (await keeper.run()).calls:
+        rounds += 1
+    assert rounds > 1
+    assert [text for text, _, _ in facts(profiles, "U1")] == [f"likes thing number {i}" for i in range(12)]
+
+
+# -- prompts --------------------------------------------------------------------
+
+
+@pytest.fixture
+def contexts(engine, clock, profiles):
+    def build(people_tokens: int = 400) -> ContextBuilder:
+        budgets = replace(memory_budgets(Config()), people=people_tokens)
+        return ContextBuilder(
+            SqlMemoStore(engine, clock),
+            clock,
+            PERSONA,
+            bot_user_id="UBOT",
+            budget=Budget(6000, 1000),
+            marks=prompt_marks("en"),
+            absorbed=Absorbed(SqlMemoryStore(engine, clock), profiles, budgets),
+        )
+
+    return build
+
+
+@pytest.mark.parametrize("language", ["en", "ja"])
+async def test_a_channel_prompt_shows_the_speakers_facts_but_never_one_learnt_in_a_dm(
+    keeper, profiles, say, contexts, language
+):
+    say(DM, "U1", "I like canary-dm-cake")
+    say(GENERAL, "U1", "I like ramen")
+    await keeper.run()
+    await keeper.run()
+
+    channel = [say(GENERAL, "U2", "hi"), say(GENERAL, "U1", "what's for lunch?")]
+    text = PromptRenderer(language).render("response", "query", await contexts().build(GENERAL, channel))
+    dm = await contexts().build(DM, [say(DM, "U1", "remember me?")])
+    dm_text = PromptRenderer(language).render("response", "query", dm)
+
+    assert "- U1: likes ramen" in text
+    assert "canary" not in text
+    assert "- U1: likes canary-dm-cake" in dm_text and "- U1: likes ramen" in dm_text
+    assert ("the rule wins" if language == "en" else "ルールが優先") in text
+
+
+async def test_the_people_section_is_trimmed_at_whole_facts_least_sure_last_with_a_marker(profiles, say, contexts):
+    learnt = [(NewFact(f"likes thing {i} " + "x" * 40, 0.5 + i / 100, ("1.0",)), GENERAL.id, DAY) for i in range(20)]
+    profiles.save([Profile("U1").learn(WORKSPACE, learnt, [])])
+
+    context = await contexts(people_tokens=120).build(GENERAL, [say(GENERAL, "U1", "hi")])
+    text = PromptRenderer("en").render("response", "query", context)
+
+    section = context.memory.people
+    assert 0 < len(section.lines) < 20
+    assert section.omitted == 20 - len(section.lines)
+    assert section.lines[0].startswith("- U1: likes thing 19 ")  # the surest first
+    assert all(line.endswith("x" * 40) for line in section.lines)  # whole facts only
+    assert f"({section.omitted} less certain facts left out)" in text
+    assert sum(len(line) + 1 for line in section.lines) / 4 <= 120
+
+
+@pytest.mark.parametrize(("language", "scope"), [("en", "Scope: a direct message"), ("ja", "範囲: ダイレクトメッセージ")])
+async def test_the_profile_prompt_names_its_conversation_and_shows_each_persons_facts_and_messages(
+    keeper, writer, say, language, scope
+):
+    say(DM, "U1", "I like tea")
+    await keeper.run()
+    say(DM, "U1", "I like tea")
+    await keeper.run()
+
+    text = PromptRenderer(language).render("profile", "query", writer.prompts[1])
+    assert scope in text
+    assert "1: likes tea [0.70, 0]" in text
+    assert "#alice [" in text and ": I like tea" in text
