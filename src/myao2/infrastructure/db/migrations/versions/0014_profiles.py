@@ -1,13 +1,13 @@
 """Profiles of people: facts learnt from what each person said, kept by the memory job.
 
-Revision ID: 0013
+Revision ID: 0014
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0013"
-down_revision = "0012"
+revision = "0014"
+down_revision = "0013"
 branch_labels = None
 depends_on = None
 
