@@ -17,10 +17,9 @@ from myao2.application.channels import ChannelLifecycle
 from myao2.application.conversations import Conversations
 from myao2.application.history_sync import HistorySync
 from myao2.application.inbox import Inbox
-from myao2.application.mention import AnswerMention, MentionSettings
-from myao2.composition import build_application
+from myao2.application.mention import AnswerMention
+from myao2.composition import build_application, mention_settings
 from myao2.config import Config, ConfigError
-from myao2.domain.answers import RetryPolicy
 from myao2.domain.judgment import SkipPolicy, WaitPolicy
 from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.engine import open_database
@@ -28,12 +27,11 @@ from myao2.infrastructure.db.health import DatabaseCheck
 from myao2.infrastructure.health import Health, HealthServer, ModelReachability
 from myao2.infrastructure.llm.agents import ModelClients
 from myao2.infrastructure.search.setup import IndexWorker
-from myao2.infrastructure.llm.phrases import apology
 from myao2.infrastructure.slack.app import build_app
 from myao2.infrastructure.slack.connection import AppTokenRejected, SocketMode, identify
 from myao2.infrastructure.slack.gateway import SlackAuthError, SlackGateway, make_web_client, web_session
 from myao2.infrastructure.slack.streaming import SlackReplyPublisher, StreamSettings
-from myao2.infrastructure.tasks import TaskSet
+from myao2.infrastructure.tasks import TaskSet, every
 from myao2.infrastructure.tracing import start_tracing
 
 logger = logging.getLogger(__name__)
@@ -144,15 +142,7 @@ class Bot:
             bot=identity,
             clock=self._clock,
             spawn=self._tasks.spawn,
-            settings=MentionSettings(
-                reaction=response.reaction,
-                reply_in_thread=response.reply_in_thread,
-                context_message_limit=response.context_message_limit,
-                max_message_age_seconds=response.max_message_age_seconds,
-                catchup_seconds=response.mention_catchup_seconds,
-                retries=RetryPolicy(tuple(response.answer_retry_seconds)),
-                apology=apology(persona.language),
-            ),
+            settings=mention_settings(config),
         )
         inbox = Inbox(store=conversations, chat=gateway, bot=identity, answer=answer, spawn=self._tasks.spawn)
         history = HistorySync(
@@ -299,16 +289,8 @@ class Bot:
                 await self._until_stopped(asyncio.sleep(RETRY_AFTER_FAILURE_SECONDS))
 
     async def _every(self, seconds: float, job: Callable[[], Awaitable[object]]) -> None:
-        """Run `job` every `seconds` until the bot stops; a failure is logged and the next round runs."""
-        while not self._stop.is_set():
-            with suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), seconds)
-            if self._stop.is_set():
-                return
-            try:
-                await job()
-            except Exception:
-                logger.exception("periodic job failed")
+        """Run `job` every `seconds` until the bot stops (see `every`)."""
+        await every(seconds, job, self._stop)
 
 
 def autonomy_settings(config: Config) -> AutonomySettings:

@@ -16,11 +16,13 @@ from sqlalchemy import Engine
 from myao2.application.activity import Activity
 from myao2.application.context import Absorbed, Budget, ContextBuilder, MemoryBudgets, Persona
 from myao2.application.memory_job import MemoryJob, MemorySettings
+from myao2.application.mention import MentionSettings
 from myao2.application.profiles import ProfileKeeper
 from myao2.application.retention import RetentionJob
 from myao2.application.search import Search
 from myao2.config import Config
 from myao2.domain.activity import ModelCall
+from myao2.domain.answers import RetryPolicy
 from myao2.domain.memory import RetentionPolicy
 from myao2.domain.ports import Clock
 from myao2.infrastructure.db.activity_store import SqlActivityLog
@@ -29,7 +31,7 @@ from myao2.infrastructure.db.memo_store import SqlMemoStore
 from myao2.infrastructure.db.memory_store import SqlMemoryStore
 from myao2.infrastructure.db.profile_store import SqlProfileStore
 from myao2.infrastructure.llm.agents import ROLES, ModelClients, StrandsJudge, StrandsMemoryWriter, StrandsReplyWriter
-from myao2.infrastructure.llm.phrases import prompt_marks
+from myao2.infrastructure.llm.phrases import apology, prompt_marks
 from myao2.infrastructure.llm.prompts import PromptRenderer
 from myao2.infrastructure.search.setup import SearchIndex, open_index
 from myao2.infrastructure.web.toolbox import build_web_toolbox
@@ -163,6 +165,20 @@ def build_application(
         memory_writer=memory_writer,
         memory_job=memory_job,
         retention=retention,
+    )
+
+
+def mention_settings(config: Config) -> MentionSettings:
+    """How messages addressed to the bot are answered, from the `response` section."""
+    response = config.response
+    return MentionSettings(
+        reaction=response.reaction,
+        reply_in_thread=response.reply_in_thread,
+        context_message_limit=response.context_message_limit,
+        max_message_age_seconds=response.max_message_age_seconds,
+        catchup_seconds=response.mention_catchup_seconds,
+        retries=RetryPolicy(tuple(response.answer_retry_seconds)),
+        apology=apology(config.persona.language),
     )
 
 

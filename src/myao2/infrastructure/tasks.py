@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
+from contextlib import suppress
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -45,3 +46,16 @@ class TaskSet:
 
     def __len__(self) -> int:
         return len(self._tasks)
+
+
+async def every(seconds: float, job: Callable[[], Awaitable[object]], stop: asyncio.Event) -> None:
+    """Run `job` every `seconds` until `stop` is set; a failure is logged and the next round runs."""
+    while not stop.is_set():
+        with suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(), seconds)
+        if stop.is_set():
+            return
+        try:
+            await job()
+        except Exception:
+            logger.exception("periodic job failed")
