@@ -1,4 +1,4 @@
-"""Command line: ``myao2 [--config PATH] [run | memo ... | memory ... | profile ... | search ... | index rebuild | stats
+"""Command line: ``myao2 [--config PATH] [run | playground | memo ... | memory ... | profile ... | search ... | index rebuild | stats
 | preview ... | mcp]``."""
 
 from __future__ import annotations
@@ -45,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.add_parser("run", parents=[common], help="run the bot (the default)")
+    commands.add_parser(
+        "playground", parents=[common], help="chat with the persona on a local web page (no Slack needed)"
+    )
 
     memo = commands.add_parser("memo", parents=[common], help="inspect the bot's memos")
     memo.set_defaults(tag=None, min_priority=None, removed=False, json=False, name=None, conversation=None)
@@ -240,6 +243,10 @@ def _dispatch(config: Config, args: argparse.Namespace) -> int:
         from myao2.stats_cli import run_stats_command
 
         return run_stats_command(config, args)
+    if args.command == "playground":
+        from myao2.playground import run_playground
+
+        return run_playground(config)
     from myao2.bot import run_bot
 
     return run_bot(config)

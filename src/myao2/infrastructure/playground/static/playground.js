@@ -119,6 +119,7 @@ async function refreshPanel(highlight) {
 
 async function openConversation() {
   conversation = $("conversation").value;
+  typing(false);
   localStorage.setItem("playground.conversation", conversation);
   try {
     await loadMessages();
@@ -197,6 +198,7 @@ async function send(text) {
     return;
   }
   localStorage.setItem("playground.name", name);
+  const here = conversation; // a reply goes on when another conversation is opened, but is shown only here
   typing(true);
   const reply = new Reply();
   try {
@@ -210,6 +212,7 @@ async function send(text) {
       throw new Error(body.error || `${response.status} ${response.statusText}`);
     }
     for await (const { event, data } of events(response)) {
+      if (conversation !== here) continue;
       if (event === "message") bubble(data);
       else if (event === "delta") reply.append(data.text);
       else if (event === "tool") reply.tool(data);
@@ -217,10 +220,12 @@ async function send(text) {
       else if (event === "done") reply.done(data);
     }
   } catch (error) {
-    showError(`The message could not be sent: ${error.message}`);
+    if (conversation === here) showError(`The message could not be sent: ${error.message}`);
   } finally {
-    typing(false);
-    await refreshPanel(true);
+    if (conversation === here) {
+      typing(false);
+      await refreshPanel(true);
+    }
   }
 }
 
