@@ -100,6 +100,11 @@ def say(store: SqlConversationStore, clock: ManualClock, channel: Channel, text:
     return message
 
 
+def rows_of(db_path, sql: str) -> list[tuple]:
+    with sqlite3.connect(db_path) as db:
+        return db.execute(sql).fetchall()
+
+
 def rows_holding(db_path, text: str) -> list[str]:
     """The tables any of whose rows holds `text`."""
     with sqlite3.connect(db_path) as db:
@@ -293,9 +298,17 @@ async def test_forgetting_a_person_deletes_the_digests_of_the_days_they_spoke_in
     await job.run()
     assert len(memories.digests()) == 2 and rows_holding(db_path, "canary-alice") == ["digests"]
 
+    from myao2.domain.memory import Bullet, Memory, Scope, Term
+
+    alice_ts = rows_of(db_path, "SELECT ts FROM expired_messages WHERE user_id = 'UALICE'")
+    assert len(alice_ts) == 1 and rows_of(db_path, "SELECT count(*) FROM messages") == [(0,)]
+    note = Bullet(1, "canary-alice likes jazz", clock.now().date(), (alice_ts[0][0],))
+    memories.save([Memory(Scope(GENERAL.id), Term.LONG, Audience(), (note,), label="#general")])
+
     forgotten = forget_person(engine, "UALICE")
-    assert forgotten.notes == 1
+    assert forgotten.notes == 2  # the digest of her day, and the memory note made from her (deleted) message
     assert rows_holding(db_path, "canary-alice") == []
+    assert rows_of(db_path, "SELECT user_id FROM expired_messages") == [("UBOB",)]
     assert [d.lines for d in memories.digests()] == [("condensed: bob likes tea",)]
 
 

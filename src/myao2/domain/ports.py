@@ -214,7 +214,9 @@ class ConversationStore(Protocol):
         ...
 
     def expire_messages(self, channel_id: str, ts: Sequence[str]) -> None:
-        """Delete these messages of a channel for good (retention): none as old is ever stored again."""
+        """Delete these messages' text for good (retention), keeping who said them when; none is stored again."""
+        ...
+
     def newest_by_author(self) -> dict[tuple[str, str], str]:
         """(user id, channel id) -> the ts of that person's newest message there, for every person's
         (not a bot's) messages."""

@@ -35,7 +35,7 @@ from myao2.infrastructure.db.tables import (
     BotIdentityRow,
     ChannelRow,
     ClaimRow,
-    MessageExpiryRow,
+    ExpiredMessageRow,
     MessageRow,
     PersonRow,
     TombstoneRow,
@@ -243,21 +243,16 @@ class SqlConversationStore:
     def expire_messages(self, channel_id: str, ts: Sequence[str]) -> None:
         if not ts:
             return
-        expiry = _table(MessageExpiryRow)
+        messages = _table(MessageRow)
+        gone = messages.c.channel_id == channel_id, messages.c.ts.in_(list(ts))
         with self._engine.begin() as connection:
             connection.execute(
-                delete(MessageRow).where(MessageRow.channel_id == channel_id, col(MessageRow.ts).in_(list(ts)))
-            )
-            through = connection.execute(
-                core_select(expiry.c.deleted_through).where(expiry.c.channel_id == channel_id)
-            ).scalar_one_or_none()
-            newest = max(ts)
-            if through is None:
-                connection.execute(insert(expiry).values(channel_id=channel_id, deleted_through=newest))
-            elif newest > through:
-                connection.execute(
-                    update(expiry).where(expiry.c.channel_id == channel_id).values(deleted_through=newest)
+                insert(_table(ExpiredMessageRow)).from_select(
+                    ["channel_id", "ts", "user_id"],
+                    core_select(messages.c.channel_id, messages.c.ts, messages.c.user_id).where(*gone),
                 )
+            )
+            connection.execute(delete(messages).where(*gone))
 
     def channels(self) -> list[Channel]:
         """Every stored channel."""
@@ -484,9 +479,7 @@ def _save_message(connection: Connection, message: Message) -> bool:
     table = _table(MessageRow)
     values = _message_row(message)
     tombstoned = exists().where(TombstoneRow.channel_id == message.channel_id, TombstoneRow.ts == message.ts)
-    expired = exists().where(
-        MessageExpiryRow.channel_id == message.channel_id, col(MessageExpiryRow.deleted_through) >= message.ts
-    )
+    expired = exists().where(ExpiredMessageRow.channel_id == message.channel_id, ExpiredMessageRow.ts == message.ts)
     source = core_select(*(literal(value, table.c[name].type) for name, value in values.items())).where(
         ~tombstoned, ~expired
     )

@@ -11,6 +11,7 @@ from sqlmodel import Session, col, select
 from myao2.infrastructure.db.memory_store import bullet_to_json, row_to_memory
 from myao2.infrastructure.db.tables import (
     DigestRow,
+    ExpiredMessageRow,
     MemoPinRow,
     MemoRevisionRow,
     MemoRow,
@@ -38,6 +39,8 @@ def forget_person(engine: Engine, user_id: str) -> Forgotten:
     include one of their messages and every digest of a day they spoke in (a note each)."""
     with Session(engine) as session, session.begin():
         their_ts = set(session.exec(select(MessageRow.ts).where(MessageRow.user_id == user_id)).all())
+        # and those whose text retention already deleted, so the notes made from them go too
+        their_ts |= set(session.exec(select(ExpiredMessageRow.ts).where(ExpiredMessageRow.user_id == user_id)).all())
         profile = session.get(ProfileRow, user_id)
         facts = profile.facts if profile is not None else []
         promoted = {f["memo_id"] for f in facts if f.get("memo_id") is not None}
@@ -60,6 +63,7 @@ def forget_person(engine: Engine, user_id: str) -> Forgotten:
         session.exec(delete(MemoPinRow).where(col(MemoPinRow.memo_id).in_(memo_ids)))  # type: ignore[call-overload]
         session.exec(delete(MemoRow).where(col(MemoRow.id).in_(memo_ids)))  # type: ignore[call-overload]
         session.exec(delete(MessageRow).where(MessageRow.user_id == user_id))  # type: ignore[call-overload]
+        session.exec(delete(ExpiredMessageRow).where(ExpiredMessageRow.user_id == user_id))  # type: ignore[call-overload]
         session.exec(delete(PersonRow).where(PersonRow.user_id == user_id))  # type: ignore[call-overload]
         session.exec(delete(ProfileRow).where(ProfileRow.user_id == user_id))  # type: ignore[call-overload]
     return Forgotten(messages=len(their_ts), memos=len(memo_ids), notes=notes, facts=len(facts))

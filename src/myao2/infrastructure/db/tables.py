@@ -189,13 +189,15 @@ class DigestRow(SQLModel, table=True):
     made_at: datetime = Field(sa_column=Column(UTCDateTime, nullable=False))
 
 
-class MessageExpiryRow(SQLModel, table=True):
-    """How far a channel's raw messages were deleted by retention: none up to `deleted_through` is stored again."""
+class ExpiredMessageRow(SQLModel, table=True):
+    """A message whose text retention deleted: who said it when, kept so that forgetting a person finds
+    the notes made from it; it is never stored again."""
 
-    __tablename__ = "message_expiry"
+    __tablename__ = "expired_messages"
 
     channel_id: str = Field(primary_key=True, max_length=32)
-    deleted_through: str = Field(max_length=32)
+    ts: str = Field(primary_key=True, max_length=32)
+    user_id: str | None = Field(default=None, max_length=32, index=True)
 
 
 class ModelCallRow(SQLModel, table=True):
