@@ -133,3 +133,27 @@ async def test_without_a_memory_store_the_prompt_has_no_memory_sections(stores):
     context = await builder(stores, with_memories=False).build(GENERAL, reply(GENERAL))
 
     assert "remember about" not in PromptRenderer("en").render("response", "query", context)
+
+
+@pytest.mark.parametrize("language", ["ja", "en"])
+async def test_a_conversation_s_digests_reach_its_prompt_within_their_budget_oldest_left_out(stores, language):
+    from datetime import timedelta
+
+    from myao2.domain.memory import Digest, Stage
+
+    _, memories, _, _ = stores
+    for day in range(6):
+        memories.save_digest(
+            Digest(GENERAL.id, DAY + timedelta(days=day), Stage.DIGEST, WORKSPACE, (f"digest of day {day} " * 8,), "1.0", "2.0")
+        )
+    memories.save_digest(Digest(SECRET.id, DAY, Stage.DIGEST, Audience(SECRET.id), ("canary-secret-digest",), "1.0", "2.0"))
+    budgets = replace(DEFAULT_BUDGETS, digest=150)
+
+    general = PromptRenderer(language).render("response", "query", await builder(stores, budgets).build(GENERAL, reply(GENERAL)))
+    random = PromptRenderer(language).render("response", "query", await builder(stores, budgets).build(RANDOM, reply(RANDOM)))
+    secret = PromptRenderer(language).render("response", "query", await builder(stores, budgets).build(SECRET, reply(SECRET)))
+
+    assert "digest of day 5" in general and "digest of day 0" not in general
+    assert ("older note" in general) if language == "en" else ("古いメモ" in general)
+    assert "digest of day" not in random and "canary" not in random and "canary" not in general
+    assert "canary-secret-digest" in secret

@@ -111,16 +111,28 @@ def test_long_term_memories_are_found_bullet_by_bullet_up_to_the_cutoff(notes: N
     assert notes.found("Alice cat", "C2", before=START) == []
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(cutoff_days=st.floats(min_value=-1, max_value=8))
-def test_nothing_made_from_messages_after_the_cutoff_is_returned(tmp_path_factory, cutoff_days: float) -> None:
+@pytest.fixture(scope="module")
+def standups(tmp_path_factory) -> Notes:
     notes = Notes(tmp_path_factory.mktemp("n") / "n.db")
     for day in range(7):
         notes.digest("C1", day, f"daily standup notes number {day}")
-    cutoff = START + cutoff_days * DAY
-    for hit in notes.found("daily standup notes", "C1", before=cutoff):
-        assert float(hit.digest.last_ts) <= cutoff.timestamp()
+    yield notes
     notes.engine.dispose()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(first=st.floats(min_value=-1, max_value=8), later=st.floats(min_value=0, max_value=3))
+def test_nothing_made_from_messages_after_the_cutoff_is_returned_and_results_grow_with_it(
+    standups: Notes, first: float, later: float
+) -> None:
+    def days(cutoff: datetime) -> set[date]:
+        hits = standups.search.notes("daily standup notes", "C1", cutoff, None, 20)
+        for hit in hits:
+            assert float(hit.digest.last_ts) <= cutoff.timestamp()
+        return {hit.digest.day for hit in hits}
+
+    early, late = START + first * DAY, START + (first + later) * DAY
+    assert days(early) <= days(late)
 
 
 def test_deleted_digests_leave_the_index(notes: Notes, tmp_path: Path) -> None:
