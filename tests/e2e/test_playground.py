@@ -108,7 +108,7 @@ def test_a_message_gets_a_streamed_reply_and_the_memo_shows_in_the_panel(playgro
     playground.start()
     answer = "Got it, Alice: your birthday is May 3. I will remember it!"
     llm.script(add_memo("alice-birthday", "Alice's birthday is May 3", delay=1.0), Text(answer, pieces=8, interval=0.3))
-    open_chat(page, playground, "play:general")
+    open_chat(page, playground, "play-general")
 
     page.click("#text")
     page.keyboard.type("my birthday is May 3")
@@ -136,8 +136,8 @@ def test_a_message_gets_a_streamed_reply_and_the_memo_shows_in_the_panel(playgro
     expect(memo).to_have_class("changed")
 
     with sqlite3.connect(playground.database) as db:
-        stored = db.execute("SELECT user_id, text FROM messages WHERE channel_id = 'play:general' ORDER BY ts").fetchall()
-    assert stored == [("play:alice", "my birthday is May 3\nremember it"), ("play:bot", answer)]
+        stored = db.execute("SELECT user_id, text FROM messages WHERE channel_id = 'play-general' ORDER BY ts").fetchall()
+    assert stored == [("play-user-alice", "my birthday is May 3\nremember it"), ("play-bot", answer)]
     page.reload()  # the conversation is kept
     expect(page.locator(".bubble")).to_have_count(2)
     assert playground.stop() == 0
@@ -146,18 +146,18 @@ def test_a_message_gets_a_streamed_reply_and_the_memo_shows_in_the_panel(playgro
 def test_a_memo_taken_in_the_private_conversation_does_not_show_in_another(playground, llm, page: Page) -> None:
     playground.start()
     llm.script(add_memo("team-lunch", "Lunch is at noon"), Text("Noted."))
-    open_chat(page, playground, "play:general")
+    open_chat(page, playground, "play-general")
     say(page, "lunch is at noon")
     expect(memo_item(page, "team-lunch")).to_be_visible()
 
     llm.script(add_memo("alice-surprise", "Alice plans a surprise party for Bob"), Text("My lips are sealed."))
-    page.select_option("#conversation", "play:secret")
+    page.select_option("#conversation", "play-secret")
     expect(page.locator(".bubble")).to_have_count(0)
     say(page, "I am planning a surprise party for Bob")
     expect(memo_item(page, "alice-surprise")).to_be_visible()
     expect(memo_item(page, "alice-surprise")).to_contain_text("this conversation only")
 
-    for elsewhere in ("play:general", "play:random", "play:dm"):
+    for elsewhere in ("play-general", "play-random", "play-dm"):
         page.select_option("#conversation", elsewhere)
         expect(memo_item(page, "team-lunch")).to_be_visible()  # the panel shows this conversation's memos...
         expect(memo_item(page, "alice-surprise")).to_have_count(0)  # ...and not the private one
@@ -167,7 +167,7 @@ def test_a_memo_taken_in_the_private_conversation_does_not_show_in_another(playg
 def test_a_model_error_shows_as_a_message(playground, llm, page: Page) -> None:
     playground.start()
     llm.set_responder(lambda request: Error(500, "the model is down"))
-    open_chat(page, playground, "play:dm", name="Bob")
+    open_chat(page, playground, "play-dm", name="Bob")
     say(page, "hello?")
 
     expect(page.locator(".error[role=alert]")).to_contain_text("The model could not answer")
@@ -178,7 +178,7 @@ def test_a_model_error_shows_as_a_message(playground, llm, page: Page) -> None:
 
 def test_a_refused_message_shows_why(playground, page: Page) -> None:
     playground.start()
-    open_chat(page, playground, "play:general")
+    open_chat(page, playground, "play-general")
     page.fill("#text", "x" * 4001)
     page.press("#text", "Enter")
     expect(page.locator(".error[role=alert]")).to_contain_text("the message is too long")
@@ -252,7 +252,7 @@ def test_the_layout_at_laptop_and_phone_widths(
     context = browser.new_context(viewport={"width": width, "height": height})
     page = context.new_page()
     try:
-        open_chat(page, playground, "play:general")
+        open_chat(page, playground, "play-general")
         say(page, "I like green tea")
         expect(memo_item(page, "alice-tea")).to_be_visible()
         expect(page.locator("#avatar")).to_have_js_property("complete", True)

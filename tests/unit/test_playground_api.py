@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Iterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,8 @@ from myao2.application.agents import ModelUnavailable
 from myao2.application.reply_stream import ReplyDone, ReplyEvent, TextDelta, ToolFinished, ToolStarted
 from myao2.domain.conversation import Message
 from myao2.domain.memo import MemoDraft, Origin
+from myao2.domain.memory import WORKSPACE_SCOPE, Bullet, Memory, Scope, Term
+from myao2.domain.visibility import WORKSPACE, Audience
 from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
@@ -24,7 +27,7 @@ from myao2.infrastructure.playground.rooms import ROOMS, room
 from myao2.infrastructure.playground.server import MAX_BODY_BYTES, Playground, build_web_app
 from myao2.infrastructure.tasks import TaskSet
 
-GENERAL, SECRET = "play:general", "play:secret"
+GENERAL, SECRET = "play-general", "play-secret"
 APOLOGY = "Sorry, I could not answer."
 
 
@@ -65,12 +68,13 @@ class Harness:
         clock = SystemClock()
         self.conversations = SqlConversationStore(engine, clock)
         self.memos = SqlMemoStore(engine, clock)
+        self.memories = SqlMemoryStore(engine, clock)
         for channel in ROOMS:
             self.conversations.save_channel(channel)
         self.playground = Playground(
             conversations=self.conversations,
             memos=self.memos,
-            memories=SqlMemoryStore(engine, clock),
+            memories=self.memories,
             answer=self.answer,
             publisher=self.publisher,
             stamps=stamps,
@@ -123,8 +127,8 @@ async def test_a_message_is_stored_and_its_reply_streams_as_events(harness: Harn
     assert events[4][1]["status"] == "done"
     assert events[-1][1]["text"] == "Noted, May 3!"
     [stored] = harness.conversations.channel_messages(GENERAL, 10)
-    assert (stored.ts, stored.user_id, stored.text) == (message["ts"], "play:alice", "my birthday is May 3")
-    assert harness.conversations.people(["play:alice"])["play:alice"].display_name == "Alice"
+    assert (stored.ts, stored.user_id, stored.text) == (message["ts"], "play-user-alice", "my birthday is May 3")
+    assert harness.conversations.people(["play-user-alice"])["play-user-alice"].display_name == "Alice"
 
 
 async def test_a_failing_model_is_told_to_the_page_and_the_reply_ends_with_the_apology(harness: Harness) -> None:
@@ -195,7 +199,7 @@ async def test_an_oversized_body_is_refused(harness: Harness) -> None:
         assert "too large" in (await response.json())["error"]
 
         async def chunks() -> AsyncIterator[bytes]:  # no Content-Length: the size is found by reading
-            yield b'{"conversation": "play:general", "user": "Alice", "text": "'
+            yield b'{"conversation": "play-general", "user": "Alice", "text": "'
             for _ in range(MAX_BODY_BYTES // 1024 + 1):
                 yield b"x" * 1024
             yield b'"}'
@@ -222,12 +226,12 @@ async def test_conversations_are_listed_with_the_private_one_and_the_dm(harness:
     assert kinds[GENERAL] == ("public", False)
     assert kinds[SECRET] == ("private", True)
     assert ("im", True) in kinds.values()
-    assert all(c["id"].startswith("play:") for c in data["conversations"])
+    assert all(c["id"].startswith("play-") for c in data["conversations"])
     assert data["bot"] == {"name": "myao"}
 
 
 async def test_a_memo_taken_in_the_private_conversation_shows_only_there(harness: Harness) -> None:
-    secret = Origin(channel_id=SECRET, channel_private=True, user_id="play:alice")
+    secret = Origin(channel_id=SECRET, channel_private=True, user_id="play-user-alice")
     harness.memos.add(MemoDraft.create("alice-secret", "Alice plans a surprise", 3), secret, "test")
     harness.memos.add(MemoDraft.create("team-lunch", "Lunch is at noon", 2), Origin(channel_id=GENERAL), "test")
     async with await client_for(harness) as client:
@@ -275,3 +279,25 @@ async def test_the_configured_avatar_is_served_with_its_type(harness: Harness, t
         avatar = await client.get("/avatar")
         assert avatar.content_type == "image/png"
         assert await avatar.read() == picture.read_bytes()
+
+
+async def test_what_is_remembered_of_the_private_conversation_shows_only_there(harness: Harness) -> None:
+    day = datetime(2026, 1, 2).date()
+    harness.memories.save(
+        [
+            Memory(WORKSPACE_SCOPE, Term.LONG, WORKSPACE, (Bullet(1, "the team ships on Fridays", day, ("1.0",)),)),
+            Memory(
+                Scope(SECRET),
+                Term.LONG,
+                Audience(SECRET),
+                (Bullet(1, "Alice plans a surprise", day, ("2.0",)),),
+                label="#secret",
+            ),
+        ]
+    )
+    async with await client_for(harness) as client:
+        here = await (await client.get(f"/api/memory?conversation={SECRET}")).json()
+        there = await (await client.get(f"/api/memory?conversation={GENERAL}")).json()
+    notes = {(m["label"], m["private"]): [n["text"] for n in m["notes"]] for m in here["memory"]}
+    assert notes == {("", False): ["the team ships on Fridays"], ("#secret", True): ["Alice plans a surprise"]}
+    assert [n["text"] for m in there["memory"] for n in m["notes"]] == ["the team ships on Fridays"]

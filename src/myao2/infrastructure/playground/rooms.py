@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
 from myao2.domain.conversation import Channel, ChannelKind
 
-PREFIX = "play:"
-"""Starts every playground id: a colon and lower case never occur in a Slack id."""
+PREFIX = "play-"
+"""Starts every playground id: lower case and "-" never occur in a Slack id.
+
+No ":" in the ids: stored keys (memory scopes "thread:C1:ts", ...) use it as a separator.
+"""
 
 ROOMS: tuple[Channel, ...] = (
     Channel(f"{PREFIX}general", "general", ChannelKind.PUBLIC),
@@ -18,6 +22,9 @@ ROOMS: tuple[Channel, ...] = (
 """A few local channels, one of them private, and a DM with the bot."""
 
 BOT_USER_ID = f"{PREFIX}bot"
+PERSON_PREFIX = f"{PREFIX}user-"
+"""Starts the id of every person in the playground, so nobody's can be the bot's."""
+UNSAFE = re.compile(r"[^\w.-]")
 MAX_NAME_LENGTH = 40
 
 
@@ -27,13 +34,16 @@ def room(conversation_id: str) -> Channel | None:
 
 
 def person_id(name: str) -> str:
-    """The user id of whoever speaks under `name` in the playground (the same name, the same person)."""
-    return PREFIX + clean_name(name).casefold()
+    """The user id of whoever speaks under `name` in the playground (the same name, the same person).
+
+    Letters, digits, "_", "." and "-" are kept, in lower case; anything else becomes "_".
+    """
+    return PERSON_PREFIX + UNSAFE.sub("_", clean_name(name).casefold())
 
 
 def person_name(user_id: str) -> str:
     """The name behind a playground user id."""
-    return user_id.removeprefix(PREFIX)
+    return user_id.removeprefix(PERSON_PREFIX)
 
 
 def clean_name(name: str) -> str:
