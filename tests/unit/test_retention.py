@@ -355,3 +355,10 @@ async def test_a_digest_made_while_its_channel_turned_private_is_narrowed(conver
     clock.advance(3 * DAY)
     await job.run()
     assert [d.audience for d in memories.digests()] == [Audience(GENERAL.id)]
+
+
+async def test_a_conversation_the_bot_never_stored_is_digested_as_its_own(job, conversations, memories, clock):
+    say(conversations, clock, Channel("CUNKNOWN", "unknown"), "canary-unknown")  # its channel row never stored
+    clock.advance(3 * DAY)
+    await job.run()
+    assert [d.audience for d in memories.digests("CUNKNOWN")] == [Audience("CUNKNOWN")]

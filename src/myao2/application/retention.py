@@ -24,7 +24,7 @@ from myao2.application.agents import DigestPrompt, DigestWriter, ModelUnavailabl
 from myao2.application.context import Persona, format_message
 from myao2.application.memory_job import still_public
 from myao2.domain.budget import fit_items
-from myao2.domain.conversation import Channel, Message
+from myao2.domain.conversation import Channel, ChannelKind, Message
 from myao2.domain.memory import Digest, RetentionPolicy, Stage
 from myao2.domain.ports import Clock, ConversationStore, MemoryStore
 from myao2.domain.tokens import estimate_tokens
@@ -105,7 +105,7 @@ class RetentionJob:
         """Digest and delete what is due in one channel; False once the model failed (the round ends)."""
         channel = await asyncio.to_thread(self._conversations.get_channel, channel_id)
         if channel is None:
-            channel = Channel(channel_id, channel_id, is_member=False)  # unknown: kept to itself
+            channel = Channel(channel_id, channel_id, ChannelKind.PRIVATE, is_member=False)  # unknown: kept to itself
         made = {d.day: d.stage for d in await asyncio.to_thread(self._memories.digests, channel_id)}
         days: dict[date, list[Message]] = {}
         for message in messages:
