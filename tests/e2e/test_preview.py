@@ -66,7 +66,7 @@ def test_the_preview_of_an_answer_is_byte_for_byte_what_the_bot_then_sends(
     assert bot.stop() == 0
 
 
-def test_a_preview_needs_no_slack_and_names_what_it_cannot_find(bot: BotProcess, slack: FakeSlack) -> None:
+def test_a_preview_needs_no_slack_and_names_what_it_cannot_find(bot: BotProcess, slack: FakeSlack, llm) -> None:
     bot.start()
     slack.post_message(GENERAL, BOB, "anyone around?")
     wait_until(lambda: stored(bot, "anyone around?"), what="Bob's message stored")
@@ -82,3 +82,4 @@ def test_a_preview_needs_no_slack_and_names_what_it_cannot_find(bot: BotProcess,
     assert unknown.returncode == 2 and "CNOWHERE" in unknown.stderr and "Traceback" not in unknown.stderr
     nobody = myao2(bot, "preview", "response", "--channel", GENERAL, "--as", "UCAROL")
     assert nobody.returncode == 2 and "UCAROL" in nobody.stderr
+    assert llm.requests == []  # nor the model

@@ -102,3 +102,14 @@ def test_an_unknown_conversation_or_speaker_is_named(app: Application) -> None:
         preview(app, "memory", "CNOWHERE")
     with pytest.raises(PreviewError, match="UCAROL"):
         preview(app, "response", GENERAL, as_user="UCAROL")
+
+
+def test_a_thread_preview_reads_that_thread_only(app: Application) -> None:
+    parent = f"{T0 + 1}.000000"
+    app.conversations.save_message(Message(GENERAL, f"{T0 + 5}.000000", "UALICE", "sushi instead?", "Alice", thread_ts=parent))
+
+    thread = preview(app, "response", GENERAL, thread_ts=parent)
+    channel = preview(app, "response", GENERAL)
+
+    assert "sushi instead?" in thread.prompt.query and "pizza for me" not in thread.prompt.query
+    assert "sushi instead?" not in channel.prompt.query
