@@ -80,7 +80,8 @@ async def _serve(config: Config) -> int:
         reason = exc.strerror or str(exc)
         print(f"myao2: playground.port: cannot listen on {settings.host}:{settings.port} ({reason})", file=sys.stderr)
         return 2
-    print(f"myao2 playground: http://{settings.host}:{settings.port}/", flush=True)
+    host = f"[{settings.host}]" if ":" in settings.host else settings.host
+    print(f"myao2 playground: http://{host}:{settings.port}/", flush=True)
     tasks.spawn(application.clients.load())  # the model libraries, before the first message needs them
 
     indexer = IndexWorker(application.index, engine) if application.index is not None else None
