@@ -45,3 +45,10 @@ def test_a_dm_memo_is_not_found_by_a_workspace_client(app: Application) -> None:
     assert failed
     failed, history = call(app, Scope(DM), "memo_history", {"memo_name": "surprise"})
     assert not failed and history["revisions"][0]["actor"] == "user:cli"
+
+
+def test_search_finds_a_dm_memo_only_for_a_client_started_for_that_dm(app: Application) -> None:  # noqa: F811
+    failed, found = call(app, Scope(), "search_memo", {"query": "surprise party", "limit": 5})
+    assert not failed and [m["name"] for m in found["memos"]] == ["lunch-day"]
+    failed, found = call(app, Scope(DM), "search_memo", {"query": "surprise party", "limit": 5})
+    assert not failed and found["memos"][0]["name"] == "surprise"
