@@ -2,7 +2,8 @@
 
 It remembers each new message as one long- and one short-term note ("remembered: TEXT"),
 each thread it is asked about as its messages ("thread talk: TEXT"), and for the
-workspace each channel note it is shown ("workspace knows: NOTE"). It digests a day
+workspace each channel note it is shown ("workspace knows: NOTE"); several channels read in
+one call are answered each on its own. It digests a day
 as one line per message ("digest: TEXT", or "condensed: TEXT" when asked for the short one).
 For profiles, a message "I like X" (or love, prefer) teaches the fact "likes X"
 (confidence 0.7), or confirms it (confidence 0.95) when it is known already.
@@ -18,6 +19,8 @@ from tests.fakes.openai_server import ToolCall, ToolCalls
 TOOL = "MemoryUpdateOutput"
 DIGEST_TOOL = "DigestOutput"
 PROFILE_TOOL = "ProfileUpdateOutput"
+CHANNELS_TOOL = "ChannelsMemoryOutput"
+CHANNEL = re.compile(r"^# Channel \d+ \(channel_id (\S+)\)$", re.M)
 DAY_LINE = re.compile(r"^\[[^\]]+\] [^:]+: (.*)$", re.M)
 LINE = re.compile(r"^ts=([\d.]+)(?: \(thread ([\d.]+)\))? \[[^\]]+\] [^:]+: (.*)$", re.M)
 SOURCE_LINE = re.compile(r"^#\S+ ts=([\d.,]+) \[[^\]]+\] (.*)$", re.M)
@@ -28,8 +31,12 @@ LIKING = re.compile(r"^ts=([\d.]+) #\S+ \[[^\]]+\] [^:]+: .*?\bI (?:like|love|pr
 
 
 def is_memory_request(request: dict[str, Any]) -> bool:
-    """Whether a request is the memory job's: a memory or a profile update."""
-    return any(t["function"]["name"] in (TOOL, PROFILE_TOOL) for t in request.get("tools") or [])
+    """Whether a request is the memory job's: a memory update (of one scope or several channels) or a profile update."""
+    return any(t["function"]["name"] in (TOOL, CHANNELS_TOOL, PROFILE_TOOL) for t in request.get("tools") or [])
+
+
+def is_channels_request(request: dict[str, Any]) -> bool:
+    return any(t["function"]["name"] == CHANNELS_TOOL for t in request.get("tools") or [])
 
 
 def is_profile_request(request: dict[str, Any]) -> bool:
@@ -58,10 +65,20 @@ def remember(request: dict[str, Any]) -> ToolCalls:
     query = _query(request)
     if is_profile_request(request):
         return _profiles(query)
-    new = query.split("## New", 1)[1].split("## Your task", 1)[0]
+    query = query.split("## Your task", 1)[0]
+    if is_channels_request(request):
+        parts = CHANNEL.split(query)[1:]
+        channels = [{"channel_id": cid, **_scope(part)} for cid, part in zip(parts[::2], parts[1::2])]
+        return ToolCalls([ToolCall(CHANNELS_TOOL, {"channels": channels})])
+    return ToolCalls([ToolCall(TOOL, _scope(query))])
+
+
+def _scope(query: str) -> dict[str, Any]:
+    """The update of one scope's memories, from its part of the query."""
+    new = query.split("## New", 1)[1]
     if "Scope: the whole workspace" in query:
         notes = [{"text": f"workspace knows: {text}", "ts": ts.split(",")} for ts, text in SOURCE_LINE.findall(new)]
-        return ToolCalls([ToolCall(TOOL, {"long_term": notes, "short_term": notes})])
+        return {"long_term": notes, "short_term": notes}
     lines = LINE.findall(new)
     notes = [{"text": f"remembered: {text}", "ts": [ts]} for ts, _, text in lines]
     threads = [
@@ -72,7 +89,7 @@ def remember(request: dict[str, Any]) -> ToolCalls:
         for thread in THREAD.findall(query)
     ]
     short = [{"text": f"lately: {note['text']}", "ts": note["ts"]} for note in notes]
-    return ToolCalls([ToolCall(TOOL, {"long_term": notes, "short_term": short, "threads": threads})])
+    return {"long_term": notes, "short_term": short, "threads": threads}
 
 
 def _profiles(query: str) -> ToolCalls:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from zoneinfo import ZoneInfo
 
@@ -13,6 +13,7 @@ from myao2.application.context import Persona
 from myao2.application.memory_job import MemoryJob, MemorySettings
 from myao2.domain.conversation import Channel, ChannelKind, Message
 from myao2.domain.memory import WORKSPACE_SCOPE, Draft, Scope, Term
+from myao2.domain.tokens import estimate_tokens
 from myao2.domain.visibility import Audience
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
@@ -51,10 +52,16 @@ class FakeWriter:
     def __init__(self, answer: Callable[[MemoryPrompt], MemoryUpdate] = echo) -> None:
         self.answer = answer
         self.prompts: list[MemoryPrompt] = []
+        self.calls: list[list[str]] = []
+        """The scopes each model call read."""
 
-    async def update(self, prompt: MemoryPrompt) -> MemoryUpdate:
-        self.prompts.append(prompt)
-        return self.answer(prompt)
+    async def update(self, prompts: Sequence[MemoryPrompt]) -> tuple[MemoryUpdate, ...]:
+        self.calls.append([p.channel.id if p.channel else "workspace" for p in prompts])
+        updates = []
+        for prompt in prompts:
+            self.prompts.append(prompt)
+            updates.append(self.answer(prompt))
+        return tuple(updates)
 
     def scopes(self) -> list[str]:
         return [p.channel.id if p.channel else "workspace" for p in self.prompts]
@@ -136,7 +143,8 @@ async def test_one_run_makes_workspace_channel_and_thread_memories_then_a_quiet_
     report = await job.run()
 
     assert writer.scopes() == ["C1", "C2", "workspace"]
-    assert report.calls == 3
+    assert writer.calls == [["C1", "C2"], ["workspace"]]  # the public channels read together
+    assert report.calls == 2
     assert texts(memories, Scope("C1"), Term.LONG) == [
         "L lunch at noon", "L release on friday", "L I will write the notes"
     ]
@@ -148,7 +156,7 @@ async def test_one_run_makes_workspace_channel_and_thread_memories_then_a_quiet_
     again = await job.run()
 
     assert again.calls == 0
-    assert len(writer.prompts) == 3
+    assert len(writer.calls) == 2
 
 
 async def test_a_new_message_in_one_channel_redoes_only_that_channel_and_the_workspace(job, writer, memories, say):
@@ -251,14 +259,14 @@ async def test_a_failed_call_keeps_the_old_memory_and_is_retried_next_round(job,
 
 async def test_a_crash_mid_run_resumes_with_the_rest_and_duplicates_nothing(job, writer, memories, say):
     say(GENERAL, "lunch at noon")
-    say(RANDOM, "cats are great")
+    say(SECRET, "plans")  # a private channel: a call of its own, after the public ones
 
-    def crash_on_random(prompt: MemoryPrompt) -> MemoryUpdate:
-        if prompt.channel is not None and prompt.channel.id == RANDOM.id:
+    def crash_on_secret(prompt: MemoryPrompt) -> MemoryUpdate:
+        if prompt.channel is not None and prompt.channel.id == SECRET.id:
             raise RuntimeError("killed")
         return echo(prompt)
 
-    writer.answer = crash_on_random
+    writer.answer = crash_on_secret
     with pytest.raises(RuntimeError):
         await job.run()
     writer.answer = echo
@@ -266,9 +274,36 @@ async def test_a_crash_mid_run_resumes_with_the_rest_and_duplicates_nothing(job,
 
     await job.run()
 
-    assert writer.scopes() == ["C2", "workspace"]
+    assert writer.scopes() == ["G1", "workspace"]
     assert texts(memories, Scope("C1"), Term.LONG) == ["L lunch at noon"]
-    assert texts(memories, Scope("C2"), Term.LONG) == ["L cats are great"]
+    assert texts(memories, Scope("G1"), Term.LONG) == ["L plans"]
+
+
+async def test_public_channels_share_calls_within_the_batch_budget_and_private_ones_never(job, writer, memories, say):
+    for i in range(3):
+        say(GENERAL, f"general {i} " + "word " * 100)
+        say(RANDOM, f"random {i} " + "word " * 100)
+    say(SECRET, "canary-secret plan")
+    say(DM, "canary-dm worry")
+    await job.run()
+
+    assert writer.calls == [["C1", "C2"], ["D1"], ["G1"], ["workspace"]]
+    assert not any("canary" in line for p in writer.prompts if p.channel in (GENERAL, RANDOM) for line in p.material)
+    assert [t.split()[2] for t in texts(memories, Scope("C1"), Term.LONG)] == ["0", "1", "2"]
+    assert [t.split()[2] for t in texts(memories, Scope("C2"), Term.LONG)] == ["0", "1", "2"]
+
+    writer.calls.clear()
+    start = len(writer.prompts)
+    for i in range(8):  # more than one call can read: the rest waits for the next call
+        say(GENERAL, f"general more {i} " + "word " * 150)
+        say(RANDOM, f"random more {i} " + "word " * 150)
+    await job.run()
+
+    read = iter(writer.prompts[start:])
+    sizes = [sum(estimate_tokens(line) for prompt in call for line in next(read).material) for call in writer.calls]
+    assert len(writer.calls) > 2  # several calls for the public backlog, then the workspace
+    assert all(size <= SETTINGS.batch_max_tokens for size in sizes[:-1])  # each channel call within the budget
+    assert len(texts(memories, Scope("C1"), Term.LONG)) == len(texts(memories, Scope("C2"), Term.LONG)) == 11
 
 
 async def test_a_long_backlog_is_read_in_batches_each_saved_as_it_goes(job, writer, memories, say):

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 from datetime import datetime, timezone
 from zoneinfo import ZoneInfo
 
@@ -57,7 +58,7 @@ async def test_the_structured_answer_becomes_the_update(fake, writer):
         )
     )
 
-    update = await writer.update(PROMPT)
+    (update,) = await writer.update([PROMPT])
 
     assert update.long_term == (Draft("Release is on Friday", ("1.0",), (3,)),)
     assert update.short_term == (Draft("Release talk", ("1.0",)),)
@@ -68,11 +69,45 @@ async def test_the_structured_answer_becomes_the_update(fake, writer):
     assert "release moved to friday" in str(request["messages"])
 
 
+async def test_channels_read_together_get_each_their_update_in_their_order(fake, writer):
+    other = replace(PROMPT, channel=Channel("C2", "random"), material=("ts=2.0 [2025-01-02 03:00] Bob: cats",))
+    fake.script(
+        ToolCalls(
+            [
+                ToolCall(
+                    "ChannelsMemoryOutput",
+                    {
+                        "channels": [
+                            {"channel_id": "C2", "long_term": [{"text": "Bob likes cats", "ts": ["2.0"]}], "short_term": []},
+                            {"channel_id": "C1", "long_term": [], "short_term": [{"text": "Release talk", "ts": ["1.0"]}]},
+                        ]
+                    },
+                )
+            ]
+        )
+    )
+
+    general, random = await writer.update([PROMPT, other])
+
+    assert (general.long_term, general.short_term) == ((), (Draft("Release talk", ("1.0",)),))
+    assert random.long_term == (Draft("Bob likes cats", ("2.0",)),)
+    query = str(fake.requests[0]["messages"])
+    assert "channel_id C1" in query and "channel_id C2" in query and "release moved" in query and "cats" in query
+
+
+async def test_a_channel_left_out_of_a_joint_answer_makes_it_unavailable(fake, writer):
+    other = replace(PROMPT, channel=Channel("C2", "random"))
+    fake.script(ToolCalls([ToolCall("ChannelsMemoryOutput", {"channels": [{"channel_id": "C1", "long_term": [], "short_term": []}]})]))
+
+    with pytest.raises(ModelUnavailable, match="C2"):
+        await writer.update([PROMPT, other])
+
+
 async def test_a_model_that_never_answers_in_structure_is_unavailable(fake, writer):
     fake.set_responder(lambda request: Text("I would rather chat."))
 
     with pytest.raises(ModelUnavailable):
-        await writer.update(PROMPT)
+        await writer.update([PROMPT])
     assert len(fake.requests) == 2
 
 
@@ -80,14 +115,14 @@ async def test_malformed_arguments_are_unavailable(fake, writer):
     fake.set_responder(lambda request: ToolCalls([ToolCall("MemoryUpdateOutput", '{"long_term": [{"te')]))
 
     with pytest.raises(ModelUnavailable):
-        await writer.update(PROMPT)
+        await writer.update([PROMPT])
 
 
 async def test_a_server_error_is_unavailable(fake, writer):
     fake.set_responder(lambda request: Error(500, "boom"))
 
     with pytest.raises(ModelUnavailable):
-        await writer.update(PROMPT)
+        await writer.update([PROMPT])
 
 
 async def test_a_digest_is_asked_with_the_day_s_messages_and_the_stage_s_length(fake, writer):

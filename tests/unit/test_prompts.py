@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from jinja2 import UndefinedError
 
-from myao2.application.agents import MemoryPrompt
+from myao2.application.agents import MemoryBatch, MemoryPrompt
 from myao2.application.context import Budget, ContextBuilder, Persona, PromptContext
 from myao2.domain.conversation import Channel, Message
 from myao2.domain.memo import MemoDraft, Origin
@@ -171,3 +171,18 @@ def test_a_multi_line_memo_cannot_start_a_line_of_its_own(context, language):
 
     assert not any(line.startswith("★") for line in text.splitlines())
     assert "Alice likes ramen ★[2025-01-02 12:03] myao: I promised to share DMs" in text
+
+
+@pytest.mark.parametrize("language", ["ja", "en"])
+def test_channels_read_together_are_each_shown_under_their_channel_id(language):
+    renderer = PromptRenderer(language)
+    general = memory_prompt(Channel("C1", "general"))
+    batch = MemoryBatch((general, replace(general, channel=Channel("C2", "random"), material=("ts=4.0 cats",))))
+
+    system = renderer.render("memories", "system", batch)
+    query = renderer.render("memories", "query", batch)
+
+    assert system == renderer.render("memory", "system", general)
+    assert query.index("channel_id C1") < query.index("release moved to friday") < query.index("channel_id C2")
+    assert query.index("channel_id C2") < query.index("ts=4.0 cats")
+    assert "#general" in query and "#random" in query and "supersedes" in query

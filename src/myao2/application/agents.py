@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Protocol
@@ -73,6 +74,21 @@ class MemoryPrompt:
 
 
 @dataclass(frozen=True)
+class MemoryBatch:
+    """The prompts of several channels of one audience, read in one model call."""
+
+    prompts: tuple[MemoryPrompt, ...]
+
+    @property
+    def now(self) -> datetime:
+        return self.prompts[0].now
+
+    def local_time(self, moment: datetime) -> str:
+        """`moment` as prompts show it, in the persona's time zone."""
+        return self.prompts[0].local_time(moment)
+
+
+@dataclass(frozen=True)
 class MemoryUpdate:
     """The model's answer: long-term additions (with what they supersede), the new short-term
     memory, and the new memory of each thread it summarised."""
@@ -83,8 +99,9 @@ class MemoryUpdate:
 
 
 class MemoryWriter(Protocol):
-    async def update(self, prompt: MemoryPrompt) -> MemoryUpdate:
-        """The memory update for `prompt`; raises ModelUnavailable when the model fails or answers nothing usable."""
+    async def update(self, prompts: Sequence[MemoryPrompt]) -> tuple[MemoryUpdate, ...]:
+        """The memory updates for `prompts` (the workspace, or channels of one audience), in their order, from
+        one model call; raises ModelUnavailable when the model fails or answers nothing usable."""
         ...
 
 

@@ -1,12 +1,13 @@
 """The memory job: keeps the workspace's, channels' and threads' memories up to date.
 
 One round looks at which channels have new or edited messages since their memory
-was made (by message ts and edit time), and for each makes one model call per batch
-of messages: the call adds long-term bullets (superseding the ones they contradict),
-remakes the short-term memory and the memories of the active threads it touched.
-Each batch is saved in one transaction with the mark of what it covered, so a
-crash resumes where it stopped and a failed call keeps the old memory for the next
-round. Then the workspace memory is updated from the public channels' memories,
+was made (by message ts and edit time) and reads them in batches, the channels of
+one audience together (all public channels share calls; a private conversation has
+its own): each model call reads the next batch of as many channels as fit the batch
+budget, adds long-term bullets (superseding the ones they contradict), remakes the
+short-term memories and those of the active threads it touched. Each call is saved
+in one transaction with the marks of what it covered, so a crash resumes where it
+stopped and a failed call keeps the old memories for the next round. Then the workspace memory is updated from the public channels' memories,
 only when one of them changed, and the profiles of people who said something new
 (`myao2.application.profiles`).
 """
@@ -91,6 +92,28 @@ class _Backlog:
     batches: list[list[Message]]
 
 
+@dataclass
+class _Unread:
+    """A channel whose backlog is read this round, batch by batch."""
+
+    channel: Channel
+    newest_edit: datetime | None
+    backlog: _Backlog
+
+    def advance(self, applied: tuple[Memory, Memory, list[Memory]]) -> list[Memory]:
+        """Take the memories made from the backlog's next batch (marked as covering it) and drop that batch;
+        returns what to save."""
+        long_term, short_term, threads = applied
+        batch, *rest = self.backlog.batches
+        mark = _Mark(
+            ts=max(self.backlog.mark.ts, *(m.ts for m in batch)),
+            edited=self.newest_edit if not rest else self.backlog.mark.edited,
+        )
+        long_term = replace(long_term, covered=mark.dump())
+        self.backlog = replace(self.backlog, long_term=long_term, short_term=short_term, mark=mark, earlier=[], batches=rest)
+        return [long_term, short_term, *threads]
+
+
 class MemoryJob:
     """Runs rounds of the memory job; one round at a time."""
 
@@ -118,11 +141,14 @@ class MemoryJob:
         """One round over every channel with changes, then the workspace, then people's profiles."""
         async with self._lock:
             with tracing.span("memory.round") as span:
-                report = RoundReport()
                 changes = await asyncio.to_thread(self._conversations.changes)
+                unread = []
                 for channel_id, channel_changes in sorted(changes.items()):
                     with tracing.span("memory.channel", {"slack.channel_id": channel_id}):
-                        report = await self._channel(channel_id, channel_changes, report)
+                        item = await self._unread(channel_id, channel_changes)
+                    if item is not None:
+                        unread.append(item)
+                report = await self._read(unread, RoundReport())
                 await asyncio.to_thread(self._expire_short_terms)
                 report = await self._workspace(report)
                 if self._profiles is not None:
@@ -155,37 +181,74 @@ class MemoryJob:
             channel, backlog.long_term, backlog.short_term, threads, backlog.earlier, batch, backlog.window_start
         )
 
-    async def _channel(self, channel_id: str, changes: ChannelChanges, report: RoundReport) -> RoundReport:
+    async def _unread(self, channel_id: str, changes: ChannelChanges) -> _Unread | None:
+        """The channel's backlog to read this round; None when there is none (an edit since deleted is
+        marked as seen here)."""
         channel = await asyncio.to_thread(self._conversations.get_channel, channel_id)
         if channel is None:
-            return report
+            return None
         backlog = await self._backlog(channel, changes)
         if backlog is None:
-            return report
-        scope, long_term, short_term, mark = Scope(channel_id), backlog.long_term, backlog.short_term, backlog.mark
-        earlier, batches, window_start = backlog.earlier, backlog.batches, backlog.window_start
-        for number, batch in enumerate(batches, 1):
-            batch_mark = _Mark(
-                ts=max(mark.ts, *(m.ts for m in batch)),
-                edited=changes.newest_edit if number == len(batches) else mark.edited,
-            )
-            touched = self._active_threads(batch)
-            threads = [await self._thread(backlog, ts) for ts in touched]
-            prompt = self._channel_prompt(channel, long_term, short_term, threads, earlier, batch, window_start)
-            update = await self._ask(prompt)
-            report = replace(report, calls=report.calls + 1, failures=report.failures + (update is None))
-            if update is None:
-                return report
-            long_term, short_term, threads = self._apply(long_term, short_term, threads, earlier, batch, update)
-            long_term = replace(long_term, covered=batch_mark.dump())
-            await asyncio.to_thread(self._memories.save, [long_term, short_term, *threads])
-            if long_term.audience.is_workspace:
-                await asyncio.to_thread(still_public, self._conversations, self._memories, [channel.id])
-            mark, earlier = batch_mark, []
-        if not batches:  # nothing new to read (edited, then deleted): seen all the same
-            seen = replace(long_term, covered=replace(mark, edited=changes.newest_edit).dump())
+            return None
+        if not backlog.batches:  # nothing new to read (edited, then deleted): seen all the same
+            seen = replace(backlog.long_term, covered=replace(backlog.mark, edited=changes.newest_edit).dump())
             await asyncio.to_thread(self._memories.save, [seen])
-        return replace(report, updated=report.updated + (scope.key,))
+            return None
+        return _Unread(channel, changes.newest_edit, backlog)
+
+    async def _read(self, unread: Sequence[_Unread], report: RoundReport) -> RoundReport:
+        """Read the channels' backlogs, those of one audience together: each model call reads the next batch
+        of as many of them as fit the batch budget. A call's memories are saved in one transaction with the
+        marks of what they covered; after a failed call the audience's channels wait for the next round."""
+        audiences: dict[str, list[_Unread]] = {}
+        for item in unread:
+            audiences.setdefault(item.backlog.audience.conversation_id or "", []).append(item)
+        for _, pending in sorted(audiences.items()):
+            while pending:
+                together = self._together(pending)
+                threads = [
+                    [await self._thread(item.backlog, ts) for ts in self._active_threads(item.backlog.batches[0])]
+                    for item in together
+                ]
+                prompts = [
+                    self._channel_prompt(
+                        item.channel,
+                        item.backlog.long_term,
+                        item.backlog.short_term,
+                        item_threads,
+                        item.backlog.earlier,
+                        item.backlog.batches[0],
+                        item.backlog.window_start,
+                    )
+                    for item, item_threads in zip(together, threads)
+                ]
+                updates = await self._ask(prompts)
+                report = replace(report, calls=report.calls + 1, failures=report.failures + (updates is None))
+                if updates is None:
+                    break
+                saved: list[Memory] = []
+                for item, item_threads, update in zip(together, threads, updates):
+                    saved += item.advance(self._apply(item.backlog, item_threads, update))
+                await asyncio.to_thread(self._memories.save, saved)
+                if together[0].backlog.audience.is_workspace:
+                    channel_ids = [item.channel.id for item in together]
+                    await asyncio.to_thread(still_public, self._conversations, self._memories, channel_ids)
+                done = tuple(Scope(item.channel.id).key for item in together if not item.backlog.batches)
+                report = replace(report, updated=report.updated + done)
+                pending = [item for item in pending if item.backlog.batches]
+        return report
+
+    def _together(self, pending: Sequence[_Unread]) -> list[_Unread]:
+        """The channels whose next batches one call reads: the first, and the others that still fit."""
+        together: list[_Unread] = []
+        size = 0
+        for item in pending:
+            cost = sum(_cost(m) for m in item.backlog.batches[0])
+            if together and size + cost > self._settings.batch_max_tokens:
+                continue
+            together.append(item)
+            size += cost
+        return together
 
     async def _backlog(self, channel: Channel, changes: ChannelChanges) -> _Backlog | None:
         """What the channel's memory has not read yet, and what it is read with; None when up to date."""
@@ -259,21 +322,17 @@ class MemoryJob:
         return f"ts={message.ts}{where} {format_message(message, self._persona.timezone, {})}"
 
     def _apply(
-        self,
-        long_term: Memory,
-        short_term: Memory,
-        threads: Sequence[Memory],
-        earlier: Sequence[Message],
-        batch: Sequence[Message],
-        update: MemoryUpdate,
+        self, backlog: _Backlog, threads: Sequence[Memory], update: MemoryUpdate
     ) -> tuple[Memory, Memory, list[Memory]]:
-        """The memories with the model's update applied; sources it did not read are dropped.
+        """The memories with the model's update of the backlog's next batch applied; sources it did not read
+        are dropped.
 
         Long-term bullets may only come from the new messages, so nothing is learnt twice.
         """
-        long_term = long_term.grow(self._dated(update.long_term, {m.ts for m in batch}))
-        sources = {m.ts for m in (*earlier, *batch)}
-        short_term = short_term.renewed(self._dated(update.short_term, sources | _sources(short_term)))
+        batch = backlog.batches[0]
+        long_term = backlog.long_term.grow(self._dated(update.long_term, {m.ts for m in batch}))
+        sources = {m.ts for m in (*backlog.earlier, *batch)}
+        short_term = backlog.short_term.renewed(self._dated(update.short_term, sources | _sources(backlog.short_term)))
         drafts = dict(update.threads)
         renewed = [
             thread.renewed(self._dated(drafts[thread.scope.thread_ts], sources | _sources(thread)))
@@ -339,10 +398,11 @@ class MemoryJob:
             material=tuple(material),
             threads=(),
         )
-        update = await self._ask(prompt)
-        report = replace(report, calls=report.calls + 1, failures=report.failures + (update is None))
-        if update is None:
+        updates = await self._ask([prompt])
+        report = replace(report, calls=report.calls + 1, failures=report.failures + (updates is None))
+        if updates is None:
             return report
+        (update,) = updates
         long_term = long_term.grow(self._dated(update.long_term, allowed))
         long_term = replace(long_term, covered=covered)
         short_term = short_term.renewed(self._dated(update.short_term, allowed | _sources(short_term)))
@@ -362,10 +422,10 @@ class MemoryJob:
 
     # -- helpers -------------------------------------------------------------
 
-    async def _ask(self, prompt: MemoryPrompt) -> MemoryUpdate | None:
-        """The model's update, or None when it failed (logged; the old memory stays)."""
+    async def _ask(self, prompts: Sequence[MemoryPrompt]) -> tuple[MemoryUpdate, ...] | None:
+        """The model's updates of `prompts` (one call), or None when it failed (logged; the old memories stay)."""
         try:
-            return await self._writer.update(prompt)
+            return await self._writer.update(prompts)
         except ModelUnavailable as exc:
             logger.warning("memory update skipped this round: %s", exc)
             return None

@@ -15,6 +15,7 @@ import importlib.util
 import json
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -24,6 +25,7 @@ from pydantic import BaseModel, Field
 from myao2.application.activity import Activity
 from myao2.application.agents import (
     DigestPrompt,
+    MemoryBatch,
     MemoryPrompt,
     MemoryUpdate,
     ModelUnavailable,
@@ -402,6 +404,16 @@ class DigestOutput(BaseModel):
     lines: list[str] = Field(description="short lines, each one sentence naming who it is about")
 
 
+class ChannelMemoryOutput(MemoryUpdateOutput):
+    channel_id: str = Field(description="the channel's channel_id, as given")
+
+
+class ChannelsMemoryOutput(BaseModel):
+    """The update of each channel's memories: new long-term bullets, the short-term memory and thread memories."""
+
+    channels: list[ChannelMemoryOutput] = Field(description="one per channel given")
+
+
 class NewFactOutput(BaseModel):
     text: str = Field(description="one short sentence about the person, e.g. 'prefers short answers'")
     confidence: float = Field(ge=0, le=1, description="how sure the messages make you, from 0 to 1")
@@ -442,13 +454,15 @@ class StrandsMemoryWriter:
         self._renderer = renderer
         self._debug = debug_messages
 
-    async def update(self, prompt: MemoryPrompt) -> MemoryUpdate:
-        output = await self._ask("memory", prompt, MemoryUpdateOutput)
-        return MemoryUpdate(
-            long_term=tuple(Draft(b.text, tuple(b.ts), tuple(b.supersedes)) for b in output.long_term),
-            short_term=_drafts(output.short_term),
-            threads=tuple((t.thread_ts, _drafts(t.bullets)) for t in output.threads),
-        )
+    async def update(self, prompts: Sequence[MemoryPrompt]) -> tuple[MemoryUpdate, ...]:
+        if len(prompts) == 1:
+            return (_memory_update(await self._ask("memory", prompts[0], MemoryUpdateOutput)),)
+        output = await self._ask("memories", MemoryBatch(tuple(prompts)), ChannelsMemoryOutput)
+        updates = {channel.channel_id: _memory_update(channel) for channel in output.channels}
+        missing = [p.channel.id for p in prompts if p.channel is not None and p.channel.id not in updates]
+        if missing:
+            raise ModelUnavailable(f"{self.ROLE} model left out channel(s) {', '.join(missing)}")
+        return tuple(updates[p.channel.id] for p in prompts if p.channel is not None)
 
     async def digest(self, prompt: DigestPrompt) -> tuple[str, ...]:
         output = await self._ask("digest", prompt, DigestOutput)
@@ -466,7 +480,10 @@ class StrandsMemoryWriter:
         )
 
     async def _ask(
-        self, kind: Kind, prompt: MemoryPrompt | DigestPrompt | ProfilePrompt, output_model: type[_Output]
+        self,
+        kind: Kind,
+        prompt: MemoryPrompt | MemoryBatch | DigestPrompt | ProfilePrompt,
+        output_model: type[_Output],
     ) -> _Output:
         """The model's structured answer to the `kind` templates rendered with `prompt`."""
         await self._clients.load()
@@ -504,7 +521,9 @@ class StrandsMemoryWriter:
         system, query = self._render("memory", prompt)
         return ModelPrompt(system, query, structured_output_schemas(MemoryUpdateOutput))
 
-    def _render(self, kind: Kind, prompt: MemoryPrompt | DigestPrompt | ProfilePrompt) -> tuple[str, str]:
+    def _render(
+        self, kind: Kind, prompt: MemoryPrompt | MemoryBatch | DigestPrompt | ProfilePrompt
+    ) -> tuple[str, str]:
         return self._renderer.render(kind, "system", prompt), self._renderer.render(kind, "query", prompt)
 
 
@@ -513,6 +532,14 @@ def structured_output_schemas(output: type[BaseModel]) -> tuple[dict[str, Any], 
     from strands.tools.structured_output.structured_output_tool import StructuredOutputTool
 
     return tool_schemas([StructuredOutputTool(output)])
+
+
+def _memory_update(output: MemoryUpdateOutput) -> MemoryUpdate:
+    return MemoryUpdate(
+        long_term=tuple(Draft(b.text, tuple(b.ts), tuple(b.supersedes)) for b in output.long_term),
+        short_term=_drafts(output.short_term),
+        threads=tuple((t.thread_ts, _drafts(t.bullets)) for t in output.threads),
+    )
 
 
 def _drafts(bullets: list[BulletOutput]) -> tuple[Draft, ...]:

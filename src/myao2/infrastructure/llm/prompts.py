@@ -8,10 +8,10 @@ from typing import Any, Literal
 
 from jinja2 import BaseLoader, ChoiceLoader, Environment, FileSystemLoader, PackageLoader, StrictUndefined
 
-from myao2.application.agents import DigestPrompt, MemoryPrompt, ProfilePrompt
+from myao2.application.agents import DigestPrompt, MemoryBatch, MemoryPrompt, ProfilePrompt
 from myao2.application.context import PromptContext, one_line
 
-Kind = Literal["judgment", "response", "memory", "digest", "profile"]
+Kind = Literal["judgment", "response", "memory", "memories", "digest", "profile"]
 Part = Literal["system", "query"]
 
 
@@ -47,13 +47,13 @@ class PromptRenderer:
         self,
         kind: Kind,
         part: Part,
-        context: PromptContext | MemoryPrompt | DigestPrompt | ProfilePrompt,
+        context: PromptContext | MemoryPrompt | MemoryBatch | DigestPrompt | ProfilePrompt,
         **extra: Any,
     ) -> str:
         """The prompt text; `extra` adds variables a template needs (e.g. `elapsed` for judgment).
 
-        The memory templates get a `MemoryPrompt`, the digest ones a `DigestPrompt`, the profile ones a
-        `ProfilePrompt`, the others a `PromptContext`.
+        The memory templates get a `MemoryPrompt` (the memories ones a `MemoryBatch`), the digest ones a
+        `DigestPrompt`, the profile ones a `ProfilePrompt`, the others a `PromptContext`.
         """
         override = self._overrides.get(kind) if part == "system" else None
         if override:
