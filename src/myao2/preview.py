@@ -146,6 +146,7 @@ class Previewer:
             Section("memory: thread", section_tokens(memory.thread), budgets.thread),
             Section("memory: elsewhere", section_tokens(memory.elsewhere), budgets.elsewhere),
             Section("memory: digests", section_tokens(memory.digests), budgets.digest),
+            Section("memory: people", section_tokens(memory.people), budgets.people),
             Section("memos", sum(estimate_tokens(m.content) for m in memos)),
             Section(
                 "conversation",

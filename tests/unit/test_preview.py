@@ -77,6 +77,7 @@ def test_mentions_of_the_bot_read_as_its_name_and_tools_come_with_their_schemas(
     sections = {s.name: s for s in shown.sections}
     assert sections["conversation"].budget == app.config.response.conversation_max_tokens
     assert sections["conversation"].tokens > 0 and sections["memory: channel"].tokens == 0
+    assert sections["memory: people"].budget == app.config.memory.people_max_tokens
 
 
 def test_the_judgment_preview_offers_only_its_answer_form(app: Application) -> None:
