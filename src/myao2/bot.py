@@ -159,7 +159,9 @@ class Bot:
             bot_token=config.slack.bot_token,
             chat=gateway,
             inbox=inbox,
-            channels=ChannelLifecycle(conversations, parts.memos, parts.memories, inbox.channel_changed),
+            channels=ChannelLifecycle(
+                conversations, parts.memos, parts.memories, inbox.channel_changed, profiles=parts.profiles
+            ),
             signing_secret=config.slack.signing_secret if config.slack.mode == "http" else None,
         )
 

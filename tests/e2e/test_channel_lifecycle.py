@@ -80,3 +80,34 @@ def test_a_channel_the_bot_was_removed_from_is_no_longer_judged_until_it_is_back
     slack.wait_for(lambda: judgments(llm), timeout=WAIT + 5, what="the conversation judged again")
     assert "what a quiet day" in prompt_text(judgments(llm)[0])
     assert bot.stop() == 0
+
+
+def test_what_the_bot_learnt_about_someone_in_a_channel_turned_private_leaves_every_other_prompt(
+    bot: BotProcess, slack: FakeSlack, llm
+) -> None:
+    from tests.e2e.test_retention import responder
+
+    slack.add_channel(PLANS, "plans", members=[ALICE, BOB])
+    llm.set_responder(responder)
+    bot.settings["memory.update_interval_seconds"] = 0.5
+    bot.start()
+
+    slack.post_message(PLANS, ALICE, "I like canary-opera")
+    wait_until(
+        lambda: any("canary-opera" in facts for (facts,) in query(bot, "SELECT facts FROM profiles")),
+        what="the fact learnt in #plans",
+    )
+
+    def general_prompt() -> str:
+        seen = len(llm.requests)
+        ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> hello again")
+        slack.wait_for(lambda: replies_in(slack, ts), what="the reply in #general")
+        return "\n".join(prompt_text(r) for r in llm.requests[seen:] if "hello again" in prompt_text(r))
+
+    assert "likes canary-opera" in general_prompt()  # while #plans is public, #general knows it
+
+    slack.convert_to_private(PLANS)
+    wait_until(lambda: query(bot, "SELECT kind FROM channels WHERE id = ?", PLANS) == [("private",)], what="#plans private")
+    wait_until(lambda: f'"audience": "{PLANS}"' in query(bot, "SELECT facts FROM profiles")[0][0], what="the fact narrowed")
+    assert "canary-opera" not in general_prompt()
+    assert bot.stop() == 0

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from myao2.domain.conversation import ChannelKind
-from myao2.domain.ports import ConversationStore, MemoryStore, MemoStore
+from myao2.domain.ports import ConversationStore, MemoryStore, MemoStore, ProfileStore
 
 logger = logging.getLogger(__name__)
 
@@ -16,7 +16,8 @@ NARROWED_BY = "slack"
 
 
 class ChannelLifecycle:
-    """Keeps the stored channel, and the memos, memories and digests taken there, in step with what Slack reports.
+    """Keeps the stored channel, and the memos, memories, digests and profile facts taken there, in step with what
+    Slack reports.
 
     `refresh` re-reads a channel from Slack (as the inbox does for a rename or a join).
     """
@@ -27,11 +28,14 @@ class ChannelLifecycle:
         memos: MemoStore,
         memories: MemoryStore,
         refresh: Callable[[str], Awaitable[object]],
+        *,
+        profiles: ProfileStore,
     ) -> None:
         self._store = store
         self._memos = memos
         self._memories = memories
         self._refresh = refresh
+        self._profiles = profiles
 
     async def became_private(self, channel_id: str) -> None:
         """Converted to a private channel: what was said there is no longer the workspace's."""
@@ -52,10 +56,11 @@ class ChannelLifecycle:
         logger.info("left channel %s", channel_id)
 
     async def _narrow(self, channel_id: str, kind: ChannelKind) -> None:
-        """Store the new kind at once, then make the memos, memories and digests taken there the channel's own
-        (the workspace memory is made again without it)."""
+        """Store the new kind at once, then make the memos, memories, digests and profile facts taken there the
+        channel's own (the workspace memory is made again without it)."""
         await asyncio.to_thread(self._store.set_channel_kind, channel_id, kind)
         await asyncio.to_thread(self._memories.narrow, channel_id)
+        await asyncio.to_thread(self._profiles.narrow, channel_id)
         narrowed = await asyncio.to_thread(self._memos.narrow, channel_id, NARROWED_BY)
         logger.info("channel %s is now %s: %d memo(s) narrowed to it", channel_id, kind.value, len(narrowed))
         if await asyncio.to_thread(self._store.get_channel, channel_id) is None:

@@ -151,7 +151,12 @@ class ProfileStore(Protocol):
         ...
 
     def save(self, profiles: Sequence[Profile]) -> None:
-        """Store these profiles in one transaction: all of them or none."""
+        """Store these profiles in one transaction: all of them or none; a fact stored for a conversation
+        alone stays so (a save never widens what `narrow` did)."""
+        ...
+
+    def narrow(self, channel_id: str) -> None:
+        """The workspace facts learnt in the channel, or citing one of its messages, become its own."""
         ...
 
     def all(self) -> list[Profile]: ...

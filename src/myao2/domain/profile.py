@@ -11,7 +11,7 @@ can make of it (`myao2 profile promote`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date
 
@@ -134,6 +134,28 @@ class Profile:
     def read(self, audience: Audience, ts: str) -> Profile:
         """This profile having read `audience`'s messages up to `ts`."""
         return replace(self, read_up_to={**self.read_up_to, audience_key(audience): ts})
+
+    def narrowed(self, channel_id: str, said_there: Container[str]) -> Profile:
+        """This profile once conversation `channel_id` stopped being the workspace's: the workspace facts learnt
+        there, or citing any message ts in `said_there` (its messages), become its own."""
+        own = Audience(channel_id)
+
+        def narrow(fact: Fact) -> Fact:
+            there = fact.conversation_id == channel_id or any(ts in said_there for ts in fact.source_ts)
+            return replace(fact, audience=own) if fact.audience.is_workspace and there else fact
+
+        return replace(self, facts=tuple(narrow(f) for f in self.facts))
+
+    def kept_as_narrow_as(self, stored: Profile) -> Profile:
+        """This profile with no fact kept for a wider audience than in `stored` (what a racing `narrowed` did)."""
+        narrower = {f.id: f.audience for f in stored.facts if not f.audience.is_workspace}
+        return replace(
+            self,
+            facts=tuple(
+                replace(f, audience=narrower[f.id]) if f.audience.is_workspace and f.id in narrower else f
+                for f in self.facts
+            ),
+        )
 
     def promoted(self, fact_id: int, memo_id: int | None) -> Profile:
         """This profile with fact `fact_id` marked as made into memo `memo_id`."""

@@ -12,7 +12,7 @@ from sqlmodel import Session, col, select
 from myao2.domain.ports import Clock
 from myao2.domain.profile import Fact, Profile
 from myao2.domain.visibility import Audience
-from myao2.infrastructure.db.tables import ProfileRow
+from myao2.infrastructure.db.tables import ExpiredMessageRow, MessageRow, ProfileRow
 
 
 class SqlProfileStore:
@@ -34,13 +34,29 @@ class SqlProfileStore:
         now = self._clock.now()
         with Session(self._engine) as session, session.begin():
             for profile in profiles:
-                row = session.get(ProfileRow, profile.user_id) or ProfileRow(
-                    user_id=profile.user_id, facts=[], read_up_to={}, updated_at=now
-                )
+                row = session.get(ProfileRow, profile.user_id)
+                if row is None:
+                    row = ProfileRow(user_id=profile.user_id, facts=[], read_up_to={}, updated_at=now)
+                else:  # never wider than stored: a save of what was read before a narrowing cannot undo it
+                    profile = profile.kept_as_narrow_as(_to_profile(row))
                 row.facts = [_fact_to_json(f) for f in profile.facts]
                 row.read_up_to = dict(profile.read_up_to)
                 row.updated_at = now
                 session.add(row)
+
+    def narrow(self, channel_id: str) -> None:
+        """The workspace facts learnt in the channel, or citing one of its messages, become its own."""
+        with Session(self._engine) as session, session.begin():
+            said_there = set(session.exec(select(MessageRow.ts).where(MessageRow.channel_id == channel_id)).all())
+            said_there.update(
+                session.exec(select(ExpiredMessageRow.ts).where(ExpiredMessageRow.channel_id == channel_id)).all()
+            )
+            for row in session.exec(select(ProfileRow)).all():
+                profile = _to_profile(row)
+                narrowed = profile.narrowed(channel_id, said_there)
+                if narrowed != profile:
+                    row.facts = [_fact_to_json(f) for f in narrowed.facts]
+                    session.add(row)
 
     def all(self) -> list[Profile]:
         with Session(self._engine) as session:

@@ -1,0 +1,135 @@
+"""A channel that stops being the workspace's takes the profile facts learnt there with it."""
+
+from __future__ import annotations
+
+
+import pytest
+
+from myao2.application.agents import PersonUpdate, ProfilePrompt
+from myao2.application.channels import ChannelLifecycle
+from myao2.application.profiles import ProfileKeeper
+from myao2.domain.conversation import ChannelKind
+from myao2.domain.profile import NewFact
+from myao2.domain.visibility import Audience
+from myao2.infrastructure.db.memo_store import SqlMemoStore
+from myao2.infrastructure.db.memory_store import SqlMemoryStore
+from tests.unit.test_profiles import (  # noqa: F401 (fixtures)
+    GENERAL,
+    PERSONA,
+    RANDOM,
+    FakeWriter,
+    clock,
+    conversations,
+    engine,
+    keeper,
+    liking,
+    profiles,
+    say,
+    writer,
+)
+
+
+@pytest.fixture
+def lifecycle(engine, clock, conversations, profiles) -> ChannelLifecycle:
+    async def refresh(channel_id: str) -> None:
+        return None
+
+    return ChannelLifecycle(
+        conversations, SqlMemoStore(engine, clock), SqlMemoryStore(engine, clock), refresh, profiles=profiles
+    )
+
+
+def texts(profiles, user: str, reader: str | None) -> list[str]:
+    profile = profiles.get(user)
+    return [] if profile is None else [f.text for f in profile.readable(reader)]
+
+
+async def test_facts_learnt_in_a_channel_that_turns_private_are_shown_only_there(
+    keeper, profiles, say, lifecycle
+):
+    say(GENERAL, "ualice", "I like canary-opera")
+    say(RANDOM, "ualice", "I like tea")
+    await keeper.run()
+    assert texts(profiles, "ualice", RANDOM.id) == ["likes canary-opera", "likes tea"]
+
+    await lifecycle.became_private(GENERAL.id)
+
+    assert texts(profiles, "ualice", RANDOM.id) == ["likes tea"]
+    assert texts(profiles, "ualice", GENERAL.id) == ["likes canary-opera", "likes tea"]
+    narrowed = [f for f in profiles.get("ualice").facts if f.text == "likes canary-opera"]
+    assert [f.audience for f in narrowed] == [Audience(GENERAL.id)]
+
+
+async def test_a_fact_citing_a_message_of_the_channel_is_narrowed_whichever_channel_came_first(
+    conversations, profiles, clock, say, lifecycle
+):
+    # One workspace call reads both public channels: a fact may cite messages of each.
+    def blended(prompt: ProfilePrompt) -> tuple[PersonUpdate, ...]:
+        person = prompt.people[0]
+        sources = tuple(line.split()[0].removeprefix("ts=") for line in person.messages)
+        return (PersonUpdate(person.user_id, (NewFact("plans canary-trip", 0.8, sources),), ()),)
+
+    keeper = ProfileKeeper(
+        conversations=conversations, profiles=profiles, writer=FakeWriter(blended), clock=clock, persona=PERSONA,
+        batch_max_tokens=2000,
+    )
+    say(RANDOM, "ualice", "a trip soon")
+    say(GENERAL, "ualice", "to the canary islands")
+    await keeper.run()
+    [fact] = profiles.get("ualice").facts
+    assert fact.conversation_id == RANDOM.id and fact.audience.is_workspace
+
+    await lifecycle.became_private(GENERAL.id)
+
+    assert texts(profiles, "ualice", RANDOM.id) == []
+    assert texts(profiles, "ualice", GENERAL.id) == ["plans canary-trip"]
+
+
+async def test_a_save_of_a_profile_read_before_the_narrowing_does_not_widen_it_again(
+    keeper, profiles, say, lifecycle
+):
+    say(GENERAL, "ualice", "I like canary-opera")
+    await keeper.run()
+    stale = profiles.get("ualice")
+
+    await lifecycle.became_private(GENERAL.id)
+    profiles.save([stale])
+
+    assert texts(profiles, "ualice", RANDOM.id) == []
+
+
+async def test_a_channel_turning_private_while_the_model_learns_keeps_what_it_learnt_to_itself(
+    conversations, profiles, clock, say, lifecycle
+):
+    async def turn_private() -> None:
+        await lifecycle.became_private(GENERAL.id)
+
+    turned: list[bool] = []
+
+    class RacingWriter(FakeWriter):
+        async def learn(self, prompt: ProfilePrompt) -> tuple[PersonUpdate, ...]:
+            if not turned:  # the channel turns private while the model thinks
+                turned.append(True)
+                await turn_private()
+            return liking(prompt)
+
+    keeper = ProfileKeeper(
+        conversations=conversations, profiles=profiles, writer=RacingWriter(), clock=clock, persona=PERSONA,
+        batch_max_tokens=2000,
+    )
+    say(GENERAL, "ualice", "I like canary-opera")
+    await keeper.run()
+
+    assert conversations.get_channel(GENERAL.id).kind is ChannelKind.PRIVATE
+    assert texts(profiles, "ualice", RANDOM.id) == []
+    assert texts(profiles, "ualice", GENERAL.id) == ["likes canary-opera"]
+
+
+async def test_narrowing_leaves_other_channels_and_private_facts_alone(keeper, profiles, say, lifecycle):
+    say(RANDOM, "ualice", "I like tea")
+    await keeper.run()
+    before = profiles.get("ualice")
+
+    await lifecycle.became_private(GENERAL.id)
+
+    assert profiles.get("ualice") == before
