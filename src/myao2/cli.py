@@ -124,6 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     memory_show.add_argument("--channel", metavar="C", help="only what prompts in this channel may draw on")
     memory_show.add_argument("--thread", metavar="TS", help="with --channel: this thread's memory too")
+    memory_show.add_argument(
+        "--user", metavar="U", help="what the bot learnt about this person instead (with --channel: what it may show)"
+    )
     memory_show.add_argument("--json", action="store_true", help="print JSON (superseded notes included)")
     memory_forget = memory_actions.add_parser(
         "forget", parents=[common], help="delete a person's messages, the memos and notes made from them"

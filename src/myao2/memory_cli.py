@@ -1,5 +1,6 @@
-"""``myao2 memory show`` (what the bot remembers, everywhere or as one conversation may see it) and
-``myao2 memory forget --user U`` (for people who ask to be forgotten)."""
+"""``myao2 memory show`` (what the bot remembers, everywhere or as one conversation may see it; with
+``--user U`` what it learnt about that person) and ``myao2 memory forget --user U`` (for people who ask
+to be forgotten)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ from myao2.config import Config
 from myao2.domain.memory import Digest, Memory, Scope, bullet_line, digest_line
 from myao2.domain.visibility import can_read
 from myao2.infrastructure.clock import SystemClock
+from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.forget import forget_person
 from myao2.infrastructure.db.memory_store import SqlMemoryStore
+from myao2.infrastructure.db.profile_store import SqlProfileStore
+from myao2.profile_cli import fact_json, fact_line
 
 TERMS = {"long": "long-term", "short": "short-term"}
 
@@ -21,6 +25,8 @@ def run_memory_command(config: Config, args: argparse.Namespace) -> int:
     """Run `myao2 memory show` or `forget`; 0 on success, 1 when a forget is not confirmed."""
     if args.memory_command == "forget":
         return _forget(config, args.user, args.yes)
+    if args.user is not None:
+        return _show_profile(config, args.user, args.channel, args.json)
     engine = open_database(config.memory.sqlalchemy_url)
     try:
         store = SqlMemoryStore(engine, SystemClock())
@@ -34,6 +40,28 @@ def run_memory_command(config: Config, args: argparse.Namespace) -> int:
         print("Nothing remembered yet.")
     else:
         print("\n\n".join([*(_text(m) for m in shown), *_digests_text(digests)]))
+    return 0
+
+
+def _show_profile(config: Config, user_id: str, channel: str | None, as_json: bool) -> int:
+    """Print the facts learnt about `user_id` (with `channel`: those its prompts may show)."""
+    engine = open_database(config.memory.sqlalchemy_url)
+    try:
+        profile = SqlProfileStore(engine, SystemClock()).get(user_id)
+        person = SqlConversationStore(engine).people([user_id]).get(user_id)
+    finally:
+        engine.dispose()
+    facts = profile.readable(channel) if profile is not None else ()
+    name = person.display_name if person is not None else user_id
+    if as_json:
+        print(json.dumps({"user": user_id, "name": name, "facts": [fact_json(f) for f in facts]}, ensure_ascii=False, indent=2))
+        return 0
+    if not facts:
+        print(f"Nothing learnt about {user_id} yet.")
+        return 0
+    print(f"== {name} ({user_id}) ==")
+    for fact in facts:
+        print(fact_line(fact))
     return 0
 
 

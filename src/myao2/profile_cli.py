@@ -11,6 +11,7 @@ from myao2.application.notebook import Actor, Notebook
 from myao2.application.promotion import PromotionRefused, promote
 from myao2.config import Config
 from myao2.domain.memo import MemoError
+from myao2.domain.profile import Fact
 from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
@@ -51,34 +52,34 @@ def run_profile_command(config: Config, args: argparse.Namespace) -> int:
 def _candidates(profiles: SqlProfileStore, names: dict[str, str], as_json: bool) -> None:
     found = [(profile.user_id, fact) for profile in profiles.all() for fact in profile.facts if fact.is_candidate]
     if as_json:
-        print(
-            json.dumps(
-                [
-                    {
-                        "user": user_id,
-                        "name": names.get(user_id, user_id),
-                        "fact_id": fact.id,
-                        "text": fact.text,
-                        "confidence": fact.confidence,
-                        "confirmations": fact.confirmations,
-                        "conversation": fact.conversation_id,
-                        "private_to": fact.audience.conversation_id,
-                        "learned_on": fact.learned_on.isoformat(),
-                    }
-                    for user_id, fact in found
-                ],
-                ensure_ascii=False,
-                indent=2,
-            )
-        )
+        listed = [{"user": user_id, "name": names.get(user_id, user_id), **fact_json(fact)} for user_id, fact in found]
+        print(json.dumps(listed, ensure_ascii=False, indent=2))
         return
     if not found:
         print("No candidates.")
         return
     for user_id, fact in found:
-        private = f", private to {fact.audience.conversation_id}" if not fact.audience.is_workspace else ""
-        print(
-            f"{user_id} ({names.get(user_id, user_id)}) fact {fact.id}: {fact.text}  "
-            f"[confidence {fact.confidence:.2f}, confirmed {fact.confirmations} times, "
-            f"learnt {fact.learned_on.isoformat()} in {fact.conversation_id}{private}]"
-        )
+        print(f"{user_id} ({names.get(user_id, user_id)}) fact {fact_line(fact)}")
+
+
+def fact_line(fact: Fact) -> str:
+    """A fact as the command line shows it: id, text, confidence, confirmations, where and when it was learnt."""
+    private = f", private to {fact.audience.conversation_id}" if not fact.audience.is_workspace else ""
+    return (
+        f"{fact.id}: {fact.text}  [confidence {fact.confidence:.2f}, confirmed {fact.confirmations} times, "
+        f"learnt {fact.learned_on.isoformat()} in {fact.conversation_id}{private}]"
+    )
+
+
+def fact_json(fact: Fact) -> dict[str, object]:
+    """A fact for `--json` output."""
+    return {
+        "fact_id": fact.id,
+        "text": fact.text,
+        "confidence": fact.confidence,
+        "confirmations": fact.confirmations,
+        "conversation": fact.conversation_id,
+        "private_to": fact.audience.conversation_id,
+        "learned_on": fact.learned_on.isoformat(),
+        "memo_id": fact.memo_id,
+    }

@@ -95,3 +95,18 @@ def test_promote_refuses_what_is_not_a_candidate_and_changes_nothing(config_path
     assert profile(config_path, "promote", user, fact) == 2
     assert says in capsys.readouterr().err
     assert memos(config_path) == []
+
+
+def test_memory_show_user_prints_what_was_learnt_about_them_and_a_channel_sees_only_its_share(config_path, capsys):
+    assert main(["--config", str(config_path), "memory", "show", "--user", "UALICE"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("== Alice (UALICE) ==")
+    assert "1: likes jazz" in out and "2: likes tea" in out and "3: is moving to Osaka" in out
+    assert "private to DALICE" in out
+
+    assert main(["--config", str(config_path), "memory", "show", "--user", "UALICE", "--channel", "C1", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert [f["text"] for f in shown["facts"]] == ["likes jazz", "likes tea"]  # not what was said in the DM
+
+    assert main(["--config", str(config_path), "memory", "show", "--user", "UNOBODY"]) == 0
+    assert "Nothing learnt about UNOBODY yet." in capsys.readouterr().out
