@@ -115,13 +115,13 @@ class Previewer:
     async def _memory(self, channel_id: str) -> Preview:
         if await asyncio.to_thread(self._app.conversations.get_channel, channel_id) is None:
             raise PreviewError(f"the bot has not seen a conversation {channel_id}")
-        memory_prompt = await self._app.memory_job.next_prompt(channel_id)
-        if memory_prompt is None:
+        prompts = await self._app.memory_job.next_call(channel_id)
+        if not prompts:
             return Preview("memory", channel_id, None, None)
         await self._app.clients.load()
-        prompt = self._app.memory_writer.prompt(memory_prompt)
+        prompt = self._app.memory_writer.prompt(prompts)
         budget = self._app.config.memory.batch_max_tokens
-        material = sum(line_tokens(line) for line in (*memory_prompt.earlier, *memory_prompt.material))
+        material = sum(line_tokens(line) for p in prompts for line in (*p.earlier, *p.material))
         return Preview(
             "memory",
             channel_id,

@@ -114,3 +114,17 @@ def test_a_thread_preview_reads_that_thread_only(app: Application) -> None:
 
     assert "sushi instead?" in thread.prompt.query and "pizza for me" not in thread.prompt.query
     assert "sushi instead?" not in channel.prompt.query
+
+
+def test_the_memory_preview_shows_the_public_channels_read_in_the_same_call(app: Application) -> None:
+    app.conversations.save_channel(Channel("CRANDOM", "random"))
+    app.conversations.save_message(Message("CRANDOM", f"{T0 + 4}.000000", "UBOB", "the printer is jammed", "Bob"))
+
+    public = preview(app, "memory", GENERAL)
+    private = preview(app, "memory", DM)
+
+    assert "pizza for me" in public.prompt.query and "the printer is jammed" in public.prompt.query
+    assert "keep a secret" not in public.prompt.query
+    assert [tool["name"] for tool in public.prompt.tools] == ["ChannelsMemoryOutput"]
+    assert "keep a secret" in private.prompt.query and "pizza" not in private.prompt.query
+    assert [tool["name"] for tool in private.prompt.tools] == ["MemoryUpdateOutput"]

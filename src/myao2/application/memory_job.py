@@ -166,20 +166,35 @@ class MemoryJob:
 
     # -- channels ------------------------------------------------------------
 
-    async def next_prompt(self, channel_id: str) -> MemoryPrompt | None:
-        """What the next round's first model call for the channel would read; None when nothing is new there."""
-        changes = (await asyncio.to_thread(self._conversations.changes)).get(channel_id)
-        channel = await asyncio.to_thread(self._conversations.get_channel, channel_id)
-        if changes is None or channel is None:
-            return None
-        backlog = await self._backlog(channel, changes)
-        if backlog is None or not backlog.batches:
-            return None
-        batch = backlog.batches[0]
-        threads = [await self._thread(backlog, ts) for ts in self._active_threads(batch)]
-        return self._channel_prompt(
-            channel, backlog.long_term, backlog.short_term, threads, backlog.earlier, batch, backlog.window_start
-        )
+    async def next_call(self, channel_id: str) -> tuple[MemoryPrompt, ...]:
+        """What the round's first model call that reads the channel would read: its prompt, with those of the
+        channels of its audience read together with it; empty when nothing is new there.
+
+        Nothing is written. Exact for the audience's first call; a later one is shown as if the calls before
+        it changed no memory.
+        """
+        changes = await asyncio.to_thread(self._conversations.changes)
+        target = await asyncio.to_thread(self._conversations.get_channel, channel_id)
+        if channel_id not in changes or target is None:
+            return ()
+        audience = Audience.of(target.id, target.is_private)
+        pending = []
+        for other_id, other_changes in sorted(changes.items()):
+            channel = await asyncio.to_thread(self._conversations.get_channel, other_id)
+            if channel is None or Audience.of(channel.id, channel.is_private) != audience:
+                continue
+            backlog = await self._backlog(channel, other_changes)
+            if backlog is not None and backlog.batches:
+                pending.append(_Unread(channel, other_changes.newest_edit, backlog))
+        while any(item.channel.id == channel_id for item in pending):
+            together = self._together(pending)
+            if any(item.channel.id == channel_id for item in together):
+                prompts, _ = await self._prompts(together)
+                return tuple(prompts)
+            for item in together:
+                item.backlog = replace(item.backlog, batches=item.backlog.batches[1:])
+            pending = [item for item in pending if item.backlog.batches]
+        return ()
 
     async def _unread(self, channel_id: str, changes: ChannelChanges) -> _Unread | None:
         """The channel's backlog to read this round; None when there is none (an edit since deleted is
@@ -206,22 +221,7 @@ class MemoryJob:
         for _, pending in sorted(audiences.items()):
             while pending:
                 together = self._together(pending)
-                threads = [
-                    [await self._thread(item.backlog, ts) for ts in self._active_threads(item.backlog.batches[0])]
-                    for item in together
-                ]
-                prompts = [
-                    self._channel_prompt(
-                        item.channel,
-                        item.backlog.long_term,
-                        item.backlog.short_term,
-                        item_threads,
-                        item.backlog.earlier,
-                        item.backlog.batches[0],
-                        item.backlog.window_start,
-                    )
-                    for item, item_threads in zip(together, threads)
-                ]
+                prompts, threads = await self._prompts(together)
                 updates = await self._ask(prompts)
                 report = replace(report, calls=report.calls + 1, failures=report.failures + (updates is None))
                 if updates is None:
@@ -237,6 +237,26 @@ class MemoryJob:
                 report = replace(report, updated=report.updated + done)
                 pending = [item for item in pending if item.backlog.batches]
         return report
+
+    async def _prompts(self, together: Sequence[_Unread]) -> tuple[list[MemoryPrompt], list[list[Memory]]]:
+        """The prompts of the channels' next batches read in one call, and the thread memories they update."""
+        threads = [
+            [await self._thread(item.backlog, ts) for ts in self._active_threads(item.backlog.batches[0])]
+            for item in together
+        ]
+        prompts = [
+            self._channel_prompt(
+                item.channel,
+                item.backlog.long_term,
+                item.backlog.short_term,
+                item_threads,
+                item.backlog.earlier,
+                item.backlog.batches[0],
+                item.backlog.window_start,
+            )
+            for item, item_threads in zip(together, threads)
+        ]
+        return prompts, threads
 
     def _together(self, pending: Sequence[_Unread]) -> list[_Unread]:
         """The channels whose next batches one call reads: the first, and the others that still fit."""

@@ -455,9 +455,9 @@ class StrandsMemoryWriter:
         self._debug = debug_messages
 
     async def update(self, prompts: Sequence[MemoryPrompt]) -> tuple[MemoryUpdate, ...]:
+        output = await self._ask(*_memory_call(prompts))
         if len(prompts) == 1:
-            return (_memory_update(await self._ask("memory", prompts[0], MemoryUpdateOutput)),)
-        output = await self._ask("memories", MemoryBatch(tuple(prompts)), ChannelsMemoryOutput)
+            return (_memory_update(output),)
         updates = {channel.channel_id: _memory_update(channel) for channel in output.channels}
         missing = [p.channel.id for p in prompts if p.channel is not None and p.channel.id not in updates]
         if missing:
@@ -516,15 +516,23 @@ class StrandsMemoryWriter:
             raise ModelUnavailable(f"{self.ROLE} model stopped with {result.stop_reason}")
         return output
 
-    def prompt(self, prompt: MemoryPrompt) -> ModelPrompt:
-        """What the memory update for `prompt` starts with."""
-        system, query = self._render("memory", prompt)
-        return ModelPrompt(system, query, structured_output_schemas(MemoryUpdateOutput))
+    def prompt(self, prompts: Sequence[MemoryPrompt]) -> ModelPrompt:
+        """What the memory update of `prompts` (one call) starts with."""
+        kind, material, output = _memory_call(prompts)
+        system, query = self._render(kind, material)
+        return ModelPrompt(system, query, structured_output_schemas(output))
 
     def _render(
         self, kind: Kind, prompt: MemoryPrompt | MemoryBatch | DigestPrompt | ProfilePrompt
     ) -> tuple[str, str]:
         return self._renderer.render(kind, "system", prompt), self._renderer.render(kind, "query", prompt)
+
+
+def _memory_call(prompts: Sequence[MemoryPrompt]) -> tuple[Kind, MemoryPrompt | MemoryBatch, type[Any]]:
+    """How one memory call reads `prompts`: one channel alone, or several together, and the answer it wants."""
+    if len(prompts) == 1:
+        return "memory", prompts[0], MemoryUpdateOutput
+    return "memories", MemoryBatch(tuple(prompts)), ChannelsMemoryOutput
 
 
 def structured_output_schemas(output: type[BaseModel]) -> tuple[dict[str, Any], ...]:
