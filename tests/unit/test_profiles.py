@@ -263,6 +263,8 @@ async def test_a_channel_prompt_shows_the_speakers_facts_but_never_one_learnt_in
 
     assert "- U1: likes ramen" in text
     assert "canary" not in text
+    judgment = PromptRenderer(language).render("judgment", "query", await contexts().build(GENERAL, channel), elapsed="1")
+    assert "- U1: likes ramen" in judgment and "canary" not in judgment
     assert "- U1: likes canary-dm-cake" in dm_text and "- U1: likes ramen" in dm_text
     assert ("the rule wins" if language == "en" else "ルールが優先") in text
 
@@ -296,3 +298,23 @@ async def test_the_profile_prompt_names_its_conversation_and_shows_each_persons_
     assert scope in text
     assert "1: likes tea [0.70, 0]" in text
     assert "#alice [" in text and ": I like tea" in text
+
+
+async def test_ten_rounds_never_drop_or_rewrite_a_fact(keeper, writer, profiles, say):
+    def forgetful(prompt: ProfilePrompt) -> tuple[PersonUpdate, ...]:
+        (update,) = liking(prompt)
+        known = [f.id for f in prompt.people[0].facts]
+        victims = tuple(known[:1]) + (999,)  # one real fact, and one that does not exist
+        return (replace(update, new=tuple(replace(f, supersedes=victims) for f in update.new)),)
+
+    writer.answer = forgetful
+    ever: dict[int, str] = {}
+    for round_ in range(10):
+        say(GENERAL, "U1", f"I like thing {round_}")
+        await keeper.run()
+        facts_now = {f.id: f for f in profiles.get("U1").facts}
+        assert all(facts_now[i].text == text for i, text in ever.items())  # still there, never rewritten
+        ever = {i: f.text for i, f in facts_now.items()}
+    profile = profiles.get("U1")
+    assert len(profile.facts) == 10
+    assert [f.text for f in profile.readable(None)] == ["likes thing 9"]  # each superseded by the next

@@ -113,11 +113,14 @@ class ProfileKeeper:
             messages = await asyncio.to_thread(
                 self._conversations.messages_by, profile.user_id, channel_ids, after, limit
             )
-            read.append((profile, _within(messages, share)))
+            if messages:  # none when deleted meanwhile
+                read.append((profile, _within(messages, share)))
+        if not read:
+            return report
         prompt = ProfilePrompt(
             persona=self._persona,
             now=self._clock.now().astimezone(self._persona.timezone),
-            conversation=None if audience.is_workspace else channels[people[0][1][0]],
+            conversation=None if audience.is_workspace else channels[audience.conversation_id or ""],
             people=tuple(
                 PersonMaterial(
                     profile.user_id,
