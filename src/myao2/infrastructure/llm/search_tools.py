@@ -86,14 +86,14 @@ async def recall(
 
 
 def _parse_before(before: str | None, zone: tzinfo) -> datetime | None:
-    """An ISO date or time; one without a time zone is read in the persona's."""
+    """An ISO date or time (one without a time zone is read in the persona's), in UTC."""
     if before is None or not before.strip():
         return None
     try:
         moment = datetime.fromisoformat(before.strip())
-    except ValueError:
+        return (moment if moment.tzinfo else moment.replace(tzinfo=zone)).astimezone(timezone.utc)
+    except (ValueError, OverflowError):  # not a date, or one UTC cannot hold (year 1 east of Greenwich)
         raise SearchError("bad_before") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=zone)
 
 
 def _earlier(first: datetime | None, second: datetime | None) -> datetime | None:
