@@ -24,7 +24,7 @@ from myao2.application.agents import DigestPrompt, DigestWriter, ModelUnavailabl
 from myao2.application.context import Persona, format_message
 from myao2.application.memory_job import still_public
 from myao2.domain.budget import fit_items
-from myao2.domain.conversation import Channel, ChannelKind, Message
+from myao2.domain.conversation import Channel, ChannelKind, Message, ts_to_datetime
 from myao2.domain.memory import Digest, RetentionPolicy, Stage
 from myao2.domain.ports import Clock, ConversationStore, MemoryStore
 from myao2.domain.tokens import estimate_tokens
@@ -80,9 +80,9 @@ class RetentionJob:
             with tracing.span("memory.retention") as span:
                 today = self._clock.now().astimezone(self._persona.timezone).date()
                 before = self._day_start(today - timedelta(days=horizon - 1))
-                messages = await asyncio.to_thread(self._conversations.messages_before, before)
+                keys = await asyncio.to_thread(self._conversations.message_keys_before, before)
                 report = RetentionReport()
-                for channel_id, in_channel in groupby(messages, key=lambda m: m.channel_id):
+                for channel_id, in_channel in groupby(keys, key=lambda key: key[0]):
                     with tracing.span("memory.retention.channel", {"slack.channel_id": channel_id}):
                         report, going_on = await self._channel(channel_id, list(in_channel), today, report)
                     if not going_on:
@@ -100,36 +100,36 @@ class RetentionJob:
                 return report
 
     async def _channel(
-        self, channel_id: str, messages: list[Message], today: date, report: RetentionReport
+        self, channel_id: str, keys: list[tuple[str, str, str | None]], today: date, report: RetentionReport
     ) -> tuple[RetentionReport, bool]:
-        """Digest and delete what is due in one channel; False once the model failed (the round ends)."""
+        """Digest and delete what is due in one channel; False once the model failed (the round ends).
+
+        Only the text of days due for a digest is read.
+        """
         channel = await asyncio.to_thread(self._conversations.get_channel, channel_id)
         if channel is None:
             channel = Channel(channel_id, channel_id, ChannelKind.PRIVATE, is_member=False)  # unknown: kept to itself
         made = {d.day: d.stage for d in await asyncio.to_thread(self._memories.digests, channel_id)}
-        days: dict[date, list[Message]] = {}
-        for message in messages:
-            days.setdefault(message.posted_at.astimezone(self._persona.timezone).date(), []).append(message)
+        days: dict[date, list[tuple[str, str | None]]] = {}
+        for _, ts, thread_ts in keys:
+            days.setdefault(ts_to_datetime(ts).astimezone(self._persona.timezone).date(), []).append((ts, thread_ts))
         kept_threads: set[str] | None = None
         for day, of_day in sorted(days.items()):
             due = self._policy.stage_due(day, today)
             if due is not None and (made.get(day) is None or made[day].rank < due.rank):
+                messages = await asyncio.to_thread(
+                    self._conversations.messages_between,
+                    channel.id,
+                    self._day_start(day),
+                    self._day_start(day + timedelta(days=1)),
+                )
+                if not messages:  # deleted meanwhile (a person forgotten)
+                    continue
                 try:
-                    lines = await self._writer.digest(self._prompt(channel, day, due, of_day))
+                    digest = await self._digest(channel, day, due, messages)
                 except ModelUnavailable as exc:
                     logger.warning("retention: digest skipped this round, raw messages kept: %s", exc)
                     return RetentionReport(report.digests, report.failures + 1, report.deleted), False
-                digest = Digest(
-                    channel_id=channel.id,
-                    day=day,
-                    stage=due,
-                    audience=Audience.of(channel.id, channel.is_private),
-                    lines=lines,
-                    first_ts=of_day[0].ts,
-                    last_ts=of_day[-1].ts,
-                    authors=tuple(dict.fromkeys(m.user_id for m in of_day if m.user_id)),
-                    label=_label(channel),
-                )
                 await asyncio.to_thread(self._memories.save_digest, digest)
                 if digest.audience.is_workspace:
                     await asyncio.to_thread(still_public, self._conversations, self._memories, [channel.id])
@@ -141,10 +141,25 @@ class RetentionJob:
                     kept_threads = await asyncio.to_thread(
                         self._conversations.active_threads, channel.id, since, self._bot_user_id
                     )
-                going = [m.ts for m in of_day if (m.thread_ts or m.ts) not in kept_threads]
+                going = [ts for ts, thread_ts in of_day if (thread_ts or ts) not in kept_threads]
                 await asyncio.to_thread(self._conversations.expire_messages, channel.id, going)
                 report = RetentionReport(report.digests, report.failures, report.deleted + len(going))
         return report, True
+
+    async def _digest(self, channel: Channel, day: date, stage: Stage, messages: Sequence[Message]) -> Digest:
+        """The day's digest at `stage`, made by the model from its raw messages; raises ModelUnavailable."""
+        lines = await self._writer.digest(self._prompt(channel, day, stage, messages))
+        return Digest(
+            channel_id=channel.id,
+            day=day,
+            stage=stage,
+            audience=Audience.of(channel.id, channel.is_private),
+            lines=lines,
+            first_ts=messages[0].ts,
+            last_ts=messages[-1].ts,
+            authors=tuple(dict.fromkeys(m.user_id for m in messages if m.user_id)),
+            label=_label(channel),
+        )
 
     def _prompt(self, channel: Channel, day: date, stage: Stage, messages: Sequence[Message]) -> DigestPrompt:
         zone = self._persona.timezone

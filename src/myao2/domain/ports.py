@@ -210,8 +210,12 @@ class ConversationStore(Protocol):
         (None: ever edited), oldest first."""
         ...
 
-    def messages_before(self, before: datetime) -> list[Message]:
-        """Every stored message posted before `before`, in any channel, by channel then posting order."""
+    def message_keys_before(self, before: datetime) -> list[tuple[str, str, str | None]]:
+        """(channel id, ts, thread ts) of every stored message posted before `before`, by channel then posting order."""
+        ...
+
+    def messages_between(self, channel_id: str, start: datetime, end: datetime) -> list[Message]:
+        """Every message of the channel (threads included) posted from `start` until before `end`, oldest first."""
         ...
 
     def active_threads(self, channel_id: str, since: datetime, user_id: str) -> set[str]:

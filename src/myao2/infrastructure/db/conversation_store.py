@@ -220,12 +220,25 @@ class SqlConversationStore:
             ).all()
         return [*older, message, *(_to_message(r) for r in later)]
 
-    def messages_before(self, before: datetime) -> list[Message]:
+    def message_keys_before(self, before: datetime) -> list[tuple[str, str, str | None]]:
+        with self._engine.connect() as connection:
+            rows = connection.execute(
+                core_select(MessageRow.channel_id, MessageRow.ts, MessageRow.thread_ts)
+                .where(col(MessageRow.posted_at) < before)
+                .order_by(col(MessageRow.channel_id), col(MessageRow.posted_at), col(MessageRow.ts))
+            ).all()
+        return [(channel_id, ts, thread_ts) for channel_id, ts, thread_ts in rows]
+
+    def messages_between(self, channel_id: str, start: datetime, end: datetime) -> list[Message]:
         with self._engine.connect() as connection:
             rows = connection.execute(
                 core_select(_table(MessageRow))
-                .where(col(MessageRow.posted_at) < before)
-                .order_by(col(MessageRow.channel_id), col(MessageRow.posted_at), col(MessageRow.ts))
+                .where(
+                    MessageRow.channel_id == channel_id,
+                    col(MessageRow.posted_at) >= start,
+                    col(MessageRow.posted_at) < end,
+                )
+                .order_by(col(MessageRow.posted_at), col(MessageRow.ts))
             ).all()
         return [_to_message(r) for r in rows]
 

@@ -10,6 +10,7 @@ its vector, plus a keyword bonus that only a close keyword match earns (see `fus
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -80,6 +81,8 @@ class SearchIndex:
         self._memos = memos
         self._conversations = conversations
         self._memories = memories or SqlMemoryStore(engine, SystemClock())
+        # One recall searches several kinds with the same query: it is embedded once.
+        self._query_vector = functools.lru_cache(maxsize=32)(embedder.query)
         self._caches = {kind: VectorCache() for kind in KINDS}
         self._sync_lock = threading.Lock()
         self._cache_lock = threading.Lock()
@@ -243,7 +246,7 @@ class SearchIndex:
 
         Call `sync` first for the newest changes to count.
         """
-        query_vector = self._embedder.query(query)
+        query_vector = self._query_vector(query)
         with self._cache_lock:
             cache = self._refreshed(kind)
             dense = cache.top(query_vector, readable, before, CANDIDATES)
