@@ -9,10 +9,12 @@ import sqlite3
 from tests.e2e.conftest import ALICE, BOB, GENERAL, BotProcess, wait_until
 from tests.e2e.test_memo_pins import myao2
 from tests.e2e.test_mentions import replies_in
+from tests.fakes.memory_model import is_channels_request, is_memory_request, remember
 from tests.fakes.openai_server import Text
 from tests.fakes.slack_server import FakeSlack
 
 DM = "DALICE"
+RANDOM = "CRANDOM"
 CURRENT_TIME = re.compile(r"^Current time: .*$", re.MULTILINE)
 
 
@@ -83,3 +85,35 @@ def test_a_preview_needs_no_slack_and_names_what_it_cannot_find(bot: BotProcess,
     nobody = myao2(bot, "preview", "response", "--channel", GENERAL, "--as", "UCAROL")
     assert nobody.returncode == 2 and "UCAROL" in nobody.stderr
     assert llm.requests == []  # nor the model
+
+
+def test_the_memory_preview_is_byte_for_byte_the_memory_call_the_bot_then_makes(
+    bot: BotProcess, slack: FakeSlack, llm
+) -> None:
+    slack.add_channel(RANDOM, "random", members=[ALICE, BOB])
+    llm.set_responder(lambda request: remember(request) if is_memory_request(request) else Text("Sure."))
+    # As above, a minute turning between the preview and the call means trying again with new messages.
+    for attempt in range(3):
+        bot.settings["memory.update_interval_seconds"] = 3600  # nothing read while the messages come
+        bot.start()
+        slack.post_message(GENERAL, ALICE, f"the release moves to friday ({attempt})")
+        slack.post_message(RANDOM, BOB, f"the printer is jammed ({attempt})")
+        wait_until(lambda: stored(bot, f"jammed ({attempt})") and stored(bot, f"friday ({attempt})"), what="stored")
+        assert bot.stop() == 0
+
+        shown = preview(bot, "memory", "--channel", GENERAL)
+        before = len(llm.requests)
+        bot.settings["memory.update_interval_seconds"] = 0.5
+        bot.start()
+        request = wait_until(
+            lambda: next((r for r in llm.requests[before:] if is_channels_request(r)), None), what="the memory call"
+        )
+        assert bot.stop() == 0
+        sent_query = request["messages"][1]["content"][0]["text"]
+        if CURRENT_TIME.findall(sent_query) == CURRENT_TIME.findall(shown["query"]):
+            break
+
+    assert request["messages"][0] == {"role": "system", "content": shown["system"]}
+    assert sent_query == shown["query"]
+    assert [t["function"] for t in request["tools"]] == shown["tools"]
+    assert f"the printer is jammed ({attempt})" in shown["query"]  # #random is read in the same call
