@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import signal
 import sys
@@ -12,6 +11,7 @@ from contextlib import suppress
 from datetime import timedelta
 from typing import Protocol, TypeVar
 
+from myao2 import start_up
 from myao2.application.autonomous import AutonomousResponder, AutonomySettings
 from myao2.application.channels import ChannelLifecycle
 from myao2.application.conversations import Conversations
@@ -258,16 +258,15 @@ class Bot:
         return task.result()
 
     async def _settle(self, clients: ModelClients) -> None:
-        """Once connected: load the model libraries, then exempt what start-up made from garbage collection.
+        """Once connected: load the model libraries, then end start-up's garbage collection (`start_up.settled`).
 
         The libraries are left out of start-up (about 0.6 s) but loaded before the
-        first mention needs them, if it comes late enough. Frozen, the start-up objects
-        (~190k) no longer make every full collection a ~100 ms pause of the event loop.
+        first mention needs them, if it comes late enough.
         """
         try:
             await clients.load()
         finally:
-            gc.freeze()
+            start_up.settled()
 
     async def _catch_up(self, history: HistorySync, answer: AnswerMention) -> None:
         """Fill the gaps in the store from Slack's history, then answer the messages for the bot it brought."""

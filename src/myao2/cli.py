@@ -10,8 +10,12 @@ import sys
 from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from myao2.config import Config, ConfigError, load_config
+from myao2 import start_up
+
+if TYPE_CHECKING:
+    from myao2.config import Config
 
 EXIT_CONFIG_ERROR = 2
 EXIT_INTERRUPTED = 130
@@ -195,6 +199,10 @@ QUIET_LOGGERS = ("alembic", "httpx", "httpx2", "openai", "strands", "slack_bolt"
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line and return the exit status."""
     args = build_parser().parse_args(argv)
+    if args.command in (None, "run"):
+        start_up.collect_less()  # before the config and the bot are imported; the bot ends it
+    from myao2.config import ConfigError, load_config
+
     try:
         # Configured before loading so warnings about the config file are formatted too.
         logging.basicConfig(level=logging.WARNING, format=LOG_FORMAT, stream=sys.stderr)
