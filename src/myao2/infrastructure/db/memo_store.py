@@ -12,6 +12,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import ColumnElement, Engine, and_, exists, false, or_
@@ -401,10 +402,17 @@ def _seen(query: Any, audiences: Audiences, *, removed: bool = False, shadow: bo
     With `shadow`, a live memo is left out where a nearer audience keeps a live memo of
     the same name: in each conversation a name means one memo.
     """
+    return query.where(_seen_clause(None if audiences is None else tuple(audiences), removed, shadow))
+
+
+@lru_cache(maxsize=1024)
+def _seen_clause(audiences: tuple[Audience, ...] | None, removed: bool, shadow: bool) -> ColumnElement[bool]:
+    """The condition of `_seen`, built once per reader: building it (its alias above all) took
+    longer than running the query. SQL expressions are immutable, so one serves every thread."""
     removed_col = col(MemoRow.removed_at)
-    query = query.where(removed_col.is_not(None) if removed else removed_col.is_(None))
+    live = removed_col.is_not(None) if removed else removed_col.is_(None)
     if audiences is None:
-        return query
+        return live
     nearer = aliased(MemoRow)
     allowed: list[ColumnElement[bool]] = []
     for i, audience in enumerate(audiences):
@@ -420,7 +428,7 @@ def _seen(query: Any, audiences: Audiences, *, removed: bool = False, shadow: bo
             )
             clause = and_(clause, ~exists(taken))
         allowed.append(clause)
-    return query.where(or_(false(), *allowed))
+    return and_(live, or_(false(), *allowed))
 
 
 def _refuse_pinned(session: Session, row: MemoRow, origin: Origin | None, keep_pins: bool) -> None:
