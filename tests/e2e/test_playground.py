@@ -14,6 +14,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from tests.e2e.conftest import BotProcess, free_port, wait_until
+from tests.fakes.memory_model import is_memory_request, remember
 from tests.fakes.openai_server import Error, FakeOpenAI, Text, ToolCall, ToolCalls
 from tests.fakes.slack_server import FakeSlack
 
@@ -161,6 +162,33 @@ def test_a_memo_taken_in_the_private_conversation_does_not_show_in_another(playg
         page.select_option("#conversation", elsewhere)
         expect(memo_item(page, "team-lunch")).to_be_visible()  # the panel shows this conversation's memos...
         expect(memo_item(page, "alice-surprise")).to_have_count(0)  # ...and not the private one
+    assert playground.stop() == 0
+
+
+def test_what_it_remembers_of_the_private_conversation_shows_only_there(playground, llm, page: Page) -> None:
+    playground.settings["memory.update_interval_seconds"] = 0.5
+    llm.set_responder(lambda request: remember(request) if is_memory_request(request) else Text("Noted."))
+    playground.start()
+    open_chat(page, playground, "play-general")
+    say(page, "the release moves to friday")
+    expect(page.locator(".bubble.bot .text")).to_have_text("Noted.")
+    page.select_option("#conversation", "play-secret")
+    say(page, "canary-secret surprise party for Bob")
+    expect(page.locator(".bubble.bot .text")).to_have_text("Noted.")
+
+    memory = page.locator("#memory")
+    for _ in range(60):  # the memory job runs every 0.5 s; the panel shows what it made when opened
+        page.select_option("#conversation", "play-general")
+        page.select_option("#conversation", "play-secret")
+        if "canary-secret" in memory.inner_text() and "release moves to friday" in memory.inner_text():
+            break
+        page.wait_for_timeout(500)
+    expect(memory).to_contain_text("canary-secret surprise party")
+    expect(memory).to_contain_text("the release moves to friday")  # the public channel's, seen from here
+
+    page.select_option("#conversation", "play-general")
+    expect(memory).to_contain_text("#general (long): remembered: the release moves to friday")  # general's view...
+    expect(memory).not_to_contain_text("canary-secret")  # ...without the private conversation's memory
     assert playground.stop() == 0
 
 
