@@ -362,3 +362,27 @@ async def test_a_conversation_the_bot_never_stored_is_digested_as_its_own(job, c
     clock.advance(3 * DAY)
     await job.run()
     assert [d.audience for d in memories.digests("CUNKNOWN")] == [Audience("CUNKNOWN")]
+
+
+async def test_a_message_deleted_or_edited_in_slack_leaves_no_trace_in_its_day_s_digest(
+    job, conversations, memories, writer, clock
+):
+    kept = say(conversations, clock, GENERAL, "the picnic is on Sunday")
+    regret = say(conversations, clock, GENERAL, "canary-regret my salary is 100k")
+    changed = say(conversations, clock, GENERAL, "canary-typo meet at 5")
+    clock.advance(3 * DAY)
+    await job.run()
+    assert any("canary-regret" in line for line in memories.digests()[0].lines)
+
+    conversations.delete_message(GENERAL.id, regret.ts)
+    conversations.edit_message(GENERAL.id, changed.ts, "meet at 6")
+    assert memories.digests() == []  # dropped at once...
+    await job.run()  # ...and made again from what is left
+    [digest] = memories.digests()
+    assert digest.lines == ("digest: the picnic is on Sunday", "digest: meet at 6")
+
+    clock.advance(15 * DAY)
+    await job.run()
+    assert conversations.get_message(GENERAL.id, kept.ts) is None
+    conversations.delete_message(GENERAL.id, kept.ts)  # deleted in Slack after its text is gone here
+    assert memories.digests() == []

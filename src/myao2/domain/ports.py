@@ -176,7 +176,10 @@ class ConversationStore(Protocol):
     def edit_message(self, channel_id: str, ts: str, text: str) -> None: ...
 
     def delete_message(self, channel_id: str, ts: str) -> None:
-        """Delete a message for good: it is never stored again, whoever fetched it earlier."""
+        """Delete a message for good: it is never stored again, whoever fetched it earlier.
+
+        The digest made from it (of its day) goes too; an edit drops it as well, to be made again.
+        """
         ...
 
     def reconcile(self, history: History, fetched_at: datetime) -> list[Message]:

@@ -35,6 +35,7 @@ from myao2.infrastructure.db.tables import (
     BotIdentityRow,
     ChannelRow,
     ClaimRow,
+    DigestRow,
     ExpiredMessageRow,
     MessageRow,
     PersonRow,
@@ -100,12 +101,18 @@ class SqlConversationStore:
         return new
 
     def _edit(self, connection: Connection, channel_id: str, ts: str, text: str) -> None:
+        """Change a message's text; the digest of its day, if any, is dropped to be made again from the new text."""
         values = {"text": text, "mentions": list(mentions_in(text)), "edited_at": self._clock.now()}
-        connection.execute(update(MessageRow).where(*_message_key(channel_id, ts)).values(**values))
+        if connection.execute(update(MessageRow).where(*_message_key(channel_id, ts)).values(**values)).rowcount:
+            _drop_digest(connection, channel_id, ts)
 
     def _delete(self, connection: Connection, channel_id: str, ts: str) -> None:
-        """Delete a message and leave a tombstone, so a history fetched earlier cannot bring it back."""
+        """Delete a message and leave a tombstone, so a history fetched earlier cannot bring it back.
+
+        The digest of its day goes too: made again from what is left, if its raw messages are still kept.
+        """
         connection.execute(delete(MessageRow).where(*_message_key(channel_id, ts)))
+        _drop_digest(connection, channel_id, ts)
         values = {"channel_id": channel_id, "ts": ts, "deleted_at": self._clock.now()}
         insert_ignoring = _INSERT_IGNORING.get(self._engine.dialect.name)
         if insert_ignoring is None:
@@ -506,6 +513,14 @@ def _save_message(connection: Connection, message: Message) -> bool:
     else:
         result = connection.execute(insert_ignoring(table).from_select(list(values), source).on_conflict_do_nothing())
     return result.rowcount == 1
+
+
+def _drop_digest(connection: Connection, channel_id: str, ts: str) -> None:
+    """Delete the digest made from message `ts`, if any (it still holds what the message said)."""
+    digests = _table(DigestRow)
+    connection.execute(
+        delete(digests).where(digests.c.channel_id == channel_id, digests.c.first_ts <= ts, digests.c.last_ts >= ts)
+    )
 
 
 def _table(model: type[SQLModel]) -> Table:
