@@ -1,4 +1,5 @@
-"""A channel that stops being the workspace's takes the profile facts learnt there with it."""
+"""Profiles follow what they were learnt from: a channel that stops being the workspace's takes the facts learnt
+there with it, and a person forgotten while the model learns about them gets nothing back."""
 
 from __future__ import annotations
 
@@ -133,3 +134,25 @@ async def test_narrowing_leaves_other_channels_and_private_facts_alone(keeper, p
     await lifecycle.became_private(GENERAL.id)
 
     assert profiles.get("ualice") == before
+
+
+async def test_a_person_forgotten_while_the_model_learns_about_them_gets_no_profile_back(
+    engine, conversations, profiles, clock, say
+):
+    from myao2.infrastructure.db.forget import forget_person
+
+    class ForgettingWriter(FakeWriter):
+        async def learn(self, prompt: ProfilePrompt) -> tuple[PersonUpdate, ...]:
+            forget_person(engine, "ualice")  # `myao2 memory forget` runs while the model thinks
+            return liking(prompt)
+
+    keeper = ProfileKeeper(
+        conversations=conversations, profiles=profiles, writer=ForgettingWriter(), clock=clock, persona=PERSONA,
+        batch_max_tokens=2000,
+    )
+    say(GENERAL, "ualice", "I like canary-opera")
+    say(GENERAL, "ubob", "I like tea")
+    await keeper.run()
+
+    assert profiles.get("ualice") is None
+    assert texts(profiles, "ubob", None) == ["likes tea"]

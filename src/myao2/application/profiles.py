@@ -140,7 +140,7 @@ class ProfileKeeper:
             self._apply(profile, audience, messages, updates.get(profile.user_id)).read(audience, messages[-1].ts)
             for profile, messages in read
         ]
-        await asyncio.to_thread(self._profiles.save, saved)
+        await asyncio.to_thread(self._profiles.save, saved, heard=True)
         if audience.is_workspace:
             await asyncio.to_thread(self._still_public, {m.channel_id for _, messages in read for m in messages})
         return ProfileRound(report.calls + 1, report.failures, report.people + tuple(p.user_id for p in saved))

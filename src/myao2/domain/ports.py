@@ -150,9 +150,11 @@ class ProfileStore(Protocol):
         """The stored profiles of these people, by user id."""
         ...
 
-    def save(self, profiles: Sequence[Profile]) -> None:
+    def save(self, profiles: Sequence[Profile], *, heard: bool = False) -> None:
         """Store these profiles in one transaction: all of them or none; a fact stored for a conversation
-        alone stays so (a save never widens what `narrow` did)."""
+        alone stays so (a save never widens what `narrow` did). With `heard` (what was learnt from their
+        messages), the profile of a person none of whose messages is stored any more (forgotten meanwhile)
+        is left out."""
         ...
 
     def narrow(self, channel_id: str) -> None:

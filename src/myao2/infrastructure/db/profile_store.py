@@ -30,11 +30,13 @@ class SqlProfileStore:
             rows = session.exec(select(ProfileRow).where(col(ProfileRow.user_id).in_(list(user_ids)))).all()
         return {row.user_id: _to_profile(row) for row in rows}
 
-    def save(self, profiles: Sequence[Profile]) -> None:
+    def save(self, profiles: Sequence[Profile], *, heard: bool = False) -> None:
         now = self._clock.now()
         with Session(self._engine) as session, session.begin():
             for profile in profiles:
                 row = session.get(ProfileRow, profile.user_id)
+                if heard and not _has_spoken(session, profile.user_id):
+                    continue  # forgotten since their messages were read: nothing of them comes back
                 if row is None:
                     row = ProfileRow(user_id=profile.user_id, facts=[], read_up_to={}, updated_at=now)
                 else:  # never wider than stored: a save of what was read before a narrowing cannot undo it
@@ -62,6 +64,14 @@ class SqlProfileStore:
         with Session(self._engine) as session:
             rows = session.exec(select(ProfileRow).order_by(col(ProfileRow.user_id))).all()
         return [_to_profile(row) for row in rows]
+
+
+def _has_spoken(session: Session, user_id: str) -> bool:
+    """Whether a message of `user_id` is stored, or was until retention deleted its text."""
+    for table in (MessageRow, ExpiredMessageRow):
+        if session.exec(select(table.ts).where(table.user_id == user_id).limit(1)).first() is not None:
+            return True
+    return False
 
 
 def _fact_to_json(fact: Fact) -> dict[str, Any]:
