@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+import subprocess
+import sys
 
 from tests.e2e.conftest import ALICE, BOB, GENERAL, BotProcess, wait_until
 from tests.e2e.test_memo_pins import myao2
@@ -117,3 +119,50 @@ def test_the_memory_preview_is_byte_for_byte_the_memory_call_the_bot_then_makes(
     assert sent_query == shown["query"]
     assert [t["function"] for t in request["tools"]] == shown["tools"]
     assert f"the printer is jammed ({attempt})" in shown["query"]  # #random is read in the same call
+
+
+def test_the_judgment_preview_is_byte_for_byte_the_judgment_the_bot_then_asks_for(
+    bot: BotProcess, slack: FakeSlack, llm
+) -> None:
+    bot.start()
+    slack.post_message(GENERAL, BOB, "anyone up for lunch?")
+    wait_until(lambda: stored(bot, "up for lunch"), what="Bob's message stored")
+    assert bot.stop() == 0
+    # An hour and a half later the question has waited "1 hour" for minutes on end, so the
+    # preview and the bot's judgment a few seconds after it say the same.
+    bot.shift_clock(90 * 60)
+    bot.settings["response.check_interval_seconds"] = 0.5
+    for _ in range(3):  # should a minute turn between the two, the bot judges again after a restart
+        shown = json.loads(shifted_myao2(bot, "preview", "judgment", "--channel", GENERAL, "--json"))
+        before = len(llm.requests)
+        bot.start()
+        request = wait_until(
+            lambda: next((r for r in llm.requests[before:] if _tool_names(r) == ["JudgmentOutput"]), None),
+            what="the judgment",
+        )
+        assert bot.stop() == 0
+        sent_query = request["messages"][1]["content"][0]["text"]
+        if CURRENT_TIME.findall(sent_query) == CURRENT_TIME.findall(shown["query"]):
+            break
+
+    assert request["messages"][0] == {"role": "system", "content": shown["system"]}
+    assert sent_query == shown["query"]
+    assert "Time since the last message: 1 hour" in sent_query
+    assert [t["function"] for t in request["tools"]] == shown["tools"]
+
+
+def shifted_myao2(bot: BotProcess, *argv: str) -> str:
+    """`myao2` with the bot's shifted clock."""
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.e2e.shifted_clock", *argv, "--config", str(bot.config_path)],
+        env=bot.environment(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def _tool_names(request: dict) -> list[str]:
+    return [t["function"]["name"] for t in request.get("tools") or []]
