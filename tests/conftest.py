@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 
 from tests.fakes import PROXY_VARIABLES
+from tests.postgres import PostgresServer, server_binaries
 
 
 @pytest.fixture(autouse=True)
@@ -12,3 +17,29 @@ def no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
     """Clients talk to the fakes on 127.0.0.1 directly, never through a proxy."""
     for name in PROXY_VARIABLES:
         monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """A throwaway PostgreSQL cluster for the whole session (skipped where the server is not installed, except in CI)."""
+    binaries = server_binaries()
+    if binaries is None:
+        missing = "PostgreSQL's server is not installed (apt-get install postgresql; .ci/run does)"
+        if os.environ.get("CI"):
+            pytest.fail(missing)
+        pytest.skip(missing)
+    server = PostgresServer(binaries)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh database of each kind the bot stores in: an SQLite file, and a migrated PostgreSQL database."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'memory.db'}"
+        return
+    server: PostgresServer = request.getfixturevalue("postgres")
+    with server.database() as url:
+        yield url

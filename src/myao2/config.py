@@ -33,6 +33,8 @@ logger = logging.getLogger(__name__)
 CONFIG_ENV_VAR = "MYAO2_CONFIG"
 DEFAULT_CONFIG_PATH = Path("config.yaml")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+DATABASE_DRIVERS = ("sqlite", "postgresql+psycopg")
+"""The databases memory.database_url may name (SQLAlchemy dialect+driver)."""
 AVATAR_SUFFIXES = (".svg", ".png", ".jpg", ".jpeg", ".gif", ".webp")
 """Picture files the playground can show."""
 
@@ -199,6 +201,23 @@ class MemoryConfig(_Section):
     retention: RetentionConfig = _section()
     people_max_tokens: int = Field(default=400, ge=0)
     """What the bot learnt about the people in the conversation (their profile facts) in a prompt."""
+
+    @field_validator("database_url")
+    @classmethod
+    def _supported_database(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        try:
+            url = make_url(value)
+        except ArgumentError:
+            url = None
+        if url is None or url.drivername not in DATABASE_DRIVERS:
+            # The URL itself is never repeated: it may hold a password.
+            raise ValueError(f"must be a URL starting with {' or '.join(f'{d}://' for d in DATABASE_DRIVERS)}")
+        return value
 
     @property
     def sqlalchemy_url(self) -> str:

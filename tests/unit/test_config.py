@@ -168,6 +168,11 @@ def test_require_rejects_paths_the_models_do_not_define() -> None:
         ("memory: {channel_max_tokens: -1}", "memory.channel_max_tokens: must be greater than or equal to 0"),
         ("logging: {debug_llm_messages: maybe}", "logging.debug_llm_messages: must be true or false"),
         ("slack: hello", "slack: must be a mapping"),
+        (
+            "memory: {database_url: 'mysql://u:secret@h/db'}",
+            "memory.database_url: must be a URL starting with sqlite:// or postgresql+psycopg://",
+        ),
+        ("memory: {database_url: 'not a url'}", "memory.database_url: must be a URL starting with"),
     ],
 )
 def test_invalid_value_names_the_key(tmp_path: Path, text: str, expected: str) -> None:
@@ -176,7 +181,7 @@ def test_invalid_value_names_the_key(tmp_path: Path, text: str, expected: str) -
 
     message = str(excinfo.value)
     assert message.startswith(expected)
-    assert "pydantic" not in message and "http" not in message
+    assert "pydantic" not in message and "http" not in message and "secret" not in message
 
 
 def test_every_problem_gets_a_line(tmp_path: Path) -> None:

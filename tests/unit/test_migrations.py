@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
-import sqlite3
 import threading
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
-from sqlalchemy import create_engine, text
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Engine, create_engine, inspect, text
+from sqlalchemy.exc import IntegrityError, SAWarning
 
 from myao2.infrastructure.db.engine import MIGRATIONS, migrate, newest_revision, open_database
+from tests.postgres import PostgresServer
+
+SQLITE_ONLY_PREFIX = "search_"
+"""The search index's tables (FTS5 and its shadow tables): search needs SQLite for now."""
 
 
 def head_revision() -> str:
@@ -23,22 +29,39 @@ def head_revision() -> str:
     return head
 
 
-def schema(path: Path) -> list[tuple[str, str]]:
-    with sqlite3.connect(path) as plain:
-        return plain.execute(
-            "SELECT type, name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY name"
-        ).fetchall()
+@pytest.fixture(params=["sqlite", "postgresql"])
+def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty database of each kind the bot stores in."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'm.db'}"
+        return
+    server: PostgresServer = request.getfixturevalue("postgres")
+    with server.database(migrated=False) as url:
+        yield url
 
 
-def test_an_empty_database_gets_the_tables_and_the_head_version(tmp_path: Path) -> None:
-    path = tmp_path / "fresh" / "m.db"
-    open_database(f"sqlite:///{path}")
-    tables = {name for kind, name in schema(path) if kind == "table"}
-    assert {"memos", "memo_revisions", "alembic_version"} <= tables
-    with sqlite3.connect(path) as plain:
-        assert plain.execute("SELECT version_num FROM alembic_version").fetchall() == [
-            (head_revision(),)
-        ]
+def schema(engine: Engine) -> dict[str, list[str]]:
+    """Each table with its indexes' names."""
+    found = inspect(engine)
+    with warnings.catch_warnings():  # SQLite's reflection skips expression indexes, with a warning
+        warnings.simplefilter("ignore", SAWarning)
+        return {table: sorted(str(index["name"]) for index in found.get_indexes(table)) for table in found.get_table_names()}
+
+
+def version(engine: Engine) -> list[tuple[str, ...]]:
+    with engine.connect() as connection:
+        return [tuple(row) for row in connection.execute(text("SELECT version_num FROM alembic_version"))]
+
+
+def test_an_empty_database_gets_the_tables_and_the_head_version(empty_url: str) -> None:
+    engine = open_database(empty_url)
+    assert {"memos", "memo_revisions", "claims", "alembic_version"} <= set(schema(engine))
+    assert version(engine) == [(head_revision(),)]
+
+
+def test_an_sqlite_file_gets_its_folder(tmp_path: Path) -> None:
+    open_database(f"sqlite:///{tmp_path / 'fresh' / 'm.db'}")
+    assert (tmp_path / "fresh" / "m.db").is_file()
 
 
 def test_each_revision_is_numbered_like_its_file_so_the_newest_is_known_without_alembic() -> None:
@@ -50,38 +73,47 @@ def test_each_revision_is_numbered_like_its_file_so_the_newest_is_known_without_
     assert newest_revision() == head_revision()
 
 
-def test_a_database_at_an_older_version_is_migrated_to_the_newest(tmp_path: Path) -> None:
-    path = tmp_path / "m.db"
+def test_a_database_at_an_older_version_is_migrated_to_the_newest(empty_url: str) -> None:
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
-    engine = create_engine(f"sqlite:///{path}")
+    engine = create_engine(empty_url)
     with engine.begin() as connection:
         config.attributes["connection"] = connection
         command.upgrade(config, "0001")
+    assert "claims" not in schema(engine)
     engine.dispose()
-    open_database(f"sqlite:///{path}")
-    with sqlite3.connect(path) as plain:
-        assert plain.execute("SELECT version_num FROM alembic_version").fetchall() == [(head_revision(),)]
-        assert plain.execute("SELECT count(*) FROM sqlite_master WHERE name = 'claims'").fetchone() == (1,)
+    engine = open_database(empty_url)
+    assert version(engine) == [(head_revision(),)]
+    assert "claims" in schema(engine)
 
 
-def test_migrating_again_changes_nothing(tmp_path: Path) -> None:
-    path = tmp_path / "m.db"
-    engine = open_database(f"sqlite:///{path}")
-    with sqlite3.connect(path) as plain:
-        plain.execute(
-            "INSERT INTO memos (name, content, priority, tags, visibility, created_at, updated_at)"
-            " VALUES ('kept', 'c', 1, '[]', 'workspace', 'x', 'x')"
+def test_migrating_again_changes_nothing(empty_url: str) -> None:
+    engine = open_database(empty_url)
+    with engine.begin() as connection:
+        connection.execute(
+            text(
+                "INSERT INTO memos (name, content, priority, tags, visibility, created_at, updated_at)"
+                " VALUES ('kept', 'c', 1, '[]', 'workspace', 'x', 'x')"
+            )
         )
-    before = schema(path)
+    before = schema(engine)
     migrate(engine)
-    open_database(f"sqlite:///{path}")
-    assert schema(path) == before
-    with sqlite3.connect(path) as plain:
-        assert plain.execute("SELECT name FROM memos").fetchall() == [("kept",)]
-        assert plain.execute("SELECT version_num FROM alembic_version").fetchall() == [
-            (head_revision(),)
-        ]
+    again = open_database(empty_url)
+    assert schema(again) == before
+    with again.connect() as connection:
+        assert connection.execute(text("SELECT name FROM memos")).fetchall() == [("kept",)]
+    assert version(again) == [(head_revision(),)]
+
+
+def test_every_table_has_the_same_columns_on_sqlite_and_postgresql(tmp_path: Path, postgres: PostgresServer) -> None:
+    """One schema, whatever the database: the migrations branch on the dialect only for what SQLite alone has."""
+    sqlite = inspect(open_database(f"sqlite:///{tmp_path / 'm.db'}"))
+    with postgres.database() as url:
+        postgresql = inspect(open_database(url))
+        tables = set(postgresql.get_table_names())
+        assert tables == {t for t in sqlite.get_table_names() if not t.startswith(SQLITE_ONLY_PREFIX)}
+        for table in tables:
+            assert [c["name"] for c in postgresql.get_columns(table)] == [c["name"] for c in sqlite.get_columns(table)]
 
 
 def test_an_in_memory_database_is_shared_across_threads() -> None:

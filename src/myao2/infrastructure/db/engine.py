@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event, text
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import OperationalError, ProgrammingError
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import StaticPool
 
@@ -83,6 +83,6 @@ def _version(engine: Engine) -> str | None:
     try:
         with engine.connect() as connection:
             return connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
-    except OperationalError:  # no such table yet
+    except (OperationalError, ProgrammingError):  # no such table yet (SQLite, PostgreSQL)
         return None
 

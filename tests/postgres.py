@@ -1,0 +1,97 @@
+"""A throwaway PostgreSQL cluster on 127.0.0.1 (Debian's server binaries), one per test session.
+
+Each test gets a database of its own, copied from a template the migrations ran on once,
+and dropped again when the test ends.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from sqlalchemy import create_engine, text
+
+from myao2.infrastructure.db.engine import open_database
+
+SERVER_USER = "nobody"
+"""initdb refuses to run as root: as root, the cluster belongs to this user."""
+TEMPLATE = "myao2_template"
+
+
+def server_binaries() -> Path | None:
+    """The newest installed PostgreSQL server's bin folder (Debian's layout), or None."""
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parent.parent.name))
+    return found[-1].parent if found else None
+
+
+class PostgresServer:
+    """A cluster in a temporary folder, trusting local connections, listening on a free port."""
+
+    def __init__(self, binaries: Path) -> None:
+        self._binaries = binaries
+        self._folder = Path(tempfile.mkdtemp(prefix="myao2-pg-"))
+        self._data = self._folder / "data"
+        self.port = _free_port()
+        self._names = itertools.count(1)
+        self._as_user = ["runuser", "-u", SERVER_USER, "--"] if os.geteuid() == 0 else []
+
+    def start(self) -> None:
+        if self._as_user:
+            shutil.chown(self._folder, SERVER_USER)
+        self._run("initdb", "-D", str(self._data), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync")
+        options = (
+            f"-h 127.0.0.1 -p {self.port} -k {self._folder} -F "
+            "-c full_page_writes=off -c synchronous_commit=off -c max_connections=200"
+        )
+        self._run("pg_ctl", "-D", str(self._data), "-l", str(self._folder / "server.log"), "-o", options, "-w", "start")
+        self._create(TEMPLATE)
+        open_database(self.url(TEMPLATE)).dispose()  # no connection may stay open on a template
+
+    def stop(self) -> None:
+        self._run("pg_ctl", "-D", str(self._data), "-m", "immediate", "-w", "stop")
+        shutil.rmtree(self._folder, ignore_errors=True)
+
+    def url(self, database: str) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{database}"
+
+    @contextmanager
+    def database(self, *, migrated: bool = True) -> Iterator[str]:
+        """The URL of a new database (migrated, or empty), dropped afterwards with its connections."""
+        name = f"test_{next(self._names)}"
+        self._create(name, template=TEMPLATE if migrated else "template0")
+        try:
+            yield self.url(name)
+        finally:
+            self._admin(f"DROP DATABASE {name} WITH (FORCE)")
+
+    def _create(self, name: str, template: str = "template0") -> None:
+        self._admin(f"CREATE DATABASE {name} TEMPLATE {template}")
+
+    def _admin(self, statement: str) -> None:
+        engine = create_engine(self.url("postgres"), isolation_level="AUTOCOMMIT")
+        try:
+            with engine.connect() as connection:
+                connection.execute(text(statement))
+        finally:
+            engine.dispose()
+
+    def _run(self, program: str, *args: str) -> None:
+        subprocess.run(
+            [*self._as_user, str(self._binaries / program), *args],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
