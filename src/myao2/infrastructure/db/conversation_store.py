@@ -9,9 +9,25 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
+from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Table, Text, case, delete, exists, func, insert, literal, or_, type_coerce, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Executable,
+    Table,
+    Text,
+    bindparam,
+    case,
+    delete,
+    exists,
+    func,
+    insert,
+    or_,
+    type_coerce,
+    update,
+)
 from sqlalchemy import select as core_select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
@@ -496,23 +512,30 @@ def _save_message(connection: Connection, message: Message) -> bool:
 
     One statement, so a deletion committed meanwhile by another thread is respected.
     """
+    dialect = connection.dialect.name
+    if dialect in _INSERT_IGNORING:
+        return connection.execute(_insert_message(dialect), _message_row(message)).rowcount == 1
+    try:
+        with connection.begin_nested():
+            return connection.execute(_insert_message(dialect), _message_row(message)).rowcount == 1
+    except IntegrityError:
+        return False
+
+
+@lru_cache(maxsize=None)
+def _insert_message(dialect: str) -> Executable:
+    """The statement of `_save_message`, built once per dialect (building it cost more than running it),
+    the message's values bound at each run: those of `_message_row`."""
     table = _table(MessageRow)
-    values = _message_row(message)
-    tombstoned = exists().where(TombstoneRow.channel_id == message.channel_id, TombstoneRow.ts == message.ts)
-    expired = exists().where(ExpiredMessageRow.channel_id == message.channel_id, ExpiredMessageRow.ts == message.ts)
-    source = core_select(*(literal(value, table.c[name].type) for name, value in values.items())).where(
-        ~tombstoned, ~expired
-    )
-    insert_ignoring = _INSERT_IGNORING.get(connection.dialect.name)
+    values = {name: bindparam(name, type_=table.c[name].type) for name in _MESSAGE_COLUMNS}
+    here = (values["channel_id"], values["ts"])
+    tombstoned = exists().where(TombstoneRow.channel_id == here[0], TombstoneRow.ts == here[1])
+    expired = exists().where(ExpiredMessageRow.channel_id == here[0], ExpiredMessageRow.ts == here[1])
+    source = core_select(*values.values()).where(~tombstoned, ~expired)
+    insert_ignoring = _INSERT_IGNORING.get(dialect)
     if insert_ignoring is None:
-        try:
-            with connection.begin_nested():
-                result = connection.execute(insert(table).from_select(list(values), source))
-        except IntegrityError:
-            return False
-    else:
-        result = connection.execute(insert_ignoring(table).from_select(list(values), source).on_conflict_do_nothing())
-    return result.rowcount == 1
+        return insert(table).from_select(list(values), source)
+    return insert_ignoring(table).from_select(list(values), source).on_conflict_do_nothing()
 
 
 def _drop_digest(connection: Connection, channel_id: str, ts: str) -> None:
@@ -541,18 +564,14 @@ def _newest_first() -> tuple[Any, ...]:
     return col(MessageRow.posted_at).desc(), col(MessageRow.ts).desc()
 
 
+_MESSAGE_COLUMNS = ("channel_id", "ts", "posted_at", "thread_ts", "user_id", "user_name", "text", "is_bot", "mentions")
+"""The columns of a message row, each filled from the `Message` attribute of its name."""
+
+
 def _message_row(message: Message) -> dict[str, Any]:
-    return {
-        "channel_id": message.channel_id,
-        "ts": message.ts,
-        "posted_at": message.posted_at,
-        "thread_ts": message.thread_ts,
-        "user_id": message.user_id,
-        "user_name": message.user_name,
-        "text": message.text,
-        "is_bot": message.is_bot,
-        "mentions": list(message.mentions),
-    }
+    row = {name: getattr(message, name) for name in _MESSAGE_COLUMNS}
+    row["mentions"] = list(message.mentions)
+    return row
 
 
 def _to_channel(row: ChannelRow) -> Channel:
