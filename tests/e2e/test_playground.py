@@ -204,6 +204,20 @@ def test_a_model_error_shows_as_a_message(playground, llm, page: Page) -> None:
     assert playground.stop() == 0
 
 
+def test_with_a_token_the_page_works_when_opened_with_it(playground, llm, page: Page) -> None:
+    playground.settings["playground.token"] = "s3cret-token"
+    playground.start()
+    llm.script(Text("Hello, Carol."))
+    assert page.goto(playground.url).status == 401
+    page.goto(playground.url + "?token=s3cret-token")
+    page.fill("#name", "Carol")
+    say(page, "hi")
+    expect(page.locator(".bubble.bot .text")).to_have_text("Hello, Carol.")
+    expect(page.locator("#avatar")).to_have_js_property("naturalWidth", 240)  # the picture came with the token too
+    assert "s3cret-token" not in playground.log()
+    assert playground.stop() == 0
+
+
 def test_a_refused_message_shows_why(playground, page: Page) -> None:
     playground.start()
     open_chat(page, playground, "play-general")
