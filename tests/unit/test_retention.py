@@ -386,3 +386,26 @@ async def test_a_message_deleted_or_edited_in_slack_leaves_no_trace_in_its_day_s
     assert conversations.get_message(GENERAL.id, kept.ts) is None
     conversations.delete_message(GENERAL.id, kept.ts)  # deleted in Slack after its text is gone here
     assert memories.digests() == []
+
+
+async def test_a_person_forgotten_while_their_day_is_being_digested_does_not_come_back_in_it(
+    conversations, memories, clock, engine, db_path
+):
+    from myao2.infrastructure.db.forget import forget_person
+
+    class ForgettingMeanwhile(FakeDigests):
+        async def digest(self, prompt):  # type: ignore[no-untyped-def]
+            lines = await super().digest(prompt)
+            if len(self.prompts) == 1:
+                forget_person(engine, "UALICE")  # `myao2 memory forget` while the model writes
+            return lines
+
+    writer = ForgettingMeanwhile()
+    job = make_job(conversations, memories, writer, clock)
+    say(conversations, clock, GENERAL, "canary-alice loves jazz", user="UALICE")
+    say(conversations, clock, GENERAL, "bob likes tea", user="UBOB")
+    clock.advance(3 * DAY)
+    await job.run()
+    assert rows_holding(db_path, "canary-alice") == []
+    await job.run()  # made again from what is left
+    assert [d.lines for d in memories.digests()] == [("digest: bob likes tea",)]

@@ -133,6 +133,8 @@ class RetentionJob:
                 await asyncio.to_thread(self._memories.save_digest, digest)
                 if digest.audience.is_workspace:
                     await asyncio.to_thread(still_public, self._conversations, self._memories, [channel.id])
+                if not await self._still_as_read(channel.id, day, messages):
+                    continue
                 made[day] = due
                 report = RetentionReport(report.digests + 1, report.failures, report.deleted)
             if self._policy.deletable(day, today, made.get(day)):
@@ -145,6 +147,20 @@ class RetentionJob:
                 await asyncio.to_thread(self._conversations.expire_messages, channel.id, going)
                 report = RetentionReport(report.digests, report.failures, report.deleted + len(going))
         return report, True
+
+    async def _still_as_read(self, channel_id: str, day: date, messages: Sequence[Message]) -> bool:
+        """Whether the day's messages are still those the digest was made from; if one was deleted or edited
+        meanwhile (in Slack, or by forgetting a person), the digest just saved is dropped, to be made again."""
+        now = await asyncio.to_thread(
+            self._conversations.messages_between,
+            channel_id,
+            self._day_start(day),
+            self._day_start(day + timedelta(days=1)),
+        )
+        if [(m.ts, m.text) for m in now] == [(m.ts, m.text) for m in messages]:
+            return True
+        await asyncio.to_thread(self._memories.delete_digest, channel_id, day)
+        return False
 
     async def _digest(self, channel: Channel, day: date, stage: Stage, messages: Sequence[Message]) -> Digest:
         """The day's digest at `stage`, made by the model from its raw messages; raises ModelUnavailable."""

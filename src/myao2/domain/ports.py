@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import date, datetime
 from typing import Protocol
 
 from myao2.domain.activity import JudgmentOutcome, ModelCall, ReplyKind
@@ -129,6 +129,10 @@ class MemoryStore(Protocol):
 
     def digests(self, channel_id: str | None = None) -> list[Digest]:
         """The digests of one conversation (or of all), by conversation then day."""
+        ...
+
+    def delete_digest(self, channel_id: str, day: date) -> None:
+        """Delete the digest of that conversation and day, if any."""
         ...
 
     def save_digest(self, digest: Digest) -> None:

@@ -87,6 +87,13 @@ class SqlMemoryStore:
             rows = session.exec(select(MemoryRow).where(col(MemoryRow.id).in_(ids))).all()
         return {row.id: row_to_memory(row) for row in rows if row.id is not None}
 
+    def delete_digest(self, channel_id: str, day: date) -> None:
+        with Session(self._engine) as session, session.begin():
+            for row in session.exec(
+                select(DigestRow).where(DigestRow.channel_id == channel_id, DigestRow.day == day.isoformat())
+            ).all():
+                session.delete(row)
+
     def save_digest(self, digest: Digest) -> None:
         with Session(self._engine) as session, session.begin():
             row = session.exec(
