@@ -8,10 +8,11 @@ remembers every new message as a note and learns "likes X" from "I like X"
 (tests/fakes/memory_model.py). A simulated clock spreads the messages (threads
 included) over the days and runs the job every `--interval-hours`.
 
-Printed: LLM calls and estimated prompt tokens (characters / 4, CJK as one) per 1,000
-messages; calls of a second run with nothing new (goal 0); wall time of the slowest run;
-the size of a mention's prompt in the busiest channel before the first run and after the
-last (bounded by the `memory.*_max_tokens` budgets however long the history).
+Printed: LLM calls (by kind: public channels read together, one scope such as the
+workspace or a lone channel, profiles) and estimated prompt tokens (characters / 4, CJK as
+one) per 1,000 messages; calls of a second run with nothing new (goal 0); wall time of the
+slowest run; the size of a mention's prompt in the busiest channel before the first run and
+after the last (bounded by the `memory.*_max_tokens` budgets however long the history).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import random
 import sys
 import tempfile
 import time
+from collections import Counter
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -46,7 +48,7 @@ from myao2.infrastructure.llm.agents import ModelClients, StrandsMemoryWriter  #
 from myao2.infrastructure.llm.phrases import prompt_marks  # noqa: E402
 from myao2.infrastructure.llm.prompts import PromptRenderer  # noqa: E402
 from tests.clocks import ManualClock  # noqa: E402
-from tests.fakes.memory_model import remember  # noqa: E402
+from tests.fakes.memory_model import is_channels_request, is_profile_request, remember  # noqa: E402
 from tests.fakes.openai_server import FakeOpenAI  # noqa: E402
 
 PEOPLE = ["Alice", "Bob", "Carol", "Dave", "Erin"]
@@ -154,6 +156,10 @@ async def main() -> None:
             runs += 1
 
         calls = len(llm.requests)
+        kinds = Counter(
+            "profiles" if is_profile_request(r) else "channels" if is_channels_request(r) else "one scope"
+            for r in llm.requests
+        )
         prompt_tokens = sum(
             estimate_tokens(str(m.get("content") or "")) for request in llm.requests for m in request["messages"]
         )
@@ -167,7 +173,8 @@ async def main() -> None:
     per_thousand = 1000 / len(messages)
     print(f"messages: {len(messages)} over {args.days} days in {args.channels} channels; "
           f"{runs} runs, one every {args.interval_hours:g} h")
-    print(f"LLM calls per 1000 messages:     {calls * per_thousand:.1f}")
+    print(f"LLM calls per 1000 messages:     {calls * per_thousand:.1f} "
+          f"({', '.join(f'{kind} {count * per_thousand:.1f}' for kind, count in sorted(kinds.items()))})")
     print(f"prompt tokens per 1000 messages: {prompt_tokens * per_thousand:.0f}")
     print(f"calls of a run with nothing new: {quiet.calls} ({quiet_seconds * 1000:.0f} ms)")
     print(f"wall time of the slowest run:    {slowest:.2f} s")
