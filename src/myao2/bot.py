@@ -258,13 +258,14 @@ class Bot:
         return task.result()
 
     async def _settle(self, clients: ModelClients) -> None:
-        """Once connected: load the model libraries, then end start-up's garbage collection (`start_up.settled`).
+        """Once connected: load the model libraries and build the models, then end start-up's garbage
+        collection (`start_up.settled`).
 
         The libraries are left out of start-up (about 0.6 s) but loaded before the
         first mention needs them, if it comes late enough.
         """
         try:
-            await clients.load()
+            await clients.warm()
         finally:
             start_up.settled()
 

@@ -5,7 +5,7 @@ Retries are bounded in two layers. The openai client retries timeouts, 429 and 5
 one more round a second later. A reply makes at most `max_tool_cycles` model calls.
 
 openai and strands take about 0.6 s to import and are not needed to connect to
-Slack: they are imported on first use, or beforehand by `ModelClients.load`.
+Slack: they are imported on first use, or beforehand by `ModelClients.load` (or `warm`).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import json
 import logging
 import time
 from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -103,8 +104,8 @@ def tool_schemas(tools: list[Any]) -> tuple[dict[str, Any], ...]:
 class ModelClients:
     """One model, with one client, per agent role, shared by every call of that role.
 
-    Models are built on first use, so inside the running event loop that then owns
-    their connections. A litellm provider without the litellm package is refused here.
+    Models are built by `warm` or on first use, while the event loop that then owns
+    their connections runs. A litellm provider without the litellm package is refused here.
     """
 
     def __init__(self, agents: AgentsConfig, activity: Activity | None = None) -> None:
@@ -130,6 +131,16 @@ class ModelClients:
             await asyncio.shield(self._loading)
         self._loading.result()
 
+    async def warm(self) -> None:
+        """`load`, then build every role's model in a worker thread too.
+
+        Building one (its client's TLS context above all) takes ~30 ms of CPU, which
+        would otherwise stall the event loop at the role's first call. A role whose
+        model cannot be built is left to fail there, as it would have.
+        """
+        await self.load()
+        await asyncio.to_thread(self._build_all)
+
     def config(self, role: Role) -> AgentConfig:
         """The configuration of `role`'s agent."""
         config: AgentConfig = getattr(self._agents, role)
@@ -145,6 +156,12 @@ class ModelClients:
         if model is None:
             model = self._models[role] = self._build(role)
         return model
+
+    def _build_all(self) -> None:
+        for role in ROLES:
+            if role not in self._models:  # a call on the loop may have built it meanwhile
+                with suppress(ConfigError):
+                    self._models[role] = self._build(role)
 
     async def close(self) -> None:
         """Close the clients built so far."""
