@@ -38,6 +38,10 @@ _SOURCES = {"memo": "memos", "message": "messages", "digest": "digests", "summar
 BATCH_SIZE = 16
 CANDIDATES = 50
 """How many hits each ranking (dense, keyword) proposes before fusion."""
+MAX_QUERY_TERMS = 64
+"""Keyword terms of a query beyond these are not looked up (a question is far shorter)."""
+FREQUENT = 2000
+"""A term held by this many documents is frequent: its count is estimated, and it proposes no candidates."""
 KEYWORD_WEIGHT = 0.06
 """The largest bonus a keyword match adds to a cosine (which spans about 0.75-0.95 for this model)."""
 
@@ -251,12 +255,16 @@ class SearchIndex:
             cache = self._refreshed(kind)
             dense = cache.top(query_vector, readable, before, CANDIDATES)
         with self._engine.connect() as connection:
-            query_terms = list(dict.fromkeys(terms(query)))
-            keyword = _keyword_top(connection, kind, query_terms, readable, cache.scopes, before)
+            query_terms = list(dict.fromkeys(terms(query)))[:MAX_QUERY_TERMS]
+            frequencies = _document_frequencies(connection, query_terms)
+            # A term in very many documents says little and would take long to rank by: it only
+            # counts towards the keyword bonus of the documents proposed.
+            rare = [term for term in query_terms if 0 < frequencies[term] < FREQUENT]
+            keyword = _keyword_top(connection, kind, rare, readable, cache.scopes, before)
             candidates = list(dict.fromkeys([doc_id for doc_id, _ in dense] + keyword))
             rows = _rows(connection, candidates)
-            documents = sum(len(c) for c in self._caches.values())
-            weights = _idf(connection, query_terms, documents)
+        documents = max(sum(len(c) for c in self._caches.values()), max(frequencies.values(), default=0))
+        weights = {term: _idf(documents, frequency) for term, frequency in frequencies.items()}
         cosines = dict(dense)
         floor = min(cosines.values(), default=0.0)
         hits = []
@@ -275,18 +283,19 @@ class SearchIndex:
         return hits[:limit]
 
     def warm(self) -> None:
-        """Load every kind's vectors into memory (done on first search otherwise)."""
+        """Load every kind's vectors into memory, clustered if many (done on first search otherwise)."""
         with self._cache_lock:
             for kind in KINDS:
-                self._refreshed(kind)
+                self._refreshed(kind).cluster_if_due()
 
     def _refreshed(self, kind: str) -> VectorCache:
         cache = self._caches[kind]
         with self._engine.connect() as connection:
+            # `+kind`: found by the index on `seq` (only the newest rows), never by kind (all of them).
             result = connection.execute(
                 text(
                     "SELECT id, scope, at, vector, seq FROM search_docs "
-                    "WHERE kind = :kind AND seq > :seq AND model = :model ORDER BY seq"
+                    "WHERE +kind = :kind AND seq > :seq AND model = :model ORDER BY seq"
                 ),
                 {"kind": kind, "seq": cache.seq, "model": self._embedder.model_id},
             )
@@ -313,19 +322,34 @@ def coverage(weights: dict[str, float], document_terms: str) -> float:
     return sum(weight for term, weight in weights.items() if term in present) / total
 
 
-def _idf(connection: Connection, query_terms: list[str], documents: int) -> dict[str, float]:
-    if not query_terms:
-        return {}
-    frequencies = dict(
-        connection.execute(
-            text("SELECT term, doc FROM search_vocab WHERE term IN (SELECT value FROM json_each(:terms))"),
-            {"terms": json.dumps(query_terms, ensure_ascii=False)},
-        ).all()
-    )
-    return {
-        term: math.log(1 + (documents - frequencies.get(term, 0) + 0.5) / (frequencies.get(term, 0) + 0.5))
-        for term in query_terms
-    }
+def _idf(documents: int, frequency: float) -> float:
+    return math.log(1 + (documents - frequency + 0.5) / (frequency + 0.5))
+
+
+def _document_frequencies(connection: Connection, query_terms: list[str]) -> dict[str, float]:
+    """How many documents hold each term: counted up to `FREQUENT`, estimated beyond.
+
+    The estimate reads only the first `FREQUENT` documents holding the term (by id) and
+    scales their count by how much of the id range they span, so a word in half a million
+    messages costs as little as a rare one.
+    """
+    frequencies: dict[str, float] = {}
+    first_id, last_id = connection.execute(
+        text("SELECT (SELECT min(id) FROM search_docs), (SELECT max(id) FROM search_docs)")
+    ).one()
+    for term in query_terms:
+        found, low, high = connection.execute(
+            text(
+                "SELECT count(*), min(rowid), max(rowid) FROM "
+                "(SELECT rowid FROM search_fts WHERE search_fts MATCH :term LIMIT :n)"
+            ),
+            {"term": fts_query([term]), "n": FREQUENT},
+        ).one()
+        if found < FREQUENT:
+            frequencies[term] = float(found)
+        else:
+            frequencies[term] = found * (last_id - first_id + 1) / (high - low + 1)
+    return frequencies
 
 
 def _keyword_top(

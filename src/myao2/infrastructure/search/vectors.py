@@ -1,18 +1,32 @@
 """The vectors of one kind of document, in memory as one contiguous float32 matrix.
 
 Loaded from `search_docs` on first use, then refreshed incrementally: rows written
-since the last refresh (their `seq` is higher) are added or replaced in place.
-Scoring is one matrix-vector product and an `argpartition`.
+since the last refresh (their `seq` is higher) are added, a changed row replaced.
+
+Up to `EXACT_ROWS` vectors are scored exactly, by one matrix-vector product. Beyond,
+the matrix is grouped into clusters (k-means on a sample), and a search scores the
+clusters whose centres are nearest the query until it has read `PROBE_SHARE` of the
+vectors it may see, plus every vector added since the clustering: an approximate
+search whose cost grows with the square root of the collection, not with its size.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
 _INITIAL_CAPACITY = 1024
+EXACT_ROWS = 20_000
+"""Collections up to this size are searched exactly."""
+PROBE_SHARE = 0.02
+"""The share of the readable vectors an approximate search reads (at least `_PROBE_MIN` of them)."""
+_PROBE_MIN = 4_000
+_SAMPLE_PER_CLUSTER = 40
+_ITERATIONS = 8
+_CHUNK = 65_536
 
 
 @dataclass(frozen=True)
@@ -27,7 +41,12 @@ class StoredVector:
 
 
 class VectorCache:
-    """Vectors of one kind, each with its document id, scope (who may read it) and time."""
+    """Vectors of one kind, each with its document id, scope (who may read it) and time.
+
+    Rows `[0, clustered)` are grouped by cluster (cluster c is rows `offsets[c]:offsets[c+1]`);
+    rows from `clustered` on were added since, and are always read. A row whose vector
+    changes moves to the end, so no row sits in a cluster that no longer fits it.
+    """
 
     def __init__(self, dim: int | None = None) -> None:
         self.seq = 0
@@ -41,6 +60,10 @@ class VectorCache:
         self._positions: dict[int, int] = {}
         self._scope_codes: dict[str | None, int] = {}
         self._scope_names: list[str | None] = []
+        self._live_per_scope = np.zeros(0, dtype=np.int64)
+        self._clustered = 0
+        self._centroids: np.ndarray | None = None
+        self._offsets = np.zeros(1, dtype=np.int64)
 
     def __len__(self) -> int:
         return len(self._positions)
@@ -52,30 +75,48 @@ class VectorCache:
 
     def put(self, rows: Iterable[StoredVector]) -> None:
         """Add or replace rows (by document id)."""
+        batch: list[StoredVector] = []
         for row in rows:
-            vector = np.frombuffer(row.vector, dtype=np.float32)
-            if self._dim is None:
-                self._dim = vector.shape[0]
-                self._matrix = np.zeros((0, self._dim), dtype=np.float32)
-            if vector.shape[0] != self._dim:
-                continue
-            position = self._positions.get(row.doc_id)
+            batch.append(row)
+            if len(batch) == _CHUNK:
+                self._put_batch(batch)
+                batch = []
+        self._put_batch(batch)
+
+    def _put_batch(self, rows: list[StoredVector]) -> None:
+        if self._dim is None and rows:
+            self._dim = len(rows[0].vector) // 4
+            self._matrix = np.zeros((0, self._dim), dtype=np.float32)
+        latest = {row.doc_id: row for row in rows if len(row.vector) == 4 * self._dim}  # the last write wins
+        if not latest:
+            return
+        targets = []
+        for doc_id in latest:
+            position = self._positions.get(doc_id)
+            if position is not None:
+                self._kill(position)
+                if position < self._clustered:
+                    position = None
             if position is None:
-                position = self._append_slot()
-                self._positions[row.doc_id] = position
-            self._matrix[position] = vector
-            self._ids[position] = row.doc_id
-            self._scopes[position] = self._scope_code(row.scope)
-            self._at[position] = row.at
-            self._alive[position] = True
-            self.seq = max(self.seq, row.seq)
+                position = self._positions[doc_id] = self._append_slot()
+            targets.append(position)
+        kept = list(latest.values())
+        where = np.asarray(targets, dtype=np.int64)
+        codes = np.asarray([self._scope_code(row.scope) for row in kept], dtype=np.int32)
+        self._matrix[where] = np.frombuffer(b"".join(row.vector for row in kept), dtype=np.float32).reshape(len(kept), -1)
+        self._ids[where] = list(latest)
+        self._scopes[where] = codes
+        self._at[where] = [row.at for row in kept]
+        self._alive[where] = True
+        np.add.at(self._live_per_scope, codes, 1)
+        self.seq = max(self.seq, max(row.seq for row in kept))
 
     def discard(self, doc_ids: Iterable[int]) -> None:
         """Forget documents that were deleted."""
         for doc_id in doc_ids:
             position = self._positions.pop(doc_id, None)
             if position is not None:
-                self._alive[position] = False
+                self._kill(position)
 
     def vector_of(self, doc_id: int) -> np.ndarray | None:
         position = self._positions.get(doc_id)
@@ -89,29 +130,103 @@ class VectorCache:
         count: int,
     ) -> list[tuple[int, float]]:
         """The `count` best (document id, cosine) pairs among vectors in a readable scope, at or before `before`."""
-        n = self._size
-        if n == 0 or self._dim is None or query.shape[0] != self._dim:
+        if self._size == 0 or self._dim is None or query.shape[0] != self._dim or count <= 0:
             return []
+        self.cluster_if_due()
         allowed = np.fromiter((readable(s) for s in self._scope_names), dtype=bool, count=len(self._scope_names))
-        mask = self._alive[:n] & allowed[self._scopes[:n]]
-        if before is not None:
-            mask &= self._at[:n] <= before
-        scores = self._matrix[:n] @ query
-        scores[~mask] = -np.inf
-        eligible = int(mask.sum())
-        count = min(count, eligible)
-        if count <= 0:
-            return []
-        best = np.argpartition(-scores, count - 1)[:count] if count < n else np.arange(n)
-        best = best[np.argsort(-scores[best])]
-        return [(int(self._ids[i]), float(scores[i])) for i in best if mask[i]]
+        found, cosines = self._scored(query, allowed, before, self._slices(query, allowed))
+        if len(found) < count and self._centroids is not None:  # an early cutoff left too few nearby
+            found, cosines = self._scored(query, allowed, before, [(0, self._size)])
+        if count < len(found):
+            best = np.argpartition(-cosines, count - 1)[:count]
+        else:
+            best = np.arange(len(found))
+        best = best[np.argsort(-cosines[best])]
+        return [(int(self._ids[found[i]]), float(cosines[i])) for i in best]
+
+    def _scored(
+        self, query: np.ndarray, allowed: np.ndarray, before: float | None, slices: list[tuple[int, int]]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The positions of the eligible rows in `slices`, and their cosines."""
+        positions, scores = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.float32)]
+        for lo, hi in slices:
+            mask = self._alive[lo:hi] & allowed[self._scopes[lo:hi]]
+            if before is not None:
+                mask &= self._at[lo:hi] <= before
+            eligible = np.flatnonzero(mask)
+            if len(eligible) * 2 < hi - lo:
+                scores.append(self._matrix[lo + eligible] @ query)
+            else:
+                scores.append((self._matrix[lo:hi] @ query)[eligible])
+            positions.append(eligible + lo)
+        return np.concatenate(positions), np.concatenate(scores)
+
+    def _slices(self, query: np.ndarray, allowed: np.ndarray) -> list[tuple[int, int]]:
+        """The row ranges to read: all of them, or the clusters nearest `query` and the rows added since."""
+        readable_rows = int(self._live_per_scope[: len(allowed)][allowed].sum())
+        if self._centroids is None or readable_rows <= _PROBE_MIN:
+            return [(0, self._size)]
+        wanted = max(_PROBE_MIN, int(readable_rows * PROBE_SHARE))
+        slices = [(self._clustered, self._size)]
+        taken = 0
+        for cluster in np.argsort(-(self._centroids @ query)):
+            lo, hi = int(self._offsets[cluster]), int(self._offsets[cluster + 1])
+            slices.append((lo, hi))
+            taken += hi - lo
+            if taken * readable_rows >= wanted * self._clustered:  # about `wanted` readable rows read
+                break
+        return slices
+
+    def cluster_if_due(self) -> None:
+        """Cluster a large collection (again, once a quarter of it is new); drop the clusters of a small one."""
+        live = len(self._positions)
+        if live <= EXACT_ROWS:
+            self._centroids = None
+            self._clustered = 0
+            return
+        if self._centroids is None or self._size - self._clustered > self._clustered // 4:
+            self._cluster()
+
+    def _cluster(self) -> None:
+        """Group the live rows by k-means cluster, dropping dead rows (seconds for a million rows)."""
+        live = np.flatnonzero(self._alive[: self._size])
+        k = min(len(live), 1024, max(16, round(math.sqrt(len(live)) / 4)))
+        rng = np.random.default_rng(0)
+        sample = self._matrix[rng.choice(live, min(len(live), k * _SAMPLE_PER_CLUSTER), replace=False)]
+        centroids = sample[rng.choice(len(sample), k, replace=False)].copy()
+        for _ in range(_ITERATIONS):
+            nearest = np.argmax(sample @ centroids.T, axis=1)
+            sums = np.zeros_like(centroids)
+            np.add.at(sums, nearest, sample)
+            norms = np.linalg.norm(sums, axis=1, keepdims=True)
+            centroids = np.where(norms > 0, sums / np.maximum(norms, 1e-12), centroids)
+        nearest = np.concatenate(
+            [np.argmax(self._matrix[live[i : i + _CHUNK]] @ centroids.T, axis=1) for i in range(0, len(live), _CHUNK)]
+        )
+        order = live[np.argsort(nearest, kind="stable")]
+        capacity = len(order) + len(order) // 4 + _INITIAL_CAPACITY
+        self._matrix = _grown(self._matrix[order], capacity)
+        self._ids = _grown(self._ids[order], capacity)
+        self._scopes = _grown(self._scopes[order], capacity)
+        self._at = _grown(self._at[order], capacity)
+        self._alive = _grown(self._alive[order], capacity)
+        self._size = self._clustered = len(order)
+        self._positions = dict(zip(self._ids[: self._size].tolist(), range(self._size)))
+        self._centroids = centroids.astype(np.float32)
+        self._offsets = np.concatenate([[0], np.cumsum(np.bincount(nearest, minlength=k))])
 
     def _scope_code(self, scope: str | None) -> int:
         code = self._scope_codes.get(scope)
         if code is None:
             code = self._scope_codes[scope] = len(self._scope_names)
             self._scope_names.append(scope)
+            self._live_per_scope = np.append(self._live_per_scope, 0)
         return code
+
+    def _kill(self, position: int) -> None:
+        if self._alive[position]:
+            self._alive[position] = False
+            self._live_per_scope[self._scopes[position]] -= 1
 
     def _append_slot(self) -> int:
         if self._size == self._matrix.shape[0]:

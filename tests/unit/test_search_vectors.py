@@ -1,0 +1,106 @@
+"""The in-memory vector matrix: exact below a size, clustered above it, never returning what may not be seen."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from unittest import mock
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from myao2.infrastructure.search import vectors
+from myao2.infrastructure.search.vectors import StoredVector, VectorCache
+
+DIM = 8
+SCOPES = ["C1", "C2", "D1", None]
+
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("put"), st.integers(1, 60), st.integers(0, 3), st.integers(0, 100), st.integers(0, 10_000)),
+        st.tuples(st.just("discard"), st.integers(1, 60)),
+    ),
+    min_size=1,
+    max_size=80,
+)
+
+
+def vector(seed: int) -> bytes:
+    v = np.random.default_rng(seed).normal(size=DIM).astype(np.float32)
+    return (v / np.linalg.norm(v)).tobytes()
+
+
+def replay(steps: list[tuple]) -> tuple[VectorCache, dict[int, tuple[str | None, float, bytes]]]:
+    """The cache after `steps`, and what should be live in it: id -> (scope, at, vector)."""
+    cache, live, seq = VectorCache(), {}, 0
+    for step in steps:
+        if step[0] == "put":
+            _, doc_id, scope, at, seed = step
+            seq += 1
+            live[doc_id] = (SCOPES[scope], float(at), vector(seed))
+            cache.put([StoredVector(doc_id, SCOPES[scope], float(at), vector(seed), seq)])
+        else:
+            live.pop(step[1], None)
+            cache.discard([step[1]])
+    return cache, live
+
+
+def exact(live: dict, query: np.ndarray, readable, before: float | None, count: int) -> list[int]:
+    scored = [
+        (float(np.frombuffer(v, dtype=np.float32) @ query), doc_id)
+        for doc_id, (scope, at, v) in live.items()
+        if readable(scope) and (before is None or at <= before)
+    ]
+    return [doc_id for _, doc_id in sorted(scored, key=lambda pair: (-round(pair[0], 5), pair[1]))[:count]]
+
+
+def ranked(found: list[tuple[int, float]]) -> list[int]:
+    """Ids best first, ties by id (as `exact` orders them)."""
+    return [doc_id for doc_id, _ in sorted(found, key=lambda pair: (-round(pair[1], 5), pair[0]))]
+
+
+
+
+@contextmanager
+def clustering(probe_share: float) -> Iterator[None]:
+    """Clustering from a handful of vectors on, reading `probe_share` of them."""
+    with mock.patch.multiple(vectors, EXACT_ROWS=5, _PROBE_MIN=0, PROBE_SHARE=probe_share):
+        yield
+
+
+@settings(max_examples=30, deadline=None)
+@given(steps=operations, seed=st.integers(0, 1000), readable_scopes=st.sets(st.sampled_from(SCOPES)), before=st.none() | st.integers(0, 100))
+def test_exact_search_returns_the_best_live_readable_vectors_up_to_the_cutoff(steps, seed, readable_scopes, before) -> None:
+    cache, live = replay(steps)
+    query = np.frombuffer(vector(seed), dtype=np.float32)
+
+    def readable(scope: str | None) -> bool:
+        return scope in readable_scopes
+
+    cutoff = None if before is None else float(before)
+    assert ranked(cache.top(query, readable, cutoff, 10)) == exact(live, query, readable, cutoff, 10)
+
+
+@settings(max_examples=30, deadline=None)
+@given(steps=operations, seed=st.integers(0, 1000), readable_scopes=st.sets(st.sampled_from(SCOPES)), before=st.none() | st.integers(0, 100))
+def test_a_clustered_search_never_returns_a_gone_unreadable_or_later_vector(steps, seed, readable_scopes, before) -> None:
+    with clustering(probe_share=0.0):  # read the nearest cluster only
+        cache, live = replay(steps)
+        query = np.frombuffer(vector(seed), dtype=np.float32)
+        cutoff = None if before is None else float(before)
+        found = cache.top(query, lambda scope: scope in readable_scopes, cutoff, 10)
+    for doc_id, _ in found:
+        scope, at, _ = live[doc_id]
+        assert scope in readable_scopes and (cutoff is None or at <= cutoff)
+
+
+@settings(max_examples=30, deadline=None)
+@given(steps=operations, seed=st.integers(0, 1000), before=st.none() | st.integers(0, 100))
+def test_a_clustered_search_reading_every_cluster_is_exact(steps, seed, before) -> None:
+    with clustering(probe_share=1.0):
+        cache, live = replay(steps)
+        query = np.frombuffer(vector(seed), dtype=np.float32)
+        cutoff = None if before is None else float(before)
+        found = ranked(cache.top(query, lambda scope: True, cutoff, 10))
+    assert found == exact(live, query, lambda s: True, cutoff, 10)
