@@ -1,7 +1,9 @@
 """A fast, deterministic stand-in for an embedding model: hashed bags of keyword terms.
 
 Texts sharing terms get close vectors, so exact-content searches behave like with a
-real model, while property-based tests run thousands of searches in seconds.
+real model, while property-based tests run thousands of searches in seconds. Each
+embedder gives its first `DIMENSIONS` distinct terms a dimension of their own (no two
+unrelated texts collide), and hashes any term beyond.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import numpy as np
 
 from myao2.infrastructure.search.text import terms
 
-DIMENSIONS = 64
+DIMENSIONS = 256
 
 
 class HashEmbedder:
@@ -21,6 +23,7 @@ class HashEmbedder:
     def __init__(self, model_id: str = "fake/hash") -> None:
         self.model_id = model_id
         self.embedded = 0
+        self._dimensions: dict[str, int] = {}
 
     def passages(self, texts: list[str]) -> np.ndarray:
         self.embedded += len(texts)
@@ -29,10 +32,15 @@ class HashEmbedder:
     def query(self, text: str) -> np.ndarray:
         return self._vector(text)
 
-    @staticmethod
-    def _vector(text: str) -> np.ndarray:
+    def _vector(self, text: str) -> np.ndarray:
         vector = np.full(DIMENSIONS, 1e-3, dtype=np.float32)
         for term in terms(text):
-            digest = hashlib.blake2b(term.encode(), digest_size=4).digest()
-            vector[int.from_bytes(digest, "little") % DIMENSIONS] += 1.0
+            vector[self._dimension(term)] += 1.0
         return vector / np.linalg.norm(vector)
+
+    def _dimension(self, term: str) -> int:
+        if term not in self._dimensions and len(self._dimensions) < DIMENSIONS:
+            self._dimensions[term] = len(self._dimensions)
+        if term in self._dimensions:
+            return self._dimensions[term]
+        return int.from_bytes(hashlib.blake2b(term.encode(), digest_size=4).digest(), "little") % DIMENSIONS
