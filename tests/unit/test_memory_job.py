@@ -17,6 +17,7 @@ from myao2.domain.tokens import estimate_tokens
 from myao2.domain.visibility import Audience
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
+from myao2.infrastructure.db.forget import forget_person
 from myao2.infrastructure.db.memory_store import SqlMemoryStore
 from tests.clocks import ManualClock
 
@@ -410,3 +411,23 @@ async def test_threads_quiet_for_longer_than_thread_memory_days_get_no_memory(
 
     assert memories.get(Scope(GENERAL.id, parent.ts), Term.SHORT) is None
 
+
+
+async def test_a_person_forgotten_while_the_model_reads_them_gets_no_note_back(job, writer, engine, memories, say, conversations):
+    say(GENERAL, "lunch at noon")
+    await job.run()
+    conversations.save_message(Message(GENERAL.id, "1800000000.000001", "U2", "canary-bob secret", "Bob"))
+    say(GENERAL, "dinner at seven")
+
+    def forgetting_meanwhile(prompt: MemoryPrompt) -> MemoryUpdate:
+        if prompt.channel is not None:
+            forget_person(engine, "U2")
+        return echo(prompt)
+
+    writer.answer = forgetting_meanwhile
+    await job.run()
+
+    kept = [b.text for m in memories.all() for b in m.bullets]
+    assert not any("canary-bob" in text for text in kept)
+    assert "L dinner at seven" in texts(memories, Scope("C1"), Term.LONG)  # the others' notes are kept
+    assert "L lunch at noon" in texts(memories, Scope("C1"), Term.LONG)

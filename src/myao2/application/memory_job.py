@@ -229,7 +229,7 @@ class MemoryJob:
                 saved: list[Memory] = []
                 for item, item_threads, update in zip(together, threads, updates):
                     saved += item.advance(self._apply(item.backlog, item_threads, update))
-                await asyncio.to_thread(self._memories.save, saved)
+                await asyncio.to_thread(self._memories.save, saved, heard=True)
                 if together[0].backlog.audience.is_workspace:
                     channel_ids = [item.channel.id for item in together]
                     await asyncio.to_thread(still_public, self._conversations, self._memories, channel_ids)
@@ -426,7 +426,7 @@ class MemoryJob:
         long_term = long_term.grow(self._dated(update.long_term, allowed))
         long_term = replace(long_term, covered=covered)
         short_term = short_term.renewed(self._dated(update.short_term, allowed | _sources(short_term)))
-        await asyncio.to_thread(self._memories.save, [long_term, short_term])
+        await asyncio.to_thread(self._memories.save, [long_term, short_term], heard=True)
         sources = [long.scope.channel_id for long, _ in changed if long.scope.channel_id]
         await asyncio.to_thread(still_public, self._conversations, self._memories, sources)
         return replace(report, updated=report.updated + (WORKSPACE_SCOPE.key,))

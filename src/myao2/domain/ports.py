@@ -114,10 +114,12 @@ class MemoryStore(Protocol):
 
     def get(self, scope: Scope, term: Term) -> Memory | None: ...
 
-    def save(self, memories: Sequence[Memory]) -> None:
+    def save(self, memories: Sequence[Memory], *, heard: bool = False) -> None:
         """Store these memories in one transaction: all of them or none.
 
-        A stored memory's audience is never widened (one narrowed meanwhile stays narrowed).
+        A stored memory's audience is never widened (one narrowed meanwhile stays narrowed). With
+        `heard` (made from messages just read), a bullet not stored yet that cites a message no longer
+        stored (its author forgotten meanwhile) is left out.
         """
         ...
 

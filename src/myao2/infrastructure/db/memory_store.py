@@ -12,7 +12,7 @@ from sqlmodel import Session, col, select
 from myao2.domain.memory import Bullet, Digest, Memory, Scope, Stage, Term
 from myao2.domain.ports import Clock
 from myao2.domain.visibility import Audience
-from myao2.infrastructure.db.tables import DigestRow, MemoryRow
+from myao2.infrastructure.db.tables import DigestRow, ExpiredMessageRow, MemoryRow, MessageRow
 
 
 class SqlMemoryStore:
@@ -33,7 +33,7 @@ class SqlMemoryStore:
             ).first()
         return None if row is None else row_to_memory(row)
 
-    def save(self, memories: Sequence[Memory]) -> None:
+    def save(self, memories: Sequence[Memory], *, heard: bool = False) -> None:
         now = self._clock.now()
         with Session(self._engine) as session, session.begin():
             for memory in memories:
@@ -46,9 +46,10 @@ class SqlMemoryStore:
                     row = MemoryRow(
                         scope=memory.scope.key, term=memory.term.value, label="", bullets=[], covered="", updated_at=now
                     )
+                bullets = _still_heard(session, row, memory.bullets) if heard else memory.bullets
                 row.audience = _narrower(row.audience, memory.audience)
                 row.label = memory.label
-                row.bullets = [bullet_to_json(b) for b in memory.bullets]
+                row.bullets = [bullet_to_json(b) for b in bullets]
                 row.covered = memory.covered
                 row.updated_at = now
                 session.add(row)
@@ -130,6 +131,27 @@ class SqlMemoryStore:
 def _narrower(stored: str | None, audience: Audience) -> str | None:
     """The audience a save keeps: never wider than the stored one, so a save racing `narrow` cannot undo it."""
     return stored if stored is not None else audience.conversation_id
+
+
+def _still_heard(session: Session, row: MemoryRow, bullets: Sequence[Bullet]) -> tuple[Bullet, ...]:
+    """`bullets` without the new ones citing a message no longer stored, nor kept as expired (a person
+    forgotten while the model was reading them): nothing of them comes back. Bullets already stored stay."""
+    stored = {_identity_of(b) for b in row.bullets}
+    unsure = {ts for b in bullets if _identity(b) not in stored for ts in b.source_ts}
+    known: set[str] = set()
+    for table in (MessageRow, ExpiredMessageRow):
+        if unsure:
+            known.update(session.exec(select(table.ts).where(col(table.ts).in_(unsure))).all())
+    return tuple(b for b in bullets if _identity(b) in stored or known.issuperset(b.source_ts))
+
+
+def _identity(bullet: Bullet) -> tuple[object, ...]:
+    """What makes a bullet the same one, superseded or not."""
+    return (bullet.id, bullet.text, bullet.day.isoformat(), tuple(bullet.source_ts))
+
+
+def _identity_of(stored: dict[str, Any]) -> tuple[object, ...]:
+    return (stored["id"], stored["text"], stored["day"], tuple(stored["ts"]))
 
 
 def bullet_to_json(bullet: Bullet) -> dict[str, Any]:
