@@ -1,4 +1,4 @@
-"""SqlConversationStore against a real SQLite file."""
+"""SqlConversationStore against a real database: an SQLite file, and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 from tests.unit.test_migrations import head_revision
 from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Message, Person, ts_to_datetime
@@ -33,15 +33,23 @@ def msg(seconds: int, text: str = "hi", channel: str = "C1", **kwargs: object) -
 
 
 @pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "c.db"
+def engine(database_url: str) -> Iterator[Engine]:
+    engine = open_database(database_url)
+    yield engine
+    engine.dispose()
 
 
 @pytest.fixture
-def engine(db_path: Path) -> Iterator[Engine]:
-    engine = open_database(f"sqlite:///{db_path}")
-    yield engine
-    engine.dispose()
+def db_path(engine: Engine) -> Path:
+    """The SQLite file (tests of the file itself run on SQLite only)."""
+    if engine.dialect.name != "sqlite":
+        pytest.skip("about SQLite's file")
+    return Path(str(engine.url.database))
+
+
+def rows(engine: Engine, query: str) -> list[tuple[object, ...]]:
+    with engine.connect() as connection:
+        return [tuple(row) for row in connection.execute(text(query))]
 
 
 @pytest.fixture
@@ -127,7 +135,7 @@ def test_get_message_round_trips_every_field(store: SqlConversationStore) -> Non
 
 
 def test_edit_message_updates_text_and_edited_at(
-    store: SqlConversationStore, clock: ManualClock, db_path: Path
+    store: SqlConversationStore, clock: ManualClock, engine: Engine
 ) -> None:
     store.save_message(msg(0, "typo"))
     clock.advance()
@@ -137,9 +145,7 @@ def test_edit_message_updates_text_and_edited_at(
 
     assert store.get_message("C1", ts(0)).text == "fixed"
     assert store.get_message("C1", ts(9)) is None
-    with sqlite3.connect(db_path) as plain:
-        edited = plain.execute("SELECT edited_at FROM messages").fetchall()
-    assert edited == [("2026-01-02T03:05:05.000000+00:00",)]
+    assert rows(engine, "SELECT edited_at FROM messages") == [("2026-01-02T03:05:05.000000+00:00",)]
 
 
 def test_delete_message_removes_only_that_row(store: SqlConversationStore) -> None:
@@ -347,7 +353,7 @@ def test_unclaimed_mentions(store: SqlConversationStore) -> None:
 # -- answer progress -------------------------------------------------------------
 
 
-def test_an_answer_claim_is_due_from_its_retry_time_until_settled(store: SqlConversationStore) -> None:
+def test_an_answer_claim_is_due_from_its_retry_time_until_settled(store: SqlConversationStore, engine: Engine) -> None:
     store.save_message(msg(0, "question"))
     early, later = ts_to_datetime(ts(10)), ts_to_datetime(ts(20))
     assert store.claim("C1", ts(0), retry_at=later)
@@ -359,8 +365,7 @@ def test_an_answer_claim_is_due_from_its_retry_time_until_settled(store: SqlConv
 
     store.settle("C1", ts(0), ts(1))
     assert store.due_answers(later, ts_to_datetime(ts(-1))) == []
-    with sqlite3.connect(store._engine.url.database) as plain:  # type: ignore[arg-type]
-        assert plain.execute("SELECT attempts, answer_ts FROM claims").fetchall() == [(1, ts(1))]
+    assert rows(engine, "SELECT attempts, answer_ts FROM claims") == [(1, ts(1))]
 
 
 def test_an_answer_started_but_never_settled_is_unfinished(store: SqlConversationStore) -> None:

@@ -1,4 +1,4 @@
-"""SqlMemoStore against a real SQLite file."""
+"""SqlMemoStore against a real database: an SQLite file, and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, create_engine, text
 from sqlmodel import Session, select
 
 from myao2.domain.memo import (
@@ -46,13 +46,16 @@ class StepClock:
 
 
 @pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "m.db"
+def engine(database_url: str) -> Engine:
+    return open_database(database_url)
 
 
 @pytest.fixture
-def engine(db_path: Path) -> Engine:
-    return open_database(f"sqlite:///{db_path}")
+def db_path(engine: Engine) -> Path:
+    """The SQLite file (tests of the file itself run on SQLite only)."""
+    if engine.dialect.name != "sqlite":
+        pytest.skip("about SQLite's file")
+    return Path(str(engine.url.database))
 
 
 @pytest.fixture
@@ -171,18 +174,22 @@ class TestNames:
             store.restore("tanaka", "test")
 
     def test_a_name_taken_meanwhile_by_another_process_is_refused_cleanly(
-        self, store: SqlMemoStore, clock: StepClock, db_path: Path
+        self, store: SqlMemoStore, clock: StepClock, engine: Engine
     ) -> None:
         add(store, "tanaka")
         store.remove("tanaka", None, "test")
 
         def other_process_adds_tanaka() -> None:
             clock.on_read = None
-            with sqlite3.connect(db_path) as other:
-                other.execute(
-                    "INSERT INTO memos (name, content, priority, tags, visibility, created_at,"
-                    " updated_at) VALUES ('tanaka', 'c', 1, '[]', 'workspace', 'x', 'x')"
+            other = create_engine(engine.url)
+            with other.begin() as connection:
+                connection.execute(
+                    text(
+                        "INSERT INTO memos (name, content, priority, tags, visibility, created_at,"
+                        " updated_at) VALUES ('tanaka', 'c', 1, '[]', 'workspace', 'x', 'x')"
+                    )
                 )
+            other.dispose()
 
         # restore has checked the name when it reads the clock, then writes
         clock.on_read = other_process_adds_tanaka

@@ -1,4 +1,4 @@
-"""The database engine: SQLite in WAL mode by default, migrated at start-up."""
+"""The database engine: SQLite in WAL mode by default, or PostgreSQL; migrated at start-up."""
 
 from __future__ import annotations
 
@@ -23,7 +23,14 @@ def open_database(url: str) -> Engine:
 def _create(url: str) -> Engine:
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(url, pool_pre_ping=True, hide_parameters=True)
+        return create_engine(
+            url,
+            pool_pre_ping=True,
+            hide_parameters=True,
+            # The stores read how many rows an INSERT took (a taken key inserts none); psycopg
+            # forgets it once SQLAlchemy closes the cursor, which it does right after an INSERT.
+            execution_options={"preserve_rowcount": True},
+        )
     in_memory = not parsed.database or parsed.database == ":memory:"
     if not in_memory:
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
