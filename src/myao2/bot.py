@@ -153,15 +153,16 @@ class Bot:
             response.max_message_age_seconds,
             response.history_message_limit,
         )
+        lifecycle = ChannelLifecycle(
+            conversations, parts.memos, parts.memories, inbox.channel_changed, profiles=parts.profiles
+        )
         app = build_app(
             client=make_web_client(None, config.slack.api_base_url),
             bot=identity,
             bot_token=config.slack.bot_token,
             chat=gateway,
             inbox=inbox,
-            channels=ChannelLifecycle(
-                conversations, parts.memos, parts.memories, inbox.channel_changed, profiles=parts.profiles
-            ),
+            channels=lifecycle,
             signing_secret=config.slack.signing_secret if config.slack.mode == "http" else None,
         )
 
@@ -179,7 +180,7 @@ class Bot:
         )
 
         def catch_up() -> None:
-            self._tasks.spawn(self._catch_up(history, answer))
+            self._tasks.spawn(self._catch_up(history, lifecycle, answer))
 
         connection = self._connection(app, health, catch_up)
         try:
@@ -198,7 +199,9 @@ class Bot:
         logger.info("connected to Slack as %s (%s)", persona.name, identity.user_id)
         self._tasks.spawn(self._settle(clients))
         catch_up()
-        self._tasks.spawn(self._every(response.history_sync_interval_seconds, lambda: self._catch_up(history, answer)))
+        self._tasks.spawn(
+            self._every(response.history_sync_interval_seconds, lambda: self._catch_up(history, lifecycle, answer))
+        )
         self._tasks.spawn(self._retry_when_due(answer))
         self._tasks.spawn(self._every(response.check_interval_seconds, autonomous.check))
         self._tasks.spawn(self._every(config.memory.update_interval_seconds, parts.remember))
@@ -269,12 +272,17 @@ class Bot:
         finally:
             start_up.settled()
 
-    async def _catch_up(self, history: HistorySync, answer: AnswerMention) -> None:
-        """Fill the gaps in the store from Slack's history, then answer the messages for the bot it brought."""
+    async def _catch_up(self, history: HistorySync, channels: ChannelLifecycle, answer: AnswerMention) -> None:
+        """Fill the gaps in the store from Slack's history, narrow what channels turned private meanwhile had
+        kept for the workspace, then answer the messages for the bot it brought."""
         try:
             await history.sync()
         except Exception:
             logger.exception("history sync failed; answering what is stored")
+        try:
+            await channels.reconcile()
+        except Exception:
+            logger.exception("narrowing the channels turned private failed")
         started = await answer.catch_up()
         if started:
             logger.info("taking up %d message(s) for the bot found unanswered", started)

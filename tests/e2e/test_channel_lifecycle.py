@@ -25,10 +25,8 @@ def left_at(bot: BotProcess) -> list[tuple]:
     return query(bot, "SELECT left_at FROM channels WHERE id = ?", GENERAL)
 
 
-@pytest.mark.parametrize(("change", "kind"), [("convert_to_private", "private"), ("share_externally", "shared")])
-def test_a_channel_that_stops_being_the_workspaces_keeps_its_memos_to_itself(
-    bot: BotProcess, slack: FakeSlack, llm, change: str, kind: str
-) -> None:
+def plan_a_party_in_a_public_channel(bot: BotProcess, slack: FakeSlack, llm) -> None:  # type: ignore[no-untyped-def]
+    """Start the bot; in the public #plans, the model notes the surprise party for Bob as a workspace memo."""
     slack.add_channel(PLANS, "plans", members=[ALICE, BOB])
     bot.start()
     llm.script(
@@ -37,6 +35,13 @@ def test_a_channel_that_stops_being_the_workspaces_keeps_its_memos_to_itself(
     )
     ts = slack.post_message(PLANS, ALICE, f"<@{slack.bot_user_id}> we plan a surprise party for Bob on Friday")
     slack.wait_for(lambda: replies_in(slack, ts), timeout=30, what="the reply in #plans")
+
+
+@pytest.mark.parametrize(("change", "kind"), [("convert_to_private", "private"), ("share_externally", "shared")])
+def test_a_channel_that_stops_being_the_workspaces_keeps_its_memos_to_itself(
+    bot: BotProcess, slack: FakeSlack, llm, change: str, kind: str
+) -> None:
+    plan_a_party_in_a_public_channel(bot, slack, llm)
     assert query(bot, "SELECT visibility FROM memos") == [("workspace",)]
 
     getattr(slack, change)(PLANS)
@@ -57,6 +62,24 @@ def test_a_channel_that_stops_being_the_workspaces_keeps_its_memos_to_itself(
     inside = slack.post_message(PLANS, ALICE, f"<@{slack.bot_user_id}> what are we planning?")
     slack.wait_for(lambda: replies_in(slack, inside), what="the reply in the narrowed channel")
     assert "Surprise party" in prompt_text(llm.requests[-1])
+    assert bot.stop() == 0
+
+
+def test_a_channel_turned_private_while_the_bot_was_away_keeps_its_memos_to_itself_once_it_is_back(
+    bot: BotProcess, slack: FakeSlack, llm
+) -> None:
+    plan_a_party_in_a_public_channel(bot, slack, llm)
+    assert bot.stop() == 0
+
+    slack.convert_to_private(PLANS)  # nobody connected: the event is lost; only the channel's info tells
+    llm.script(ToolCalls([ToolCall("list_memo", {})]), Text("Nothing planned that I know of."))
+    public = slack.post_message(GENERAL, BOB, f"<@{slack.bot_user_id}> anything planned for me on Friday?")
+    bot.start()
+    slack.wait_for(lambda: replies_in(slack, public), what="the reply in #general, found by the catch-up")
+    assert query(bot, "SELECT visibility FROM memos") == [("conversation",)]
+    assert query(bot, "SELECT kind FROM channels WHERE id = ?", PLANS) == [("private",)]
+    for request in llm.requests[-2:]:
+        assert "Surprise party" not in prompt_text(request)
     assert bot.stop() == 0
 
 

@@ -50,6 +50,15 @@ class ChannelLifecycle:
         kind = ChannelKind.SHARED if channel is None or channel.kind is ChannelKind.PUBLIC else channel.kind
         await self._narrow(channel_id, kind)
 
+    async def reconcile(self) -> None:
+        """Narrow what is still kept for the workspace of every channel stored as private or shared outside:
+        a change made while the bot was away (the history sync stores the new kind, no event comes), or a
+        narrowing cut short by a crash. What is narrowed already stays as it is."""
+        channels = await asyncio.to_thread(self._store.channels)
+        for channel in channels:
+            if channel.kind in (ChannelKind.PRIVATE, ChannelKind.SHARED):
+                await self._narrow_stores(channel.id)
+
     async def left(self, channel_id: str) -> None:
         """The bot left the channel or was removed: no more judging, catching up or answering there."""
         await asyncio.to_thread(self._store.leave_channel, channel_id)
@@ -59,9 +68,14 @@ class ChannelLifecycle:
         """Store the new kind at once, then make the memos, memories, digests and profile facts taken there the
         channel's own (the workspace memory is made again without it)."""
         await asyncio.to_thread(self._store.set_channel_kind, channel_id, kind)
+        await self._narrow_stores(channel_id)
+        logger.info("channel %s is now %s", channel_id, kind.value)
+        if await asyncio.to_thread(self._store.get_channel, channel_id) is None:
+            await self._refresh(channel_id)
+
+    async def _narrow_stores(self, channel_id: str) -> None:
         await asyncio.to_thread(self._memories.narrow, channel_id)
         await asyncio.to_thread(self._profiles.narrow, channel_id)
         narrowed = await asyncio.to_thread(self._memos.narrow, channel_id, NARROWED_BY)
-        logger.info("channel %s is now %s: %d memo(s) narrowed to it", channel_id, kind.value, len(narrowed))
-        if await asyncio.to_thread(self._store.get_channel, channel_id) is None:
-            await self._refresh(channel_id)
+        if narrowed:
+            logger.info("%d memo(s) narrowed to channel %s", len(narrowed), channel_id)

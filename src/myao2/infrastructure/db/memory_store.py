@@ -112,20 +112,32 @@ class SqlMemoryStore:
 
     def narrow(self, channel_id: str) -> None:
         """The channel's (and its threads') memories and digests become its own; the workspace memory,
-        which may hold what it said, is dropped, to be made again from the public channels alone."""
+        which may hold what it said, is dropped, to be made again from the public channels alone.
+        Nothing changes where nothing of the channel's is kept for the workspace any more."""
         keys = [Scope(channel_id).key, f"thread:{channel_id}:%"]
         with Session(self._engine) as session, session.begin():
             rows = session.exec(
-                select(MemoryRow).where((MemoryRow.scope == keys[0]) | col(MemoryRow.scope).like(keys[1]))
+                select(MemoryRow).where(
+                    (MemoryRow.scope == keys[0]) | col(MemoryRow.scope).like(keys[1]), col(MemoryRow.audience).is_(None)
+                )
             ).all()
-            for row in rows:
+            digests = session.exec(
+                select(DigestRow).where(DigestRow.channel_id == channel_id, col(DigestRow.audience).is_(None))
+            ).all()
+            for row in [*rows, *digests]:
                 row.audience = channel_id
                 session.add(row)
-            for digest in session.exec(select(DigestRow).where(DigestRow.channel_id == channel_id)).all():
-                digest.audience = channel_id
-                session.add(digest)
+            said_there = said_in(session, channel_id)
             for workspace in session.exec(select(MemoryRow).where(MemoryRow.scope == Scope().key)).all():
-                session.delete(workspace)
+                if rows or digests or any(said_there.intersection(b["ts"]) for b in workspace.bullets):
+                    session.delete(workspace)
+
+
+def said_in(session: Session, channel_id: str) -> set[str]:
+    """The ts of the channel's messages, those whose text retention deleted included."""
+    said = set(session.exec(select(MessageRow.ts).where(MessageRow.channel_id == channel_id)).all())
+    said.update(session.exec(select(ExpiredMessageRow.ts).where(ExpiredMessageRow.channel_id == channel_id)).all())
+    return said
 
 
 def _narrower(stored: str | None, audience: Audience) -> str | None:

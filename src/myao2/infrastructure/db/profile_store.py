@@ -12,6 +12,7 @@ from sqlmodel import Session, col, select
 from myao2.domain.ports import Clock
 from myao2.domain.profile import Fact, Profile
 from myao2.domain.visibility import Audience
+from myao2.infrastructure.db.memory_store import said_in
 from myao2.infrastructure.db.tables import ExpiredMessageRow, MessageRow, ProfileRow
 
 
@@ -49,10 +50,7 @@ class SqlProfileStore:
     def narrow(self, channel_id: str) -> None:
         """The workspace facts learnt in the channel, or citing one of its messages, become its own."""
         with Session(self._engine) as session, session.begin():
-            said_there = set(session.exec(select(MessageRow.ts).where(MessageRow.channel_id == channel_id)).all())
-            said_there.update(
-                session.exec(select(ExpiredMessageRow.ts).where(ExpiredMessageRow.channel_id == channel_id)).all()
-            )
+            said_there = said_in(session, channel_id)
             for row in session.exec(select(ProfileRow)).all():
                 profile = _to_profile(row)
                 narrowed = profile.narrowed(channel_id, said_there)
