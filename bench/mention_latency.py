@@ -359,7 +359,7 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
                 f", latency min {min(spread):.1f} ms, median {statistics.median(spread):.1f} ms, "
                 f"max {max(spread):.1f} ms"
             )
-        print(summary + f", bot CPU per mention {(after - before) / args.concurrent * 1000:.1f} ms")
+        print(summary + f", bot CPU per mention {(after - before) / max(1, args.concurrent) * 1000:.1f} ms")
         failed |= answered < args.concurrent
 
         status = bot.stop()
