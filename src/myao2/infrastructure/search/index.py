@@ -15,11 +15,11 @@ import json
 import logging
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine, Row, text
 
 from myao2.domain.memory import Term, bullet_line
 from myao2.infrastructure.clock import SystemClock
@@ -290,16 +290,29 @@ class SearchIndex:
 
     def _refreshed(self, kind: str) -> VectorCache:
         cache = self._caches[kind]
+        newest = cache.seq
+
+        def rows(result: Iterable[Row]) -> Iterator[StoredVector]:
+            nonlocal newest
+            for row in result:
+                if row[0] is None:
+                    newest = max(newest, row[4])
+                else:
+                    yield StoredVector(*row)
+
         with self._engine.connect() as connection:
-            # `+kind`: found by the index on `seq` (only the newest rows), never by kind (all of them).
+            # Rows found by the index on `seq`, never by kind (all of them); and the last `seq`
+            # given, read in the same statement: rows of the other kind up to it need no reading again.
             result = connection.execute(
                 text(
                     "SELECT id, scope, at, vector, seq FROM search_docs "
-                    "WHERE +kind = :kind AND seq > :seq AND model = :model ORDER BY seq"
+                    "WHERE +kind = :kind AND seq > :seq AND model = :model "
+                    "UNION ALL SELECT NULL, NULL, NULL, NULL, value FROM search_seq"
                 ),
                 {"kind": kind, "seq": cache.seq, "model": self._embedder.model_id},
             )
-            cache.put(StoredVector(*row) for row in result)
+            cache.put(rows(result))
+        cache.seq = max(cache.seq, newest)
         return cache
 
 
