@@ -29,6 +29,7 @@ PERSONA = Persona("myao", "", "en", ZoneInfo("UTC"))
 GENERAL = Channel("C1", "general")
 RANDOM = Channel("C2", "random")
 DM = Channel("D1", "alice", ChannelKind.IM)
+SECRET = Channel("G1", "secret", ChannelKind.PRIVATE)
 LIKE = re.compile(r"^ts=([\d.]+) .*: I like (.+)$")
 DAY = date(2025, 1, 2)
 
@@ -80,7 +81,7 @@ def engine(tmp_path):
 @pytest.fixture
 def conversations(engine, clock) -> SqlConversationStore:
     store = SqlConversationStore(engine, clock)
-    for channel in (GENERAL, RANDOM, DM):
+    for channel in (GENERAL, RANDOM, DM, SECRET):
         store.save_channel(channel)
     return store
 
@@ -252,9 +253,10 @@ async def test_a_channel_prompt_shows_the_speakers_facts_but_never_one_learnt_in
     keeper, profiles, say, contexts, language
 ):
     say(DM, "U1", "I like canary-dm-cake")
+    say(SECRET, "U1", "I like canary-secret-pie")
     say(GENERAL, "U1", "I like ramen")
-    await keeper.run()
-    await keeper.run()
+    for _ in range(3):  # one audience per person per round
+        await keeper.run()
 
     channel = [say(GENERAL, "U2", "hi"), say(GENERAL, "U1", "what's for lunch?")]
     text = PromptRenderer(language).render("response", "query", await contexts().build(GENERAL, channel))
@@ -266,6 +268,10 @@ async def test_a_channel_prompt_shows_the_speakers_facts_but_never_one_learnt_in
     judgment = PromptRenderer(language).render("judgment", "query", await contexts().build(GENERAL, channel), elapsed="1")
     assert "- U1: likes ramen" in judgment and "canary" not in judgment
     assert "- U1: likes canary-dm-cake" in dm_text and "- U1: likes ramen" in dm_text
+    assert "canary-secret" not in dm_text
+    secret = await contexts().build(SECRET, [say(SECRET, "U1", "pie?")])
+    secret_text = PromptRenderer(language).render("response", "query", secret)
+    assert "- U1: likes canary-secret-pie" in secret_text and "canary-dm" not in secret_text
     assert ("the rule wins" if language == "en" else "ルールが優先") in text
 
 
