@@ -27,8 +27,8 @@ API_KEY = "sk-activity-test"
 
 
 @pytest.fixture
-def engine(tmp_path):  # type: ignore[no-untyped-def]
-    engine = open_database(f"sqlite:///{tmp_path}/m.db")
+def engine(database_url):  # type: ignore[no-untyped-def]
+    engine = open_database(database_url)
     yield engine
     engine.dispose()
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import sqlite3
 from datetime import date
 
 import pytest
+from sqlalchemy import inspect
+from sqlalchemy import text as sql_text
 
 from myao2.cli import build_parser
 from myao2.application.notebook import Actor, Notebook
@@ -27,9 +28,9 @@ DAY = date(2025, 1, 2)
 
 
 @pytest.fixture
-def config(tmp_path):
+def config(tmp_path, database_url):
     path = tmp_path / "config.yaml"
-    path.write_text("memory:\n  database_path: m.db\n")
+    path.write_text(f"memory:\n  database_url: '{database_url}'\n")
     config = load_config(path)
     engine = open_database(config.memory.sqlalchemy_url)
     clock = ManualClock()
@@ -69,9 +70,12 @@ def config(tmp_path):
 
 
 def every_text(config) -> str:  # type: ignore[no-untyped-def]
-    with sqlite3.connect(config.memory.database_path) as db:
-        tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-        return "\n".join(str(row) for table in tables for row in db.execute(f"SELECT * FROM {table}"))
+    engine = open_database(config.memory.sqlalchemy_url)
+    with engine.connect() as db:
+        tables = inspect(engine).get_table_names()
+        text = "\n".join(str(row) for table in tables for row in db.execute(sql_text(f"SELECT * FROM {table}")))
+    engine.dispose()
+    return text
 
 
 def forget(config, *argv: str) -> int:  # type: ignore[no-untyped-def]

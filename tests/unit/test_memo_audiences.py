@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from myao2.domain.memo import MemoChanges, MemoDraft, MemoError, Origin
 from myao2.domain.visibility import WORKSPACE, Audience
@@ -48,29 +47,29 @@ class Clock:
 
 
 @pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "m.db"
-
-
-@pytest.fixture
 def clock() -> Clock:
     return Clock()
 
 
 @pytest.fixture
-def store(db_path: Path, clock: Clock) -> SqlMemoStore:
-    return SqlMemoStore(open_database(f"sqlite:///{db_path}"), clock)
+def store(database_url: str, clock: Clock) -> SqlMemoStore:
+    return SqlMemoStore(open_database(database_url), clock)
 
 
 def add(store: SqlMemoStore, name: str, origin: Origin, content: str = "c", tags: tuple[str, ...] = ()) -> None:
     store.add(MemoDraft.create(name, content, 3, list(tags)), origin, "test")
 
 
-def dump(db_path: Path) -> list[tuple[Any, ...]]:
-    with sqlite3.connect(db_path) as plain:
-        return plain.execute("SELECT * FROM memos ORDER BY id").fetchall() + plain.execute(
-            "SELECT * FROM memo_revisions ORDER BY id"
-        ).fetchall()
+def dump(database_url: str) -> list[tuple[Any, ...]]:
+    engine = open_database(database_url)
+    with engine.connect() as plain:
+        rows = [
+            tuple(row)
+            for table in ("memos", "memo_revisions")
+            for row in plain.execute(text(f"SELECT * FROM {table} ORDER BY id"))
+        ]
+    engine.dispose()
+    return rows
 
 
 def refused(code: str) -> Any:
@@ -81,13 +80,13 @@ class TestWhoMayChange:
     @pytest.mark.parametrize("origin", PRIVATE_ONES, ids=["dm", "private-channel", "group-dm"])
     @pytest.mark.parametrize("change", EVERY_FIELD, ids=lambda c: next(iter(c)))
     def test_a_private_conversation_cannot_edit_a_workspace_memo(
-        self, store: SqlMemoStore, db_path: Path, origin: Origin, change: dict[str, Any]
+        self, store: SqlMemoStore, database_url: str, origin: Origin, change: dict[str, Any]
     ) -> None:
         add(store, "team-lunch", PUBLIC, "lunch on fridays", ("food",))
-        before = dump(db_path)
+        before = dump(database_url)
         with refused("wider_audience"):
             store.edit("team-lunch", MemoChanges.create(**change), origin, "test")
-        assert dump(db_path) == before
+        assert dump(database_url) == before
 
     def test_a_public_channel_edits_a_workspace_memo(self, store: SqlMemoStore) -> None:
         add(store, "team-lunch", PUBLIC)
@@ -180,10 +179,10 @@ class TestRacingWriters:
     """Two stores on one file stand for two processes (the bot and the CLI)."""
 
     def test_an_edit_that_lost_the_race_is_refused_and_the_log_still_replays(
-        self, store: SqlMemoStore, db_path: Path, clock: Clock
+        self, store: SqlMemoStore, database_url: str, clock: Clock
     ) -> None:
         add(store, "tanaka", PUBLIC, "likes tea")
-        other = SqlMemoStore(open_database(f"sqlite:///{db_path}"), Clock())
+        other = SqlMemoStore(open_database(database_url), Clock())
         # the edit has read the memo when it reads the clock; the other process writes then
         clock.on_read = lambda: other.edit("tanaka", MemoChanges.create(content="likes coffee"), None, "cli")
         with refused("changed_meanwhile") as caught:
@@ -193,9 +192,9 @@ class TestRacingWriters:
         assert (memo.content, memo.priority, memo.revision) == ("likes coffee", 3, 2)
         assert_log_replays(store)
 
-    def test_a_removal_that_lost_the_race_is_refused(self, store: SqlMemoStore, db_path: Path, clock: Clock) -> None:
+    def test_a_removal_that_lost_the_race_is_refused(self, store: SqlMemoStore, database_url: str, clock: Clock) -> None:
         add(store, "tanaka", PUBLIC)
-        other = SqlMemoStore(open_database(f"sqlite:///{db_path}"), Clock())
+        other = SqlMemoStore(open_database(database_url), Clock())
         clock.on_read = lambda: other.edit("tanaka", MemoChanges.create(priority=1), None, "cli")
         with refused("changed_meanwhile"):
             store.remove("tanaka", PUBLIC, "tool:remove_memo")

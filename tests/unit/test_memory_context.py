@@ -35,8 +35,8 @@ def memory(scope: Scope, term: Term, audience: Audience, *texts: str, label: str
 
 
 @pytest.fixture
-def stores(tmp_path):
-    engine = open_database(f"sqlite:///{tmp_path}/m.db")
+def stores(database_url):
+    engine = open_database(database_url)
     clock = ManualClock()
     memories = SqlMemoryStore(engine, clock)
     memories.save(

@@ -72,8 +72,8 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture
-def engine(tmp_path):
-    engine = open_database(f"sqlite:///{tmp_path}/m.db")
+def engine(database_url):
+    engine = open_database(database_url)
     yield engine
     engine.dispose()
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import sqlite3
 from datetime import timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
+from sqlalchemy import inspect
+from sqlalchemy import text as sql_text
 
 from myao2.application.agents import DigestPrompt, ModelUnavailable
 from myao2.application.context import Persona
@@ -46,13 +47,8 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture
-def db_path(tmp_path):
-    return tmp_path / "m.db"
-
-
-@pytest.fixture
-def engine(db_path):
-    engine = open_database(f"sqlite:///{db_path}")
+def engine(database_url):
+    engine = open_database(database_url)
     yield engine
     engine.dispose()
 
@@ -100,18 +96,17 @@ def say(store: SqlConversationStore, clock: ManualClock, channel: Channel, text:
     return message
 
 
-def rows_of(db_path, sql: str) -> list[tuple]:
-    with sqlite3.connect(db_path) as db:
-        return db.execute(sql).fetchall()
+def rows_of(engine, sql: str) -> list[tuple]:
+    with engine.connect() as db:
+        return [tuple(row) for row in db.execute(sql_text(sql))]
 
 
-def rows_holding(db_path, text: str) -> list[str]:
+def rows_holding(engine, text: str) -> list[str]:
     """The tables any of whose rows holds `text`."""
-    with sqlite3.connect(db_path) as db:
-        tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-        found = []
-        for table in tables:
-            for row in db.execute(f'SELECT * FROM "{table}"'):
+    found = []
+    with engine.connect() as db:
+        for table in inspect(engine).get_table_names():
+            for row in db.execute(sql_text(f'SELECT * FROM "{table}"')):
                 if any(isinstance(v, str) and text in v for v in row):
                     found.append(table)
                     break
@@ -119,7 +114,7 @@ def rows_holding(db_path, text: str) -> list[str]:
 
 
 async def test_days_are_digested_then_condensed_from_the_raw_messages_then_their_raw_text_deleted(
-    job, conversations, memories, writer, clock, db_path
+    job, conversations, memories, writer, clock, engine
 ):
     said = say(conversations, clock, GENERAL, "the office moves to Osaka in May")
     say(conversations, clock, GENERAL, "cake on Friday")
@@ -148,7 +143,7 @@ async def test_days_are_digested_then_condensed_from_the_raw_messages_then_their
     report = await job.run()
     assert report.deleted == 2
     assert conversations.get_message(GENERAL.id, said.ts) is None
-    assert rows_holding(db_path, "Osaka in May") == ["digests"]
+    assert rows_holding(engine, "Osaka in May") == ["digests"]
     assert conversations.save_message(said) is False  # a late history fetch cannot bring it back
 
 
@@ -287,7 +282,7 @@ async def test_a_channel_turned_private_keeps_its_memories_and_digests_to_itself
 
 
 async def test_forgetting_a_person_deletes_the_digests_of_the_days_they_spoke_in(
-    job, conversations, memories, clock, engine, db_path
+    job, conversations, memories, clock, engine
 ):
     from myao2.infrastructure.db.forget import forget_person
 
@@ -296,19 +291,19 @@ async def test_forgetting_a_person_deletes_the_digests_of_the_days_they_spoke_in
     say(conversations, clock, GENERAL, "bob likes tea", user="UBOB")
     clock.advance(15 * DAY)
     await job.run()
-    assert len(memories.digests()) == 2 and rows_holding(db_path, "canary-alice") == ["digests"]
+    assert len(memories.digests()) == 2 and rows_holding(engine, "canary-alice") == ["digests"]
 
     from myao2.domain.memory import Bullet, Memory, Scope, Term
 
-    alice_ts = rows_of(db_path, "SELECT ts FROM expired_messages WHERE user_id = 'UALICE'")
-    assert len(alice_ts) == 1 and rows_of(db_path, "SELECT count(*) FROM messages") == [(0,)]
+    alice_ts = rows_of(engine, "SELECT ts FROM expired_messages WHERE user_id = 'UALICE'")
+    assert len(alice_ts) == 1 and rows_of(engine, "SELECT count(*) FROM messages") == [(0,)]
     note = Bullet(1, "canary-alice likes jazz", clock.now().date(), (alice_ts[0][0],))
     memories.save([Memory(Scope(GENERAL.id), Term.LONG, Audience(), (note,), label="#general")])
 
     forgotten = forget_person(engine, "UALICE")
     assert forgotten.notes == 2  # the digest of her day, and the memory note made from her (deleted) message
-    assert rows_holding(db_path, "canary-alice") == []
-    assert rows_of(db_path, "SELECT user_id FROM expired_messages") == [("UBOB",)]
+    assert rows_holding(engine, "canary-alice") == []
+    assert rows_of(engine, "SELECT user_id FROM expired_messages") == [("UBOB",)]
     assert [d.lines for d in memories.digests()] == [("condensed: bob likes tea",)]
 
 
@@ -389,7 +384,7 @@ async def test_a_message_deleted_or_edited_in_slack_leaves_no_trace_in_its_day_s
 
 
 async def test_a_person_forgotten_while_their_day_is_being_digested_does_not_come_back_in_it(
-    conversations, memories, clock, engine, db_path
+    conversations, memories, clock, engine
 ):
     from myao2.infrastructure.db.forget import forget_person
 
@@ -406,6 +401,6 @@ async def test_a_person_forgotten_while_their_day_is_being_digested_does_not_com
     say(conversations, clock, GENERAL, "bob likes tea", user="UBOB")
     clock.advance(3 * DAY)
     await job.run()
-    assert rows_holding(db_path, "canary-alice") == []
+    assert rows_holding(engine, "canary-alice") == []
     await job.run()  # made again from what is left
     assert [d.lines for d in memories.digests()] == [("digest: bob likes tea",)]
