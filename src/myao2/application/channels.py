@@ -53,11 +53,17 @@ class ChannelLifecycle:
     async def reconcile(self) -> None:
         """Narrow what is still kept for the workspace of every channel stored as private or shared outside:
         a change made while the bot was away (the history sync stores the new kind, no event comes), or a
-        narrowing cut short by a crash. What is narrowed already stays as it is."""
+        narrowing cut short by a crash. A channel that has neither a memory nor a memo kept for the
+        workspace is taken as narrowed already (a public channel spoken in has its memories)."""
         channels = await asyncio.to_thread(self._store.channels)
         for channel in channels:
-            if channel.kind in (ChannelKind.PRIVATE, ChannelKind.SHARED):
-                await self._narrow_stores(channel.id)
+            if channel.kind not in (ChannelKind.PRIVATE, ChannelKind.SHARED):
+                continue
+            memories = await asyncio.to_thread(self._memories.narrow, channel.id)
+            memos = await asyncio.to_thread(self._memos.narrow, channel.id, NARROWED_BY)
+            if memories or memos:
+                logger.info("channel %s is %s: what it kept for the workspace narrowed", channel.id, channel.kind.value)
+                await asyncio.to_thread(self._profiles.narrow, channel.id)
 
     async def left(self, channel_id: str) -> None:
         """The bot left the channel or was removed: no more judging, catching up or answering there."""
@@ -68,14 +74,10 @@ class ChannelLifecycle:
         """Store the new kind at once, then make the memos, memories, digests and profile facts taken there the
         channel's own (the workspace memory is made again without it)."""
         await asyncio.to_thread(self._store.set_channel_kind, channel_id, kind)
-        await self._narrow_stores(channel_id)
-        logger.info("channel %s is now %s", channel_id, kind.value)
-        if await asyncio.to_thread(self._store.get_channel, channel_id) is None:
-            await self._refresh(channel_id)
-
-    async def _narrow_stores(self, channel_id: str) -> None:
-        await asyncio.to_thread(self._memories.narrow, channel_id)
+        # The memories last: while one is still kept for the workspace, `reconcile` finishes the work.
         await asyncio.to_thread(self._profiles.narrow, channel_id)
         narrowed = await asyncio.to_thread(self._memos.narrow, channel_id, NARROWED_BY)
-        if narrowed:
-            logger.info("%d memo(s) narrowed to channel %s", len(narrowed), channel_id)
+        await asyncio.to_thread(self._memories.narrow, channel_id)
+        logger.info("channel %s is now %s: %d memo(s) narrowed to it", channel_id, kind.value, len(narrowed))
+        if await asyncio.to_thread(self._store.get_channel, channel_id) is None:
+            await self._refresh(channel_id)

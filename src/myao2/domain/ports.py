@@ -141,9 +141,10 @@ class MemoryStore(Protocol):
         """Store a day's digest, replacing the one of that conversation and day (never widening its audience)."""
         ...
 
-    def narrow(self, channel_id: str) -> None:
+    def narrow(self, channel_id: str) -> bool:
         """The channel stopped being the workspace's: what was absorbed from it becomes its own,
-        and the workspace memory is dropped, to be made again without it."""
+        and the workspace memory is dropped, to be made again without it. True when something was
+        still kept for the workspace; nothing changes otherwise."""
         ...
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import date
 from typing import Any
 
@@ -110,10 +110,11 @@ class SqlMemoryStore:
             row.made_at = self._clock.now()
             session.add(row)
 
-    def narrow(self, channel_id: str) -> None:
+    def narrow(self, channel_id: str) -> bool:
         """The channel's (and its threads') memories and digests become its own; the workspace memory,
         which may hold what it said, is dropped, to be made again from the public channels alone.
-        Nothing changes where nothing of the channel's is kept for the workspace any more."""
+        Nothing changes where nothing of the channel's is kept for the workspace any more; True when
+        something was narrowed."""
         keys = [Scope(channel_id).key, f"thread:{channel_id}:%"]
         with Session(self._engine) as session, session.begin():
             rows = session.exec(
@@ -127,16 +128,21 @@ class SqlMemoryStore:
             for row in [*rows, *digests]:
                 row.audience = channel_id
                 session.add(row)
-            said_there = said_in(session, channel_id)
             for workspace in session.exec(select(MemoryRow).where(MemoryRow.scope == Scope().key)).all():
-                if rows or digests or any(said_there.intersection(b["ts"]) for b in workspace.bullets):
+                if rows or digests or said_in(session, channel_id, {ts for b in workspace.bullets for ts in b["ts"]}):
                     session.delete(workspace)
+            return bool(rows or digests)
 
 
-def said_in(session: Session, channel_id: str) -> set[str]:
-    """The ts of the channel's messages, those whose text retention deleted included."""
-    said = set(session.exec(select(MessageRow.ts).where(MessageRow.channel_id == channel_id)).all())
-    said.update(session.exec(select(ExpiredMessageRow.ts).where(ExpiredMessageRow.channel_id == channel_id)).all())
+def said_in(session: Session, channel_id: str, ts: Collection[str]) -> set[str]:
+    """Those of `ts` that are of messages of the channel (those whose text retention deleted included)."""
+    wanted, said = list(ts), set()
+    for start in range(0, len(wanted), 500):
+        chunk = wanted[start : start + 500]
+        for table in (MessageRow, ExpiredMessageRow):
+            said.update(
+                session.exec(select(table.ts).where(table.channel_id == channel_id, col(table.ts).in_(chunk))).all()
+            )
     return said
 
 

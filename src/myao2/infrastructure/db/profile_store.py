@@ -50,9 +50,11 @@ class SqlProfileStore:
     def narrow(self, channel_id: str) -> None:
         """The workspace facts learnt in the channel, or citing one of its messages, become its own."""
         with Session(self._engine) as session, session.begin():
-            said_there = said_in(session, channel_id)
-            for row in session.exec(select(ProfileRow)).all():
-                profile = _to_profile(row)
+            rows = session.exec(select(ProfileRow)).all()
+            profiles = [_to_profile(row) for row in rows]
+            cited = {ts for p in profiles for f in p.facts if f.audience.is_workspace for ts in f.source_ts}
+            said_there = said_in(session, channel_id, cited)
+            for row, profile in zip(rows, profiles):
                 narrowed = profile.narrowed(channel_id, said_there)
                 if narrowed != profile:
                     row.facts = [_fact_to_json(f) for f in narrowed.facts]
