@@ -42,7 +42,7 @@ MAX_QUERY_TERMS = 64
 """Keyword terms of a query beyond these are not looked up (a question is far shorter)."""
 FREQUENT = 2000
 """A term held by this many documents is frequent: its count is estimated, and it proposes no candidates."""
-KEYWORD_WEIGHT = 0.06
+KEYWORD_WEIGHT = 0.1
 """The largest bonus a keyword match adds to a cosine (which spans about 0.75-0.95 for this model)."""
 
 Progress = Callable[[int, int], None]
@@ -162,6 +162,10 @@ class SearchIndex:
                 documents.update({(kind, i): d for i, d in self._documents(kind, ids).items()})
         live = [(key, doc) for key, doc in documents.items() if doc is not None]
         vectors = self._embedder.passages([doc.text for _, doc in live]) if live else None
+        for index, ((kind, _), doc) in enumerate(live):
+            if kind == "memo":
+                assert vectors is not None
+                vectors[index] = _blend(vectors[index], self._embedder.query(doc.text))
         deleted: dict[str, list[int]] = {kind: [] for kind in KINDS}
         with self._engine.begin() as connection:
             for index, ((kind, ref_id), doc) in enumerate(live):
@@ -317,13 +321,23 @@ class SearchIndex:
 
 
 def fuse(cosine: float, keyword_coverage: float) -> float:
-    """The cosine, plus a keyword bonus that grows with the square of how much of the query a document holds.
+    """The cosine, plus a keyword bonus in proportion to how much of the query's term weight a document holds.
 
-    A paraphrase shares only a few common terms with its answer (a name, さん), so its
-    bonus stays tiny and the dense ranking decides; a query whose rare terms a
-    document holds nearly all of (a name, a date, a code word) lifts it to the top.
+    A paraphrase shares only common terms with its answer (a name, さん), which weigh
+    little, so its bonus stays small and the dense ranking decides; a query whose rare
+    terms a document holds (a name, a date, a code word) lifts it to the top.
     """
-    return cosine + KEYWORD_WEIGHT * keyword_coverage**2
+    return cosine + KEYWORD_WEIGHT * keyword_coverage
+
+
+def _blend(passage: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """A memo's vector: how it reads as a passage and as a question, averaged (unit length).
+
+    A memo is one short statement, worded much like the questions that look for it, and
+    the model's symmetric (query-to-query) reading matches such paraphrases better.
+    """
+    both = passage + query
+    return both / max(float(np.linalg.norm(both)), 1e-12)
 
 
 def coverage(weights: dict[str, float], document_terms: str) -> float:
