@@ -27,7 +27,7 @@ GATHER_SECONDS = 0.5
 """How long the index worker lets changes gather after the first one, so a burst is one batch."""
 _COMMITTED = "myao2.committed"
 """Marks a pooled connection whose transaction committed: the "commit" event comes before the commit is done."""
-INDEX_NICENESS = 10
+INDEX_NICENESS = 10  # added to the process's own niceness, as `nice` does
 """How much lower than the process the index worker's CPU priority is."""
 THREAD_NAME = "search-index"
 """The index worker's thread name, also in `top -H` and `ps -L` (bench/mention_latency.py tells its CPU apart by it)."""
@@ -125,6 +125,7 @@ def _into_background() -> None:
         return
     native_id = threading.get_native_id()
     with suppress(OSError):
-        os.setpriority(os.PRIO_PROCESS, native_id, INDEX_NICENESS)
+        own = os.getpriority(os.PRIO_PROCESS, native_id)
+        os.setpriority(os.PRIO_PROCESS, native_id, min(19, own + INDEX_NICENESS))
     with suppress(OSError):
         Path(f"/proc/self/task/{native_id}/comm").write_text(THREAD_NAME, encoding="ascii")
