@@ -32,6 +32,13 @@ def period(value: str) -> timedelta:
     return timedelta(**{_PERIOD_UNITS[match.group(2)]: int(match.group(1))})
 
 
+def conversation_id(value: str) -> str:
+    """A `--conversation` value: a conversation id (or `workspace`), never blank."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("give a conversation id such as C0123 (or workspace)")
+    return value.strip()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; ``--config`` is accepted before and after any subcommand."""
     # SUPPRESS keeps a subparser from overwriting a --config given before the subcommand.
@@ -68,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     named.add_argument("name")
     named.add_argument(
         "--conversation",
+        type=conversation_id,
         metavar="C|workspace",
         help="the memo kept for this conversation id, or for the workspace, when several share the name",
     )
@@ -87,7 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
     memo_add.add_argument("name")
     memo_add.add_argument("--content", required=True, metavar="TEXT", help="the fact itself (at most 500 characters)")
     memo_add.add_argument(
-        "--conversation", metavar="C|workspace", help="keep it for this conversation id only (default: workspace)"
+        "--conversation",
+        type=conversation_id,
+        metavar="C|workspace",
+        help="keep it for this conversation id only (default: workspace)",
     )
 
     memo_edit = actions.add_parser(
@@ -182,7 +193,10 @@ def build_parser() -> argparse.ArgumentParser:
     mcp = commands.add_parser("mcp", parents=[common], help="serve the memos to other AI agents over MCP (stdio)")
     mcp.add_argument("--http", action="store_true", help="streamable HTTP on mcp.host:mcp.port, with mcp.token")
     mcp.add_argument(
-        "--conversation", metavar="C", help="also see and write this conversation's own memos (default: workspace only)"
+        "--conversation",
+        type=conversation_id,
+        metavar="C",
+        help="also see and write this conversation's own memos (default: workspace only)",
     )
     mcp.add_argument("--allow-pinned", action="store_true", help="let clients edit and remove pinned memos (rules)")
 
