@@ -237,7 +237,7 @@ class SearchIndex:
         """How much of `query`'s keyword weight each line holds, from 0 to 1 (to pick a long document's lines)."""
         query_terms = list(dict.fromkeys(terms(query)))
         with self._engine.connect() as connection:
-            weights = _idf(connection, query_terms, sum(len(c) for c in self._caches.values()))
+            weights = self._term_weights(_document_frequencies(connection, query_terms))
         return [coverage(weights, fts_document(line)) for line in lines]
 
     # -- searching --------------------------------------------------------------
@@ -267,8 +267,7 @@ class SearchIndex:
             keyword = _keyword_top(connection, kind, rare, readable, cache.scopes, before)
             candidates = list(dict.fromkeys([doc_id for doc_id, _ in dense] + keyword))
             rows = _rows(connection, candidates)
-        documents = max(sum(len(c) for c in self._caches.values()), max(frequencies.values(), default=0))
-        weights = {term: _idf(documents, frequency) for term, frequency in frequencies.items()}
+        weights = self._term_weights(frequencies)
         cosines = dict(dense)
         floor = min(cosines.values(), default=0.0)
         hits = []
@@ -285,6 +284,11 @@ class SearchIndex:
             hits.append(Hit(row[1], fuse(cosine, coverage(weights, row[4]))))
         hits.sort(key=lambda hit: -hit.score)
         return hits[:limit]
+
+    def _term_weights(self, frequencies: dict[str, float]) -> dict[str, float]:
+        """Each query term's inverse document frequency."""
+        documents = max(sum(len(c) for c in self._caches.values()), max(frequencies.values(), default=0))
+        return {term: _idf(documents, frequency) for term, frequency in frequencies.items()}
 
     def warm(self) -> None:
         """Load every kind's vectors into memory, clustered if many (done on first search otherwise)."""
