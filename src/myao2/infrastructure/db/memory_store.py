@@ -6,7 +6,8 @@ from collections.abc import Collection, Sequence
 from datetime import date
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, bindparam
+from sqlalchemy import select as core_select
 from sqlmodel import Session, col, select
 
 from myao2.domain.memory import Bullet, Digest, Memory, Scope, Stage, Term
@@ -27,10 +28,8 @@ class SqlMemoryStore:
         self._clock = clock
 
     def get(self, scope: Scope, term: Term) -> Memory | None:
-        with Session(self._engine) as session:
-            row = session.exec(
-                select(MemoryRow).where(MemoryRow.scope == scope.key, MemoryRow.term == term.value)
-            ).first()
+        with self._engine.connect() as connection:
+            row = connection.execute(_ONE_MEMORY, {"scope": scope.key, "term": term.value}).first()
         return None if row is None else row_to_memory(row)
 
     def save(self, memories: Sequence[Memory], *, heard: bool = False) -> None:
@@ -183,8 +182,15 @@ def bullet_to_json(bullet: Bullet) -> dict[str, Any]:
     }
 
 
-def row_to_memory(row: MemoryRow) -> Memory:
-    """A memory from its row."""
+_MEMORIES = MemoryRow.__table__  # type: ignore[attr-defined]
+_ONE_MEMORY = core_select(_MEMORIES).where(
+    _MEMORIES.c.scope == bindparam("scope"), _MEMORIES.c.term == bindparam("term")
+)
+"""One memory by (scope, term): a prompt reads several, and building this query cost six times running it."""
+
+
+def row_to_memory(row: Any) -> Memory:
+    """A memory from its `MemoryRow` or a Core row of the memories table."""
     return Memory(
         scope=Scope.from_key(row.scope),
         term=Term(row.term),
