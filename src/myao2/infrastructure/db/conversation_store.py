@@ -319,8 +319,8 @@ class SqlConversationStore:
         self._leave([col(ChannelRow.id).not_in(list(channel_ids)), col(ChannelRow.updated_at) < as_of])
 
     def get_channel(self, channel_id: str) -> Channel | None:
-        with Session(self._engine) as session:
-            row = session.get(ChannelRow, channel_id)
+        with self._engine.connect() as connection:
+            row = connection.execute(_ONE_CHANNEL, {"channel": channel_id}).first()
         return None if row is None else _to_channel(row)
 
     def active_channels(self, since: datetime) -> list[Channel]:
@@ -397,8 +397,8 @@ class SqlConversationStore:
             )
 
     def start_answer(self, channel_id: str, ts: str, answer_ts: str) -> None:
-        claims = _table(ClaimRow)
-        self._update(ClaimRow, [*_claim_key(channel_id, ts), claims.c.settled_at.is_(None)], {"answer_ts": answer_ts})
+        with self._engine.begin() as connection:
+            connection.execute(_START_ANSWER, {"claim_channel": channel_id, "claim_ts": ts, "answer": answer_ts})
 
     def unfinished_answer(self, channel_id: str, ts: str) -> str | None:
         with Session(self._engine) as session:
@@ -409,8 +409,10 @@ class SqlConversationStore:
             ).first()
 
     def settle(self, channel_id: str, ts: str, answer_ts: str) -> None:
-        values = {"answer_ts": answer_ts, "settled_at": self._clock.now()}
-        self._update(ClaimRow, _claim_key(channel_id, ts), values)
+        with self._engine.begin() as connection:
+            connection.execute(
+                _SETTLE, {"claim_channel": channel_id, "claim_ts": ts, "answer": answer_ts, "at": self._clock.now()}
+            )
 
     def due_answers(self, now: datetime, since: datetime) -> list[PendingAnswer]:
         with Session(self._engine) as session:
@@ -503,6 +505,13 @@ class SqlConversationStore:
         return [_to_message(r) for r in reversed(rows)]
 
 
+# Statements of the calls every answer makes, built once (building one cost more than running it).
+_CHANNELS, _CLAIMS = ChannelRow.__table__, ClaimRow.__table__  # type: ignore[attr-defined]
+_ONE_CHANNEL = core_select(_CHANNELS).where(_CHANNELS.c.id == bindparam("channel"))
+_THIS_CLAIM = (_CLAIMS.c.channel_id == bindparam("claim_channel"), _CLAIMS.c.ts == bindparam("claim_ts"))
+_START_ANSWER = update(_CLAIMS).where(*_THIS_CLAIM, _CLAIMS.c.settled_at.is_(None)).values(answer_ts=bindparam("answer"))
+_SETTLE = update(_CLAIMS).where(*_THIS_CLAIM).values(answer_ts=bindparam("answer"), settled_at=bindparam("at"))
+
 _INSERT_IGNORING: dict[str, Callable[[Table], Any]] = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
 """Dialects whose INSERT can skip a row whose key is taken (ON CONFLICT DO NOTHING)."""
 
@@ -574,7 +583,8 @@ def _message_row(message: Message) -> dict[str, Any]:
     return row
 
 
-def _to_channel(row: ChannelRow) -> Channel:
+def _to_channel(row: Any) -> Channel:
+    """A channel from a `ChannelRow` or a Core row of the channels table."""
     return Channel(id=row.id, name=row.name, kind=ChannelKind(row.kind), is_member=row.left_at is None)
 
 
