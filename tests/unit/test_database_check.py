@@ -11,6 +11,7 @@ from sqlalchemy import text
 
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.health import DatabaseCheck
+from tests.postgres import PostgresServer
 
 
 def test_a_replaced_file_fails_the_check_and_logs_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -47,3 +48,10 @@ def test_a_database_that_refuses_writes_fails_the_check(tmp_path: Path) -> None:
         )
     assert check() == "it does not take a write (IntegrityError)"
     engine.dispose()
+
+
+def test_a_postgresql_database_passes_until_it_is_gone(postgres: PostgresServer) -> None:
+    with postgres.database() as url:
+        check = DatabaseCheck(open_database(url))
+        assert check() is None
+    assert check() == "it does not take a write (OperationalError)"
