@@ -13,6 +13,7 @@ import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -40,6 +41,10 @@ class PostgresServer:
         self._data = self._folder / "data"
         self.port = _free_port()
         self._names = itertools.count(1)
+        # Creating a database takes about a second here: a worker makes the next test's
+        # migrated database while the current test runs.
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="postgres-admin")
+        self._next: Future[str] | None = None
         self._as_user = ["runuser", "-u", SERVER_USER, "--"] if os.geteuid() == 0 else []
 
     def start(self) -> None:
@@ -53,8 +58,10 @@ class PostgresServer:
         self._run("pg_ctl", "-D", str(self._data), "-l", str(self._folder / "server.log"), "-o", options, "-w", "start")
         self._create(TEMPLATE)
         open_database(self.url(TEMPLATE)).dispose()  # no connection may stay open on a template
+        self._next = self._worker.submit(self._new, TEMPLATE)
 
     def stop(self) -> None:
+        self._worker.shutdown(wait=True)
         self._run("pg_ctl", "-D", str(self._data), "-m", "immediate", "-w", "stop")
         shutil.rmtree(self._folder, ignore_errors=True)
 
@@ -64,12 +71,21 @@ class PostgresServer:
     @contextmanager
     def database(self, *, migrated: bool = True) -> Iterator[str]:
         """The URL of a new database (migrated, or empty), dropped afterwards with its connections."""
-        name = f"test_{next(self._names)}"
-        self._create(name, template=TEMPLATE if migrated else "template0")
+        if migrated:
+            assert self._next is not None, "start() first"
+            name = self._next.result()
+            self._next = self._worker.submit(self._new, TEMPLATE)
+        else:
+            name = self._new("template0")
         try:
             yield self.url(name)
         finally:
             self._admin(f"DROP DATABASE {name} WITH (FORCE)")
+
+    def _new(self, template: str) -> str:
+        name = f"test_{next(self._names)}"
+        self._create(name, template)
+        return name
 
     def _create(self, name: str, template: str = "template0") -> None:
         self._admin(f"CREATE DATABASE {name} TEMPLATE {template}")
