@@ -4,7 +4,8 @@ Writes go through the notebook service as actor ``mcp``, so the bot's rules, pri
 revision history hold; a pinned memo (a person's rule) is refused unless the server runs
 with ``--allow-pinned``. The client sees what the whole workspace may read and, started
 with ``--conversation C``, that conversation's own memos too, exactly as a prompt in C
-would (the domain's visibility rule decides). The database is shared with the running bot
+would (the domain's visibility rule decides); then, like the bot's tools in C, it may not
+change a memo that C shares with a wider audience. The database is shared with the running bot
 (WAL, busy timeout): the bot sees a change at its next prompt.
 """
 
@@ -28,7 +29,7 @@ from myao2.composition import Application, build_application
 from myao2.config import Config
 from myao2.domain.conversation import BotIdentity
 from myao2.domain.memo import Memo, MemoError, MemoRevision
-from myao2.domain.visibility import WORKSPACE, WORKSPACE_VIEW, Audience, can_read, readable_audiences
+from myao2.domain.visibility import WORKSPACE, WORKSPACE_VIEW, Audience, can_read, can_write, readable_audiences
 from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
@@ -70,6 +71,12 @@ class Scope:
     def audience(self) -> Audience:
         """Where a new memo is kept."""
         return Audience(self.conversation) if self.conversation else WORKSPACE
+
+    @property
+    def writer(self) -> Audience | None:
+        """Who the visibility rule is asked about for a change: the conversation, as for the bot's tools
+        there (what the client read of it must not reach a wider audience); else a person's own view."""
+        return Audience(self.conversation) if self.conversation else None
 
 
 class NotebookTools:
@@ -123,7 +130,10 @@ class NotebookTools:
         return self._data(memo, self._pinned())
 
     def edit(self, name: str, **changes: Any) -> dict[str, Any]:
-        memo = self._notebook.edit(name, audience=self._seen(name).audience, **changes)
+        seen = self._seen(name)
+        if not can_write(self._scope.writer, seen.audience):
+            raise MemoError("wider_audience", name=seen.name)
+        memo = self._notebook.edit(name, audience=seen.audience, **changes)
         return self._data(memo, self._pinned())
 
     def remove(self, name: str) -> dict[str, Any]:
@@ -302,7 +312,8 @@ def build_server(  # type: ignore[no-untyped-def]
     @server.tool(
         description=(
             "Change a memo: only the fields given change. An empty detail clears it; an empty tag list removes "
-            "the tags. A pinned memo (a rule a person set) is refused unless the server allows it."
+            "the tags. A pinned memo (a rule a person set) is refused unless the server allows it; so is a "
+            "workspace memo when the server was started for one conversation."
         )
     )
     async def edit_memo(

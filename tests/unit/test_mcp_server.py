@@ -52,3 +52,20 @@ def test_search_finds_a_dm_memo_only_for_a_client_started_for_that_dm(app: Appli
     assert not failed and [m["name"] for m in found["memos"]] == ["lunch-day"]
     failed, found = call(app, Scope(DM), "search_memo", {"query": "surprise party", "limit": 5})
     assert not failed and found["memos"][0]["name"] == "surprise"
+
+
+def test_a_client_started_for_a_dm_cannot_edit_a_workspace_memo_as_the_bots_tools_there_cannot(
+    app: Application,  # noqa: F811
+) -> None:
+    leak = {"memo_name": "lunch-day", "content": "Alice plans a surprise party for Bob"}
+    failed, refusal = call(app, Scope(DM), "edit_memo", leak)
+    assert failed and "surprise" not in refusal
+    assert "conversation" in refusal  # the bot's own wording for a change that would reach a wider audience
+    failed, renamed = call(app, Scope(DM), "edit_memo", {"memo_name": "lunch-day", "new_name": "bob-surprise"})
+    assert failed
+    assert "surprise" not in app.memos.get("lunch-day", GENERAL).content
+
+    failed, edited = call(app, Scope(DM), "edit_memo", {"memo_name": "surprise", "priority": 5})
+    assert not failed and edited["priority"] == 5  # its own memos, as ever
+    failed, edited = call(app, Scope(), "edit_memo", {"memo_name": "lunch-day", "priority": 4})
+    assert not failed and edited["priority"] == 4  # a workspace client writes the workspace's
