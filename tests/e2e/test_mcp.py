@@ -195,9 +195,12 @@ def test_a_dm_memo_is_seen_only_when_started_for_that_dm_and_pinned_memos_need_a
         async with Client(notebook.stdio("--conversation", DM, "--allow-pinned")) as client:
             names = {m["name"]: m["kept_for"] for m in data(await client.call_tool("list_memo", {}))["memos"]}
             assert names == {"gift": DM, "lunch": "workspace"}
-            data(await client.call_tool("edit_memo", {"memo_name": "lunch", "content": "Lunch is at one"}))
+            wider = await client.call_tool("edit_memo", {"memo_name": "lunch", "content": "Lunch is where the gift is"})
+            assert wider.is_error and "seen more widely" in wider.content[0].text  # as the bot's tools in the DM
             added = data(await client.call_tool("add_memo", {"name": "card", "content": "Bob wants a card"}))
             assert added["kept_for"] == DM
+        async with Client(notebook.stdio("--allow-pinned")) as client:
+            data(await client.call_tool("edit_memo", {"memo_name": "lunch", "content": "Lunch is at one"}))
 
     asyncio.run(session())
     assert notebook.rows("SELECT name, content FROM memos ORDER BY name") == [
