@@ -177,7 +177,7 @@ WORDS = st.sampled_from(["ramen", "coffee", "会議", "味噌", "deploy", "猫",
 
 class IndexFollowsTheData(RuleBasedStateMachine):
     """After any sequence of changes, search never returns a removed memo or a deleted message,
-    and finds every live one by its exact content."""
+    and finds every live one by its exact content, a DM's message only from that DM."""
 
     @initialize()
     def setup(self) -> None:
@@ -189,6 +189,7 @@ class IndexFollowsTheData(RuleBasedStateMachine):
         self.removed_memos: dict[str, str] = {}
         self.live_messages: dict[str, str] = {}
         self.deleted_messages: set[str] = set()
+        self.channels: dict[str, str] = {}
 
     def _content(self, words: list[str]) -> str:
         self.counter += 1
@@ -229,11 +230,12 @@ class IndexFollowsTheData(RuleBasedStateMachine):
             return
         self.live_memos[name] = self.removed_memos.pop(name)
 
-    @rule(words=st.lists(WORDS, max_size=3))
-    def save_message(self, words: list[str]) -> None:
+    @rule(channel=st.sampled_from(["C1", "D1"]), words=st.lists(WORDS, max_size=3))
+    def save_message(self, channel: str, words: list[str]) -> None:
         text = self._content(words)
-        message = self.world.message("C1", text, START + timedelta(seconds=self.counter))
+        message = self.world.message(channel, text, START + timedelta(seconds=self.counter))
         self.live_messages[message.ts] = text
+        self.channels[message.ts] = channel
 
     @rule(data=st.data(), words=st.lists(WORDS, max_size=3))
     def edit_message(self, data: st.DataObject, words: list[str]) -> None:
@@ -241,7 +243,7 @@ class IndexFollowsTheData(RuleBasedStateMachine):
             return
         ts = data.draw(st.sampled_from(sorted(self.live_messages)))
         text = self._content(words)
-        self.world.conversations.edit_message("C1", ts, text)
+        self.world.conversations.edit_message(self.channels[ts], ts, text)
         self.live_messages[ts] = text
 
     @rule(data=st.data())
@@ -249,7 +251,7 @@ class IndexFollowsTheData(RuleBasedStateMachine):
         if not self.live_messages:
             return
         ts = data.draw(st.sampled_from(sorted(self.live_messages)))
-        self.world.conversations.delete_message("C1", ts)
+        self.world.conversations.delete_message(self.channels[ts], ts)
         del self.live_messages[ts]
         self.deleted_messages.add(ts)
 
@@ -269,6 +271,10 @@ class IndexFollowsTheData(RuleBasedStateMachine):
             hits = self.world.search.messages(text, None, None, None, 20)
             assert hits[0].message.ts == ts
             assert not {hit.message.ts for hit in hits} & self.deleted_messages
+            own = self.world.search.messages(text, self.channels[ts], None, None, 20)
+            assert own[0].message.ts == ts  # found from its own conversation
+            elsewhere = self.world.search.messages(text, "C2", None, None, 20)
+            assert {hit.message.channel_id for hit in elsewhere} <= {"C1"}  # a DM's message never leaves it
         for content in self.removed_memos.values():
             assert not set(self.world.memo_names(content, limit=20)) & set(self.removed_memos)
 
