@@ -18,9 +18,9 @@ DAY = date(2025, 1, 2)
 
 
 @pytest.fixture
-def config_path(tmp_path):
+def config_path(tmp_path, database_url):
     path = tmp_path / "config.yaml"
-    path.write_text("memory:\n  database_path: data/m.db\n")
+    path.write_text(f"memory:\n  database_url: '{database_url}'\n")
     return path
 
 

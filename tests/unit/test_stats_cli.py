@@ -23,10 +23,10 @@ OLD = NOW - timedelta(days=30)
 
 
 @pytest.fixture
-def config_path(tmp_path: Path) -> Path:
+def config_path(tmp_path: Path, database_url: str) -> Path:
     path = tmp_path / "config.yaml"
     path.write_text(
-        "memory:\n  database_path: m.db\n"
+        f"memory:\n  database_url: '{database_url}'\n"
         "stats:\n  currency: EUR\n  prices:\n    big: {input: 2.0, output: 8.0}\n    small: {input: 0.5, output: 1.0}\n"
     )
     return path
@@ -39,8 +39,8 @@ def call(role: str, model: str, tokens_in: int, tokens_out: int, ok: bool = True
 
 
 @pytest.fixture
-def recorded(config_path: Path) -> None:
-    engine = open_database(f"sqlite:///{config_path.parent / 'm.db'}")
+def recorded(config_path: Path, database_url: str) -> None:
+    engine = open_database(database_url)
     log = SqlActivityLog(engine)
     log.model_call(call("response", "big", 1_000_000, 100_000), NOW)
     log.model_call(call("response", "big", 0, 0, ok=False), NOW)
