@@ -83,6 +83,20 @@ def test_a_channel_turned_private_while_the_bot_was_away_keeps_its_memos_to_itse
     assert bot.stop() == 0
 
 
+def test_a_channel_turned_private_while_the_bot_was_out_of_it_is_narrowed_when_the_bot_is_invited_back(
+    bot: BotProcess, slack: FakeSlack, llm
+) -> None:
+    plan_a_party_in_a_public_channel(bot, slack, llm)
+    slack.remove_member(PLANS, slack.bot_user_id)
+    wait_until(lambda: query(bot, "SELECT left_at FROM channels WHERE id = ?", PLANS) != [(None,)], what="the bot out")
+    slack.convert_to_private(PLANS)  # the bot is not in it: no event
+
+    slack.add_member(PLANS, slack.bot_user_id)
+    wait_until(lambda: query(bot, "SELECT visibility FROM memos") == [("conversation",)], what="the memo narrowed")
+    assert query(bot, "SELECT kind FROM channels WHERE id = ?", PLANS) == [("private",)]
+    assert bot.stop() == 0
+
+
 def test_a_channel_the_bot_was_removed_from_is_no_longer_judged_until_it_is_back(
     bot: BotProcess, slack: FakeSlack, llm
 ) -> None:

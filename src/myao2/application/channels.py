@@ -6,7 +6,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from myao2.domain.conversation import ChannelKind
+from myao2.domain.conversation import Channel, ChannelKind
 from myao2.domain.ports import ConversationStore, MemoryStore, MemoStore, ProfileStore
 
 logger = logging.getLogger(__name__)
@@ -55,15 +55,24 @@ class ChannelLifecycle:
         a change made while the bot was away (the history sync stores the new kind, no event comes), or a
         narrowing cut short by a crash. A channel that has neither a memory nor a memo kept for the
         workspace is taken as narrowed already (a public channel spoken in has its memories)."""
-        channels = await asyncio.to_thread(self._store.channels)
-        for channel in channels:
-            if channel.kind not in (ChannelKind.PRIVATE, ChannelKind.SHARED):
-                continue
-            memories = await asyncio.to_thread(self._memories.narrow, channel.id)
-            memos = await asyncio.to_thread(self._memos.narrow, channel.id, NARROWED_BY)
-            if memories or memos:
-                logger.info("channel %s is %s: what it kept for the workspace narrowed", channel.id, channel.kind.value)
-                await asyncio.to_thread(self._profiles.narrow, channel.id)
+        for channel in await asyncio.to_thread(self._store.channels):
+            await self._still_narrow(channel)
+
+    async def refreshed(self, channel_id: str) -> None:
+        """The channel was just read again from Slack (a join, a rename): if it is no longer public, what it
+        kept for the workspace is narrowed now, not at the next history sync."""
+        channel = await asyncio.to_thread(self._store.get_channel, channel_id)
+        if channel is not None:
+            await self._still_narrow(channel)
+
+    async def _still_narrow(self, channel: Channel) -> None:
+        if channel.kind not in (ChannelKind.PRIVATE, ChannelKind.SHARED):
+            return
+        memories = await asyncio.to_thread(self._memories.narrow, channel.id)
+        memos = await asyncio.to_thread(self._memos.narrow, channel.id, NARROWED_BY)
+        if memories or memos:
+            logger.info("channel %s is %s: what it kept for the workspace narrowed", channel.id, channel.kind.value)
+            await asyncio.to_thread(self._profiles.narrow, channel.id)
 
     async def left(self, channel_id: str) -> None:
         """The bot left the channel or was removed: no more judging, catching up or answering there."""

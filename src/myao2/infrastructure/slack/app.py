@@ -138,10 +138,12 @@ def build_app(
     async def on_joined(event: dict[str, Any]) -> None:
         if event.get("user") == bot.user_id:
             await inbox.channel_changed(event["channel"])
+            await channels.refreshed(event["channel"])
 
     @listen("channel_rename")
     async def on_rename(event: dict[str, Any]) -> None:
         await inbox.channel_changed(event["channel"]["id"])
+        await channels.refreshed(event["channel"]["id"])
 
     @listen("channel_unshared")
     async def on_unshared(event: dict[str, Any]) -> None:
