@@ -15,18 +15,10 @@ from myao2.infrastructure.db.memo_store import SqlMemoStore
 from myao2.memo_cli import run_memo_command
 from tests.clocks import ManualClock
 
-CONFIG_YAML = """\
-persona:
-  timezone: Asia/Tokyo
-memory:
-  database_path: data/memos.db
-"""
-
-
 @pytest.fixture
-def config_path(tmp_path):
+def config_path(tmp_path, database_url):
     path = tmp_path / "config.yaml"
-    path.write_text(CONFIG_YAML)
+    path.write_text(f"persona:\n  timezone: Asia/Tokyo\nmemory:\n  database_url: '{database_url}'\n")
     return path
 
 

@@ -15,8 +15,8 @@ DM = Audience("D1")
 
 
 @pytest.fixture
-def store(tmp_path):
-    engine = open_database(f"sqlite:///{tmp_path / 'memos.db'}")
+def store(database_url):
+    engine = open_database(database_url)
     yield SqlMemoStore(engine, ManualClock())
     engine.dispose()
 

@@ -28,9 +28,9 @@ def confirmed(profile: Profile, audience: Audience, fact_id: int, times: int) ->
 
 
 @pytest.fixture
-def config_path(tmp_path):
+def config_path(tmp_path, database_url):
     path = tmp_path / "config.yaml"
-    path.write_text("memory:\n  database_path: m.db\n")
+    path.write_text(f"memory:\n  database_url: '{database_url}'\n")
     engine = open_database(load_config(path).memory.sqlalchemy_url)
     clock = ManualClock()
     SqlConversationStore(engine, clock).save_person(Person("UALICE", "Alice"))
