@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes import PROXY_VARIABLES
-from tests.postgres import PostgresServer, server_binaries
+from tests.postgres import PostgresServer, fresh_database, server_binaries
 
 
 @pytest.fixture(autouse=True)
@@ -37,9 +37,4 @@ def postgres() -> Iterator[PostgresServer]:
 @pytest.fixture(params=["sqlite", "postgresql"])
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A fresh database of each kind the bot stores in: an SQLite file, and a migrated PostgreSQL database."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'memory.db'}"
-        return
-    server: PostgresServer = request.getfixturevalue("postgres")
-    with server.database() as url:
-        yield url
+    yield from fresh_database(request, tmp_path)

@@ -17,6 +17,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 from sqlalchemy import create_engine, text
 
 from myao2.infrastructure.db.engine import open_database
@@ -105,6 +106,20 @@ class PostgresServer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
+
+
+def fresh_database(request: pytest.FixtureRequest, tmp_path: Path, *, migrated: bool = True) -> Iterator[str]:
+    """For a fixture parametrized over "sqlite" and "postgresql": the URL of a new database of that kind.
+
+    The SQLite file does not exist yet (the first open migrates it); the PostgreSQL database
+    is migrated, or empty when `migrated` is false.
+    """
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'memory.db'}"
+        return
+    server: PostgresServer = request.getfixturevalue("postgres")
+    with server.database(migrated=migrated) as url:
+        yield url
 
 
 def _free_port() -> int:

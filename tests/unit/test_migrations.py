@@ -15,7 +15,7 @@ from sqlalchemy import Engine, create_engine, inspect, text
 from sqlalchemy.exc import IntegrityError, SAWarning
 
 from myao2.infrastructure.db.engine import MIGRATIONS, migrate, newest_revision, open_database
-from tests.postgres import PostgresServer
+from tests.postgres import PostgresServer, fresh_database
 
 SQLITE_ONLY_PREFIX = "search_"
 """The search index's tables (FTS5 and its shadow tables): search needs SQLite for now."""
@@ -32,12 +32,7 @@ def head_revision() -> str:
 @pytest.fixture(params=["sqlite", "postgresql"])
 def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """An empty database of each kind the bot stores in."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'm.db'}"
-        return
-    server: PostgresServer = request.getfixturevalue("postgres")
-    with server.database(migrated=False) as url:
-        yield url
+    yield from fresh_database(request, tmp_path, migrated=False)
 
 
 def schema(engine: Engine) -> dict[str, list[str]]:
