@@ -12,10 +12,14 @@ from myao2 import start_up
 
 @pytest.fixture
 def usual_collection() -> Iterator[tuple[int, int, int]]:
-    usual = gc.get_threshold()
+    before = gc.get_threshold()
+    # CPython's defaults, which start_up recorded when imported. Set here because a test that ran
+    # `myao2 run` in this process (e.g. with a bad config) leaves start-up collection on.
+    usual = (700, 10, 10)
+    gc.set_threshold(*usual)
     yield usual
     gc.unfreeze()
-    gc.set_threshold(*usual)
+    gc.set_threshold(*before)
 
 
 def test_start_up_collects_rarely_then_freezes_its_objects_and_collects_as_usual(
