@@ -7,7 +7,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import Engine
 
+from myao2.infrastructure.db.engine import open_database
 from tests.fakes import PROXY_VARIABLES
 from tests.postgres import PostgresServer, fresh_database, server_binaries
 
@@ -38,3 +40,11 @@ def postgres() -> Iterator[PostgresServer]:
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A fresh database of each kind the bot stores in: an SQLite file, and a migrated PostgreSQL database."""
     yield from fresh_database(request, tmp_path)
+
+
+@pytest.fixture
+def engine(database_url: str) -> Iterator[Engine]:
+    """An engine on `database_url` (each kind of database), disposed when the test ends."""
+    engine = open_database(database_url)
+    yield engine
+    engine.dispose()

@@ -14,7 +14,6 @@ from myao2.config import AgentConfig, AgentsConfig
 from myao2.domain.activity import CallOutcome, JudgmentOutcome, ModelCall, ReplyKind
 from myao2.domain.judgment import Judgment
 from myao2.infrastructure.db.activity_store import SqlActivityLog
-from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
 from myao2.infrastructure.db.tables import JudgmentRow, ModelCallRow
 from myao2.infrastructure.llm.agents import ModelClients, StrandsReplyWriter
@@ -24,13 +23,6 @@ from tests.fakes.openai_server import Error, FakeOpenAI, Text
 from tests.unit.test_reply_writer import CONTEXT, FAST_RETRY, ORIGIN
 
 API_KEY = "sk-activity-test"
-
-
-@pytest.fixture
-def engine(database_url):  # type: ignore[no-untyped-def]
-    engine = open_database(database_url)
-    yield engine
-    engine.dispose()
 
 
 @pytest.fixture

@@ -20,7 +20,6 @@ from tests.unit.test_retention import (  # noqa: F401 (fixtures)
     GENERAL,
     clock,
     conversations,
-    engine,
     job,
     memories,
     say,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
@@ -15,7 +14,6 @@ from sqlalchemy import Engine, text
 from tests.unit.test_migrations import head_revision
 from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Message, Person, ts_to_datetime
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
-from myao2.infrastructure.db.engine import open_database
 from tests.clocks import ManualClock
 from tests.unit.test_migrations import head_revision
 
@@ -30,13 +28,6 @@ def ts(seconds: int, micros: int = 0) -> str:
 def msg(seconds: int, text: str = "hi", channel: str = "C1", **kwargs: object) -> Message:
     fields: dict = {"user_id": "U1", "user_name": "alice", **kwargs}
     return Message(channel_id=channel, ts=ts(seconds), text=text, **fields)
-
-
-@pytest.fixture
-def engine(database_url: str) -> Iterator[Engine]:
-    engine = open_database(database_url)
-    yield engine
-    engine.dispose()
 
 
 @pytest.fixture

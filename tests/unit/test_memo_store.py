@@ -21,7 +21,6 @@ from myao2.domain.memo import (
     Origin,
     Visibility,
 )
-from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
 from myao2.infrastructure.db.tables import MemoRow
 
@@ -43,11 +42,6 @@ class StepClock:
             self.on_read()
         self.current += timedelta(seconds=1)
         return self.current
-
-
-@pytest.fixture
-def engine(database_url: str) -> Engine:
-    return open_database(database_url)
 
 
 @pytest.fixture

@@ -21,7 +21,6 @@ from tests.unit.test_profiles import (  # noqa: F401 (fixtures)
     FakeWriter,
     clock,
     conversations,
-    engine,
     keeper,
     liking,
     profiles,

@@ -17,7 +17,6 @@ from myao2.domain.conversation import Channel, ChannelKind, Message
 from myao2.domain.profile import Confirmation, NewFact, Profile
 from myao2.domain.visibility import WORKSPACE, Audience
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
-from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
 from myao2.infrastructure.db.memory_store import SqlMemoryStore
 from myao2.infrastructure.db.profile_store import SqlProfileStore
@@ -69,13 +68,6 @@ class FakeWriter:
 @pytest.fixture
 def clock() -> ManualClock:
     return ManualClock()
-
-
-@pytest.fixture
-def engine(database_url):
-    engine = open_database(database_url)
-    yield engine
-    engine.dispose()
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ from myao2.domain.conversation import Channel, ChannelKind, Message
 from myao2.domain.memory import RetentionPolicy, Stage
 from myao2.domain.visibility import Audience
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
-from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memory_store import SqlMemoryStore
 from tests.clocks import ManualClock
 
@@ -44,13 +43,6 @@ class FakeDigests:
 @pytest.fixture
 def clock() -> ManualClock:
     return ManualClock()
-
-
-@pytest.fixture
-def engine(database_url):
-    engine = open_database(database_url)
-    yield engine
-    engine.dispose()
 
 
 @pytest.fixture
