@@ -83,3 +83,8 @@ class ReplyPublisher(Protocol):
     async def finish(self, channel_id: str, ts: str, apology: str, *, answering: str | None = None) -> None:
         """End message `ts`, left half-written when the bot stopped, with `apology` (marked as `answering`'s answer)."""
         ...
+
+
+def apology_tail(written: str, apology: str) -> str:
+    """What ends a reply that failed after `written`: the apology on a line of its own, or alone if nothing was written."""
+    return f"\n\n{apology}" if written.strip() else apology

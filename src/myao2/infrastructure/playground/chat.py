@@ -17,6 +17,7 @@ from myao2.application.reply_stream import (
     TextDelta,
     ToolFinished,
     ToolStarted,
+    apology_tail,
 )
 from myao2.domain.conversation import Channel, History, Person, ts_to_datetime
 from myao2.domain.ports import ConversationStore
@@ -129,7 +130,7 @@ class PlaygroundPublisher:
             logger.exception("reply failed")
             emit("error", {"message": f"The reply failed: {type(exc).__name__}"})
         if text is None:
-            text = f"{written.rstrip()}\n\n{apology}" if written.strip() else apology
+            text = written.rstrip() + apology_tail(written, apology)
         text = text.strip()
         emit("done", {"ts": ts, "text": text, "time": ts_to_datetime(ts).isoformat()})
         return PublishedReply(ts, text)

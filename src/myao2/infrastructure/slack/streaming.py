@@ -25,6 +25,7 @@ from myao2.application.reply_stream import (
     TextDelta,
     ToolFinished,
     ToolStarted,
+    apology_tail,
 )
 from myao2.domain.conversation import Channel, ChannelKind
 from myao2.domain.ports import ChatPlatform
@@ -164,7 +165,7 @@ class _Stream:
             if isinstance(event, ReplyDone):
                 final = event.text
         if failed:
-            tail = f"\n\n{apology}" if self._written.strip() else apology
+            tail = apology_tail(self._written, apology)
         else:
             tail = "" if self._written.strip() else final
         if self._ts is None:  # nothing shown yet (only blank text, or a failure before any)
