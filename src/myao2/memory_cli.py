@@ -8,7 +8,7 @@ import argparse
 import json
 
 from myao2.config import Config
-from myao2.domain.memory import Digest, Memory, Scope, bullet_line, digest_line
+from myao2.domain.memory import Digest, Memory, Scope, bullet_line, digest_line, seen_in
 from myao2.domain.visibility import can_read
 from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
@@ -30,7 +30,8 @@ def run_memory_command(config: Config, args: argparse.Namespace) -> int:
     engine = open_database(config.memory.sqlalchemy_url)
     try:
         store = SqlMemoryStore(engine, SystemClock())
-        shown = select(store.all(), args.channel, args.thread)
+        memories = store.all()
+        shown = memories if args.channel is None else seen_in(memories, args.channel, args.thread)
         digests = [d for d in store.digests(args.channel) if args.channel is None or can_read(args.channel, d.audience)]
     finally:
         engine.dispose()
@@ -85,14 +86,6 @@ def _forget(config: Config, user_id: str, confirmed: bool) -> int:
         f"{forgotten.notes} memory note(s), {forgotten.facts} profile fact(s) deleted."
     )
     return 0
-
-
-def select(memories: list[Memory], channel: str | None, thread: str | None) -> list[Memory]:
-    """Every memory, or with `channel` those its prompts may draw on: the workspace's, the channel's, the thread's."""
-    if channel is None:
-        return memories
-    wanted = {Scope().key, Scope(channel).key} | ({Scope(channel, thread).key} if thread else set())
-    return [m for m in memories if m.scope.key in wanted and can_read(channel, m.audience)]
 
 
 def _title(memory: Memory) -> str:

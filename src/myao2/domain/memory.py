@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from datetime import date, datetime
 from enum import Enum
 
-from myao2.domain.visibility import Audience
+from myao2.domain.visibility import Audience, can_read
 
 
 class Term(str, Enum):
@@ -122,6 +122,12 @@ class Memory:
     def renewed(self, drafts: Sequence[tuple[Draft, date]]) -> Memory:
         """A short-term memory made afresh from `drafts`."""
         return replace(self, bullets=tuple(Bullet(i + 1, d.text, day, d.source_ts) for i, (d, day) in enumerate(drafts)))
+
+
+def seen_in(memories: Sequence[Memory], channel: str, thread: str | None) -> list[Memory]:
+    """The memories a conversation's prompts may draw on: the workspace's, the channel's and the thread's, readable there."""
+    wanted = {Scope().key, Scope(channel).key} | ({Scope(channel, thread).key} if thread else set())
+    return [m for m in memories if m.scope.key in wanted and can_read(channel, m.audience)]
 
 
 def bullet_line(bullet: Bullet) -> str:

@@ -14,13 +14,12 @@ from typing import Any
 from aiohttp import web
 
 from myao2.domain.conversation import Channel, Message, Person, clean_text
-from myao2.domain.memory import Memory
+from myao2.domain.memory import Memory, seen_in
 from myao2.domain.memo import Memo
 from myao2.domain.ports import ConversationStore, MemoStore, MemoryStore
 from myao2.infrastructure.playground.chat import PlaygroundPublisher, Stamps
 from myao2.infrastructure.playground.rooms import BOT_USER_ID, MAX_NAME_LENGTH, ROOMS, clean_name, person_id, room
 from myao2.infrastructure.tasks import TaskSet
-from myao2.memory_cli import select as memories_seen_in
 
 logger = logging.getLogger(__name__)
 
@@ -126,7 +125,7 @@ class _Routes:
     async def memory(self, request: web.Request) -> web.StreamResponse:
         channel = _conversation(request.query.get("conversation"))
         memories = await asyncio.to_thread(self._p.memories.all)
-        return web.json_response({"memory": [_memory_json(m) for m in memories_seen_in(memories, channel.id, None)]})
+        return web.json_response({"memory": [_memory_json(m) for m in seen_in(memories, channel.id, None)]})
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         channel, name, text = await _chat_request(request)
