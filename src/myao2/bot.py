@@ -18,12 +18,14 @@ from myao2.application.conversations import Conversations
 from myao2.application.history_sync import HistorySync
 from myao2.application.inbox import Inbox
 from myao2.application.mention import AnswerMention
+from myao2.application.replicas import Replica
 from myao2.composition import build_application, mention_settings
 from myao2.config import Config, ConfigError
 from myao2.domain.judgment import SkipPolicy, WaitPolicy
 from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.health import DatabaseCheck
+from myao2.infrastructure.db.lease_store import SqlLeaseStore
 from myao2.infrastructure.health import Health, HealthServer, ModelReachability
 from myao2.infrastructure.llm.agents import ModelClients
 from myao2.infrastructure.search.setup import IndexWorker
@@ -116,6 +118,8 @@ class Bot:
 
         parts = build_application(config, engine, self._clock, identity.user_id, watch=model.observe)
         await asyncio.to_thread(parts.conversations.save_identity, identity)  # for the commands without Slack
+        replica = Replica(SqlLeaseStore(engine), self._clock, config.memory.replica_lease_seconds)
+        await replica.join()
         conversations, persona, clients, activity = parts.conversations, config.persona, parts.clients, parts.activity
         response = config.response
         publisher = SlackReplyPublisher(
@@ -143,6 +147,7 @@ class Bot:
             clock=self._clock,
             spawn=self._tasks.spawn,
             settings=mention_settings(config),
+            replica=replica.name,
         )
         inbox = Inbox(store=conversations, chat=gateway, bot=identity, answer=answer, spawn=self._tasks.spawn)
         history = HistorySync(
@@ -199,12 +204,16 @@ class Bot:
         logger.info("connected to Slack as %s (%s)", persona.name, identity.user_id)
         self._tasks.spawn(self._settle(clients))
         catch_up()
+        self._tasks.spawn(replica.keep(self._stop, gone=answer.wake))
         self._tasks.spawn(
-            self._every(response.history_sync_interval_seconds, lambda: self._catch_up(history, lifecycle, answer))
+            self._every(
+                response.history_sync_interval_seconds,
+                replica.only_here("history", lambda: self._catch_up(history, lifecycle, answer)),
+            )
         )
         self._tasks.spawn(self._retry_when_due(answer))
-        self._tasks.spawn(self._every(response.check_interval_seconds, autonomous.check))
-        self._tasks.spawn(self._every(config.memory.update_interval_seconds, parts.remember))
+        self._tasks.spawn(self._every(response.check_interval_seconds, replica.only_here("autonomous", autonomous.check)))
+        self._tasks.spawn(self._every(config.memory.update_interval_seconds, replica.only_here("memory", parts.remember)))
         indexer = IndexWorker(parts.index, engine) if parts.index is not None else None
         if indexer is not None:
             indexer.start()
@@ -221,6 +230,10 @@ class Bot:
         health.slack_connected = False
         await connection.close()
         await self._tasks.drain(SHUTDOWN_GRACE_SECONDS)
+        try:
+            await replica.leave()
+        except Exception:
+            logger.exception("handing this replica's jobs and answers over failed")
         beat.cancel()
         if health_server is not None:
             health_server.stop()

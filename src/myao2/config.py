@@ -183,6 +183,9 @@ class MemoryConfig(_Section):
     database_path: ConfigPath = Field(default=Path("data/memory.db"), validate_default=True)
     database_url: str | None = None
     """An SQLAlchemy URL that overrides ``database_path`` when set."""
+    replica_lease_seconds: float = Field(default=15.0, ge=1)
+    """Several bot processes on one database: a replica that dies without a word hands over its periodic jobs
+    and unanswered mentions to the others this long after its last sign of life."""
     update_interval_seconds: float = Field(default=3600.0, gt=0)
     """How often the memory job updates the workspace, channel and thread memories and people's profiles."""
     short_term_window_hours: float = Field(default=24.0, gt=0)

@@ -11,7 +11,8 @@ from tests.e2e.conftest import ALICE, GENERAL, BotProcess, wait_until
 from tests.fakes.openai_server import FakeOpenAI, Text
 from tests.fakes.slack_server import FakeSlack
 
-QUICK_RETRIES = {"response.answer_retry_seconds": [1, 1, 1]}
+QUICK_RETRIES = {"response.answer_retry_seconds": [1, 1, 1], "memory.replica_lease_seconds": 2}
+"""Quick retries; a killed bot's unanswered mentions pass to its successor 2 s after its last sign of life."""
 
 
 def answers_to(slack: FakeSlack, ts: str) -> list[dict]:

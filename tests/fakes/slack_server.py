@@ -23,6 +23,8 @@ Behaviour worth knowing:
 * Events are delivered only for channels the bot is a member of, to the most
   recent open Socket Mode connection, and only while one is open; otherwise
   the message is just stored (the bot must find it through the history).
+  With ``spread_events`` each event goes to the open connections in turn, as
+  Slack spreads an app's events over its connections (several bot processes).
 * An envelope not acked within ``ack_timeout`` seconds is redelivered, like
   Slack does, with a new envelope id, the same event id, ``retry_attempt``
   1..3 and ``retry_reason`` "timeout".
@@ -136,6 +138,7 @@ class _Connection:
     outbox: asyncio.Queue = field(default_factory=asyncio.Queue)
     closing: bool = False  # the server started a clean close
     silent: bool = False  # dropped without a close frame: nothing read or written any more
+    number: int = 0  # the nth connection accepted (1-based)
 
 
 @dataclass
@@ -216,8 +219,12 @@ class FakeSlack(LoopbackServer):
         app_id: str = "A1",
         bot_name: str = "bot",
         append_min_interval: float | None = None,
+        spread_events: bool = False,
     ) -> None:
         """Configure the workspace; ``ack_timeout=None`` disables redelivery.
+
+        ``spread_events``: deliver each event to the next open connection in turn
+        instead of the newest one.
 
         ``append_min_interval``: seconds that must pass between two calls on one
         stream before an ``appendStream`` is accepted (else HTTP 429).
@@ -232,6 +239,7 @@ class FakeSlack(LoopbackServer):
         self.bot_name = bot_name
         self.ack_timeout = ack_timeout
         self.append_min_interval = append_min_interval
+        self.spread_events = spread_events
         self._lock = threading.RLock()
         self._mention = re.compile(rf"<@{re.escape(bot_user_id)}(\|[^>]*)?>")
         # world
@@ -243,6 +251,8 @@ class FakeSlack(LoopbackServer):
         self._conns: list[_Connection] = []
         self._tickets: set[str] = set()
         self._connection_count = 0
+        self._turn = 0  # spread_events: how many envelopes were delivered
+        self._deliveries: dict[int, int] = {}  # connection number -> envelopes delivered to it
         self._payloads: dict[str, dict[str, Any]] = {}  # event_id -> payload
         self._envelope_events: dict[str, str] = {}  # envelope_id -> event_id
         self._envelope_sent: dict[str, float] = {}  # envelope_id -> monotonic time it was queued
@@ -342,6 +352,12 @@ class FakeSlack(LoopbackServer):
         """Number of currently open Socket Mode connections (silently dropped ones not counted)."""
         with self._lock:
             return sum(1 for c in self._conns if not c.ws.closed and not c.silent)
+
+    @property
+    def deliveries(self) -> dict[int, int]:
+        """Envelopes delivered per connection (numbered 1.. in the order they were accepted)."""
+        with self._lock:
+            return dict(self._deliveries)
 
     @property
     def connection_count(self) -> int:
@@ -816,10 +832,13 @@ class FakeSlack(LoopbackServer):
         return event_id
 
     def _live_connection(self) -> _Connection | None:
-        for conn in reversed(self._conns):
-            if not conn.ws.closed and not conn.silent:
-                return conn
-        return None
+        live = [conn for conn in self._conns if not conn.ws.closed and not conn.silent]
+        if not live:
+            return None
+        if not self.spread_events:
+            return live[-1]
+        self._turn += 1
+        return live[self._turn % len(live)]
 
     def _deliver(self, payload: dict[str, Any], attempt: int, reason: str, retry: bool) -> None:
         """(Loop thread) Push one envelope to the newest connection; arm the ack timer."""
@@ -839,6 +858,7 @@ class FakeSlack(LoopbackServer):
                 self._envelope_events[envelope["envelope_id"]] = payload["event_id"]
                 self._envelopes.append(copy.deepcopy(envelope))
                 self._envelope_sent[envelope["envelope_id"]] = time.monotonic()
+                self._deliveries[conn.number] = self._deliveries.get(conn.number, 0) + 1
             conn.outbox.put_nowait(json.dumps(envelope))
         if retry and self.ack_timeout is not None and attempt < MAX_RETRIES:
             self._loop.call_later(self.ack_timeout, self._retry_unacked, payload, attempt + 1)
@@ -860,6 +880,7 @@ class FakeSlack(LoopbackServer):
         with self._lock:
             self._conns.append(conn)
             self._connection_count += 1
+            conn.number = self._connection_count
             hello = {
                 "type": "hello",
                 "num_connections": sum(1 for c in self._conns if not c.ws.closed),

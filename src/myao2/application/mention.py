@@ -69,7 +69,10 @@ class AnswerMention:
         clock: Clock,
         spawn: Spawn,
         settings: MentionSettings,
+        replica: str | None = None,
     ) -> None:
+        """`replica` names this process among the replicas sharing the store (see `Replica`): it holds the claims
+        it makes, and takes up another's only once that replica is gone."""
         self._store = store
         self._chat = chat
         self._conversations = conversations
@@ -79,10 +82,11 @@ class AnswerMention:
         self._clock = clock
         self._spawn = spawn
         self._settings = settings
+        self._replica = replica
         self._threads = KeyedLocks()
         self._claimed: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._in_flight: set[tuple[str, str]] = set()
-        self._failed = asyncio.Event()
+        self._due = asyncio.Event()
 
     async def __call__(self, message: Message) -> None:
         """Answer a message that just arrived, unless it is already taken up."""
@@ -103,31 +107,35 @@ class AnswerMention:
             if await self._claim(message):
                 self._spawn(self._attempt(message, 1, fresh=False))
                 started += 1
-        for pending in await asyncio.to_thread(self._store.due_answers, now, since):
+        for pending in await asyncio.to_thread(self._store.due_answers, now, since, holder=self._replica):
             message, attempt = pending.message, pending.attempts + 1
             if (message.channel_id, message.ts) in self._in_flight:
                 continue  # still being answered here: its attempt outlived its lease
             retry_at = self._settings.retries.retry_at(now, attempt)
             if await asyncio.to_thread(
-                self._store.next_attempt, message.channel_id, message.ts, pending.attempts, retry_at
+                self._store.next_attempt, message.channel_id, message.ts, pending.attempts, retry_at, holder=self._replica
             ):
                 self._spawn(self._attempt(message, attempt, fresh=False))
                 started += 1
         return started
 
     async def wait_until_due(self) -> None:
-        """Return when `catch_up` may find an answer due: when the next one falls due, or an attempt here failed.
+        """Return when `catch_up` may find an answer due: when the next one falls due, an attempt here failed,
+        or `wake` was called.
 
-        Sleeps meanwhile, however long; nothing is polled. Answers other processes
-        owe are taken up when they fall due too, if they were claimed before this
-        call (else at the next history catch-up).
+        Sleeps meanwhile, however long; nothing is polled. Answers other replicas
+        owe are taken up once they are gone (`wake`).
         """
         now = self._clock.now()
         since = now - timedelta(seconds=self._settings.catchup_seconds)
-        due = await asyncio.to_thread(self._store.next_due, now, since)
+        due = await asyncio.to_thread(self._store.next_due, now, since, holder=self._replica)
         with suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._failed.wait(), None if due is None else (due - now).total_seconds())
-        self._failed.clear()
+            await asyncio.wait_for(self._due.wait(), None if due is None else (due - now).total_seconds())
+        self._due.clear()
+
+    def wake(self) -> None:
+        """Another replica is gone: the answers it held may be due here now."""
+        self._due.set()
 
     async def _claim(self, message: Message) -> bool:
         """Claim the message in the store; a message already claimed here is refused without asking it."""
@@ -139,7 +147,9 @@ class AnswerMention:
             self._claimed.popitem(last=False)
         retry_at = self._settings.retries.retry_at(self._clock.now(), 1)
         try:
-            return await asyncio.to_thread(self._store.claim, message.channel_id, message.ts, retry_at)
+            return await asyncio.to_thread(
+                self._store.claim, message.channel_id, message.ts, retry_at, holder=self._replica
+            )
         except BaseException:
             self._claimed.pop(key, None)  # not claimed after all: a redelivery may try again
             raise
@@ -178,7 +188,7 @@ class AnswerMention:
                 attempt,
                 exc,
             )
-            self._failed.set()
+            self._due.set()
         finally:
             self._in_flight.discard(key)
 

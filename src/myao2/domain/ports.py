@@ -292,23 +292,28 @@ class ConversationStore(Protocol):
         """Who the bot was when it last connected; None if it never has."""
         ...
 
-    def claim(self, channel_id: str, ts: str, retry_at: datetime | None = None) -> bool:
-        """Mark a message as taken up for an answer; True only for the first claim.
+    def claim(
+        self, channel_id: str, ts: str, retry_at: datetime | None = None, *, holder: str | None = None
+    ) -> bool:
+        """Mark a message as taken up for an answer; True only for the first claim (of any replica).
 
         With `retry_at` the claim also starts the answer's first attempt: until it is
-        settled, the answer is due again from `retry_at` on.
+        settled, the answer is due again from `retry_at` on, for `holder` (the replica
+        answering, see `LeaseStore`), and for the others once `holder`'s lease expired.
         """
         ...
 
-    def next_attempt(self, channel_id: str, ts: str, attempts: int, retry_at: datetime) -> bool:
-        """Start attempt `attempts + 1` at an unsettled answer, due again from `retry_at`.
+    def next_attempt(
+        self, channel_id: str, ts: str, attempts: int, retry_at: datetime, *, holder: str | None = None
+    ) -> bool:
+        """Start attempt `attempts + 1` at an unsettled answer for `holder`, due again from `retry_at`.
 
         False when the answer is settled, or another attempt started since `attempts` was read.
         """
         ...
 
     def release(self, channel_id: str, ts: str, now: datetime) -> None:
-        """An attempt abandoned unfinished (at shutdown): not counted, and due again at `now`."""
+        """An attempt abandoned unfinished (at shutdown): not counted, and due again at `now` for any replica."""
         ...
 
     def start_answer(self, channel_id: str, ts: str, answer_ts: str) -> None:
@@ -323,12 +328,16 @@ class ConversationStore(Protocol):
         """The answer is in Slack as `answer_ts`: the message is never taken up again."""
         ...
 
-    def due_answers(self, now: datetime, since: datetime) -> list[PendingAnswer]:
-        """Answers to messages posted after `since` that are unsettled and due at `now`, oldest first."""
+    def due_answers(self, now: datetime, since: datetime, *, holder: str | None = None) -> list[PendingAnswer]:
+        """Answers to messages posted after `since` that are unsettled and due at `now`, oldest first.
+
+        Only those `holder` may take up: its own, nobody's, and those of replicas gone (lease expired).
+        """
         ...
 
-    def next_due(self, now: datetime, since: datetime) -> datetime | None:
-        """When the next unsettled answer to a message posted after `since` falls due, after `now`; None: none will."""
+    def next_due(self, now: datetime, since: datetime, *, holder: str | None = None) -> datetime | None:
+        """When the next unsettled answer to a message posted after `since` that `holder` may take up falls due,
+        after `now`; None: none will."""
         ...
 
     def claimed(self, channel_id: str, ts: Iterable[str]) -> set[str]:
@@ -340,6 +349,30 @@ class ConversationStore(Protocol):
 
         Channels the bot has left are left out.
         """
+        ...
+
+
+class LeaseStore(Protocol):
+    """Leases shared by the bot's replicas: each names something one replica does at a time.
+
+    A replica's own lease is named after it and says it is alive; the claims it holds
+    (see `ConversationStore.claim`) are retaken by another replica only once it expired.
+    """
+
+    def take(self, name: str, holder: str, now: datetime, until: datetime) -> bool:
+        """Take (or keep) lease `name` for `holder` until `until`; False while another holder's is unexpired."""
+        ...
+
+    def renew(self, holder: str, now: datetime, until: datetime) -> None:
+        """Extend every unexpired lease of `holder` until `until`; forget the expired leases of every holder."""
+        ...
+
+    def alive(self, now: datetime) -> set[str]:
+        """The replicas whose own lease is unexpired at `now`."""
+        ...
+
+    def release(self, holder: str) -> None:
+        """Give up every lease of `holder`, and the unsettled claims it holds, for another replica to take."""
         ...
 
 

@@ -51,6 +51,7 @@ from myao2.infrastructure.db.tables import (
     BotIdentityRow,
     ChannelRow,
     ClaimRow,
+    LeaseRow,
     DigestRow,
     ExpiredMessageRow,
     MessageRow,
@@ -372,19 +373,23 @@ class SqlConversationStore:
 
     # -- answers -------------------------------------------------------------
 
-    def claim(self, channel_id: str, ts: str, retry_at: datetime | None = None) -> bool:
-        values: dict[str, Any] = {"channel_id": channel_id, "ts": ts, "claimed_at": self._clock.now()}
+    def claim(
+        self, channel_id: str, ts: str, retry_at: datetime | None = None, *, holder: str | None = None
+    ) -> bool:
+        values: dict[str, Any] = {"channel_id": channel_id, "ts": ts, "claimed_at": self._clock.now(), "holder": holder}
         if retry_at is not None:
             values.update(attempts=1, next_attempt_at=retry_at)
         return self._insert(ClaimRow, values)
 
-    def next_attempt(self, channel_id: str, ts: str, attempts: int, retry_at: datetime) -> bool:
+    def next_attempt(
+        self, channel_id: str, ts: str, attempts: int, retry_at: datetime, *, holder: str | None = None
+    ) -> bool:
         claims = _table(ClaimRow)
         with self._engine.begin() as connection:
             return connection.execute(
                 update(claims)
                 .where(*_claim_key(channel_id, ts), claims.c.settled_at.is_(None), claims.c.attempts == attempts)
-                .values(attempts=attempts + 1, next_attempt_at=retry_at)
+                .values(attempts=attempts + 1, next_attempt_at=retry_at, holder=holder)
             ).rowcount == 1
 
     def release(self, channel_id: str, ts: str, now: datetime) -> None:
@@ -393,7 +398,7 @@ class SqlConversationStore:
             connection.execute(
                 update(claims)
                 .where(*_claim_key(channel_id, ts), claims.c.settled_at.is_(None), claims.c.attempts > 0)
-                .values(attempts=claims.c.attempts - 1, next_attempt_at=now)
+                .values(attempts=claims.c.attempts - 1, next_attempt_at=now, holder=None)
             )
 
     def start_answer(self, channel_id: str, ts: str, answer_ts: str) -> None:
@@ -414,7 +419,7 @@ class SqlConversationStore:
                 _SETTLE, {"claim_channel": channel_id, "claim_ts": ts, "answer": answer_ts, "at": self._clock.now()}
             )
 
-    def due_answers(self, now: datetime, since: datetime) -> list[PendingAnswer]:
+    def due_answers(self, now: datetime, since: datetime, *, holder: str | None = None) -> list[PendingAnswer]:
         with Session(self._engine) as session:
             rows = session.exec(
                 select(MessageRow, ClaimRow.attempts)
@@ -423,12 +428,13 @@ class SqlConversationStore:
                     col(ClaimRow.settled_at).is_(None),
                     col(ClaimRow.next_attempt_at) <= now,
                     col(MessageRow.posted_at) > since,
+                    _free_for(holder, now),
                 )
                 .order_by(col(MessageRow.posted_at), col(MessageRow.ts))
             ).all()
         return [PendingAnswer(_to_message(row), attempts) for row, attempts in rows]
 
-    def next_due(self, now: datetime, since: datetime) -> datetime | None:
+    def next_due(self, now: datetime, since: datetime, *, holder: str | None = None) -> datetime | None:
         with Session(self._engine) as session:
             return session.exec(
                 select(func.min(ClaimRow.next_attempt_at))
@@ -437,6 +443,7 @@ class SqlConversationStore:
                     col(ClaimRow.settled_at).is_(None),
                     col(ClaimRow.next_attempt_at) > now,
                     col(MessageRow.posted_at) > since,
+                    _free_for(holder, now),
                 )
             ).one()
 
@@ -553,6 +560,12 @@ def _drop_digest(connection: Connection, channel_id: str, ts: str) -> None:
     connection.execute(
         delete(digests).where(digests.c.channel_id == channel_id, digests.c.first_ts <= ts, digests.c.last_ts >= ts)
     )
+
+
+def _free_for(holder: str | None, now: datetime) -> Any:
+    """Claims `holder` may take up: its own, nobody's, and those of replicas whose own lease expired (gone)."""
+    alive = exists().where(LeaseRow.name == ClaimRow.holder, LeaseRow.holder == ClaimRow.holder, LeaseRow.expires_at >= now)
+    return or_(col(ClaimRow.holder).is_(None), ClaimRow.holder == holder, ~alive)
 
 
 def _table(model: type[SQLModel]) -> Table:

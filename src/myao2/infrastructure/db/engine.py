@@ -62,6 +62,10 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyp
     cursor.close()
 
 
+MIGRATION_LOCK = 0x6D79616F32
+"""PostgreSQL advisory lock key held while migrating ("myao2")."""
+
+
 def migrate(engine: Engine) -> None:
     """Apply every pending Alembic migration (the version lives in `alembic_version`).
 
@@ -76,6 +80,9 @@ def migrate(engine: Engine) -> None:
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     with engine.begin() as connection:
+        if connection.dialect.name == "postgresql":
+            # Replicas starting together: one migrates, the others wait for it and find nothing left to do.
+            connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
         config.attributes["connection"] = connection
         command.upgrade(config, "head")
 

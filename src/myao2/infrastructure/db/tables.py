@@ -153,6 +153,21 @@ class ClaimRow(SQLModel, table=True):
     """When an unsettled answer is taken up again (set when an attempt starts); None: not an answer to retry."""
     answer_ts: str | None = Field(default=None, max_length=32)
     settled_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime, nullable=True))
+    holder: str | None = Field(default=None, max_length=64)
+    """The replica whose attempt it is (see `LeaseRow`); None: nobody's (never retried, or released)."""
+
+
+class LeaseRow(SQLModel, table=True):
+    """Something one replica does at a time, until `expires_at` unless renewed.
+
+    A replica's own lease is named after it (name == holder): it says the replica is alive.
+    """
+
+    __tablename__ = "leases"
+
+    name: str = Field(primary_key=True, max_length=64)
+    holder: str = Field(max_length=64)
+    expires_at: datetime = Field(sa_column=Column(UTCDateTime, nullable=False))
 
 
 class MemoryRow(SQLModel, table=True):

@@ -1,0 +1,87 @@
+"""This bot process among the replicas sharing one database: its leases, and noticing one gone."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from contextlib import suppress
+from datetime import datetime, timedelta
+
+from myao2.domain.ports import Clock, LeaseStore
+
+logger = logging.getLogger(__name__)
+
+BEATS_PER_LEASE = 3
+"""How often a lease is renewed within its duration: two beats may be missed before it expires."""
+
+
+class Replica:
+    """One replica: alive while its own lease is renewed; runs a periodic job only while it holds that job's lease.
+
+    Leases last `lease_seconds` from their last renewal, so the jobs and the claims
+    of a replica that died (no goodbye) pass to the others within that time; one that
+    stops properly hands them over at once (`leave`).
+    """
+
+    def __init__(self, leases: LeaseStore, clock: Clock, lease_seconds: float, name: str | None = None) -> None:
+        self.name = name or f"replica-{uuid.uuid4().hex[:16]}"
+        self._leases = leases
+        self._clock = clock
+        self._lease = timedelta(seconds=lease_seconds)
+        self._alive: set[str] = set()
+
+    async def join(self) -> None:
+        """Take this replica's own lease and note which others are alive."""
+        await self._beat()
+        logger.info("running as %s (replicas alive: %d)", self.name, len(self._alive))
+
+    async def holds(self, job: str) -> bool:
+        """Take (or keep) the lease of `job`; False while another live replica holds it."""
+        now = self._clock.now()
+        return await asyncio.to_thread(self._leases.take, job, self.name, now, now + self._lease)
+
+    def only_here(self, job: str, run: Callable[[], Awaitable[object]]) -> Callable[[], Awaitable[object]]:
+        """`run`, done only while this replica holds `job`'s lease (one replica at a time does it)."""
+
+        async def leased() -> object:
+            if await self.holds(job):
+                return await run()
+            return None
+
+        return leased
+
+    async def keep(self, stop: asyncio.Event, gone: Callable[[], None]) -> None:
+        """Renew this replica's leases until `stop` is set; call `gone` when another replica's lease expired."""
+        period = self._lease.total_seconds() / BEATS_PER_LEASE
+        while not stop.is_set():
+            with suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), period)
+            if stop.is_set():
+                return
+            try:
+                if await self._beat():
+                    gone()
+            except Exception:
+                logger.exception("renewing this replica's leases failed")
+
+    async def leave(self) -> None:
+        """Give up every lease and unsettled claim of this replica (at shutdown), for the others to take at once."""
+        await asyncio.to_thread(self._leases.release, self.name)
+
+    def _renew(self, now: datetime) -> set[str]:
+        """(Worker thread) Take this replica's own lease again, renew the others; the replicas alive."""
+        until = now + self._lease
+        self._leases.take(self.name, self.name, now, until)  # taken again even after a stall let it expire
+        self._leases.renew(self.name, now, until)
+        return self._leases.alive(now)
+
+    async def _beat(self) -> bool:
+        """Renew; True when a replica seen alive before is no longer."""
+        alive = await asyncio.to_thread(self._renew, self._clock.now())
+        gone = self._alive - alive
+        self._alive = alive
+        if gone:
+            logger.info("replica(s) %s gone; taking up what they left", ", ".join(sorted(gone)))
+        return bool(gone)

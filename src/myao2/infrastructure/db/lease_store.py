@@ -1,0 +1,62 @@
+"""Leases in the shared database: which replica does what, and which replicas are alive."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import Engine, delete, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from myao2.infrastructure.db.tables import ClaimRow, LeaseRow
+
+_LEASES, _CLAIMS = LeaseRow.__table__, ClaimRow.__table__  # type: ignore[attr-defined]
+_INSERT = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
+
+
+class SqlLeaseStore:
+    """`LeaseStore` on the bot's database: each change is one statement, atomic on SQLite and PostgreSQL."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._insert = _INSERT[engine.dialect.name]
+
+    def take(self, name: str, holder: str, now: datetime, until: datetime) -> bool:
+        row = {"name": name, "holder": holder, "expires_at": until}
+        with self._engine.begin() as connection:
+            # The row is created once; afterwards the lease changes hands only by this UPDATE,
+            # whose condition is checked and applied atomically (row lock on PostgreSQL, one writer on SQLite).
+            connection.execute(self._insert(_LEASES).values(row).on_conflict_do_nothing())
+            taken = connection.execute(
+                update(_LEASES)
+                .where(
+                    _LEASES.c.name == name,
+                    (_LEASES.c.holder == holder) | (_LEASES.c.expires_at < now),
+                )
+                .values(holder=holder, expires_at=until)
+            )
+        return taken.rowcount == 1
+
+    def renew(self, holder: str, now: datetime, until: datetime) -> None:
+        with self._engine.begin() as connection:
+            connection.execute(
+                update(_LEASES)
+                .where(_LEASES.c.holder == holder, _LEASES.c.expires_at >= now)
+                .values(expires_at=until)
+            )
+            connection.execute(delete(_LEASES).where(_LEASES.c.expires_at < now))
+
+    def alive(self, now: datetime) -> set[str]:
+        with self._engine.connect() as connection:
+            rows = connection.execute(
+                select(_LEASES.c.holder).where(
+                    _LEASES.c.name == _LEASES.c.holder, _LEASES.c.expires_at >= now
+                )
+            )
+            return {holder for (holder,) in rows}
+
+    def release(self, holder: str) -> None:
+        with self._engine.begin() as connection:
+            connection.execute(
+                update(_CLAIMS).where(_CLAIMS.c.holder == holder, _CLAIMS.c.settled_at.is_(None)).values(holder=None)
+            )
+            connection.execute(delete(_LEASES).where(_LEASES.c.holder == holder))

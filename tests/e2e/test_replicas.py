@@ -1,0 +1,126 @@
+"""Two bot processes sharing one PostgreSQL and one Slack app (Slack spreads the events over both connections)."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import ALICE, BOB, GENERAL, BotProcess, wait_until
+from tests.e2e.test_answers_exactly_once import answers_to
+from tests.e2e.test_autonomous import is_judgment, judgment
+from tests.e2e.test_postgres import rows
+from tests.fakes.memory_model import is_memory_request, remember
+from tests.fakes.openai_server import FakeOpenAI, Text
+from tests.fakes.slack_server import FakeSlack
+from tests.postgres import PostgresServer
+
+MENTIONS = 40
+REPLICA_SETTINGS = {
+    "memory.replica_lease_seconds": 2,
+    "memory.update_interval_seconds": 1,
+    "response.history_sync_interval_seconds": 1,
+    "response.answer_retry_seconds": [1, 1, 1],
+    "response.check_interval_seconds": 0.5,
+    "response.min_wait_seconds": 0.5,
+    "response.jitter_ratio": 0,
+    "response.dynamic_wait": {"enabled": False},
+}
+JOBS = ("history", "autonomous", "memory")
+
+
+@pytest.fixture
+def slack() -> Iterator[FakeSlack]:
+    fake = FakeSlack(bot_name="myao", spread_events=True)
+    fake.add_user(ALICE, "alice", display_name="Alice")
+    fake.add_user(BOB, "bob", display_name="Bob")
+    fake.add_channel(GENERAL, "general", members=[ALICE, BOB])
+    with fake:
+        yield fake
+
+
+@pytest.fixture
+def database(postgres: PostgresServer) -> Iterator[str]:
+    with postgres.database(migrated=False) as url:  # the replicas migrate it, both at once
+        yield url
+
+
+@pytest.fixture
+def replicas(tmp_path: Path, slack: FakeSlack, llm: FakeOpenAI, database: str) -> Iterator[list[BotProcess]]:
+    processes = []
+    for name in ("first", "second"):
+        (tmp_path / name).mkdir()
+        process = BotProcess(tmp_path / name, slack, llm)
+        process.settings.update(REPLICA_SETTINGS, **{"memory.database_url": database})
+        processes.append(process)
+    yield processes
+    for process in processes:
+        if process.process is not None and process.process.poll() is None:
+            process.stop()
+
+
+def replica_name(bot: BotProcess) -> str:
+    found = wait_until(lambda: re.search(r"running as (replica-\w+)", bot.log()), what="the replica's name")
+    return found.group(1)
+
+
+def unsettled_claims(database: str, holder: str) -> int:
+    [(count,)] = rows(database, f"SELECT count(*) FROM claims WHERE holder = '{holder}' AND settled_at IS NULL")
+    return int(count)  # type: ignore[call-overload]
+
+
+def job_holders(database: str) -> dict[str, str]:
+    return {str(name): str(holder) for name, holder in rows(database, "SELECT name, holder FROM leases") if name in JOBS}
+
+
+def responder(request: dict):  # type: ignore[no-untyped-def]
+    if is_memory_request(request):
+        return remember(request)
+    if is_judgment(request):
+        return judgment(False)
+    return Text("Here I am.", delay=0.4, pieces=3, interval=0.1)
+
+
+def test_two_replicas_answer_every_mention_once_and_the_survivor_of_a_kill_takes_over(
+    replicas: list[BotProcess], slack: FakeSlack, llm: FakeOpenAI, database: str
+) -> None:
+    llm.set_responder(responder)
+    doomed, survivor = replicas
+    for bot in replicas:
+        bot.start(wait_connected=False)
+    slack.wait_for(lambda: slack.open_connections == 2, timeout=30, what="both replicas connected")
+    doomed_name, survivor_name = replica_name(doomed), replica_name(survivor)
+
+    mentions = []
+    for i in range(MENTIONS // 2):
+        mentions.append(slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> question {i}"))
+        time.sleep(0.05)
+    # SIGKILL the doomed replica while it holds a mention it has not answered yet.
+    wait_until(lambda: unsettled_claims(database, doomed_name), what="the doomed replica answering")
+    doomed.kill()
+    killed_at = len(slack.web_calls)
+    for i in range(MENTIONS // 2, MENTIONS):
+        mentions.append(slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> question {i}"))
+        time.sleep(0.05)
+
+    slack.wait_for(
+        lambda: all(answers_to(slack, ts) for ts in mentions), timeout=45, what="an answer to every mention"
+    )
+    time.sleep(2)  # a lease period and retry rounds more: room for a second answer to show up
+    assert [len(answers_to(slack, ts)) for ts in mentions] == [1] * MENTIONS
+    assert rows(database, "SELECT count(*) FROM claims WHERE settled_at IS NOT NULL") == [(MENTIONS,)]
+    assert len([n for n, count in slack.deliveries.items() if count]) >= 2  # events went to both replicas
+
+    # The periodic jobs all run on the survivor now.
+    wait_until(lambda: set(job_holders(database).values()) == {survivor_name}, what="the jobs on the survivor")
+    assert set(job_holders(database)) == set(JOBS)
+    asked = len(llm.requests)
+    slack.post_message(GENERAL, BOB, "anyone up for lunch?")
+    wait_until(lambda: any(is_judgment(r) for r in llm.requests[asked:]), what="the autonomous check")
+    wait_until(lambda: any(is_memory_request(r) for r in llm.requests[asked:]), what="the memory job")
+    assert any(method == "users.conversations" for method, _ in slack.web_calls[killed_at:])  # history sync
+    assert survivor.process is not None and survivor.process.poll() is None
+    assert doomed_name not in {holder for (holder,) in rows(database, "SELECT holder FROM leases")}  # forgotten
