@@ -1,6 +1,7 @@
 """Bootstrap a virtual environment from the lock file, then run the bot or the tests.
 
 Usage:
+    python3 dev.py install                    # create .venv from the lock file (run and test do it first)
     python3 dev.py run [myao2 arguments...]   # start the bot (default: myao2 run)
     python3 dev.py test [pytest arguments...] # run the whole test suite
     python3 dev.py lock                       # re-pin requirements.lock from pyproject.toml
@@ -61,6 +62,8 @@ def main(argv: list[str]) -> int:
         lock()
         return 0
     ensure_venv()
+    if command == "install":
+        return 0
     if command == "test":
         return subprocess.call([str(PYTHON), "-m", "pytest", *rest], cwd=ROOT)
     if command == "run":
