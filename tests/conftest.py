@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -11,7 +11,7 @@ from sqlalchemy import Engine
 
 from myao2.infrastructure.db.engine import open_database
 from tests.fakes import PROXY_VARIABLES
-from tests.postgres import PostgresServer, fresh_database, server_binaries
+from tests.postgres import PostgresServer, emptied, fresh_database, server_binaries
 
 
 @pytest.fixture(autouse=True)
@@ -48,3 +48,14 @@ def engine(database_url: str) -> Iterator[Engine]:
     engine = open_database(database_url)
     yield engine
     engine.dispose()
+
+
+@pytest.fixture
+def new_database(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Callable[[], str]:
+    """Makes a fresh database of `database_url`'s kind at each call (for each example of a property test).
+
+    A new SQLite file each time; on PostgreSQL, `database_url` emptied (dispose the engines on it first).
+    """
+    if database_url.startswith("sqlite"):
+        return lambda: f"sqlite:///{tmp_path_factory.mktemp('db') / 'memory.db'}"
+    return lambda: emptied(database_url)

@@ -214,9 +214,8 @@ class Bot:
         self._tasks.spawn(self._retry_when_due(answer))
         self._tasks.spawn(self._every(response.check_interval_seconds, replica.only_here("autonomous", autonomous.check)))
         self._tasks.spawn(self._every(config.memory.update_interval_seconds, replica.only_here("memory", parts.remember)))
-        indexer = IndexWorker(parts.index, engine) if parts.index is not None else None
-        if indexer is not None:
-            indexer.start()
+        indexer = IndexWorker(parts.index, engine)
+        indexer.start()
 
         status = 0
         try:
@@ -225,8 +224,7 @@ class Bot:
             status = _refuse(str(exc))
             self._stop.set()  # the background jobs end too
         logger.info("shutting down")
-        if indexer is not None:
-            indexer.stop()
+        indexer.stop()
         health.slack_connected = False
         await connection.close()
         await self._tasks.drain(SHUTDOWN_GRACE_SECONDS)

@@ -55,10 +55,10 @@ class Application:
     renderer: PromptRenderer
     clients: ModelClients
     """The model clients; whoever builds the application closes them (the engine too)."""
-    index: SearchIndex | None
-    """The search index (None where search is not available); kept up to date by whoever runs an `IndexWorker`."""
-    search: Search | None
-    """Memo and message search over the index, for any reader (None where search is not available)."""
+    index: SearchIndex
+    """The search index; kept up to date by whoever runs an `IndexWorker`."""
+    search: Search
+    """Memo and message search over the index, for any reader."""
     writer: StrandsReplyWriter
     judge: StrandsJudge
     memory_writer: StrandsMemoryWriter
@@ -108,7 +108,7 @@ def build_application(
     clients = ModelClients(config.agents, activity)
     debug = config.logging.debug_llm_messages
     index = open_index(engine, config.search, memos, conversations, memories)
-    search = Search(index, memos, conversations, memories) if index is not None else None
+    search = Search(index, memos, conversations, memories)
     writer = StrandsReplyWriter(
         clients,
         renderer,

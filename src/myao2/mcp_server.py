@@ -112,8 +112,6 @@ class NotebookTools:
         return [memo.name for memo in self._app.memos.list(self._scope.reader).memos]
 
     def search(self, query: str, limit: int) -> dict[str, Any]:
-        if self._app.search is None:
-            raise ToolRefusal("search is not available with this database (it needs SQLite)")
         try:
             hits = self._app.search.memos(query, self._scope.reader, None, limit)
         except SearchError as exc:

@@ -84,9 +84,8 @@ async def _serve(config: Config) -> int:
     print(f"myao2 playground: http://{host}:{settings.port}/", flush=True)
     tasks.spawn(application.clients.load())  # the model libraries, before the first message needs them
 
-    indexer = IndexWorker(application.index, engine) if application.index is not None else None
-    if indexer is not None:
-        indexer.start()
+    indexer = IndexWorker(application.index, engine)
+    indexer.start()
     memory = asyncio.create_task(every(config.memory.update_interval_seconds, application.remember, stop))
     await stop.wait()
     logger.info("shutting down")
@@ -95,8 +94,7 @@ async def _serve(config: Config) -> int:
     memory.cancel()
     with suppress(asyncio.CancelledError):
         await memory
-    if indexer is not None:
-        indexer.stop()
+    indexer.stop()
     await application.clients.close()
     engine.dispose()
     return 0

@@ -38,8 +38,6 @@ def run_search_command(config: Config, args: argparse.Namespace) -> int:
         memos = SqlMemoStore(engine, SystemClock())
         conversations = SqlConversationStore(engine)
         index = open_index(engine, config.search, memos, conversations)
-        if index is None:
-            raise ConfigError("memory.database_url: search needs SQLite")
         if args.command == "index":
             count = index.rebuild(ProgressBar(sys.stderr))
             print(f"Re-indexed {count} documents.")

@@ -1,15 +1,15 @@
-"""The search index and the search use case over a real SQLite file (a hashed-terms embedder stands in for the model)."""
+"""The search index and the search use case over a real database, SQLite and PostgreSQL (a hashed-terms embedder stands in for the model)."""
 
 from __future__ import annotations
 
-import sqlite3
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
+from sqlalchemy import text
 
 from myao2.application.search import Search, SearchError
 from myao2.domain.conversation import Channel, ChannelKind, Message
@@ -18,6 +18,7 @@ from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
 from myao2.infrastructure.search.index import SearchIndex
+from myao2.infrastructure.search.keywords import keyword_table
 from myao2.infrastructure.search.text import fts_query, terms
 from tests.clocks import ManualClock
 from tests.fakes.embedder import HashEmbedder
@@ -31,9 +32,8 @@ START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 class World:
     """A database with both stores, an index and the search over them."""
 
-    def __init__(self, path: Path, embedder: HashEmbedder | None = None) -> None:
-        self.path = path
-        self.engine = open_database(f"sqlite:///{path}")
+    def __init__(self, url: str, embedder: HashEmbedder | None = None) -> None:
+        self.engine = open_database(url)
         self.clock = ManualClock(START)
         self.memos = SqlMemoStore(self.engine, self.clock)
         self.conversations = SqlConversationStore(self.engine, self.clock)
@@ -42,6 +42,9 @@ class World:
         self.search = Search(self.index, self.memos, self.conversations)
         for channel_id, kind in (("C1", ChannelKind.PUBLIC), ("C2", ChannelKind.PUBLIC), ("D1", ChannelKind.IM)):
             self.conversations.save_channel(Channel(channel_id, channel_id.lower(), kind))
+
+    def close(self) -> None:
+        self.engine.dispose()
 
     def memo(self, name: str, content: str, origin: Origin = PUBLIC) -> None:
         self.memos.add(MemoDraft.create(name, content, 3), origin, "test")
@@ -62,8 +65,10 @@ class World:
 
 
 @pytest.fixture
-def world(tmp_path: Path) -> World:
-    return World(tmp_path / "s.db")
+def world(database_url: str) -> Iterator[World]:
+    world = World(database_url)
+    yield world
+    world.close()
 
 
 # -- keyword terms -----------------------------------------------------------------
@@ -89,12 +94,9 @@ def test_two_character_japanese_words_are_found_by_keyword(world: World) -> None
     assert world.memo_names("会議", limit=1) == ["meeting"]
     assert world.memo_names("味噌", limit=1) == ["miso"]
     world.index.sync()
-    with sqlite3.connect(world.path) as plain:
-        rows = plain.execute(
-            "SELECT d.ref_id FROM search_fts JOIN search_docs d ON d.id = search_fts.rowid WHERE search_fts MATCH ?",
-            (fts_query(terms("会議")),),
-        ).fetchall()
-    assert len(rows) == 1  # the keyword index itself matches the two-character word, and only there
+    with world.engine.connect() as connection:
+        held, _, _ = keyword_table(world.engine).holders(connection, "会議", 10)
+    assert held == 1  # the keyword index itself matches the two-character word, and only there
 
 
 # -- visibility ----------------------------------------------------------------------
@@ -144,9 +146,9 @@ def test_a_channel_filter_keeps_to_that_channel(world: World) -> None:
     cutoffs=st.lists(st.integers(-100, 10_100), min_size=2, max_size=5),
 )
 def test_nothing_after_the_cutoff_is_returned_and_results_grow_with_it(
-    tmp_path_factory: pytest.TempPathFactory, offsets: list[int], cutoffs: list[int]
+    new_database: Callable[[], str], offsets: list[int], cutoffs: list[int]
 ) -> None:
-    world = World(tmp_path_factory.mktemp("cutoff") / "s.db")
+    world = World(new_database())
     posted = {}
     for index, offset in enumerate(offsets):
         at = START + timedelta(seconds=offset, microseconds=index)
@@ -160,6 +162,7 @@ def test_nothing_after_the_cutoff_is_returned_and_results_grow_with_it(
         assert found == {text for text, at in posted.items() if at <= before}
         assert previous <= found
         previous = found
+    world.close()
 
 
 def test_the_messages_around_a_hit_stop_at_the_cutoff(world: World) -> None:
@@ -172,6 +175,28 @@ def test_the_messages_around_a_hit_stop_at_the_cutoff(world: World) -> None:
 # -- index sync ---------------------------------------------------------------------------
 
 
+def test_the_database_itself_queues_every_change_even_one_made_behind_the_stores_back(world: World) -> None:
+    message = world.message("C1", "the quarterly numbers look fine", START)
+    world.memo("tea", "alice drinks green tea")
+    world.index.sync()
+    assert world.index.pending() == 0
+    world.conversations.edit_message("C1", message.ts, "the quarterly numbers were revised")
+    world.memos.edit("tea", MemoChanges.create(content="alice drinks black coffee"), None, "test")
+    with world.engine.connect() as connection:
+        queued = connection.execute(text("SELECT kind FROM search_queue ORDER BY id")).scalars().all()
+    assert queued == ["message", "memo"]
+    assert world.message_texts("quarterly numbers revised") == ["the quarterly numbers were revised"]
+    with world.engine.connect() as connection:
+        memo_text = connection.execute(text("SELECT text FROM search_docs WHERE kind = 'memo'")).scalar_one()
+    assert "black coffee" in memo_text and "green" not in memo_text
+    with world.engine.begin() as connection:  # no store involved: the triggers still see it
+        connection.execute(text("DELETE FROM messages"))
+    assert world.index.pending() == 1
+    assert world.message_texts("quarterly numbers revised") == []
+    assert world.index.pending() == 0
+
+
+
 WORDS = st.sampled_from(["ramen", "coffee", "会議", "味噌", "deploy", "猫", "friday", "budget"])
 
 
@@ -179,11 +204,13 @@ class IndexFollowsTheData(RuleBasedStateMachine):
     """After any sequence of changes, search never returns a removed memo or a deleted message,
     and finds every live one by its exact content, a DM's message only from that DM."""
 
+    def __init__(self, new_database: Callable[[], str]) -> None:
+        super().__init__()
+        self.new_database = new_database
+
     @initialize()
     def setup(self) -> None:
-        import tempfile
-
-        self.world = World(Path(tempfile.mkdtemp()) / "s.db")
+        self.world = World(self.new_database())
         self.counter = 0
         self.live_memos: dict[str, str] = {}
         self.removed_memos: dict[str, str] = {}
@@ -279,23 +306,32 @@ class IndexFollowsTheData(RuleBasedStateMachine):
             assert not set(self.world.memo_names(content, limit=20)) & set(self.removed_memos)
 
 
-IndexFollowsTheData.TestCase.settings = settings(max_examples=15, stateful_step_count=12, deadline=None)
-test_the_index_follows_the_data = IndexFollowsTheData.TestCase
+    def teardown(self) -> None:
+        if hasattr(self, "world"):
+            self.world.close()
+
+
+def test_the_index_follows_the_data(new_database: Callable[[], str]) -> None:
+    run_state_machine_as_test(
+        lambda: IndexFollowsTheData(new_database), settings=settings(max_examples=15, stateful_step_count=12, deadline=None)
+    )
 
 
 # -- rebuilding -----------------------------------------------------------------------------
 
 
-def test_a_new_model_re_embeds_everything_by_itself(tmp_path: Path) -> None:
-    first = World(tmp_path / "s.db", HashEmbedder("model-a"))
+def test_a_new_model_re_embeds_everything_by_itself(database_url: str) -> None:
+    first = World(database_url, HashEmbedder("model-a"))
     first.memo("tea", "alice drinks green tea")
     first.message("C1", "hello there", START)
     first.index.sync()
-    second = World(tmp_path / "s.db", HashEmbedder("model-b"))
+    second = World(database_url, HashEmbedder("model-b"))
     assert second.memo_names("green tea") == ["tea"]
     assert second.embedder.embedded == 2
-    with sqlite3.connect(tmp_path / "s.db") as plain:
-        assert plain.execute("SELECT DISTINCT model FROM search_docs").fetchall() == [("model-b",)]
+    with second.engine.connect() as connection:
+        assert connection.execute(text("SELECT DISTINCT model FROM search_docs")).all() == [("model-b",)]
+    first.close()
+    second.close()
 
 
 def test_rebuild_re_embeds_everything_and_reports_progress(world: World) -> None:

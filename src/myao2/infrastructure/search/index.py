@@ -1,17 +1,17 @@
-"""The hybrid search index over memos, messages, digests and long-term memories, kept in SQLite beside them.
+"""The hybrid search index over memos, messages, digests and long-term memories, kept in the database beside them.
 
 Triggers queue every change to a memo, a message, a digest or a memory (migrations
-0006 and 0012); `sync` drains
+0006 and 0012 on SQLite, 0018 on PostgreSQL); `sync` drains
 that queue in batches (embedding is the slow part, so it runs in a worker thread,
 never on the event loop) and is run again before each search, so a search never
 misses a change nor returns something removed. Each hit is scored by the cosine of
 its vector, plus a keyword bonus that only a close keyword match earns (see `fuse`).
+The SQL that differs by database (keyword terms) lives in keywords.py; the rest is portable.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import math
 import threading
@@ -27,7 +27,8 @@ from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.memo_store import SqlMemoStore
 from myao2.infrastructure.db.memory_store import SqlMemoryStore
 from myao2.infrastructure.search.embedders import Embedder
-from myao2.infrastructure.search.text import fts_document, fts_query, terms
+from myao2.infrastructure.search.keywords import DocumentRow, KeywordTable, keyword_table
+from myao2.infrastructure.search.text import fts_document, terms
 from myao2.infrastructure.search.vectors import StoredVector, VectorCache
 
 logger = logging.getLogger(__name__)
@@ -70,7 +71,7 @@ class Hit:
 
 
 class SearchIndex:
-    """Keyword (FTS5 over bigrams and words) and vector search over one database."""
+    """Keyword (bigrams and words, see keywords.py) and vector search over one database."""
 
     def __init__(
         self,
@@ -81,6 +82,7 @@ class SearchIndex:
         memories: SqlMemoryStore | None = None,
     ) -> None:
         self._engine = engine
+        self._keywords = keyword_table(engine)
         self._embedder = embedder
         self._memos = memos
         self._conversations = conversations
@@ -106,7 +108,7 @@ class SearchIndex:
 
     def sync(self, progress: Progress | None = None) -> int:
         """Index every queued change; returns how many documents were written or deleted."""
-        with self._sync_lock:
+        with self._sync_lock, self._keywords.syncing(self._engine):
             if not self._checked_model:
                 self._requeue_other_models()
                 self._checked_model = True
@@ -131,8 +133,8 @@ class SearchIndex:
 
     def rebuild(self, progress: Progress | None = None) -> int:
         """Re-embed and re-index every memo, message, digest and memory."""
-        with self._sync_lock, self._engine.begin() as connection:
-            connection.execute(text("DELETE FROM search_fts"))
+        with self._sync_lock, self._keywords.syncing(self._engine), self._engine.begin() as connection:
+            self._keywords.clear(connection)
             connection.execute(text("DELETE FROM search_docs"))
             connection.execute(text("DELETE FROM search_queue"))
             for kind, table in _SOURCES.items():
@@ -147,7 +149,7 @@ class SearchIndex:
             queued = connection.execute(
                 text(
                     "INSERT INTO search_queue (kind, ref_id) SELECT kind, ref_id FROM search_docs "
-                    "WHERE model IS NOT :model"
+                    "WHERE model IS NULL OR model <> :model"
                 ),
                 {"model": self._embedder.model_id},
             ).rowcount
@@ -170,11 +172,13 @@ class SearchIndex:
         with self._engine.begin() as connection:
             for index, ((kind, ref_id), doc) in enumerate(live):
                 assert vectors is not None
-                _upsert(connection, kind, ref_id, doc, self._embedder.model_id, vectors[index])
+                doc_id = _upsert(connection, kind, ref_id, doc, self._embedder.model_id, vectors[index])
+                self._keywords.write(connection, doc_id, doc.keywords)
             for kind, ref_id, last in batch:
                 if documents.get((kind, ref_id)) is None:
                     doc_id = _delete(connection, kind, ref_id)
                     if doc_id is not None:
+                        self._keywords.remove(connection, doc_id)
                         deleted[kind].append(doc_id)
                 connection.execute(
                     text("DELETE FROM search_queue WHERE kind = :kind AND ref_id = :ref AND id <= :last"),
@@ -237,7 +241,7 @@ class SearchIndex:
         """How much of `query`'s keyword weight each line holds, from 0 to 1 (to pick a long document's lines)."""
         query_terms = list(dict.fromkeys(terms(query)))
         with self._engine.connect() as connection:
-            weights = self._term_weights(_document_frequencies(connection, query_terms))
+            weights = self._term_weights(_document_frequencies(connection, self._keywords, query_terms))
         return [coverage(weights, fts_document(line)) for line in lines]
 
     # -- searching --------------------------------------------------------------
@@ -260,14 +264,14 @@ class SearchIndex:
             dense = cache.top(query_vector, readable, before, CANDIDATES)
         with self._engine.connect() as connection:
             query_terms = list(dict.fromkeys(terms(query)))[:MAX_QUERY_TERMS]
-            frequencies = _document_frequencies(connection, query_terms)
+            frequencies = _document_frequencies(connection, self._keywords, query_terms)
+            weights = self._term_weights(frequencies)
             # A term in very many documents says little and would take long to rank by: it only
             # counts towards the keyword bonus of the documents proposed.
-            rare = [term for term in query_terms if 0 < frequencies[term] < FREQUENT]
-            keyword = _keyword_top(connection, kind, rare, readable, cache.scopes, before)
+            rare = {term: weights[term] for term in query_terms if 0 < frequencies[term] < FREQUENT}
+            keyword = _keyword_top(connection, self._keywords, kind, rare, readable, cache.scopes, before)
             candidates = list(dict.fromkeys([doc_id for doc_id, _ in dense] + keyword))
-            rows = _rows(connection, candidates)
-        weights = self._term_weights(frequencies)
+            rows = _rows(connection, self._keywords, candidates)
         cosines = dict(dense)
         floor = min(cosines.values(), default=0.0)
         hits = []
@@ -309,12 +313,12 @@ class SearchIndex:
                     yield StoredVector(*row)
 
         with self._engine.connect() as connection:
-            # Rows found by the index on `seq`, never by kind (all of them); and the last `seq`
+            # Rows found by the index on `seq`, never by kind (`|| ''` keeps SQLite off that index); and the last `seq`
             # given, read in the same statement: rows of the other kind up to it need no reading again.
             result = connection.execute(
                 text(
                     "SELECT id, scope, at, vector, seq FROM search_docs "
-                    "WHERE +kind = :kind AND seq > :seq AND model = :model "
+                    "WHERE kind || '' = :kind AND seq > :seq AND model = :model "
                     "UNION ALL SELECT NULL, NULL, NULL, NULL, value FROM search_seq"
                 ),
                 {"kind": kind, "seq": cache.seq, "model": self._embedder.model_id},
@@ -357,7 +361,7 @@ def _idf(documents: int, frequency: float) -> float:
     return math.log(1 + (documents - frequency + 0.5) / (frequency + 0.5))
 
 
-def _document_frequencies(connection: Connection, query_terms: list[str]) -> dict[str, float]:
+def _document_frequencies(connection: Connection, keywords: KeywordTable, query_terms: list[str]) -> dict[str, float]:
     """How many documents hold each term: counted up to `FREQUENT`, estimated beyond.
 
     The estimate reads only the first `FREQUENT` documents holding the term (by id) and
@@ -369,13 +373,7 @@ def _document_frequencies(connection: Connection, query_terms: list[str]) -> dic
         text("SELECT (SELECT min(id) FROM search_docs), (SELECT max(id) FROM search_docs)")
     ).one()
     for term in query_terms:
-        found, low, high = connection.execute(
-            text(
-                "SELECT count(*), min(rowid), max(rowid) FROM "
-                "(SELECT rowid FROM search_fts WHERE search_fts MATCH :term LIMIT :n)"
-            ),
-            {"term": fts_query([term]), "n": FREQUENT},
-        ).one()
+        found, low, high = keywords.holders(connection, term, FREQUENT)
         if found < FREQUENT:
             frequencies[term] = float(found)
         else:
@@ -385,50 +383,28 @@ def _document_frequencies(connection: Connection, query_terms: list[str]) -> dic
 
 def _keyword_top(
     connection: Connection,
+    keywords: KeywordTable,
     kind: str,
-    query_terms: list[str],
+    weights: dict[str, float],
     readable: Readable,
     scopes: list[str | None],
     before: float | None,
 ) -> list[int]:
-    match = fts_query(query_terms)
-    if match is None:
-        return []
     allowed = [s for s in scopes if s is not None and readable(s)]
-    rows = connection.execute(
-        text(
-            "SELECT d.id FROM search_fts JOIN search_docs d ON d.id = search_fts.rowid "
-            "WHERE search_fts MATCH :match AND d.kind = :kind AND d.at <= :before "
-            "AND ((d.scope IS NULL AND :workspace) OR d.scope IN (SELECT value FROM json_each(:scopes))) "
-            "ORDER BY bm25(search_fts) LIMIT :n"
-        ),
-        {
-            "match": match,
-            "kind": kind,
-            "before": math.inf if before is None else before,
-            "workspace": readable(None),
-            "scopes": json.dumps(allowed),
-            "n": CANDIDATES,
-        },
-    ).all()
-    return [row[0] for row in rows]
+    before = math.inf if before is None else before
+    return keywords.top(connection, kind, weights, allowed, readable(None), before, CANDIDATES)
 
 
-def _rows(connection: Connection, doc_ids: list[int]) -> dict[int, tuple[str, int, str | None, float, str]]:
+def _rows(connection: Connection, keywords: KeywordTable, doc_ids: list[int]) -> dict[int, tuple[str, int, str | None, float, str]]:
     """(kind, ref_id, scope, at, keyword terms) of each document id still stored."""
     if not doc_ids:
         return {}
-    rows = connection.execute(
-        text(
-            "SELECT d.id, d.kind, d.ref_id, d.scope, d.at, f.terms FROM search_docs d "
-            "JOIN search_fts f ON f.rowid = d.id WHERE d.id IN (SELECT value FROM json_each(:ids))"
-        ),
-        {"ids": json.dumps(doc_ids)},
-    ).all()
+    rows: list[DocumentRow] = keywords.rows(connection, doc_ids)
     return {row[0]: (row[1], row[2], row[3], row[4], row[5]) for row in rows}
 
 
-def _upsert(connection: Connection, kind: str, ref_id: int, doc: Document, model: str, vector: np.ndarray) -> None:
+def _upsert(connection: Connection, kind: str, ref_id: int, doc: Document, model: str, vector: np.ndarray) -> int:
+    """Store a document with its vector; returns its id (the keyword terms are stored apart)."""
     seq = connection.execute(text("UPDATE search_seq SET value = value + 1 RETURNING value")).scalar_one()
     doc_id = connection.execute(
         text(
@@ -449,8 +425,7 @@ def _upsert(connection: Connection, kind: str, ref_id: int, doc: Document, model
             "seq": seq,
         },
     ).scalar_one()
-    connection.execute(text("DELETE FROM search_fts WHERE rowid = :id"), {"id": doc_id})
-    connection.execute(text("INSERT INTO search_fts (rowid, terms) VALUES (:id, :terms)"), {"id": doc_id, "terms": doc.keywords})
+    return int(doc_id)
 
 
 def _delete(connection: Connection, kind: str, ref_id: int) -> int | None:
@@ -458,6 +433,4 @@ def _delete(connection: Connection, kind: str, ref_id: int) -> int | None:
         text("DELETE FROM search_docs WHERE kind = :kind AND ref_id = :ref RETURNING id"),
         {"kind": kind, "ref": ref_id},
     ).scalar_one_or_none()
-    if doc_id is not None:
-        connection.execute(text("DELETE FROM search_fts WHERE rowid = :id"), {"id": doc_id})
     return doc_id

@@ -39,11 +39,8 @@ def open_index(
     memos: SqlMemoStore,
     conversations: SqlConversationStore,
     memories: SqlMemoryStore | None = None,
-) -> SearchIndex | None:
-    """The search index of this database; None where search is not available (databases other than SQLite)."""
-    if engine.dialect.name != "sqlite":
-        logger.warning("search needs SQLite; the search tools are off for %s", engine.dialect.name)
-        return None
+) -> SearchIndex:
+    """The search index of this database (SQLite or PostgreSQL), with the configured embedder."""
     return SearchIndex(engine, make_embedder(config), memos, conversations, memories)
 
 

@@ -1,0 +1,216 @@
+"""Where each indexed document's keyword terms live and how they are matched: the part of the index that differs by database.
+
+Both databases store text.py's terms as they are (bigrams and words, already split), so
+both find exactly the same documents for a term. SQLite keeps them in an FTS5 table
+(`search_fts`, migration 0006) ranked by bm25; PostgreSQL in a text array with a GIN index
+(`search_terms`, migration 0018) ranked by the weight of the query terms a document holds,
+then by its length. Any SQL of the index that touches keyword terms goes through here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Protocol
+
+from sqlalchemy import Connection, Engine, text
+
+from myao2.infrastructure.search.text import fts_query
+
+DocumentRow = tuple[int, str, int, str | None, float, str]
+"""(document id, kind, ref_id, scope, at, keyword terms separated by spaces)."""
+
+SYNC_LOCK = 0x6D79616F33
+"""PostgreSQL advisory lock key held while a process indexes (next to engine.MIGRATION_LOCK)."""
+
+
+class KeywordTable(Protocol):
+    """The keyword terms of the documents in `search_docs`, kept by document id."""
+
+    def write(self, connection: Connection, doc_id: int, keywords: str) -> None:
+        """Store a document's terms (space-separated), replacing what it had."""
+
+    def remove(self, connection: Connection, doc_id: int) -> None:
+        """Forget a document's terms."""
+
+    def clear(self, connection: Connection) -> None:
+        """Forget every document's terms."""
+
+    def holders(self, connection: Connection, term: str, limit: int) -> tuple[int, int | None, int | None]:
+        """Of at most `limit` documents holding `term`, taken in about id order: how many, the lowest id, the highest."""
+
+    def top(
+        self,
+        connection: Connection,
+        kind: str,
+        weights: dict[str, float],
+        scopes: list[str],
+        workspace: bool,
+        before: float,
+        limit: int,
+    ) -> list[int]:
+        """The ids of the best `limit` documents of `kind` holding any term of `weights` (term -> IDF).
+
+        Only documents in one of `scopes` (or in none when `workspace`), at or before `before`.
+        """
+
+    def rows(self, connection: Connection, doc_ids: list[int]) -> list[DocumentRow]:
+        """The rows of the documents still stored among `doc_ids`, with their terms."""
+
+    def syncing(self, engine: Engine) -> AbstractContextManager[None]:
+        """Held while indexing, so two processes never index the same change at once (one writing it stale)."""
+
+
+class Fts5Keywords:
+    """SQLite: an FTS5 table whose `unicode61` tokenizer only splits the stored terms on spaces."""
+
+    def write(self, connection: Connection, doc_id: int, keywords: str) -> None:
+        self.remove(connection, doc_id)
+        connection.execute(text("INSERT INTO search_fts (rowid, terms) VALUES (:id, :terms)"), {"id": doc_id, "terms": keywords})
+
+    def remove(self, connection: Connection, doc_id: int) -> None:
+        connection.execute(text("DELETE FROM search_fts WHERE rowid = :id"), {"id": doc_id})
+
+    def clear(self, connection: Connection) -> None:
+        connection.execute(text("DELETE FROM search_fts"))
+
+    def holders(self, connection: Connection, term: str, limit: int) -> tuple[int, int | None, int | None]:
+        found, low, high = connection.execute(
+            text(
+                "SELECT count(*), min(rowid), max(rowid) FROM "
+                "(SELECT rowid FROM search_fts WHERE search_fts MATCH :term LIMIT :n)"
+            ),
+            {"term": fts_query([term]), "n": limit},
+        ).one()
+        return found, low, high
+
+    def top(
+        self,
+        connection: Connection,
+        kind: str,
+        weights: dict[str, float],
+        scopes: list[str],
+        workspace: bool,
+        before: float,
+        limit: int,
+    ) -> list[int]:
+        match = fts_query(list(weights))
+        if match is None:
+            return []
+        rows = connection.execute(
+            text(
+                "SELECT d.id FROM search_fts JOIN search_docs d ON d.id = search_fts.rowid "
+                "WHERE search_fts MATCH :match AND d.kind = :kind AND d.at <= :before "
+                "AND ((d.scope IS NULL AND :workspace) OR d.scope IN (SELECT value FROM json_each(:scopes))) "
+                "ORDER BY bm25(search_fts) LIMIT :n"
+            ),
+            {"match": match, "kind": kind, "before": before, "workspace": workspace, "scopes": json.dumps(scopes), "n": limit},
+        ).all()
+        return [row[0] for row in rows]
+
+    def rows(self, connection: Connection, doc_ids: list[int]) -> list[DocumentRow]:
+        return [
+            tuple(row)  # type: ignore[misc]
+            for row in connection.execute(
+                text(
+                    "SELECT d.id, d.kind, d.ref_id, d.scope, d.at, f.terms FROM search_docs d "
+                    "JOIN search_fts f ON f.rowid = d.id WHERE d.id IN (SELECT value FROM json_each(:ids))"
+                ),
+                {"ids": json.dumps(doc_ids)},
+            )
+        ]
+
+    @contextmanager
+    def syncing(self, engine: Engine) -> Iterator[None]:
+        yield  # SQLite lets one writer in at a time: each batch is written whole, by one process
+
+
+class PostgresKeywords:
+    """PostgreSQL: a `text[]` of distinct terms per document, found through a GIN index (no text-search parser)."""
+
+    def write(self, connection: Connection, doc_id: int, keywords: str) -> None:
+        connection.execute(
+            text(
+                "INSERT INTO search_terms (doc_id, terms) VALUES (:id, CAST(:terms AS text[])) "
+                "ON CONFLICT (doc_id) DO UPDATE SET terms = excluded.terms"
+            ),
+            {"id": doc_id, "terms": list(dict.fromkeys(keywords.split()))},
+        )
+
+    def remove(self, connection: Connection, doc_id: int) -> None:
+        connection.execute(text("DELETE FROM search_terms WHERE doc_id = :id"), {"id": doc_id})
+
+    def clear(self, connection: Connection) -> None:
+        connection.execute(text("DELETE FROM search_terms"))
+
+    def holders(self, connection: Connection, term: str, limit: int) -> tuple[int, int | None, int | None]:
+        found, low, high = connection.execute(
+            text(
+                "SELECT count(*), min(doc_id), max(doc_id) FROM "
+                "(SELECT doc_id FROM search_terms WHERE terms @> ARRAY[CAST(:term AS text)] LIMIT :n) AS held"
+            ),
+            {"term": term, "n": limit},
+        ).one()
+        return found, low, high
+
+    def top(
+        self,
+        connection: Connection,
+        kind: str,
+        weights: dict[str, float],
+        scopes: list[str],
+        workspace: bool,
+        before: float,
+        limit: int,
+    ) -> list[int]:
+        if not weights:
+            return []
+        rows = connection.execute(
+            text(
+                "SELECT d.id FROM search_terms t JOIN search_docs d ON d.id = t.doc_id "
+                "WHERE t.terms && CAST(:terms AS text[]) AND d.kind = :kind AND d.at <= :before "
+                "AND ((d.scope IS NULL AND :workspace) OR d.scope = ANY(CAST(:scopes AS text[]))) "
+                "ORDER BY (SELECT sum(w.weight) FROM unnest(CAST(:terms AS text[]), CAST(:weights AS float8[])) "
+                "AS w(term, weight) WHERE w.term = ANY(t.terms)) DESC, cardinality(t.terms), d.id LIMIT :n"
+            ),
+            {
+                "terms": list(weights),
+                "weights": list(weights.values()),
+                "kind": kind,
+                "before": before,
+                "workspace": workspace,
+                "scopes": scopes,
+                "n": limit,
+            },
+        ).all()
+        return [row[0] for row in rows]
+
+    def rows(self, connection: Connection, doc_ids: list[int]) -> list[DocumentRow]:
+        return [
+            tuple(row)  # type: ignore[misc]
+            for row in connection.execute(
+                text(
+                    "SELECT d.id, d.kind, d.ref_id, d.scope, d.at, array_to_string(t.terms, ' ') FROM search_docs d "
+                    "JOIN search_terms t ON t.doc_id = d.id WHERE d.id = ANY(CAST(:ids AS bigint[]))"
+                ),
+                {"ids": doc_ids},
+            )
+        ]
+
+    @contextmanager
+    def syncing(self, engine: Engine) -> Iterator[None]:
+        # Replicas index concurrently: one at a time, or a slow one could write a document's old text last.
+        with engine.connect() as connection:
+            connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": SYNC_LOCK})
+            connection.commit()
+            try:
+                yield
+            finally:
+                connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": SYNC_LOCK})
+                connection.commit()
+
+
+def keyword_table(engine: Engine) -> KeywordTable:
+    """The keyword table of `engine`'s database."""
+    return PostgresKeywords() if engine.dialect.name == "postgresql" else Fts5Keywords()
