@@ -5,8 +5,8 @@ Run from the repository root (needs PostgreSQL's server binaries, as the tests d
     .venv/bin/python bench/replicas.py [--rate R] [--seconds S] [--model-delay D] [--messages M]
 
 A throwaway PostgreSQL cluster runs on 127.0.0.1 (tests/postgres.py), the fake Slack
-spreads the events over the replicas' Socket Mode connections, and the fake model
-answers after `--model-delay` seconds. For 1 and then 2 replicas (``python -m myao2 run``
+(a child process) spreads the events over the replicas' Socket Mode connections, and
+the fake model (a child process too) answers after `--model-delay` seconds. For 1 and then 2 replicas (``python -m myao2 run``
 each, a fresh database each time), mentions arrive at a steady `--rate` per second
 for `--seconds`, each in a thread of its own; answers are posted whole (no streaming).
 
@@ -22,9 +22,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
+import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -38,10 +43,9 @@ from myao2.domain.conversation import Channel, Message  # noqa: E402
 from myao2.infrastructure.db.engine import open_database  # noqa: E402
 from tests.clocks import ManualClock  # noqa: E402
 from tests.e2e.conftest import ALICE, GENERAL, BotProcess  # noqa: E402
-from tests.e2e.test_answers_exactly_once import answers_to  # noqa: E402
+from tests.fakes import PROXY_VARIABLES  # noqa: E402
 from tests.fakes.memory_model import remember  # noqa: E402
-from tests.fakes.openai_server import FakeOpenAI, Text  # noqa: E402
-from tests.fakes.slack_server import FakeSlack  # noqa: E402
+from tests.fakes.openai_server import FakeOpenAI  # noqa: E402
 from tests.postgres import PostgresServer, server_binaries  # noqa: E402
 
 BOT_SETTINGS = {
@@ -60,44 +64,104 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))]
 
 
+class Child:
+    """A fake (Slack or the model) served by a child process of its own, so its CPU never slows the bots' peers."""
+
+    def __init__(self, module: str, *arguments: str) -> None:
+        environment = {k: v for k, v in os.environ.items() if k not in PROXY_VARIABLES}
+        environment["PYTHONPATH"] = str(ROOT)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", module, *arguments], cwd=ROOT, env=environment, stdout=subprocess.PIPE, text=True
+        )
+        self.base_url = self.process.stdout.readline().strip()  # type: ignore[union-attr]
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=20)
+
+
+class SlackChild(Child):
+    """The fake Slack spreading events over the connections, driven over HTTP (what `BotProcess` needs of it)."""
+
+    bot_token, app_token, bot_user_id = "xoxb-test-token", "xapp-test-token", "UBOT"
+    connection_count = 0
+
+    def __init__(self) -> None:
+        super().__init__("tests.fakes.slack_server", "--bot-name", "myao", "--spread-events")
+
+    def call(self, method: str, **arguments: object) -> object:
+        request = urllib.request.Request(
+            self.base_url.replace("/api/", f"/_fake/{method}"),
+            data=json.dumps(arguments).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read())["result"]
+
+    def state(self) -> dict:
+        with urllib.request.urlopen(self.base_url.replace("/api/", "/_fake/state"), timeout=30) as response:
+            return json.loads(response.read())  # type: ignore[no-any-return]
+
+    def answers(self) -> dict[str, list[float]]:
+        """The ts of the bot's answers to each message."""
+        found: dict[str, list[float]] = {}
+        for post in self.state()["posted"]:
+            answering = (post.get("metadata") or {}).get("event_payload", {}).get("answers")
+            if answering:
+                found.setdefault(answering, []).append(float(post["ts"]))
+        return found
+
+    def wait_for(self, done: Callable[[], object], what: str, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not done():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"timed out waiting for {what}")
+            time.sleep(0.5)
+
+
 def mentions_under_load(replicas: int, postgres: PostgresServer, args: argparse.Namespace, folder: Path) -> None:
-    slack = FakeSlack(bot_name="myao", spread_events=True)
-    slack.add_user(ALICE, "alice", display_name="Alice")
-    slack.add_channel(GENERAL, "general", members=[ALICE])
-    with slack, FakeOpenAI(api_key="sk-e2e-secret-key") as llm, postgres.database(migrated=True) as url:
-        llm.set_responder(lambda request: Text("Here I am.", delay=args.model_delay))
-        bots = []
-        for n in range(replicas):
-            (folder / f"{replicas}-{n}").mkdir()
-            bot = BotProcess(folder / f"{replicas}-{n}", slack, llm)
-            bot.settings.update(BOT_SETTINGS, **{"memory.database_url": url})
-            bots.append(bot.start(wait_connected=False))
-        try:
-            slack.wait_for(lambda: slack.open_connections == replicas, timeout=60, what="the replicas connected")
-            warm = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> warming up")
-            slack.wait_for(lambda: answers_to(slack, warm), timeout=60, what="the first answer")
-            time.sleep(1)  # every replica's model libraries loaded (they load in the background once connected)
-            mentions = []
-            started = time.monotonic()
-            for i in range(round(args.rate * args.seconds)):
-                time.sleep(max(0.0, started + i / args.rate - time.monotonic()))
-                mentions.append(slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> question {i}"))
-            deadline = time.monotonic() + ANSWER_TIMEOUT
-            while time.monotonic() < deadline and not all(answers_to(slack, ts) for ts in mentions):
-                time.sleep(0.2)
-            time.sleep(1)  # room for a second answer to show up
-            answers = {ts: answers_to(slack, ts) for ts in mentions}
-        finally:
-            for bot in bots:
-                bot.stop()
-    answered = {ts: float(found[0]["ts"]) for ts, found in answers.items() if found}
+    slack = SlackChild()
+    llm = Child("tests.fakes.openai_server", "--text", "Here I am.", "--delay", str(args.model_delay))
+    bots = []
+    try:
+        slack.call("add_user", user_id=ALICE, name="alice", display_name="Alice")
+        slack.call("add_channel", channel_id=GENERAL, name="general", members=[ALICE])
+        with postgres.database(migrated=True) as url:
+            try:
+                for n in range(replicas):
+                    (folder / f"{replicas}-{n}").mkdir()
+                    bot = BotProcess(folder / f"{replicas}-{n}", slack, llm)  # type: ignore[arg-type]
+                    bot.settings.update(BOT_SETTINGS, **{"memory.database_url": url})
+                    bots.append(bot.start(wait_connected=False))
+                slack.wait_for(lambda: slack.state()["open_connections"] == replicas, "the replicas connected")
+                warm = slack.call("post_message", channel=GENERAL, user=ALICE, text="<@UBOT> warming up")
+                slack.wait_for(lambda: warm in slack.answers(), "the first answer")
+                time.sleep(2)  # every replica's model libraries loaded (they load in the background once connected)
+                mentions: list[str] = []
+                started = time.monotonic()
+                for i in range(round(args.rate * args.seconds)):
+                    time.sleep(max(0.0, started + i / args.rate - time.monotonic()))
+                    text = f"<@UBOT> question {i}"
+                    mentions.append(str(slack.call("post_message", channel=GENERAL, user=ALICE, text=text)))
+                slack.wait_for(lambda: set(mentions) <= set(slack.answers()), "every answer", ANSWER_TIMEOUT)
+                time.sleep(1)  # room for a second answer to show up
+                found = slack.answers()
+            finally:
+                for bot in bots:
+                    bot.stop()
+    finally:
+        slack.stop()
+        llm.stop()
+    answered_by = {ts: found.get(ts, []) for ts in mentions}
+    answered = {ts: min(answered_by[ts]) for ts in mentions if answered_by[ts]}
     latencies = [(answered[ts] - float(ts)) * 1000 for ts in answered]
     span = max(answered.values()) - float(mentions[0]) if answered else float("nan")
-    twice = sum(1 for found in answers.values() if len(found) > 1)
+    twice = sum(1 for found in answered_by.values() if len(found) > 1)
     print(
         f"{replicas} replica(s): {len(answered) / span:6.1f} mentions/s answered "
         f"(offered {args.rate:g}/s for {args.seconds:g} s), latency p50 {percentile(latencies, 50):6.0f} ms "
-        f"p99 {percentile(latencies, 99):6.0f} ms; unanswered {len(mentions) - len(answered)}, twice {twice}"
+        f"p99 {percentile(latencies, 99):6.0f} ms; unanswered {len(mentions) - len(answered)}, twice {twice}",
+        flush=True,
     )
 
 

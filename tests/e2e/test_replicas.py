@@ -13,6 +13,7 @@ from tests.e2e.conftest import ALICE, BOB, GENERAL, BotProcess, wait_until
 from tests.e2e.test_answers_exactly_once import answers_to
 from tests.e2e.test_autonomous import is_judgment, judgment
 from tests.e2e.test_postgres import rows
+from tests.e2e.test_streaming import finished, streams_in
 from tests.fakes.memory_model import is_memory_request, remember
 from tests.fakes.openai_server import FakeOpenAI, Text
 from tests.fakes.slack_server import FakeSlack
@@ -54,7 +55,7 @@ def replicas(tmp_path: Path, slack: FakeSlack, llm: FakeOpenAI, database: str) -
     for name in ("first", "second"):
         (tmp_path / name).mkdir()
         process = BotProcess(tmp_path / name, slack, llm)
-        process.settings.update(REPLICA_SETTINGS, **{"memory.database_url": database})
+        process.settings.update({"memory.database_url": database, "memory.replica_lease_seconds": 2})
         processes.append(process)
     yield processes
     for process in processes:
@@ -90,6 +91,7 @@ def test_two_replicas_answer_every_mention_once_and_the_survivor_of_a_kill_takes
     llm.set_responder(responder)
     doomed, survivor = replicas
     for bot in replicas:
+        bot.settings.update(REPLICA_SETTINGS)
         bot.start(wait_connected=False)
     slack.wait_for(lambda: slack.open_connections == 2, timeout=30, what="both replicas connected")
     doomed_name, survivor_name = replica_name(doomed), replica_name(survivor)
@@ -124,3 +126,33 @@ def test_two_replicas_answer_every_mention_once_and_the_survivor_of_a_kill_takes
     assert any(method == "users.conversations" for method, _ in slack.web_calls[killed_at:])  # history sync
     assert survivor.process is not None and survivor.process.poll() is None
     assert doomed_name not in {holder for (holder,) in rows(database, "SELECT holder FROM leases")}  # forgotten
+
+
+def test_an_answer_a_killed_replica_left_half_streamed_is_ended_by_the_other_not_answered_twice(
+    replicas: list[BotProcess], slack: FakeSlack, llm: FakeOpenAI, database: str
+) -> None:
+    llm.script(Text("This answer is cut short by a crash, sadly", pieces=20, interval=0.5))
+    llm.set_responder(lambda request: Text("A second answer that must not appear."))
+    for bot in replicas:
+        bot.settings["response.answer_retry_seconds"] = [1, 1, 1]
+        bot.start(wait_connected=False)
+    slack.wait_for(lambda: slack.open_connections == 2, timeout=30, what="both replicas connected")
+    names = {replica_name(bot): bot for bot in replicas}
+    ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> tell me something")
+    slack.wait_for(lambda: streams_in(slack, ts), timeout=20, what="the stream to start")
+    [(holder,)] = wait_until(
+        lambda: rows(database, f"SELECT holder FROM claims WHERE ts = '{ts}' AND answer_ts IS NOT NULL"),
+        what="the stream's ts recorded",
+    )
+    names.pop(str(holder)).kill()  # the replica writing the answer dies mid-stream
+
+    slack.wait_for(lambda: finished(slack, ts), timeout=20, what="the other replica to end the stream")
+    time.sleep(2.5)  # a lease period and retry rounds more: room for a second answer to show up
+    [stream] = streams_in(slack, ts)
+    text = slack.messages(GENERAL)[-1]["text"]
+    assert text.startswith("Thi") and text.endswith("Could you ask me again in a little while?")
+    assert "second answer" not in text and not [p for p in slack.posted if p["method"] == "chat.postMessage"]
+    [survivor] = names
+    assert rows(database, f"SELECT answer_ts, holder FROM claims WHERE ts = '{ts}' AND settled_at IS NOT NULL") == [
+        (stream["ts"], survivor)
+    ]

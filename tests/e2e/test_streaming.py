@@ -148,6 +148,7 @@ def recorded_answer(bot: BotProcess, ts: str) -> str | None:
 def test_a_crash_mid_stream_is_ended_after_restart_not_answered_twice(bot: BotProcess, slack: FakeSlack,
                                                                        llm) -> None:
     bot.settings["response.answer_retry_seconds"] = [1, 1, 1]
+    bot.settings["memory.replica_lease_seconds"] = 2  # the killed bot's claim passes to its successor 2 s on
     llm.script(Text("This answer is cut short by a crash, sadly", pieces=20, interval=0.5))
     llm.set_responder(lambda request: Text("A second answer that must not appear."))
     bot.start()

@@ -1398,6 +1398,7 @@ class FakeSlack(LoopbackServer):
                 "streams": self.streams,
                 "envelopes": self.envelopes,
                 "connected": self.connected,
+                "open_connections": self.open_connections,
                 "connection_count": self.connection_count,
             }
         )
@@ -1410,8 +1411,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--bot-token", default="xoxb-test-token")
     parser.add_argument("--app-token", default="xapp-test-token")
     parser.add_argument("--ack-timeout", type=float, default=3.0)
+    parser.add_argument("--bot-name", default="bot")
+    parser.add_argument("--spread-events", action="store_true", help="deliver events to the connections in turn")
     args = parser.parse_args(argv)
-    fake = FakeSlack(bot_token=args.bot_token, app_token=args.app_token, ack_timeout=args.ack_timeout, port=args.port)
+    fake = FakeSlack(
+        bot_token=args.bot_token,
+        app_token=args.app_token,
+        ack_timeout=args.ack_timeout,
+        port=args.port,
+        bot_name=args.bot_name,
+        spread_events=args.spread_events,
+    )
     serve_until_signalled(fake, lambda: fake.base_url)
 
 
