@@ -315,6 +315,33 @@ class TestHistory:
         assert history[3].before == removed.snapshot() and history[3].after == restored.snapshot()
         assert history[1].before["content"] == "something to remember"
 
+    def test_each_revision_is_dated_like_the_change_it_logs(self, store: SqlMemoStore) -> None:
+        added = add(store, "tanaka")
+        edited = store.edit("tanaka", MemoChanges.create(content="new"), None, "test")
+        removed = store.remove("tanaka", None, "test")
+        restored = store.restore("tanaka", "test")
+        assert [r.at for r in store.history("tanaka")] == [
+            added.created_at,
+            edited.updated_at,
+            removed.removed_at,
+            restored.updated_at,
+        ]
+
+    def test_as_of_is_each_memo_as_its_last_change_by_then_left_it(self, store: SqlMemoStore) -> None:
+        added = add(store, "tanaka", content="likes ramen")
+        edited = store.edit("tanaka", MemoChanges.create(content="likes soba", new_name="tanaka-food"), None, "test")
+        removed = store.remove("tanaka-food", None, "test")
+        restored = store.restore("tanaka-food", "test")
+        assert added.id is not None
+        ids = [added.id, 999]
+        assert store.as_of(ids, added.created_at - timedelta(seconds=1)) == {}
+        assert store.as_of(ids, added.created_at) == {added.id: added}
+        assert store.as_of(ids, edited.updated_at - timedelta(microseconds=1)) == {added.id: added}
+        assert store.as_of(ids, edited.updated_at) == {added.id: edited}
+        assert removed.removed_at is not None
+        assert store.as_of(ids, removed.removed_at) == {}
+        assert store.as_of(ids, restored.updated_at + timedelta(days=1)) == {added.id: restored}
+
     def test_refusals_write_nothing(self, store: SqlMemoStore) -> None:
         add(store, "tanaka")
         with refused("name_taken"):

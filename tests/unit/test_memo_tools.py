@@ -272,7 +272,7 @@ class TestGet:
                 "detail: black\nno sugar",
                 "noted from: user U1, channel C1",
                 "created: 2026-01-02 03:04 UTC",
-                "updated: 2026-01-02 03:06 UTC",
+                "updated: 2026-01-02 03:05 UTC",
             ]
         )
 
@@ -298,12 +298,12 @@ class TestTags:
         assert ok(await call(list_memo_tags, store)) == "\n".join(
             [
                 "tags with their memo counts, most used first:",
-                "- y (2; last updated 2026-01-02 03:06 UTC)",
+                "- y (2; last updated 2026-01-02 03:05 UTC)",
                 "- x (1; last updated 2026-01-02 03:04 UTC)",
             ]
         )
         ja = ok(await call(list_memo_tags, store, language="ja"))
-        assert ja.splitlines()[1] == "- y（2件、最終更新 2026-01-02 03:06 UTC）"
+        assert ja.splitlines()[1] == "- y（2件、最終更新 2026-01-02 03:05 UTC）"
 
     async def test_none_yet(self, store: SqlMemoStore) -> None:
         assert ok(await call(list_memo_tags, store)) == "No tags yet."

@@ -165,6 +165,69 @@ def test_nothing_after_the_cutoff_is_returned_and_results_grow_with_it(
     world.close()
 
 
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    histories=st.lists(
+        st.lists(st.tuples(st.sampled_from(["edit", "toggle"]), st.integers(1, 500)), max_size=4),
+        min_size=1,
+        max_size=4,
+    ),
+    starts=st.lists(st.integers(0, 1000), min_size=4, max_size=4),
+    cutoffs=st.lists(st.integers(-10, 3100), min_size=1, max_size=6),
+)
+def test_a_memo_is_shown_as_it_was_at_the_cutoff_and_nothing_written_later_is_returned(
+    tmp_path_factory: pytest.TempPathFactory,
+    histories: list[list[tuple[str, int]]],
+    starts: list[int],
+    cutoffs: list[int],
+) -> None:
+    world = World(tmp_path_factory.mktemp("memo-cutoff") / "s.db")
+    events = []  # (second, memo, action); each memo's own actions in order, after its add
+    for memo, history in enumerate(histories):
+        at = starts[memo]
+        events.append((at, memo, "add"))
+        for action, gap in history:
+            at += gap
+            events.append((at, memo, action))
+    states: dict[str, list[tuple[int, str | None]]] = {}  # each memo's (second, content or None when removed)
+    for second, memo, action in sorted(events):
+        world.clock.current = START + timedelta(seconds=second)
+        name, content = f"m{memo}", f"note m{memo} written{second}"
+        if action == "add":
+            world.memos.add(MemoDraft.create(name, content, 3), PUBLIC, "test")
+        elif action == "edit" and states[name][-1][1] is not None:
+            world.memos.edit(name, MemoChanges.create(content=content), None, "test")
+        elif action == "toggle" and states[name][-1][1] is not None:
+            world.memos.remove(name, None, "test")
+            content = None
+        elif action == "toggle":
+            world.memos.restore(name, "test")
+            content = next(c for _, c in reversed(states[name]) if c is not None)
+        else:
+            continue
+        states.setdefault(name, []).append((second, content))
+    for cutoff in cutoffs:
+        before = START + timedelta(seconds=cutoff)
+        found = {hit.memo.name: hit.memo.content for hit in world.search.memos("note", "C1", before, 20)}
+        for content in found.values():
+            assert int(content.rsplit("written", 1)[1]) <= cutoff  # nothing written after the cutoff
+        expected = {}
+        for name, history in states.items():
+            then = [content for second, content in history if second <= cutoff]
+            if then and then[-1] is not None and history[-1][1] is not None:  # live then, and not removed since
+                expected[name] = then[-1]
+        assert found == expected
+
+
+def test_a_memo_narrowed_after_the_cutoff_is_not_shown_to_the_workspace_even_as_it_was(world: World) -> None:
+    world.memo("plan", "the offsite is in hakone")
+    cutoff = world.clock.now()
+    world.clock.advance(60)
+    world.memos.narrow("C1", "test")
+    assert world.memo_names("offsite hakone", reader="C2", before=cutoff) == []
+    assert world.memo_names("offsite hakone", reader="C1", before=cutoff) == ["plan"]
+
+
 def test_the_messages_around_a_hit_stop_at_the_cutoff(world: World) -> None:
     for minute, text in enumerate(["one", "two", "the launch date is march", "four", "five"]):
         world.message("C1", text, START + timedelta(minutes=minute))

@@ -52,6 +52,8 @@ class RankingIndex(Protocol):
 class MemoSource(Protocol):
     def by_ids(self, ids: list[int]) -> dict[int, Memo]: ...
 
+    def as_of(self, ids: list[int], moment: datetime) -> dict[int, Memo]: ...
+
 
 class MessageSource(Protocol):
     def messages_by_ids(self, ids: list[int]) -> dict[int, Message]: ...
@@ -134,21 +136,27 @@ class Search:
 
     @_traced("search.memos")
     def memos(self, query: object, reader: str | None, before: datetime | None, limit: object = 5) -> list[MemoHit]:
-        """The memos best matching `query` that `reader` may see, created at or before `before`."""
+        """The memos best matching `query` that `reader` may see, as they were at `before`.
+
+        Nothing written after `before` is shown: a memo changed since is shown as it was then
+        (from its revisions); one not added yet, or removed, then is left out. Its rank still
+        comes from its newest text.
+        """
         text, count = validate(query, limit)
         self._index.sync()
 
         readable = _kept_for(reader)
         hits = self._index.search("memo", text, readable, _seconds(before), count)
-        memos = self._memos.by_ids([hit.ref_id for hit in hits])
+        ids = [hit.ref_id for hit in hits]
+        memos = self._memos.by_ids(ids)
+        then = memos if before is None else self._memos.as_of(ids, before)
         found = []
         for hit in hits:
-            memo = memos.get(hit.ref_id)
-            if memo is None or memo.removed or not memo.visible_in(reader):
+            memo, shown = memos.get(hit.ref_id), then.get(hit.ref_id)
+            # Checked now and then: a memo's audience only ever narrows, and the narrower holds.
+            if memo is None or shown is None or memo.removed or not (memo.visible_in(reader) and shown.visible_in(reader)):
                 continue
-            if before is not None and memo.created_at > before:
-                continue
-            found.append(MemoHit(memo, hit.score))
+            found.append(MemoHit(shown, hit.score))
         return found
 
     @_traced("search.messages")

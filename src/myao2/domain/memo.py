@@ -7,7 +7,7 @@ CLI, importers) goes through these rules, so they hold everywhere.
 from __future__ import annotations
 
 import unicodedata
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from datetime import datetime
 from enum import Enum
 from typing import Any
@@ -114,6 +114,18 @@ class Memo:
             value = data[key]
             data[key] = value.isoformat() if value else None
         return data
+
+    @classmethod
+    def from_snapshot(cls, data: dict[str, Any]) -> Memo:
+        """The memo a `snapshot` was taken of (a field it lacks, from an older version, takes its default)."""
+        known = {field.name for field in fields(cls)}
+        values = {key: value for key, value in data.items() if key in known}
+        values["tags"] = tuple(values["tags"])
+        values["visibility"] = Visibility(values["visibility"])
+        for key in ("created_at", "updated_at", "removed_at"):
+            value = values.get(key)
+            values[key] = datetime.fromisoformat(value) if value else None
+        return cls(**values)
 
 
 class Action(str, Enum):

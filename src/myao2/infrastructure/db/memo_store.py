@@ -80,7 +80,7 @@ class SqlMemoStore:
             session.add(row)
             _flush(session, draft.name)
             memo = _to_memo(row)
-            self._revise(session, memo, Action.ADD, actor, None)
+            self._revise(session, memo, Action.ADD, actor, None, now)
             return memo
 
     def edit(
@@ -99,7 +99,8 @@ class SqlMemoStore:
             before = _to_memo(row)
             if origin is not None and not can_write(origin.audience, before.audience):
                 raise MemoError("wider_audience", name=before.name)
-            after = changes.apply(before, self._clock.now())
+            now = self._clock.now()
+            after = changes.apply(before, now)
             view = _view(origin, before.audience)
             if after.name != before.name and self._live_named(session, after.name, view, exclude_id=row.id):
                 raise MemoError("name_taken", name=after.name)
@@ -108,7 +109,7 @@ class SqlMemoStore:
             _copy_into(row, after)
             _flush(session, after.name, before.name)
             after = _to_memo(row)
-            self._revise(session, after, Action.EDIT, actor, before)
+            self._revise(session, after, Action.EDIT, actor, before, now)
             return after
 
     def remove(
@@ -124,10 +125,11 @@ class SqlMemoStore:
             row = self._resolve(session, name, _reader(origin), audience)
             _refuse_pinned(session, row, origin, keep_pins)
             before = _to_memo(row)
-            row.removed_at = self._clock.now()
+            now = self._clock.now()
+            row.removed_at = now
             _flush(session, name, name)
             after = _to_memo(row)
-            self._revise(session, after, Action.REMOVE, actor, before)
+            self._revise(session, after, Action.REMOVE, actor, before, now)
             return after
 
     def restore(
@@ -141,10 +143,10 @@ class SqlMemoStore:
                 raise MemoError("name_taken", name=name)
             check_tag_kinds(before.tags, self._tag_kinds(session, view))
             row.removed_at = None
-            row.updated_at = self._clock.now()
+            now = row.updated_at = self._clock.now()
             _flush(session, name, name)
             after = _to_memo(row)
-            self._revise(session, after, Action.RESTORE, actor, before)
+            self._revise(session, after, Action.RESTORE, actor, before, now)
             return after
 
     def pin(self, name: str, actor: str, *, audience: Audience | None = None) -> Memo:
@@ -165,6 +167,7 @@ class SqlMemoStore:
 
     def narrow(self, channel_id: str, actor: str) -> list[Memo]:
         with self._change() as session:
+            now = self._clock.now()
             rows = session.exec(
                 select(MemoRow)
                 .where(MemoRow.channel_id == channel_id, MemoRow.visibility == Visibility.WORKSPACE.value)
@@ -178,7 +181,7 @@ class SqlMemoStore:
                     row.name = self._free_name(session, row.name, channel_id, row.id)
                 _flush(session, row.name)
                 after = _to_memo(row)
-                self._revise(session, after, Action.NARROW, actor, before)
+                self._revise(session, after, Action.NARROW, actor, before, now)
                 narrowed.append(after)
             return narrowed
 
@@ -249,6 +252,19 @@ class SqlMemoStore:
         with Session(self._engine) as session:
             rows = session.exec(select(MemoRow).where(col(MemoRow.id).in_(ids))).all()
         return {row.id: _to_memo(row) for row in rows if row.id is not None}
+
+    def as_of(self, ids: list[int], moment: datetime) -> dict[int, Memo]:
+        """The memos with these ids as they were at `moment`, by id, from their revision log: each
+        as its last change at or before `moment` left it. A memo not added yet, or removed, then is absent."""
+        with Session(self._engine) as session:
+            rows = session.exec(
+                select(MemoRevisionRow.memo_id, MemoRevisionRow.after)
+                .where(col(MemoRevisionRow.memo_id).in_(ids), col(MemoRevisionRow.at) <= moment)
+                .order_by(col(MemoRevisionRow.id))
+            ).all()
+        latest = {memo_id: after for memo_id, after in rows}  # the last change wins
+        memos = {memo_id: Memo.from_snapshot(after) for memo_id, after in latest.items() if after is not None}
+        return {memo_id: memo for memo_id, memo in memos.items() if not memo.removed}
 
     def history(self, name: str, *, audience: Audience | None = None) -> list[MemoRevision]:
         """Every revision of every memo that has borne `name` (kept for `audience`, if given), oldest first."""
@@ -355,9 +371,9 @@ class SqlMemoStore:
             kinds.update(row.tags)
         return kinds
 
-    def _revise(
-        self, session: Session, memo: Memo, action: Action, actor: str, before: Memo | None
-    ) -> None:
+    @staticmethod
+    def _revise(session: Session, memo: Memo, action: Action, actor: str, before: Memo | None, at: datetime) -> None:
+        """Log a change, dated by the same clock reading as the memo's own times (so a cutoff sees both alike)."""
         assert memo.id is not None
         session.add(
             MemoRevisionRow(
@@ -365,7 +381,7 @@ class SqlMemoStore:
                 memo_name=memo.name,
                 action=action.value,
                 actor=actor,
-                at=self._clock.now(),
+                at=at,
                 before=before.snapshot() if before else None,
                 after=memo.snapshot(),
             )
