@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from sqlalchemy import Connection, Engine, Row, text
+from threadpoolctl import threadpool_limits
 
 from myao2.domain.memory import Term, bullet_line
 from myao2.infrastructure.clock import SystemClock
@@ -87,6 +88,9 @@ class SearchIndex:
         self._memos = memos
         self._conversations = conversations
         self._memories = memories or SqlMemoryStore(engine, SystemClock())
+        # numpy's BLAS on one thread, for the whole process: a search's products are small, and
+        # on a busy machine BLAS threads wait for each other far longer than the product takes.
+        threadpool_limits(1, user_api="blas")
         # One recall searches several kinds with the same query: it is embedded once.
         self._query_vector = functools.lru_cache(maxsize=32)(embedder.query)
         self._caches = {kind: VectorCache() for kind in KINDS}
