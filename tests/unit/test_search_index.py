@@ -176,12 +176,12 @@ def test_nothing_after_the_cutoff_is_returned_and_results_grow_with_it(
     cutoffs=st.lists(st.integers(-10, 3100), min_size=1, max_size=6),
 )
 def test_a_memo_is_shown_as_it_was_at_the_cutoff_and_nothing_written_later_is_returned(
-    tmp_path_factory: pytest.TempPathFactory,
+    new_database: Callable[[], str],
     histories: list[list[tuple[str, int]]],
     starts: list[int],
     cutoffs: list[int],
 ) -> None:
-    world = World(tmp_path_factory.mktemp("memo-cutoff") / "s.db")
+    world = World(new_database())
     events = []  # (second, memo, action); each memo's own actions in order, after its add
     for memo, history in enumerate(histories):
         at = starts[memo]
@@ -217,6 +217,7 @@ def test_a_memo_is_shown_as_it_was_at_the_cutoff_and_nothing_written_later_is_re
             if then and then[-1] is not None and history[-1][1] is not None:  # live then, and not removed since
                 expected[name] = then[-1]
         assert found == expected
+    world.close()
 
 
 def test_a_memo_narrowed_after_the_cutoff_is_not_shown_to_the_workspace_even_as_it_was(world: World) -> None:
