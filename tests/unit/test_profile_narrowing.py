@@ -47,15 +47,16 @@ def texts(profiles, user: str, reader: str | None) -> list[str]:
 async def test_facts_learnt_in_a_channel_that_turns_private_are_shown_only_there(
     keeper, profiles, say, lifecycle
 ):
-    say(GENERAL, "ualice", "I like canary-opera")
     say(RANDOM, "ualice", "I like tea")
+    await keeper.run()  # learnt before the model read anything of GENERAL
+    say(GENERAL, "ualice", "I like canary-opera")
     await keeper.run()
-    assert texts(profiles, "ualice", RANDOM.id) == ["likes canary-opera", "likes tea"]
+    assert texts(profiles, "ualice", RANDOM.id) == ["likes tea", "likes canary-opera"]
 
     await lifecycle.became_private(GENERAL.id)
 
     assert texts(profiles, "ualice", RANDOM.id) == ["likes tea"]
-    assert texts(profiles, "ualice", GENERAL.id) == ["likes canary-opera", "likes tea"]
+    assert texts(profiles, "ualice", GENERAL.id) == ["likes tea", "likes canary-opera"]
     narrowed = [f for f in profiles.get("ualice").facts if f.text == "likes canary-opera"]
     assert [f.audience for f in narrowed] == [Audience(GENERAL.id)]
 
@@ -83,6 +84,54 @@ async def test_a_fact_citing_a_message_of_the_channel_is_narrowed_whichever_chan
 
     assert texts(profiles, "ualice", RANDOM.id) == []
     assert texts(profiles, "ualice", GENERAL.id) == ["plans canary-trip"]
+
+
+async def test_a_fact_learnt_with_the_channels_words_in_sight_is_narrowed_whatever_it_cites(
+    conversations, profiles, clock, say, lifecycle
+):
+    # One workspace call reads several people in several public channels: the model may put what one said
+    # in GENERAL into a fact about another, citing a message of RANDOM.
+    def mixed_up(prompt: ProfilePrompt) -> tuple[PersonUpdate, ...]:
+        bob = next(p for p in prompt.people if p.user_id == "ubob")
+        cited = (bob.messages[0].split()[0].removeprefix("ts="),)
+        return (PersonUpdate("ubob", (NewFact("plans canary-merger", 0.8, cited),), ()),)
+
+    keeper = ProfileKeeper(
+        conversations=conversations, profiles=profiles, writer=FakeWriter(mixed_up), clock=clock, persona=PERSONA,
+        batch_max_tokens=2000,
+    )
+    say(GENERAL, "ualice", "the canary-merger is on")
+    say(RANDOM, "ubob", "busy week")
+    await keeper.run()
+    [fact] = profiles.get("ubob").facts
+    assert fact.conversation_id == RANDOM.id and fact.audience.is_workspace
+
+    await lifecycle.became_private(GENERAL.id)
+
+    assert texts(profiles, "ubob", RANDOM.id) == []
+    assert texts(profiles, "ubob", GENERAL.id) == ["plans canary-merger"]
+
+
+async def test_a_fact_heard_with_two_channels_that_turn_private_is_kept_for_neither(
+    conversations, profiles, clock, say, lifecycle
+):
+    def blended(prompt: ProfilePrompt) -> tuple[PersonUpdate, ...]:
+        person = prompt.people[0]
+        sources = (person.messages[0].split()[0].removeprefix("ts="),)
+        return (PersonUpdate(person.user_id, (NewFact("plans canary-trip", 0.8, sources),), ()),)
+
+    keeper = ProfileKeeper(
+        conversations=conversations, profiles=profiles, writer=FakeWriter(blended), clock=clock, persona=PERSONA,
+        batch_max_tokens=2000,
+    )
+    say(RANDOM, "ualice", "a trip soon")
+    say(GENERAL, "ualice", "to the canary islands")
+    await keeper.run()
+
+    await lifecycle.became_private(GENERAL.id)
+    await lifecycle.became_private(RANDOM.id)
+
+    assert texts(profiles, "ualice", None) == []
 
 
 async def test_a_save_of_a_profile_read_before_the_narrowing_does_not_widen_it_again(

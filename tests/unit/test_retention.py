@@ -249,9 +249,10 @@ async def test_a_channel_turned_private_keeps_its_memories_and_digests_to_itself
         conversations=conversations, memories=memories, writer=FakeWriter(), clock=clock,
         persona=MEMORY_PERSONA, settings=SETTINGS,
     )
+    say(conversations, clock, random, "cats are great")
+    await memory_job.run()  # read before anything of GENERAL: its bullets never had GENERAL's words in sight
     parent = say(conversations, clock, GENERAL, "canary-general plans")
     say(conversations, clock, GENERAL, "in a thread", thread_ts=parent.ts)
-    say(conversations, clock, random, "cats are great")
     clock.advance(3 * DAY)
     await memory_job.run()
     await job.run()

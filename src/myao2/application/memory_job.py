@@ -227,8 +227,9 @@ class MemoryJob:
                 if updates is None:
                     break
                 saved: list[Memory] = []
+                heard = _heard(prompts)
                 for item, item_threads, update in zip(together, threads, updates):
-                    saved += item.advance(self._apply(item.backlog, item_threads, update))
+                    saved += item.advance(self._apply(item.backlog, item_threads, update, heard))
                 await asyncio.to_thread(self._memories.save, saved, heard=True)
                 if together[0].backlog.audience.is_workspace:
                     channel_ids = [item.channel.id for item in together]
@@ -342,27 +343,30 @@ class MemoryJob:
         return f"ts={message.ts}{where} {format_message(message, self._persona.timezone, {})}"
 
     def _apply(
-        self, backlog: _Backlog, threads: Sequence[Memory], update: MemoryUpdate
+        self, backlog: _Backlog, threads: Sequence[Memory], update: MemoryUpdate, heard: tuple[str, ...]
     ) -> tuple[Memory, Memory, list[Memory]]:
         """The memories with the model's update of the backlog's next batch applied; sources it did not read
-        are dropped.
+        are dropped. Every bullet records the conversations `heard` by the call.
 
         Long-term bullets may only come from the new messages, so nothing is learnt twice.
         """
         batch = backlog.batches[0]
-        long_term = backlog.long_term.grow(self._dated(update.long_term, {m.ts for m in batch}))
+        long_term = backlog.long_term.grow(self._dated(update.long_term, {m.ts for m in batch}, heard))
         sources = {m.ts for m in (*backlog.earlier, *batch)}
-        short_term = backlog.short_term.renewed(self._dated(update.short_term, sources | _sources(backlog.short_term)))
+        short_term = backlog.short_term.renewed(
+            self._dated(update.short_term, sources | _sources(backlog.short_term), heard)
+        )
         drafts = dict(update.threads)
         renewed = [
-            thread.renewed(self._dated(drafts[thread.scope.thread_ts], sources | _sources(thread)))
+            thread.renewed(self._dated(drafts[thread.scope.thread_ts], sources | _sources(thread), heard))
             for thread in threads
             if thread.scope.thread_ts in drafts
         ]
         return long_term, short_term, renewed
 
-    def _dated(self, drafts: Sequence[Draft], allowed: set[str]) -> list[tuple[Draft, date]]:
-        """The drafts whose sources are among `allowed` (others dropped from them), each with its day."""
+    def _dated(self, drafts: Sequence[Draft], allowed: set[str], heard: tuple[str, ...]) -> list[tuple[Draft, date]]:
+        """The drafts whose sources are among `allowed` (others dropped from them), each with its day and the
+        conversations `heard` by the call that wrote them."""
         dated = []
         for draft in drafts:
             source_ts = tuple(ts for ts in dict.fromkeys(draft.source_ts) if ts in allowed)
@@ -370,7 +374,7 @@ class MemoryJob:
             if not source_ts or not text:
                 continue
             day = ts_to_datetime(max(source_ts)).astimezone(self._persona.timezone).date()
-            dated.append((replace(draft, text=text, source_ts=source_ts), day))
+            dated.append((replace(draft, text=text, source_ts=source_ts, heard_in=heard), day))
         return dated
 
     def _expire_short_terms(self) -> None:
@@ -399,10 +403,12 @@ class MemoryJob:
         short_term = await self._load(WORKSPACE_SCOPE, Term.SHORT, WORKSPACE)
         material = []
         allowed: set[str] = set()
+        heard = {c for b in (*long_term.active, *short_term.active) for c in b.heard_in}
         for long, short in changed:
             read_up_to = seen.get(long.scope.key, ["", 0])[1]
             for bullet in (*(b for b in long.active if b.id > read_up_to), *short.active):
                 allowed.update(bullet.source_ts)
+                heard.update((long.scope.channel_id or "", *bullet.heard_in))
                 when = bullet.day.isoformat()
                 material.append(f"{long.label} ts={','.join(bullet.source_ts)} [{when}] {bullet.text}")
         if not material:  # the channels changed but learnt nothing: nothing to tell the workspace
@@ -423,9 +429,11 @@ class MemoryJob:
         if updates is None:
             return report
         (update,) = updates
-        long_term = long_term.grow(self._dated(update.long_term, allowed))
+        long_term = long_term.grow(self._dated(update.long_term, allowed, tuple(sorted(heard))))
         long_term = replace(long_term, covered=covered)
-        short_term = short_term.renewed(self._dated(update.short_term, allowed | _sources(short_term)))
+        short_term = short_term.renewed(
+            self._dated(update.short_term, allowed | _sources(short_term), tuple(sorted(heard)))
+        )
         await asyncio.to_thread(self._memories.save, [long_term, short_term], heard=True)
         sources = [long.scope.channel_id for long, _ in changed if long.scope.channel_id]
         await asyncio.to_thread(still_public, self._conversations, self._memories, sources)
@@ -469,6 +477,16 @@ def still_public(conversations: ConversationStore, memories: MemoryStore, channe
         channel = conversations.get_channel(channel_id)
         if channel is not None and channel.is_private:
             memories.narrow(channel_id)
+
+
+def _heard(prompts: Sequence[MemoryPrompt]) -> tuple[str, ...]:
+    """The conversations whose words one call reading `prompts` has in sight: the channels read, and those
+    the bullets shown had in sight when they were written (a bullet may carry another channel's words)."""
+    heard = {p.channel.id for p in prompts if p.channel is not None}
+    for prompt in prompts:
+        shown = (*prompt.long_term, *prompt.short_term, *(b for _, bullets in prompt.threads for b in bullets))
+        heard.update(c for b in shown for c in b.heard_in)
+    return tuple(sorted(heard))
 
 
 def _cost(message: Message) -> int:

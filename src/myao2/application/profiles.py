@@ -136,13 +136,16 @@ class ProfileKeeper:
         except ModelUnavailable as exc:
             logger.warning("profile update skipped this round: %s", exc)
             return ProfileRound(report.calls + 1, report.failures + 1, report.people)
+        heard = {m.channel_id for _, messages in read for m in messages}
+        heard.update(c for person in prompt.people for f in person.facts for c in f.heard_in)
         saved = [
-            self._apply(profile, audience, messages, updates.get(profile.user_id)).read(audience, messages[-1].ts)
+            self._apply(profile, audience, messages, updates.get(profile.user_id), tuple(sorted(heard)))
+            .read(audience, messages[-1].ts)
             for profile, messages in read
         ]
         await asyncio.to_thread(self._profiles.save, saved, heard=True)
         if audience.is_workspace:
-            await asyncio.to_thread(self._still_public, {m.channel_id for _, messages in read for m in messages})
+            await asyncio.to_thread(self._still_public, heard)
         return ProfileRound(report.calls + 1, report.failures, report.people + tuple(p.user_id for p in saved))
 
     def _still_public(self, channel_ids: set[str]) -> None:
@@ -154,9 +157,15 @@ class ProfileKeeper:
                 self._profiles.narrow(channel_id)
 
     def _apply(
-        self, profile: Profile, audience: Audience, messages: Sequence[Message], update: PersonUpdate | None
+        self,
+        profile: Profile,
+        audience: Audience,
+        messages: Sequence[Message],
+        update: PersonUpdate | None,
+        heard: tuple[str, ...],
     ) -> Profile:
-        """`profile` with the model's update applied; sources other than `messages` are dropped."""
+        """`profile` with the model's update applied (new facts record the conversations `heard` by the call);
+        sources other than `messages` are dropped."""
         if update is None:
             return profile
         by_ts = {m.ts: m for m in messages}
@@ -173,7 +182,7 @@ class ProfileKeeper:
                 day = ts_to_datetime(max(source_ts)).astimezone(self._persona.timezone).date()
                 new.append((NewFact(text, draft.confidence, source_ts, draft.supersedes), first.channel_id, day))
         confirmed = [Confirmation(c.fact_id, c.confidence, sources(c.source_ts)) for c in update.confirmed]
-        return profile.learn(audience, new, [c for c in confirmed if c.source_ts])
+        return profile.learn(audience, new, [c for c in confirmed if c.source_ts], heard)
 
     def _known(self, facts: Sequence[Fact]) -> tuple[Fact, ...]:
         """The most recent known facts that fit a quarter of the batch budget."""

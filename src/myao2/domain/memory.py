@@ -4,17 +4,19 @@ A scope is the workspace, a channel or a thread. Long-term memory only grows: a
 run adds bullets and marks the ones it contradicts as superseded (kept, hidden
 from prompts), and never rewrites the list, so facts are not worn away run after
 run. Short-term memory covers a recent window and is made afresh each time.
-Every bullet keeps the `ts` of the messages it came from.
+Every bullet keeps the `ts` of the messages it came from, and the conversations whose
+words were in sight when it was written (a model call may read several channels at
+once, and may mix them up): a bullet stays only where all of those may be read.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import date, datetime
 from enum import Enum
 
-from myao2.domain.visibility import Audience, can_read
+from myao2.domain.visibility import WORKSPACE, Audience, can_read, may_hold
 
 
 class Term(str, Enum):
@@ -62,6 +64,8 @@ class Bullet:
     day: date
     source_ts: tuple[str, ...]
     superseded_by: int | None = None
+    heard_in: tuple[str, ...] = ()
+    """The conversations whose words the model had in sight when it wrote this bullet."""
 
     @property
     def active(self) -> bool:
@@ -70,11 +74,13 @@ class Bullet:
 
 @dataclass(frozen=True)
 class Draft:
-    """A bullet the model proposes: its text, the ts of its source messages and the ids it contradicts."""
+    """A bullet the model proposes: its text, the ts of its source messages and the ids it contradicts,
+    and the conversations whose words were in sight (set by the job, not the model)."""
 
     text: str
     source_ts: tuple[str, ...]
     supersedes: tuple[int, ...] = ()
+    heard_in: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -110,7 +116,7 @@ class Memory:
         superseded: dict[int, int] = {}
         added = []
         for offset, (draft, day) in enumerate(drafts):
-            added.append(Bullet(next_id + offset, draft.text, day, draft.source_ts))
+            added.append(Bullet(next_id + offset, draft.text, day, draft.source_ts, heard_in=draft.heard_in))
             for old in draft.supersedes:
                 if old in active:
                     superseded.setdefault(old, next_id + offset)
@@ -121,7 +127,32 @@ class Memory:
 
     def renewed(self, drafts: Sequence[tuple[Draft, date]]) -> Memory:
         """A short-term memory made afresh from `drafts`."""
-        return replace(self, bullets=tuple(Bullet(i + 1, d.text, day, d.source_ts) for i, (d, day) in enumerate(drafts)))
+        return replace(
+            self,
+            bullets=tuple(Bullet(i + 1, d.text, day, d.source_ts, heard_in=d.heard_in) for i, (d, day) in enumerate(drafts)),
+        )
+
+    def heard_by_readers(self, audiences: Mapping[str, Audience]) -> Memory:
+        """This memory without the bullets written with words in sight that its readers may not all read.
+
+        `audiences` gives the audience of conversations by id (those not in it are the workspace's). A
+        bullet superseded only by one dropped is active again.
+        """
+        dropped = {
+            b.id
+            for b in self.bullets
+            if not may_hold(self.audience, (audiences.get(c, WORKSPACE) for c in b.heard_in))
+        }
+        if not dropped:
+            return self
+        return replace(
+            self,
+            bullets=tuple(
+                replace(b, superseded_by=None) if b.superseded_by in dropped else b
+                for b in self.bullets
+                if b.id not in dropped
+            ),
+        )
 
 
 def seen_in(memories: Sequence[Memory], channel: str, thread: str | None) -> list[Memory]:

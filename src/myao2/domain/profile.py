@@ -15,7 +15,7 @@ from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date
 
-from myao2.domain.visibility import Audience, can_read
+from myao2.domain.visibility import Audience, can_read, narrowest
 
 CANDIDATE_CONFIDENCE = 0.9
 CANDIDATE_CONFIRMATIONS = 3
@@ -38,6 +38,9 @@ class Fact:
     superseded_by: int | None = None
     memo_id: int | None = None
     """The memo a person made of it (then no longer a candidate)."""
+    heard_in: tuple[str, ...] = ()
+    """The conversations whose words the model had in sight when it learnt it (it may mix people and
+    channels up): the fact is kept only for the narrowest of their audiences."""
 
     @property
     def active(self) -> bool:
@@ -98,9 +101,10 @@ class Profile:
         audience: Audience,
         new: Sequence[tuple[NewFact, str, date]],
         confirmations: Sequence[Confirmation],
+        heard_in: tuple[str, ...] = (),
     ) -> Profile:
-        """This profile with `new` facts (each with its conversation and day) learnt in `audience`
-        and `confirmations` applied.
+        """This profile with `new` facts (each with its conversation and day) learnt in `audience` by a call
+        that had the words of conversations `heard_in` in sight, and `confirmations` applied.
 
         Only active facts of the same audience may be confirmed or superseded, so
         nothing said in one conversation changes what another sees. A confirmation
@@ -127,7 +131,15 @@ class Profile:
                 if old in own and facts[old].active:
                     facts[old] = replace(facts[old], superseded_by=fact_id)
             facts[fact_id] = Fact(
-                fact_id, draft.text, _clamp(draft.confidence), 0, conversation_id, audience, day, draft.source_ts
+                fact_id,
+                draft.text,
+                _clamp(draft.confidence),
+                0,
+                conversation_id,
+                audience,
+                day,
+                draft.source_ts,
+                heard_in=heard_in,
             )
         return replace(self, facts=tuple(facts[i] for i in sorted(facts)))
 
@@ -136,15 +148,25 @@ class Profile:
         return replace(self, read_up_to={**self.read_up_to, audience_key(audience): ts})
 
     def narrowed(self, channel_id: str, said_there: Container[str]) -> Profile:
-        """This profile once conversation `channel_id` stopped being the workspace's: the workspace facts learnt
-        there, or citing any message ts in `said_there` (its messages), become its own."""
+        """This profile once conversation `channel_id` stopped being the workspace's: the facts learnt there,
+        citing any message ts in `said_there` (its messages) or learnt with its words in sight are kept for
+        the narrowest of their audience and the channel's (`visibility.narrowest`): a workspace fact becomes
+        the channel's own; one already another conversation's is dropped (no one may read both)."""
         own = Audience(channel_id)
 
-        def narrow(fact: Fact) -> Fact:
-            there = fact.conversation_id == channel_id or any(ts in said_there for ts in fact.source_ts)
-            return replace(fact, audience=own) if fact.audience.is_workspace and there else fact
+        def there(fact: Fact) -> bool:
+            return (
+                fact.conversation_id == channel_id
+                or channel_id in fact.heard_in
+                or any(ts in said_there for ts in fact.source_ts)
+            )
 
-        return replace(self, facts=tuple(narrow(f) for f in self.facts))
+        facts = []
+        for fact in self.facts:
+            audience = narrowest((fact.audience, own)) if there(fact) else fact.audience
+            if audience is not None:
+                facts.append(replace(fact, audience=audience))
+        return replace(self, facts=tuple(facts))
 
     def kept_as_narrow_as(self, stored: Profile) -> Profile:
         """This profile with no fact kept for a wider audience than in `stored` (what a racing `narrowed` did)."""

@@ -11,6 +11,7 @@ sees everything). Every reader of stored text asks this module, and nothing else
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -80,3 +81,20 @@ def shows_elsewhere(reader: Audience) -> bool:
     Only public channels are: a private conversation's prompt keeps to itself.
     """
     return reader.is_workspace
+
+
+def narrowest(audiences: Iterable[Audience]) -> Audience | None:
+    """The audience of text drawn from what was said to each of `audiences` (e.g. written by a model that
+    read several conversations at once): the workspace when they all are it, else the one conversation
+    among them; None when they are two conversations (nobody may read all of it)."""
+    own = {a for a in audiences if not a.is_workspace}
+    if len(own) > 1:
+        return None
+    return own.pop() if own else WORKSPACE
+
+
+def may_hold(holder: Audience, heard: Iterable[Audience]) -> bool:
+    """Whether text drawn from what was said to the `heard` audiences may be kept for `holder`: only when
+    every reader of `holder` may read all of it."""
+    audience = narrowest(heard)
+    return audience is not None and (audience.is_workspace or audience == holder)

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from dataclasses import replace
 from datetime import date
 from typing import Any
 
-from sqlalchemy import Engine, bindparam
+from sqlalchemy import Engine, Text, bindparam, cast
 from sqlalchemy import select as core_select
 from sqlmodel import Session, col, select
 
+from myao2.domain.conversation import ChannelKind
 from myao2.domain.memory import Bullet, Digest, Memory, Scope, Stage, Term
 from myao2.domain.ports import Clock
 from myao2.domain.visibility import Audience
-from myao2.infrastructure.db.tables import DigestRow, ExpiredMessageRow, MemoryRow, MessageRow
+from myao2.infrastructure.db.tables import ChannelRow, DigestRow, ExpiredMessageRow, MemoryRow, MessageRow
 
 
 class SqlMemoryStore:
@@ -47,8 +49,11 @@ class SqlMemoryStore:
                     )
                 bullets = _still_heard(session, row, memory.bullets) if heard else memory.bullets
                 row.audience = _narrower(row.audience, memory.audience)
+                # a bullet written with a channel in sight that stopped being public meanwhile stays out
+                kept = replace(memory, audience=Audience(row.audience), bullets=bullets)
+                kept = kept.heard_by_readers(_audiences(session, {c for b in bullets for c in b.heard_in}))
                 row.label = memory.label
-                row.bullets = [bullet_to_json(b) for b in bullets]
+                row.bullets = [bullet_to_json(b) for b in kept.bullets]
                 row.covered = memory.covered
                 row.updated_at = now
                 session.add(row)
@@ -127,10 +132,37 @@ class SqlMemoryStore:
             for row in [*rows, *digests]:
                 row.audience = channel_id
                 session.add(row)
+            heard = _drop_heard_in(session, channel_id) if rows or digests else False
             for workspace in session.exec(select(MemoryRow).where(MemoryRow.scope == Scope().key)).all():
-                if rows or digests or said_in(session, channel_id, {ts for b in workspace.bullets for ts in b["ts"]}):
+                cited = {ts for b in workspace.bullets for ts in b["ts"]}
+                if rows or digests or heard or said_in(session, channel_id, cited):
                     session.delete(workspace)
             return bool(rows or digests)
+
+
+def _drop_heard_in(session: Session, channel_id: str) -> bool:
+    """Drop from every other conversation's memory the bullets written with the channel's words in sight
+    (read in the same model call): the model may have put its words there. True when any was dropped."""
+    dropped = False
+    audiences = {channel_id: Audience(channel_id)}
+    for row in session.exec(select(MemoryRow).where(cast(col(MemoryRow.bullets), Text).contains(f'"{channel_id}"'))).all():
+        memory = row_to_memory(row)
+        if memory.scope.channel_id == channel_id:
+            continue
+        kept = memory.heard_by_readers(audiences)
+        if kept != memory:
+            row.bullets = [bullet_to_json(b) for b in kept.bullets]
+            session.add(row)
+            dropped = True
+    return dropped
+
+
+def _audiences(session: Session, channel_ids: Collection[str]) -> dict[str, Audience]:
+    """The audiences of the stored channels among `channel_ids` that are not public (the rest are the workspace's)."""
+    if not channel_ids:
+        return {}
+    rows = session.exec(select(ChannelRow.id, ChannelRow.kind).where(col(ChannelRow.id).in_(list(channel_ids)))).all()
+    return {channel_id: Audience.of(channel_id, kind != ChannelKind.PUBLIC.value) for channel_id, kind in rows}
 
 
 def said_in(session: Session, channel_id: str, ts: Collection[str]) -> set[str]:
@@ -179,6 +211,7 @@ def bullet_to_json(bullet: Bullet) -> dict[str, Any]:
         "day": bullet.day.isoformat(),
         "ts": list(bullet.source_ts),
         "superseded_by": bullet.superseded_by,
+        "heard_in": list(bullet.heard_in),
     }
 
 
@@ -196,7 +229,14 @@ def row_to_memory(row: Any) -> Memory:
         term=Term(row.term),
         audience=Audience(row.audience),
         bullets=tuple(
-            Bullet(b["id"], b["text"], date.fromisoformat(b["day"]), tuple(b["ts"]), b.get("superseded_by"))
+            Bullet(
+                b["id"],
+                b["text"],
+                date.fromisoformat(b["day"]),
+                tuple(b["ts"]),
+                b.get("superseded_by"),
+                tuple(b.get("heard_in", ())),
+            )
             for b in row.bullets
         ),
         label=row.label,

@@ -86,6 +86,7 @@ def _fact_to_json(fact: Fact) -> dict[str, Any]:
         "ts": list(fact.source_ts),
         "superseded_by": fact.superseded_by,
         "memo_id": fact.memo_id,
+        "heard_in": list(fact.heard_in),
     }
 
 
@@ -102,6 +103,7 @@ def _to_profile(row: ProfileRow) -> Profile:
             source_ts=tuple(f["ts"]),
             superseded_by=f.get("superseded_by"),
             memo_id=f.get("memo_id"),
+            heard_in=tuple(f.get("heard_in", ())),
         )
         for f in row.facts
     )

@@ -1,0 +1,63 @@
+"""Privacy of what the memory job writes when it reads several public channels in one model call, end to end."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+from tests.e2e.conftest import ALICE, BOB, GENERAL, BotProcess, wait_until
+from tests.e2e.test_mentions import prompt_text, replies_in
+from tests.fakes import memory_model
+from tests.fakes.openai_server import Text, ToolCall, ToolCalls
+from tests.fakes.slack_server import FakeSlack
+
+PLANS = "CPLANS"
+
+
+def mixing(request: dict[str, Any]):  # type: ignore[no-untyped-def]
+    """The fake memory model, except that reading several channels at once it writes each channel's notes
+    from every channel's new messages (citing only the channel's own): the mix-up batching allows."""
+    if not memory_model.is_channels_request(request):
+        return memory_model.remember(request) if memory_model.is_memory_request(request) else Text("Sure thing.")
+    (call,) = memory_model.remember(request).calls
+    channels = call.arguments["channels"]
+    everything = " / ".join(note["text"] for c in channels for note in c["long_term"])
+    for channel in channels:
+        own = [ts for note in channel["long_term"] for ts in note["ts"]]
+        channel["long_term"] = channel["short_term"] = [{"text": everything, "ts": own}] if own else []
+    return ToolCalls([ToolCall(memory_model.CHANNELS_TOOL, {"channels": channels})])
+
+
+def memories_holding(bot: BotProcess, text: str) -> list[str]:
+    with sqlite3.connect(bot.database) as db:
+        rows = db.execute("SELECT scope, term, bullets FROM memories").fetchall()
+    return sorted(f"{scope}/{term}" for scope, term, bullets in rows if any(text in b["text"] for b in json.loads(bullets)))
+
+
+def test_a_channel_read_together_with_another_takes_its_words_back_when_it_turns_private(
+    bot: BotProcess, slack: FakeSlack, llm
+) -> None:
+    slack.add_channel(PLANS, "plans", members=[ALICE, BOB])
+    llm.set_responder(mixing)
+    bot.settings["memory.update_interval_seconds"] = 0.5
+    slack.post_message(GENERAL, ALICE, "lunch at noon today")
+    slack.post_message(PLANS, BOB, "the canary-merger with acme is on")
+    bot.start()  # both caught up at once: the first round reads them in one call
+    wait_until(lambda: f"channel:{GENERAL}/long" in memories_holding(bot, "canary-merger"), what="the mix-up")
+
+    def general_prompt() -> str:
+        seen = len(llm.requests)
+        ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> what is new?")
+        slack.wait_for(lambda: replies_in(slack, ts), what="the reply in #general")
+        return "\n".join(prompt_text(r) for r in llm.requests[seen:] if "what is new?" in prompt_text(r))
+
+    assert "canary-merger" in general_prompt()  # while #plans is public, #general may know it
+
+    slack.convert_to_private(PLANS)
+    wait_until(
+        lambda: memories_holding(bot, "canary-merger") == [f"channel:{PLANS}/long", f"channel:{PLANS}/short"],
+        what="#plans' words kept only in its own memories",
+    )
+    assert "canary-merger" not in general_prompt()
+    assert bot.stop() == 0
