@@ -145,6 +145,7 @@ def build_application(
         policy=retention_policy(config),
         bot_user_id=bot_user_id,
         max_tokens=config.memory.batch_max_tokens,
+        memory=memory_job,
     )
     return Application(
         config=config,

@@ -40,6 +40,13 @@ class FakeDigests:
         return tuple(f"{prompt.stage.value}: {line.split(': ', 1)[1]}" for line in prompt.messages)
 
 
+class ReadAll:
+    """A memory job that has read every message (the tests of retention alone)."""
+
+    def absorbed(self, channel: Channel, messages) -> set[str]:
+        return {m.ts for m in messages}
+
+
 @pytest.fixture
 def clock() -> ManualClock:
     return ManualClock()
@@ -63,7 +70,7 @@ def writer() -> FakeDigests:
     return FakeDigests()
 
 
-def make_job(conversations, memories, writer, clock, policy=RetentionPolicy()) -> RetentionJob:
+def make_job(conversations, memories, writer, clock, policy=RetentionPolicy(), memory=None) -> RetentionJob:
     return RetentionJob(
         conversations=conversations,
         memories=memories,
@@ -73,6 +80,7 @@ def make_job(conversations, memories, writer, clock, policy=RetentionPolicy()) -
         policy=policy,
         bot_user_id=BOT,
         max_tokens=2000,
+        memory=memory or ReadAll(),
     )
 
 
@@ -397,3 +405,47 @@ async def test_a_person_forgotten_while_their_day_is_being_digested_does_not_com
     assert rows_holding(engine, "canary-alice") == []
     await job.run()  # made again from what is left
     assert [d.lines for d in memories.digests()] == [("digest: bob likes tea",)]
+
+
+async def test_raw_text_stays_until_the_memory_job_has_read_it_even_when_only_its_model_fails(
+    conversations, memories, writer, clock, engine
+):
+    from myao2.application.memory_job import MemoryJob
+    from myao2.application.profiles import ProfileKeeper
+    from myao2.infrastructure.db.profile_store import SqlProfileStore
+    from tests.unit.test_memory_job import PERSONA as MEMORY_PERSONA, SETTINGS, FakeWriter, echo
+    from tests.unit.test_profiles import FakeWriter as FakeProfiles
+
+    def down(prompt):  # type: ignore[no-untyped-def]
+        raise ModelUnavailable("down")
+
+    channels, people = FakeWriter(down), FakeProfiles(down)
+    keeper = ProfileKeeper(
+        conversations=conversations, profiles=SqlProfileStore(engine, clock), writer=people, clock=clock,
+        persona=MEMORY_PERSONA, batch_max_tokens=2000,
+    )
+    memory_job = MemoryJob(
+        conversations=conversations, memories=memories, writer=channels, clock=clock,
+        persona=MEMORY_PERSONA, settings=SETTINGS, profiles=keeper,
+    )
+    job = make_job(conversations, memories, writer, clock, memory=memory_job)
+    say(conversations, clock, GENERAL, "I like canary-opera")
+    clock.advance(15 * DAY)
+
+    await memory_job.run()  # the memory model fails; the digests do not
+    await job.run()
+    assert [d.stage for d in memories.digests()] == [Stage.CONDENSED]
+    assert "messages" in rows_holding(engine, "canary-opera")
+
+    channels.answer = echo
+    await memory_job.run()  # the channel's memory reads it; the profiles still fail
+    await job.run()
+    assert "messages" in rows_holding(engine, "canary-opera")
+
+    from tests.unit.test_profiles import liking
+
+    people.answer = liking
+    await memory_job.run()
+    await job.run()
+    assert "messages" not in rows_holding(engine, "canary-opera")
+    assert "profiles" in rows_holding(engine, "canary-opera") and "memories" in rows_holding(engine, "canary-opera")

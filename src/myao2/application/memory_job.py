@@ -388,6 +388,17 @@ class MemoryJob:
         if expired:
             self._memories.save(expired)
 
+    def absorbed(self, channel: Channel, messages: Sequence[Message]) -> set[str]:
+        """The ts of those of the channel's `messages` the job has read, into the channel's memory and into
+        their authors' profiles: only their raw text may go. Blocking."""
+        memory = self._memories.get(Scope(channel.id), Term.LONG)
+        mark = _Mark.parse(memory.covered) if memory is not None else _Mark()
+        read = [m for m in messages if m.ts <= mark.ts]
+        if self._profiles is not None:
+            learnt = self._profiles.absorbed(channel, read)
+            read = [m for m in read if m.ts in learnt]
+        return {m.ts for m in read}
+
     # -- workspace -----------------------------------------------------------
 
     async def _workspace(self, report: RoundReport) -> RoundReport:

@@ -92,6 +92,18 @@ class ProfileKeeper:
             report = await self._update(audience, people, channels, report)
         return report
 
+    def absorbed(self, channel: Channel, messages: Sequence[Message]) -> set[str]:
+        """The ts of those of the channel's `messages` read into their authors' profiles (a bot's, which no
+        profile reads, count as read). Blocking."""
+        key = audience_key(Audience.of(channel.id, channel.is_private))
+        people = {m.user_id for m in messages if m.user_id and not m.is_bot}
+        profiles = self._profiles.many(people)
+        return {
+            m.ts
+            for m in messages
+            if m.user_id not in people or m.ts <= profiles.get(m.user_id, Profile(m.user_id)).read_up_to.get(key, "")
+        }
+
     def _channels(self, channel_ids: set[str]) -> dict[str, Channel]:
         found = {channel_id: self._conversations.get_channel(channel_id) for channel_id in channel_ids}
         return {channel_id: channel for channel_id, channel in found.items() if channel is not None}

@@ -4,7 +4,7 @@ A day's messages in a conversation (threads included, days in the persona's time
 zone) become a dated digest after `digest_after_days`; after `condense_after_days` a
 shorter digest replaces it, made again from the raw messages, never from the digest;
 after `delete_after_days` the raw messages are deleted, once the day's last digest is
-made. Messages of a thread the bot still takes part in are kept until it has been
+made and the memory job has read them (into channel memories and profiles). Messages of a thread the bot still takes part in are kept until it has been
 quiet for a day. Each digest and each deletion is its own transaction, and what is
 done is read back from the store, so a crash resumes where it stopped; a failed model
 call keeps the raw messages and ends the round, to be tried again next round.
@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from itertools import groupby
+from typing import Protocol
 
 from myao2.application import tracing
 from myao2.application.agents import DigestPrompt, DigestWriter, ModelUnavailable
@@ -45,6 +46,14 @@ class RetentionReport:
     deleted: int = 0
 
 
+class ReadByMemory(Protocol):
+    """What the memory job has read (`MemoryJob`): raw text it has not read yet stays."""
+
+    def absorbed(self, channel: Channel, messages: Sequence[Message]) -> set[str]:
+        """The ts of those of the channel's `messages` the memory job has read. Blocking."""
+        ...
+
+
 class RetentionJob:
     """Runs rounds of digesting, condensing and deleting raw messages; one round at a time."""
 
@@ -59,6 +68,7 @@ class RetentionJob:
         policy: RetentionPolicy,
         bot_user_id: str,
         max_tokens: int,
+        memory: ReadByMemory,
     ) -> None:
         self._conversations = conversations
         self._memories = memories
@@ -69,6 +79,7 @@ class RetentionJob:
         self._bot_user_id = bot_user_id
         self._max_tokens = max_tokens
         """The most message text one digest call reads; the day's oldest messages are left out beyond it."""
+        self._memory = memory
         self._lock = asyncio.Lock()
 
     async def run(self) -> RetentionReport:
@@ -143,10 +154,19 @@ class RetentionJob:
                     kept_threads = await asyncio.to_thread(
                         self._conversations.active_threads, channel.id, since, self._bot_user_id
                     )
-                going = [ts for ts, thread_ts in of_day if (thread_ts or ts) not in kept_threads]
+                read = await asyncio.to_thread(self._read_by_memory, channel, day)
+                going = [ts for ts, thread_ts in of_day if (thread_ts or ts) not in kept_threads and ts in read]
                 await asyncio.to_thread(self._conversations.expire_messages, channel.id, going)
                 report = RetentionReport(report.digests, report.failures, report.deleted + len(going))
         return report, True
+
+    def _read_by_memory(self, channel: Channel, day: date) -> set[str]:
+        """The ts of the day's messages the memory job has read (the rest waits for it, e.g. after its model
+        failed while digests did not)."""
+        messages = self._conversations.messages_between(
+            channel.id, self._day_start(day), self._day_start(day + timedelta(days=1))
+        )
+        return self._memory.absorbed(channel, messages)
 
     async def _still_as_read(self, channel_id: str, day: date, messages: Sequence[Message]) -> bool:
         """Whether the day's messages are still those the digest was made from; if one was deleted or edited
