@@ -61,3 +61,33 @@ def test_a_channel_read_together_with_another_takes_its_words_back_when_it_turns
     )
     assert "canary-merger" not in general_prompt()
     assert bot.stop() == 0
+
+
+def test_raw_text_outlives_its_day_while_the_memory_model_fails_and_goes_once_the_memory_job_has_read_it(
+    bot: BotProcess, slack: FakeSlack, llm
+) -> None:
+    from tests.e2e.test_retention import FACT, Days, digests, responder, rows, tables_holding
+    from tests.fakes.openai_server import Error
+
+    def memory_model_down(request: dict[str, Any]):  # type: ignore[no-untyped-def]
+        if memory_model.is_memory_request(request):
+            return Error(400, "the memory model cannot answer")
+        return responder(request)
+
+    llm.set_responder(memory_model_down)
+    bot.settings["memory.update_interval_seconds"] = 0.5
+    days = Days(bot, slack)
+    bot.start()
+    days.post(GENERAL, BOB, FACT)
+    wait_until(lambda: rows(bot, "SELECT count(*) FROM messages WHERE text = ?", FACT) == [(1,)], what="the fact stored")
+
+    days.move_to(15)
+    wait_until(lambda: digests(bot, GENERAL), what="the digest of day 0, made all the same")
+    rounds = len(llm.requests)
+    wait_until(lambda: len(llm.requests) >= rounds + 4, what="more rounds with the memory model down")
+    assert "messages" in tables_holding(bot, "blue flowerpot")  # not read into memory yet: kept
+
+    llm.set_responder(responder)
+    wait_until(lambda: "messages" not in tables_holding(bot, "blue flowerpot"), what="the raw text deleted once read")
+    assert {"memories", "digests"} <= tables_holding(bot, "blue flowerpot")
+    assert bot.stop() == 0

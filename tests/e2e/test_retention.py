@@ -170,8 +170,12 @@ def test_a_channel_turned_private_takes_its_memories_and_digests_out_of_every_ot
     days = Days(bot, slack)
     bot.start()
 
-    days.post(PLANS, ALICE, PLAN)
     days.post(GENERAL, BOB, FACT)
+    wait_until(  # read before anything of #plans: #general's memory never had its words in sight
+        lambda: rows(bot, "SELECT scope FROM memories WHERE scope = ? AND term = 'long'", f"channel:{GENERAL}"),
+        what="#general's memory",
+    )
+    days.post(PLANS, ALICE, PLAN)
     days.move_to(3)
     wait_until(lambda: digests(bot, PLANS) and digests(bot, GENERAL), what="the digests of day 0")
     wait_until(
