@@ -9,11 +9,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from sqlalchemy import create_engine, text
 
 from tests.fakes import PROXY_VARIABLES
 from tests.fakes.openai_server import FakeOpenAI
@@ -23,6 +25,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 ALICE, BOB = "UALICE", "UBOB"
 GENERAL = "CGENERAL"
+
+ON_BOTH_DATABASES = pytest.mark.parametrize("bot", ["sqlite", "postgresql"], indirect=True)
+"""Runs a test with the bot storing in its SQLite file, then in a PostgreSQL database."""
 
 
 def free_port() -> int:
@@ -63,6 +68,20 @@ class BotProcess:
         self.process: subprocess.Popen[bytes] | None = None
         self.clock_shift_file: Path | None = None
         """Set (see `shift_clock`), the bot runs with its clock moved forward by the seconds in this file."""
+
+    @property
+    def database_url(self) -> str:
+        """Where the bot stores: its SQLite file, or `memory.database_url` when set."""
+        return self.settings.get("memory.database_url", f"sqlite:///{self.database}")
+
+    def rows(self, query: str, **params: object) -> list[tuple[Any, ...]]:
+        """The rows `query` reads from the bot's database (either kind; `:name` parameters)."""
+        engine = create_engine(self.database_url)
+        try:
+            with engine.connect() as connection:
+                return [tuple(row) for row in connection.execute(text(query), params)]
+        finally:
+            engine.dispose()
 
     def shift_clock(self, seconds: float) -> None:
         """Move the bot's clock `seconds` ahead of the real time (also while it runs)."""
@@ -164,11 +183,15 @@ class BotProcess:
 
 
 @pytest.fixture
-def bot(tmp_path: Path, slack: FakeSlack, llm: FakeOpenAI) -> Iterator[BotProcess]:
+def bot(request: pytest.FixtureRequest, tmp_path: Path, slack: FakeSlack, llm: FakeOpenAI) -> Iterator[BotProcess]:
+    """The bot, storing in an SQLite file; in a fresh PostgreSQL database under `ON_BOTH_DATABASES`' "postgresql"."""
     process = BotProcess(tmp_path, slack, llm)
-    yield process
-    if process.process is not None and process.process.poll() is None:
-        process.stop()
+    with ExitStack() as stack:
+        if getattr(request, "param", "sqlite") == "postgresql":
+            process.settings["memory.database_url"] = stack.enter_context(request.getfixturevalue("postgres").database())
+        yield process
+        if process.process is not None and process.process.poll() is None:
+            process.stop()
 
 
 def wait_until(predicate, timeout: float = 30.0, what: str = "condition"):  # type: ignore[no-untyped-def]

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import sqlite3
 import time
 
-from tests.e2e.conftest import ALICE, BOB, GENERAL, BotProcess, wait_until
+from tests.e2e.conftest import ALICE, BOB, GENERAL, ON_BOTH_DATABASES, BotProcess, wait_until
 from tests.e2e.test_mentions import prompt_text, replies_in
 from tests.fakes.openai_server import Text, ToolCall, ToolCalls
 from tests.fakes.slack_server import FakeSlack
@@ -15,11 +14,11 @@ ALICE_DM = "DALICE"
 
 
 def stored_text(bot: BotProcess, channel: str, ts: str) -> str | None:
-    with sqlite3.connect(bot.database) as db:
-        row = db.execute("SELECT text FROM messages WHERE channel_id = ? AND ts = ?", (channel, ts)).fetchone()
-    return row[0] if row else None
+    found = bot.rows("SELECT text FROM messages WHERE channel_id = :channel AND ts = :ts", channel=channel, ts=ts)
+    return found[0][0] if found else None
 
 
+@ON_BOTH_DATABASES
 def test_a_dm_is_answered_without_a_mention_and_without_a_thread(bot: BotProcess, slack: FakeSlack, llm) -> None:
     slack.add_channel(ALICE_DM, ALICE, is_im=True, members=[ALICE])
     bot.start()
@@ -31,6 +30,7 @@ def test_a_dm_is_answered_without_a_mention_and_without_a_thread(bot: BotProcess
     assert bot.stop() == 0
 
 
+@ON_BOTH_DATABASES
 def test_edits_and_deletions_reach_the_database(bot: BotProcess, slack: FakeSlack) -> None:
     bot.start()
     ts = slack.post_message(GENERAL, BOB, "lunch at 12?")
@@ -42,6 +42,7 @@ def test_edits_and_deletions_reach_the_database(bot: BotProcess, slack: FakeSlac
     assert bot.stop() == 0
 
 
+@ON_BOTH_DATABASES
 def test_a_memo_from_a_private_channel_never_reaches_another_channel(bot: BotProcess, slack: FakeSlack, llm) -> None:
     slack.add_channel(SECRET_ROOM, "secret-room", is_private=True, members=[ALICE, BOB])
     bot.start()

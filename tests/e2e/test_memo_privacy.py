@@ -3,14 +3,13 @@ and nothing the bot says in one conversation depends on memos it cannot see ther
 
 from __future__ import annotations
 
-import sqlite3
 import subprocess
 import sys
 from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import ALICE, BOB, GENERAL, BotProcess
+from tests.e2e.conftest import ALICE, BOB, GENERAL, ON_BOTH_DATABASES, BotProcess
 from tests.fakes.openai_server import Text, ToolCall, ToolCalls
 from tests.fakes.slack_server import FakeSlack
 
@@ -44,10 +43,7 @@ class Talk:
 
 
 def memo_rows(bot: BotProcess) -> list[tuple[Any, ...]]:
-    with sqlite3.connect(bot.database) as db:
-        return db.execute("SELECT * FROM memos ORDER BY id").fetchall() + db.execute(
-            "SELECT * FROM memo_revisions ORDER BY id"
-        ).fetchall()
+    return bot.rows("SELECT * FROM memos ORDER BY id") + bot.rows("SELECT * FROM memo_revisions ORDER BY id")
 
 
 def add_private_rooms(slack: FakeSlack) -> None:
@@ -56,6 +52,7 @@ def add_private_rooms(slack: FakeSlack) -> None:
     slack.add_channel(GROUP_DM, "mpdm-alice--bob", is_mpim=True, members=[ALICE, BOB])
 
 
+@ON_BOTH_DATABASES
 def test_an_edit_from_any_private_conversation_of_a_workspace_memo_is_refused(
     bot: BotProcess, slack: FakeSlack, llm
 ) -> None:
@@ -97,8 +94,7 @@ def test_an_edit_from_any_private_conversation_of_a_workspace_memo_is_refused(
         timeout=60,
     )
     assert restore.returncode == 0, restore.stderr
-    with sqlite3.connect(bot.database) as db:
-        assert db.execute("SELECT content, removed_at FROM memos").fetchall() == [("Lunch on Fridays", None)]
+    assert bot.rows("SELECT content, removed_at FROM memos") == [("Lunch on Fridays", None)]
 
 
 @pytest.mark.parametrize("room", [DM, SECRET_ROOM], ids=["dm", "private-channel"])

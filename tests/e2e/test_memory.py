@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import ALICE, BOB, GENERAL, BotProcess, wait_until
+from tests.e2e.conftest import ALICE, BOB, GENERAL, ON_BOTH_DATABASES, BotProcess, wait_until
 from tests.e2e.test_mentions import prompt_text, replies_in
 from tests.fakes.memory_model import is_memory_request, remember
 from tests.fakes.openai_server import Text
@@ -24,14 +23,12 @@ def responder(request: dict[str, Any]):  # type: ignore[no-untyped-def]
 
 
 def memories(bot: BotProcess) -> dict[tuple[str, str], list[str]]:
-    with sqlite3.connect(bot.database) as db:
-        rows = db.execute("SELECT scope, term, bullets FROM memories").fetchall()
+    rows = bot.rows("SELECT scope, term, bullets FROM memories")
     return {(scope, term): [b["text"] for b in json.loads(bullets)] for scope, term, bullets in rows}
 
 
 def profiled(bot: BotProcess, user_id: str) -> bool:
-    with sqlite3.connect(bot.database) as db:
-        return db.execute("SELECT 1 FROM profiles WHERE user_id = ?", (user_id,)).fetchone() is not None
+    return bool(bot.rows("SELECT 1 FROM profiles WHERE user_id = :user_id", user_id=user_id))
 
 
 def answer_prompts(llm) -> list[str]:  # type: ignore[no-untyped-def]
@@ -47,6 +44,7 @@ def memory_bot(bot: BotProcess, slack: FakeSlack, llm) -> BotProcess:  # type: i
     return bot
 
 
+@ON_BOTH_DATABASES
 def test_summaries_reach_the_next_prompt_and_a_dm_memory_never_reaches_a_channel(
     memory_bot: BotProcess, slack: FakeSlack, llm
 ) -> None:

@@ -3,11 +3,13 @@ and what was said on day 0 still recalled through its digest; a private channel'
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from typing import Any
 
-from tests.e2e.conftest import ALICE, BOB, GENERAL, BotProcess, wait_until
+from sqlalchemy import create_engine, inspect
+from sqlalchemy import text as sa_text
+
+from tests.e2e.conftest import ALICE, BOB, GENERAL, ON_BOTH_DATABASES, BotProcess, wait_until
 from tests.e2e.test_mentions import prompt_text, replies_in
 from tests.fakes.memory_model import digest, is_digest_request, is_memory_request, remember
 from tests.fakes.openai_server import Text, ToolCall, ToolCalls
@@ -38,24 +40,27 @@ def responder(request: dict[str, Any]):  # type: ignore[no-untyped-def]
     return Text("Sure thing.")
 
 
-def rows(bot: BotProcess, sql: str, *args: Any) -> list[tuple]:
-    with sqlite3.connect(bot.database) as db:
-        return db.execute(sql, args).fetchall()
+def rows(bot: BotProcess, sql: str, **params: Any) -> list[tuple]:
+    return bot.rows(sql, **params)
 
 
 def digests(bot: BotProcess, channel: str) -> list[tuple[str, str, list]]:
-    return rows(bot, "SELECT day, stage, lines FROM digests WHERE channel_id = ? ORDER BY day", channel)
+    return rows(bot, "SELECT day, stage, lines FROM digests WHERE channel_id = :channel ORDER BY day", channel=channel)
 
 
 def tables_holding(bot: BotProcess, text: str) -> set[str]:
     """The tables any row of which holds `text`."""
     found = set()
-    with sqlite3.connect(bot.database) as db:
-        for (table,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
-            for row in db.execute(f'SELECT * FROM "{table}"'):
-                if any(isinstance(v, str) and text in v for v in row):
-                    found.add(table)
-                    break
+    engine = create_engine(bot.database_url)
+    try:
+        with engine.connect() as connection:
+            for table in inspect(connection).get_table_names():
+                for row in connection.execute(sa_text(f'SELECT * FROM "{table}"')):
+                    if any(isinstance(v, str) and text in v for v in row):
+                        found.add(table)
+                        break
+    finally:
+        engine.dispose()
     return found
 
 
@@ -103,6 +108,7 @@ def only_the_secret_room_saw_the_canary(llm) -> None:  # type: ignore[no-untyped
             ), text
 
 
+@ON_BOTH_DATABASES
 def test_a_fact_from_day_0_is_recalled_on_day_15_from_its_digest_after_the_raw_text_is_gone(
     bot: BotProcess, slack: FakeSlack, llm
 ) -> None:
@@ -126,22 +132,22 @@ def test_a_fact_from_day_0_is_recalled_on_day_15_from_its_digest_after_the_raw_t
     wait_until(lambda: digests(bot, GENERAL) and digests(bot, SECRET_ROOM), what="the digests of day 0")
     [(day0, stage, lines)] = digests(bot, GENERAL)
     assert stage == "digest" and f"digest: {FACT}" in lines
-    assert rows(bot, "SELECT audience FROM digests WHERE channel_id = ?", SECRET_ROOM) == [(SECRET_ROOM,)]
+    assert rows(bot, "SELECT audience FROM digests WHERE channel_id = :channel", channel=SECRET_ROOM) == [(SECRET_ROOM,)]
     prompt, results = ask(days, slack, llm, "any party plans?")
     assert f"- [{day0}] digest: {FACT}" in prompt  # the channel's digest reaches its prompt
     assert results and CANARY not in results[0]
-    assert rows(bot, "SELECT count(*) FROM messages WHERE text = ?", FACT) == [(1,)]
+    assert rows(bot, "SELECT count(*) FROM messages WHERE text = :text", text=FACT) == [(1,)]
 
     days.move_to(7)
     wait_until(lambda: digests(bot, GENERAL)[0][1] == "condensed", what="the digest of day 0 to be condensed")
     assert f"condensed: {FACT}" in digests(bot, GENERAL)[0][2]
-    assert rows(bot, "SELECT count(*) FROM messages WHERE text = ?", FACT) == [(1,)]
+    assert rows(bot, "SELECT count(*) FROM messages WHERE text = :text", text=FACT) == [(1,)]
 
     days.move_to(15)
     wait_until(lambda: "messages" not in tables_holding(bot, "blue flowerpot") and not rows(
         bot, "SELECT kind FROM search_docs WHERE text LIKE '%blue flowerpot%' AND kind = 'message'"
     ), what="the raw text of day 0 to be deleted, from the search index too")
-    assert rows(bot, "SELECT count(*) FROM messages WHERE ts < ?", f"{time.time() + DAY:.6f}") == [(0,)]
+    assert rows(bot, "SELECT count(*) FROM messages WHERE ts < :ts", ts=f"{time.time() + DAY:.6f}") == [(0,)]
     assert not tables_holding(bot, CANARY) & {"messages"}
 
     assert rows(bot, "SELECT content FROM memos WHERE removed_at IS NULL") == [(MEMO,)]  # memos stay
@@ -187,8 +193,8 @@ def test_a_channel_turned_private_takes_its_memories_and_digests_out_of_every_ot
     assert "canary-plans" in results[0]  # ...and recall finds its digest
 
     slack.convert_to_private(PLANS)
-    wait_until(lambda: rows(bot, "SELECT audience FROM digests WHERE channel_id = ?", PLANS) == [(PLANS,)], what="the digest narrowed")
-    assert {a for (a,) in rows(bot, "SELECT audience FROM memories WHERE scope LIKE ?", f"channel:{PLANS}")} == {PLANS}
+    wait_until(lambda: rows(bot, "SELECT audience FROM digests WHERE channel_id = :channel", channel=PLANS) == [(PLANS,)], what="the digest narrowed")
+    assert {a for (a,) in rows(bot, "SELECT audience FROM memories WHERE scope LIKE :scope", scope=f"channel:{PLANS}")} == {PLANS}
     wait_until(
         lambda: (workspace := rows(bot, "SELECT bullets FROM memories WHERE scope = 'workspace' AND term = 'long'"))
         and "canary-plans" not in workspace[0][0]

@@ -1,4 +1,4 @@
-"""Search end to end: the model calls search_memo and recall in the real bot process."""
+"""Search end to end: the model calls search_memo and recall in the real bot process, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -10,13 +10,15 @@ from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
-from tests.e2e.conftest import ALICE, BOB, GENERAL, BotProcess
+from tests.e2e.conftest import ALICE, BOB, GENERAL, ON_BOTH_DATABASES, BotProcess
 from tests.e2e.test_mentions import replies_in
 from tests.fakes.openai_server import Text, ToolCall, ToolCalls
 from tests.fakes.slack_server import FakeSlack
 
 SECRET_ROOM = "GSECRET"
 WEEK = 7 * 24 * 3600
+
+pytestmark = ON_BOTH_DATABASES
 
 
 def tool_results(request: dict) -> list[str]:
@@ -26,7 +28,7 @@ def tool_results(request: dict) -> list[str]:
 
 def seed(bot: BotProcess, memos: list[tuple[str, str]] = (), messages: list[tuple[str, str, str, float]] = ()) -> None:
     """Store memos and messages (channel, user name, text, seconds ago) before the bot starts."""
-    engine = open_database(f"sqlite:///{bot.database}")
+    engine = open_database(bot.database_url)
     memo_store = SqlMemoStore(engine, SystemClock())
     for name, content in memos:
         memo_store.add(MemoDraft.create(name, content, 3), Origin(GENERAL, user_id=ALICE), "test")
