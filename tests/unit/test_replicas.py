@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine
@@ -19,6 +20,7 @@ from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.lease_store import SqlLeaseStore
 from tests.clocks import ManualClock
+from tests.unit.test_autonomous import SETTINGS, WAIT, World
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
 LEASE = timedelta(seconds=15)
@@ -214,3 +216,17 @@ async def test_leaving_hands_over_at_once(engine: Engine, leases: SqlLeaseStore)
     assert not await staying.holds("autonomous")
     await leaving.leave()
     assert await staying.holds("autonomous")
+
+
+async def test_two_replicas_judging_the_same_conversation_at_once_post_one_reply(tmp_path: Path) -> None:
+    """The autonomous check runs on one replica at a time, but a lease handed over mid-check may overlap two:
+    the reply is claimed on the message it answers, so only one of them posts."""
+    world = World(tmp_path)
+    other_replica = world.build(SETTINGS)  # a second responder on the same store
+    world.say("does anyone know a good ramen place?")
+    world.clock.advance(WAIT)
+    assert await world.responder.check() == 1
+    assert await other_replica.check() == 1
+    await world.run()
+    assert len(world.judge.calls) == 2
+    assert world.chat.posts == [("C1", "reply 1", None)]
