@@ -53,8 +53,11 @@ class AnswerMention:
     never produce a second answer; it also records the answer's progress. An attempt
     that does not settle (a Slack error, a crash, a deploy) is taken up again by
     `catch_up` once due (see `RetryPolicy`), and before a retry composes anything it
-    asks Slack whether the answer was posted after all. Answers in one thread are
-    written one after another; other threads go on concurrently.
+    asks Slack whether the answer was posted after all. The claim is a row with a
+    unique key, so this holds across replicas too; a replica's unsettled claims pass
+    to the others only once it is gone. Answers in one thread are written one after
+    another by this process (two replicas may answer in one thread at once); other
+    threads go on concurrently.
     """
 
     def __init__(
