@@ -20,8 +20,9 @@ from tests.fakes.slack_server import FakeSlack
 from tests.postgres import PostgresServer
 
 MENTIONS = 40
+LEASE_SECONDS = 4
+"""Short, for a quick takeover, but long enough that a replica starved of CPU on a busy machine is not taken for dead."""
 REPLICA_SETTINGS = {
-    "memory.replica_lease_seconds": 2,
     "memory.update_interval_seconds": 1,
     "response.history_sync_interval_seconds": 1,
     "response.answer_retry_seconds": [1, 1, 1],
@@ -55,7 +56,7 @@ def replicas(tmp_path: Path, slack: FakeSlack, llm: FakeOpenAI, database: str) -
     for name in ("first", "second"):
         (tmp_path / name).mkdir()
         process = BotProcess(tmp_path / name, slack, llm)
-        process.settings.update({"memory.database_url": database, "memory.replica_lease_seconds": 2})
+        process.settings.update({"memory.database_url": database, "memory.replica_lease_seconds": LEASE_SECONDS})
         processes.append(process)
     yield processes
     for process in processes:
@@ -111,7 +112,7 @@ def test_two_replicas_answer_every_mention_once_and_the_survivor_of_a_kill_takes
     slack.wait_for(
         lambda: all(answers_to(slack, ts) for ts in mentions), timeout=45, what="an answer to every mention"
     )
-    time.sleep(2)  # a lease period and retry rounds more: room for a second answer to show up
+    time.sleep(LEASE_SECONDS)  # a lease period and retry rounds more: room for a second answer to show up
     assert [len(answers_to(slack, ts)) for ts in mentions] == [1] * MENTIONS
     assert rows(database, "SELECT count(*) FROM claims WHERE settled_at IS NOT NULL") == [(MENTIONS,)]
     assert len([n for n, count in slack.deliveries.items() if count]) >= 2  # events went to both replicas
@@ -147,7 +148,7 @@ def test_an_answer_a_killed_replica_left_half_streamed_is_ended_by_the_other_not
     names.pop(str(holder)).kill()  # the replica writing the answer dies mid-stream
 
     slack.wait_for(lambda: finished(slack, ts), timeout=20, what="the other replica to end the stream")
-    time.sleep(2.5)  # a lease period and retry rounds more: room for a second answer to show up
+    time.sleep(LEASE_SECONDS)  # a lease period and retry rounds more: room for a second answer to show up
     [stream] = streams_in(slack, ts)
     text = slack.messages(GENERAL)[-1]["text"]
     assert text.startswith("Thi") and text.endswith("Could you ask me again in a little while?")
