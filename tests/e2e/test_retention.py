@@ -178,7 +178,7 @@ def test_a_channel_turned_private_takes_its_memories_and_digests_out_of_every_ot
 
     days.post(GENERAL, BOB, FACT)
     wait_until(  # read before anything of #plans: #general's memory never had its words in sight
-        lambda: rows(bot, "SELECT scope FROM memories WHERE scope = ? AND term = 'long'", f"channel:{GENERAL}"),
+        lambda: rows(bot, "SELECT scope FROM memories WHERE scope = :scope AND term = 'long'", scope=f"channel:{GENERAL}"),
         what="#general's memory",
     )
     days.post(PLANS, ALICE, PLAN)
