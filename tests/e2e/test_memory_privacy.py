@@ -91,3 +91,24 @@ def test_raw_text_outlives_its_day_while_the_memory_model_fails_and_goes_once_th
     wait_until(lambda: "messages" not in tables_holding(bot, "blue flowerpot"), what="the raw text deleted once read")
     assert {"memories", "digests"} <= tables_holding(bot, "blue flowerpot")
     assert bot.stop() == 0
+
+
+def test_a_message_deleted_in_slack_leaves_the_memory_and_the_next_prompts(
+    bot: BotProcess, slack: FakeSlack, llm
+) -> None:
+    llm.set_responder(mixing)
+    bot.settings["memory.update_interval_seconds"] = 0.5
+    bot.start()
+    slack.post_message(GENERAL, ALICE, "lunch at noon today")
+    gone = slack.post_message(GENERAL, BOB, "oops, the canary-password is hunter2")
+    wait_until(lambda: f"channel:{GENERAL}/long" in memories_holding(bot, "canary-password"), what="it remembered")
+
+    slack.delete_message(GENERAL, gone)
+    wait_until(lambda: memories_holding(bot, "canary-password") == [], what="the notes made from it dropped")
+    assert memories_holding(bot, "lunch at noon")
+
+    seen = len(llm.requests)
+    ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> what is new?")
+    slack.wait_for(lambda: replies_in(slack, ts), what="the reply in #general")
+    assert all("canary-password" not in prompt_text(r) for r in llm.requests[seen:])
+    assert bot.stop() == 0

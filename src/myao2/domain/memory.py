@@ -11,7 +11,7 @@ once, and may mix them up): a bullet stays only where all of those may be read.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import date, datetime
 from enum import Enum
@@ -138,11 +138,16 @@ class Memory:
         `audiences` gives the audience of conversations by id (those not in it are the workspace's). A
         bullet superseded only by one dropped is active again.
         """
-        dropped = {
-            b.id
-            for b in self.bullets
-            if not may_hold(self.audience, (audiences.get(c, WORKSPACE) for c in b.heard_in))
-        }
+        return self._without(
+            {b.id for b in self.bullets if not may_hold(self.audience, (audiences.get(c, WORKSPACE) for c in b.heard_in))}
+        )
+
+    def without_sources(self, ts: Collection[str]) -> Memory:
+        """This memory without the bullets made from any of the messages `ts` (deleted or edited in Slack, or of
+        a person forgotten): they may hold its words. A bullet superseded only by one dropped is active again."""
+        return self._without({b.id for b in self.bullets if any(t in ts for t in b.source_ts)})
+
+    def _without(self, dropped: set[int]) -> Memory:
         if not dropped:
             return self
         return replace(

@@ -11,7 +11,7 @@ can make of it (`myao2 profile promote`).
 
 from __future__ import annotations
 
-from collections.abc import Container, Mapping, Sequence
+from collections.abc import Collection, Container, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date
 
@@ -166,6 +166,21 @@ class Profile:
             audience = narrowest((fact.audience, own)) if there(fact) else fact.audience
             if audience is not None:
                 facts.append(replace(fact, audience=audience))
+        return replace(self, facts=tuple(facts))
+
+    def without_sources(self, ts: Collection[str]) -> Profile:
+        """This profile without the facts learnt from any of the messages `ts` (deleted or edited in Slack), and
+        with confirmations by them no longer counted. A fact superseded only by one dropped is active again."""
+        facts = []
+        dropped = set()
+        for fact in self.facts:
+            learnt_from = fact.source_ts[: len(fact.source_ts) - fact.confirmations]
+            if any(t in ts for t in learnt_from):
+                dropped.add(fact.id)
+                continue
+            confirmed_by = tuple(t for t in fact.source_ts[len(learnt_from) :] if t not in ts)
+            facts.append(replace(fact, source_ts=learnt_from + confirmed_by, confirmations=len(confirmed_by)))
+        facts = [replace(f, superseded_by=None) if f.superseded_by in dropped else f for f in facts]
         return replace(self, facts=tuple(facts))
 
     def kept_as_narrow_as(self, stored: Profile) -> Profile:

@@ -20,6 +20,7 @@ from sqlalchemy import (
     Text,
     bindparam,
     case,
+    cast,
     delete,
     exists,
     func,
@@ -47,6 +48,8 @@ from myao2.domain.conversation import (
 )
 from myao2.domain.ports import Clock
 from myao2.infrastructure.clock import SystemClock
+from myao2.infrastructure.db.memory_store import bullet_to_json, row_to_memory
+from myao2.infrastructure.db.profile_store import fact_to_json, row_to_profile
 from myao2.infrastructure.db.tables import (
     BotIdentityRow,
     ChannelRow,
@@ -54,8 +57,10 @@ from myao2.infrastructure.db.tables import (
     LeaseRow,
     DigestRow,
     ExpiredMessageRow,
+    MemoryRow,
     MessageRow,
     PersonRow,
+    ProfileRow,
     TombstoneRow,
 )
 
@@ -122,6 +127,7 @@ class SqlConversationStore:
         values = {"text": text, "mentions": list(mentions_in(text)), "edited_at": self._clock.now()}
         if connection.execute(update(MessageRow).where(*_message_key(channel_id, ts)).values(**values)).rowcount:
             _drop_digest(connection, channel_id, ts)
+            _drop_notes(connection, ts)
 
     def _delete(self, connection: Connection, channel_id: str, ts: str) -> None:
         """Delete a message and leave a tombstone, so a history fetched earlier cannot bring it back.
@@ -130,6 +136,7 @@ class SqlConversationStore:
         """
         connection.execute(delete(MessageRow).where(*_message_key(channel_id, ts)))
         _drop_digest(connection, channel_id, ts)
+        _drop_notes(connection, ts)
         values = {"channel_id": channel_id, "ts": ts, "deleted_at": self._clock.now()}
         insert_ignoring = _INSERT_IGNORING.get(self._engine.dialect.name)
         if insert_ignoring is None:
@@ -560,6 +567,23 @@ def _drop_digest(connection: Connection, channel_id: str, ts: str) -> None:
     connection.execute(
         delete(digests).where(digests.c.channel_id == channel_id, digests.c.first_ts <= ts, digests.c.last_ts >= ts)
     )
+
+
+def _drop_notes(connection: Connection, ts: str) -> None:
+    """Drop the memory bullets and profile facts made from message `ts` (they may hold its old words); the
+    memory job reads an edited message again."""
+    for model, column in ((MemoryRow, "bullets"), (ProfileRow, "facts")):
+        table = _table(model)
+        key = table.primary_key.columns.values()[0]
+        held = cast(table.c[column], Text).contains(f'"{ts}"')  # a cheap filter; the domain decides
+        for row in connection.execute(core_select(table).where(held)).all():
+            if model is MemoryRow:
+                memory = row_to_memory(row)
+                kept: list[dict[str, Any]] = [bullet_to_json(b) for b in memory.without_sources({ts}).bullets]
+            else:
+                kept = [fact_to_json(f) for f in row_to_profile(row).without_sources({ts}).facts]
+            if kept != row._mapping[column]:
+                connection.execute(update(table).where(key == row._mapping[key.name]).values({column: kept}))
 
 
 def _free_for(holder: str | None, now: datetime) -> Any:

@@ -3,7 +3,7 @@ profile, and the notes made from their words."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from sqlalchemy import Engine, delete, or_
 from sqlmodel import Session, col, select
@@ -50,10 +50,10 @@ def forget_person(engine: Engine, user_id: str) -> Forgotten:
         notes = 0
         for row in session.exec(select(MemoryRow)).all():
             memory = row_to_memory(row)
-            kept = tuple(b for b in memory.bullets if not their_ts.intersection(b.source_ts))
-            if len(kept) != len(memory.bullets):
-                notes += len(memory.bullets) - len(kept)
-                row.bullets = [bullet_to_json(b) for b in replace(memory, bullets=kept).bullets]
+            kept = memory.without_sources(their_ts)
+            if len(kept.bullets) != len(memory.bullets):
+                notes += len(memory.bullets) - len(kept.bullets)
+                row.bullets = [bullet_to_json(b) for b in kept.bullets]
                 session.add(row)
         for digest in session.exec(select(DigestRow)).all():
             if user_id in digest.authors:

@@ -29,7 +29,7 @@ class SqlProfileStore:
     def many(self, user_ids: Iterable[str]) -> dict[str, Profile]:
         with Session(self._engine) as session:
             rows = session.exec(select(ProfileRow).where(col(ProfileRow.user_id).in_(list(user_ids)))).all()
-        return {row.user_id: _to_profile(row) for row in rows}
+        return {row.user_id: row_to_profile(row) for row in rows}
 
     def save(self, profiles: Sequence[Profile], *, heard: bool = False) -> None:
         now = self._clock.now()
@@ -41,8 +41,8 @@ class SqlProfileStore:
                 if row is None:
                     row = ProfileRow(user_id=profile.user_id, facts=[], read_up_to={}, updated_at=now)
                 else:  # never wider than stored: a save of what was read before a narrowing cannot undo it
-                    profile = profile.kept_as_narrow_as(_to_profile(row))
-                row.facts = [_fact_to_json(f) for f in profile.facts]
+                    profile = profile.kept_as_narrow_as(row_to_profile(row))
+                row.facts = [fact_to_json(f) for f in profile.facts]
                 row.read_up_to = dict(profile.read_up_to)
                 row.updated_at = now
                 session.add(row)
@@ -51,19 +51,19 @@ class SqlProfileStore:
         """The workspace facts learnt in the channel, or citing one of its messages, become its own."""
         with Session(self._engine) as session, session.begin():
             rows = session.exec(select(ProfileRow)).all()
-            profiles = [_to_profile(row) for row in rows]
+            profiles = [row_to_profile(row) for row in rows]
             cited = {ts for p in profiles for f in p.facts if f.audience.is_workspace for ts in f.source_ts}
             said_there = said_in(session, channel_id, cited)
             for row, profile in zip(rows, profiles):
                 narrowed = profile.narrowed(channel_id, said_there)
                 if narrowed != profile:
-                    row.facts = [_fact_to_json(f) for f in narrowed.facts]
+                    row.facts = [fact_to_json(f) for f in narrowed.facts]
                     session.add(row)
 
     def all(self) -> list[Profile]:
         with Session(self._engine) as session:
             rows = session.exec(select(ProfileRow).order_by(col(ProfileRow.user_id))).all()
-        return [_to_profile(row) for row in rows]
+        return [row_to_profile(row) for row in rows]
 
 
 def _has_spoken(session: Session, user_id: str) -> bool:
@@ -74,7 +74,7 @@ def _has_spoken(session: Session, user_id: str) -> bool:
     return False
 
 
-def _fact_to_json(fact: Fact) -> dict[str, Any]:
+def fact_to_json(fact: Fact) -> dict[str, Any]:
     return {
         "id": fact.id,
         "text": fact.text,
@@ -90,7 +90,7 @@ def _fact_to_json(fact: Fact) -> dict[str, Any]:
     }
 
 
-def _to_profile(row: ProfileRow) -> Profile:
+def row_to_profile(row: ProfileRow) -> Profile:
     facts = tuple(
         Fact(
             id=f["id"],

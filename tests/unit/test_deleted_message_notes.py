@@ -1,0 +1,102 @@
+"""A message deleted (or edited) in Slack takes the memory bullets and profile facts made from it along: they may
+hold its words. An edited message is read again and remembered anew."""
+
+from __future__ import annotations
+
+from datetime import date
+
+import pytest
+
+from myao2.application.memory_job import MemoryJob
+from myao2.domain.memory import Bullet, Memory, Scope, Term
+from myao2.domain.visibility import WORKSPACE
+from tests.unit.test_memory_job import (  # noqa: F401 (fixtures)
+    GENERAL,
+    PERSONA,
+    SETTINGS,
+    FakeWriter,
+    Say,
+    clock,
+    conversations,
+    engine,
+    memories,
+)
+from tests.unit.test_profiles import FakeWriter as FakeProfiles
+from tests.unit.test_profiles import PERSONA as PROFILE_PERSONA
+from tests.unit.test_profiles import ProfileKeeper, SqlProfileStore
+
+
+@pytest.fixture
+def profiles(engine, clock) -> SqlProfileStore:
+    return SqlProfileStore(engine, clock)
+
+
+@pytest.fixture
+def job(conversations, memories, profiles, clock) -> MemoryJob:
+    keeper = ProfileKeeper(
+        conversations=conversations, profiles=profiles, writer=FakeProfiles(), clock=clock, persona=PROFILE_PERSONA,
+        batch_max_tokens=2000,
+    )
+    return MemoryJob(
+        conversations=conversations, memories=memories, writer=FakeWriter(), clock=clock, persona=PERSONA,
+        settings=SETTINGS, profiles=keeper,
+    )
+
+
+@pytest.fixture
+def say(conversations, clock) -> Say:
+    return Say(conversations, clock)
+
+
+def kept_anywhere(memories, profiles, text: str) -> list[str]:
+    found = [f"{m.scope.key}/{m.term.value}" for m in memories.all() for b in m.bullets if text in b.text]
+    found += [f"profile:{p.user_id}" for p in profiles.all() for f in p.facts if text in f.text]
+    return sorted(set(found))
+
+
+async def test_a_message_deleted_in_slack_leaves_no_bullet_or_fact_made_from_it(
+    job, conversations, memories, profiles, say
+):
+    say(GENERAL, "lunch at noon")
+    gone = say(GENERAL, "I like canary-opera")
+    await job.run()
+    assert kept_anywhere(memories, profiles, "canary-opera")
+
+    conversations.delete_message(GENERAL.id, gone.ts)
+
+    assert kept_anywhere(memories, profiles, "canary-opera") == []
+    assert [b.text for b in memories.get(Scope(GENERAL.id), Term.LONG).active] == ["L lunch at noon"]
+
+
+async def test_a_message_edited_in_slack_is_remembered_anew_without_its_old_words(
+    job, conversations, memories, profiles, say
+):
+    edited = say(GENERAL, "the code is canary-1234")
+    await job.run()
+
+    conversations.edit_message(GENERAL.id, edited.ts, "the code is secret")
+    assert kept_anywhere(memories, profiles, "canary-1234") == []
+    await job.run()
+
+    assert kept_anywhere(memories, profiles, "canary-1234") == []
+    assert "L the code is secret" in [b.text for b in memories.get(Scope(GENERAL.id), Term.LONG).active]
+
+
+async def test_a_confirmation_by_a_deleted_message_no_longer_counts(job, conversations, profiles, say):
+    say(GENERAL, "I like tea")
+    await job.run()
+    again = say(GENERAL, "I like tea")
+    await job.run()
+    assert [(f.text, f.confirmations) for f in profiles.get("U1").facts] == [("likes tea", 1)]
+
+    conversations.delete_message(GENERAL.id, again.ts)
+
+    assert [(f.text, f.confirmations, len(f.source_ts)) for f in profiles.get("U1").facts] == [("likes tea", 0, 1)]
+
+
+def test_a_bullet_superseded_only_by_one_made_from_a_deleted_message_is_active_again():
+    old = Bullet(1, "lunch at noon", date(2025, 1, 1), ("1.0",), superseded_by=2)
+    new = Bullet(2, "lunch at one", date(2025, 1, 1), ("2.0",))
+    memory = Memory(Scope("C1"), Term.LONG, WORKSPACE, (old, new))
+
+    assert memory.without_sources({"2.0"}).active == (Bullet(1, "lunch at noon", date(2025, 1, 1), ("1.0",)),)
