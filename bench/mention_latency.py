@@ -9,7 +9,8 @@ Slack and the fake LLM run in processes of their own, so their CPU is never
 counted against the bot. Everything stays on 127.0.0.1. Figures:
 
 * start-up: process start to the fake accepting the Socket Mode connection,
-  then the latency of a mention sent at that moment;
+  then the latency of a mention sent at that moment (and the bot's CPU until it was
+  answered, a figure a loaded machine moves less);
 * N sequential mentions: latency from the mention's ts (the moment the fake
   stored it and sent its events) to the ts of the bot's threaded reply (the
   moment the fake received chat.postMessage), and the bot's CPU per mention;
@@ -30,6 +31,7 @@ the figures move by a few ms: run it more than once.
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import signal
@@ -256,6 +258,9 @@ def mention(slack: SlackProcess, text: str = "what do you think?", user: str = A
 
 
 def run(args: argparse.Namespace, tmp: Path) -> int:
+    # The bot's own modules as installed (pip compiles them): this environment may set
+    # PYTHONDONTWRITEBYTECODE, which would leave the bot compiling them at every start.
+    compileall.compile_dir(ROOT / "src" / "myao2", quiet=1)
     slack = SlackProcess()
     llm = LlmProcess()
     bot: BotProcess | None = None
@@ -290,7 +295,8 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
         if reply is None:
             print("mention sent on connection: NOT ANSWERED")
             return 1
-        print(f"mention sent on connection: {latency_ms(ts, reply):.1f} ms")
+        print(f"mention sent on connection: {latency_ms(ts, reply):.1f} ms (bot CPU since launch "
+              f"{cpu_seconds(pid) * 1000:.0f} ms; answered {(float(reply) - started) * 1000:.0f} ms after launch)")
 
         settle(pid)
         idle_start, idle_cpu = time.monotonic(), cpu_seconds(pid)

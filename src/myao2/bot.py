@@ -27,7 +27,7 @@ from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.health import DatabaseCheck
 from myao2.infrastructure.db.lease_store import SqlLeaseStore
 from myao2.infrastructure.health import Health, HealthServer, ModelReachability
-from myao2.infrastructure.llm.agents import ModelClients
+from myao2.infrastructure.llm.agents import ModelClients, load_model_libraries
 from myao2.infrastructure.search.setup import IndexWorker
 from myao2.infrastructure.slack.app import build_app
 from myao2.infrastructure.slack.connection import AppTokenRejected, SocketMode, identify
@@ -50,6 +50,7 @@ def run_bot(config: Config) -> int:
     check_slack_settings(config)
     config.require("agents.response")
     traces = start_tracing(config.logging.debug_llm_messages)
+    load_model_libraries()  # meanwhile the bot connects: the first mention then finds them loaded
     try:
         return asyncio.run(Bot(config).run())
     finally:
@@ -272,12 +273,8 @@ class Bot:
         return task.result()
 
     async def _settle(self, clients: ModelClients) -> None:
-        """Once connected: load the model libraries and build the models, then end start-up's garbage
-        collection (`start_up.settled`).
-
-        The libraries are left out of start-up (about 0.6 s) but loaded before the
-        first mention needs them, if it comes late enough.
-        """
+        """Once connected: wait for the model libraries (loading since start-up) and build the models,
+        then end start-up's garbage collection (`start_up.settled`)."""
         try:
             await clients.warm()
         finally:

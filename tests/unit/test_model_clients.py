@@ -41,3 +41,24 @@ async def test_a_role_whose_model_cannot_be_built_fails_at_its_first_call(monkey
     with pytest.raises(ConfigError, match=r"agents\.judgment\.client_args"):
         clients.model("judgment")
     await clients.close()
+
+
+def test_without_tracing_the_model_libraries_leave_threads_uninstrumented(monkeypatch: pytest.MonkeyPatch) -> None:
+    from opentelemetry.instrumentation.threading import ThreadingInstrumentor
+
+    from myao2.application import tracing
+    from myao2.infrastructure.llm.agents import import_model_libraries
+
+    monkeypatch.setattr(tracing, "_tracer", None)
+    import_model_libraries()
+    assert not ThreadingInstrumentor().is_instrumented_by_opentelemetry
+
+
+async def test_clients_share_the_one_loading_of_the_model_libraries() -> None:
+    from myao2.infrastructure.llm.agents import load_model_libraries
+
+    config = AgentConfig(model_id="m", client_args={"api_key": "sk-test", "base_url": "http://127.0.0.1:9/v1"})
+    first, second = (ModelClients(AgentsConfig(response=config, judgment=config, memory=config)) for _ in range(2))
+    await first.load()
+    await second.load()
+    assert load_model_libraries() is load_model_libraries() and load_model_libraries().done()

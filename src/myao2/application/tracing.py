@@ -33,6 +33,11 @@ def enable() -> None:
     _tracer = trace.get_tracer("myao2")
 
 
+def enabled() -> bool:
+    """Whether spans are recorded (`enable` was called)."""
+    return _tracer is not None
+
+
 @contextmanager
 def span(name: str, attributes: Mapping[str, Attribute] | None = None) -> Iterator[Span]:
     """A span named `name` around the block, current within it; attributes that are None are left out."""

@@ -4,16 +4,19 @@ Retries are bounded in two layers. The openai client retries timeouts, 429 and 5
 `max_retries` times with its own short backoff; strands' throttle retry adds at most
 one more round a second later. A reply makes at most `max_tool_cycles` model calls.
 
-openai and strands take about 0.6 s to import and are not needed to connect to
-Slack: they are imported on first use, or beforehand by `ModelClients.load` (or `warm`).
+openai and strands take about 1 s to import and are not needed to connect to
+Slack: they are imported in a thread of their own (`load_model_libraries`), which
+`myao2 run` starts before connecting and model calls await.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import importlib.util
 import json
 import logging
+import threading
 import time
 from collections.abc import Sequence
 from contextlib import suppress
@@ -23,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field
 
+from myao2.application import tracing
 from myao2.application.activity import Activity
 from myao2.application.agents import (
     DigestPrompt,
@@ -114,22 +118,17 @@ class ModelClients:
         self._activity = activity
         self._models: dict[Role, Model] = {}
         self._clients: list[openai.AsyncOpenAI] = []
-        self._loading: asyncio.Future[None] | None = None
         for role in ROLES:
             if self.config(role).provider == "litellm" and importlib.util.find_spec("litellm") is None:
                 raise ConfigError(f"agents.{role}.provider: litellm is not installed (pip install litellm)")
 
     async def load(self) -> None:
-        """Import the model libraries (about 0.6 s) in a worker thread, once; concurrent callers share it.
+        """Wait for the model libraries (`load_model_libraries`), importing them first if nobody has started to.
 
         Model calls await this first: the event loop goes on meanwhile, and never
         imports them itself nor blocks on the thread importing them.
         """
-        if self._loading is None:
-            self._loading = asyncio.ensure_future(asyncio.to_thread(import_model_libraries))
-        if not self._loading.done():
-            await asyncio.shield(self._loading)
-        self._loading.result()
+        await asyncio.shield(asyncio.wrap_future(load_model_libraries()))
 
     async def warm(self) -> None:
         """`load`, then build every role's model in a worker thread too.
@@ -630,15 +629,55 @@ class ModelCallLog:
             await self._activity.model_call(call)
 
 
+_libraries: concurrent.futures.Future[None] | None = None
+_libraries_lock = threading.Lock()
+
+
+def load_model_libraries() -> concurrent.futures.Future[None]:
+    """Start `import_model_libraries` in a thread of its own, once per process; its future.
+
+    `myao2 run` starts it before connecting to Slack, so that the first mention
+    does not wait for about a second of imports once connected.
+    """
+    global _libraries
+    with _libraries_lock:
+        if _libraries is None:
+            loading: concurrent.futures.Future[None] = concurrent.futures.Future()
+            loading.set_running_or_notify_cancel()
+
+            def load() -> None:
+                try:
+                    import_model_libraries()
+                except BaseException as exc:  # handed to whoever awaits the libraries
+                    loading.set_exception(exc)
+                else:
+                    loading.set_result(None)
+
+            threading.Thread(target=load, name="model-libraries", daemon=True).start()
+            _libraries = loading
+        return _libraries
+
+
 def import_model_libraries() -> None:
-    """Import openai, strands and the tools (about 0.6 s of CPU)."""
+    """Import openai, strands and the tools (about 1 s of CPU) and create strands' tracer.
+
+    Strands' tracer, made on first use, instruments threading for OpenTelemetry
+    (context carried into every thread-pool task); without tracing that only costs
+    CPU on every `asyncio.to_thread`, so it is undone then.
+    """
     import openai  # noqa: F401
     import strands.models.openai  # noqa: F401
     import strands.types.exceptions  # noqa: F401
+    from opentelemetry.instrumentation.threading import ThreadingInstrumentor
+    from strands.telemetry.tracer import get_tracer
 
     import myao2.infrastructure.llm.memo_tools  # noqa: F401
     import myao2.infrastructure.llm.web_tools  # noqa: F401
     import myao2.infrastructure.llm.search_tools  # noqa: F401
+
+    get_tracer()
+    if not tracing.enabled():
+        ThreadingInstrumentor().uninstrument()
 
 
 def model_errors() -> tuple[type[BaseException], ...]:
