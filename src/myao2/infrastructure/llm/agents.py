@@ -172,6 +172,8 @@ class ModelClients:
         import openai
         from strands.models.openai import OpenAIModel
 
+        from myao2.infrastructure.llm.chat_client import LeanChatClient
+
         config = self.config(role)
         if config.provider == "litellm":
             from strands.models.litellm import LiteLLMModel
@@ -185,7 +187,7 @@ class ModelClients:
         except openai.OpenAIError as exc:  # e.g. no API key: its message holds no secret
             raise ConfigError(f"agents.{role}.client_args: {exc}") from None
         self._clients.append(client)
-        return OpenAIModel(client=client, model_id=config.model_id, params=config.params)
+        return OpenAIModel(client=LeanChatClient(client), model_id=config.model_id, params=config.params)
 
 
 class StrandsReplyWriter:

@@ -1,0 +1,93 @@
+"""The openai client as strands' `OpenAIModel` uses it, without the SDK's per-call work that changes nothing.
+
+`chat.completions.create` of the SDK walks the whole request (every message of the
+prompt) against its TypedDicts before sending it, and builds a pydantic model of
+every streamed chunk: together most of the CPU an answer spends in the SDK, paid on
+the event loop, per token. Strands builds the request as plain JSON and reads chunks
+by attribute, so here the request goes out as given and a chunk is a plain view of
+its JSON. The sending itself is the SDK's (`AsyncOpenAI.post`): the same retries,
+timeouts, errors and stream handling.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import httpx2
+    import openai
+    from openai import AsyncStream
+    from openai._types import RequestOptions
+
+_OPTIONS = {"extra_headers": "headers", "extra_query": "params", "extra_body": "extra_json", "timeout": "timeout"}
+"""The SDK's per-call options among `create`'s arguments, and their names in `RequestOptions`."""
+
+
+class LeanChatClient:
+    """An `AsyncOpenAI` whose `chat.completions.create` sends the request as given and streams `Fields` chunks;
+    everything else is the wrapped client's."""
+
+    def __init__(self, client: openai.AsyncOpenAI) -> None:
+        self._client = client
+        self.chat = _Chat(client)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
+class _Chat:
+    def __init__(self, client: openai.AsyncOpenAI) -> None:
+        self.completions = _Completions(client)
+
+
+class _Completions:
+    def __init__(self, client: openai.AsyncOpenAI) -> None:
+        self._client = client
+
+    async def create(self, **request: Any) -> Any:
+        """The completion of `request` (the SDK's keyword arguments), a stream of `Fields` chunks when it streams."""
+        from openai import AsyncStream
+        from openai.types.chat import ChatCompletion
+
+        options: RequestOptions = {}
+        for argument, option in _OPTIONS.items():
+            if request.get(argument) is not None:
+                options[option] = request[argument]  # type: ignore[literal-required]
+            request.pop(argument, None)
+        if not request.get("stream"):
+            return await self._client.post("/chat/completions", body=request, options=options, cast_to=ChatCompletion)
+        stream: type[AsyncStream[Fields]] = AsyncStream[Fields]
+        return await self._client.post(
+            "/chat/completions", body=request, options=options, cast_to=Fields, stream=True, stream_cls=stream
+        )
+
+
+class Fields:
+    """A JSON object read by attribute, as the SDK's models are: nested objects are `Fields` too, and a
+    field the object lacks reads as None."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self._data = data
+
+    @classmethod
+    def build(cls, *, response: httpx2.Response, data: object) -> Any:
+        """The SDK's hook for a chunk's type (`ModelBuilderProtocol`)."""
+        return _view(data)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _view(self._data.get(name))
+
+    def __repr__(self) -> str:
+        return f"Fields({self._data!r})"
+
+
+def _view(value: Any) -> Any:
+    if isinstance(value, dict):
+        return Fields(value)
+    if isinstance(value, list):
+        return [_view(item) for item in value]
+    return value

@@ -1,0 +1,67 @@
+"""LeanChatClient: the chat completions strands asks for, sent as given and streamed as plain views."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+import openai
+import pytest
+
+from myao2.infrastructure.llm.chat_client import Fields, LeanChatClient
+from tests.fakes.openai_server import FakeOpenAI, Text
+
+API_KEY = "sk-test-chat-client"
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI(api_key=API_KEY) as server:
+        yield server
+
+
+@pytest.fixture
+async def client(fake: FakeOpenAI) -> AsyncIterator[LeanChatClient]:
+    sdk = openai.AsyncOpenAI(api_key=API_KEY, base_url=fake.base_url, max_retries=0)
+    yield LeanChatClient(sdk)
+    await sdk.close()
+
+
+async def test_the_request_goes_out_as_given_and_the_options_as_options(fake: FakeOpenAI, client: LeanChatClient) -> None:
+    messages = [{"role": "user", "content": [{"type": "text", "text": "hello"}]}]
+    stream = await client.chat.completions.create(
+        model="fake", messages=messages, stream=True, extra_headers={"X-Trace": "t1"}, extra_body={"seed": 7}
+    )
+    async for _ in stream:
+        pass
+    assert fake.requests[-1] == {"model": "fake", "messages": messages, "stream": True, "seed": 7}
+    assert fake.request_headers[-1].get("x-trace") == "t1"
+
+
+async def test_streamed_chunks_read_by_attribute_and_a_missing_field_reads_none(
+    fake: FakeOpenAI, client: LeanChatClient
+) -> None:
+    fake.script(Text("one two three", pieces=3))
+    stream = await client.chat.completions.create(
+        model="fake", messages=[{"role": "user", "content": "hi"}], stream=True, stream_options={"include_usage": True}
+    )
+    chunks = [chunk async for chunk in stream]
+    assert all(isinstance(chunk, Fields) for chunk in chunks)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "one two three"
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+    assert chunks[-1].usage.completion_tokens > 0
+    assert chunks[0].choices[0].delta.reasoning_content is None and chunks[0].choices[0].delta.tool_calls is None
+
+
+async def test_a_completion_that_does_not_stream_is_the_sdk_model(fake: FakeOpenAI, client: LeanChatClient) -> None:
+    fake.script("whole answer")
+    completion = await client.chat.completions.create(model="fake", messages=[{"role": "user", "content": "hi"}])
+    assert completion.choices[0].message.content == "whole answer"
+
+
+async def test_a_server_error_is_the_sdk_error(fake: FakeOpenAI, client: LeanChatClient) -> None:
+    from tests.fakes.openai_server import Error
+
+    fake.script(Error(500, "boom"))
+    with pytest.raises(openai.InternalServerError):
+        await client.chat.completions.create(model="fake", messages=[{"role": "user", "content": "hi"}], stream=True)
