@@ -50,7 +50,6 @@ def run_bot(config: Config) -> int:
     check_slack_settings(config)
     config.require("agents.response")
     traces = start_tracing(config.logging.debug_llm_messages)
-    load_model_libraries()  # meanwhile the bot connects: the first mention then finds them loaded
     try:
         return asyncio.run(Bot(config).run())
     finally:
@@ -117,7 +116,9 @@ class Bot:
             await close_early()
             return 0
 
+        load_model_libraries()  # while the bot connects: the first mention then finds them loaded
         parts = build_application(config, engine, self._clock, identity.user_id, watch=model.observe)
+        self._tasks.spawn(asyncio.to_thread(parts.renderer.warm))
         await asyncio.to_thread(parts.conversations.save_identity, identity)  # for the commands without Slack
         replica = Replica(SqlLeaseStore(engine), self._clock, config.memory.replica_lease_seconds)
         await replica.join()
@@ -273,10 +274,10 @@ class Bot:
         return task.result()
 
     async def _settle(self, clients: ModelClients) -> None:
-        """Once connected: wait for the model libraries (loading since start-up) and build the models,
+        """Once connected: wait for the model libraries (loading since Slack answered) and the models,
         then end start-up's garbage collection (`start_up.settled`)."""
         try:
-            await clients.warm()
+            await clients.load()
         finally:
             start_up.settled()
 

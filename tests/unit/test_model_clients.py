@@ -1,4 +1,4 @@
-"""ModelClients.warm: the models built off the event loop before their first call."""
+"""ModelClients.load: the model libraries and the models, loaded off the event loop before their first call."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from myao2.config import AgentConfig, AgentsConfig, ConfigError
 from myao2.infrastructure.llm.agents import ModelClients
 
 
-async def test_warm_builds_each_role_model_in_a_worker_thread_and_calls_reuse_it(
+async def test_load_builds_each_role_model_in_a_worker_thread_and_calls_reuse_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     built_in: list[threading.Thread] = []
@@ -24,7 +24,7 @@ async def test_warm_builds_each_role_model_in_a_worker_thread_and_calls_reuse_it
     monkeypatch.setattr(openai, "AsyncOpenAI", RecordingAsyncOpenAI)
     config = AgentConfig(model_id="m", client_args={"api_key": "sk-test", "base_url": "http://127.0.0.1:9/v1"})
     clients = ModelClients(AgentsConfig(response=config, judgment=config, memory=config))
-    await clients.warm()
+    await clients.load()
     assert len(built_in) == 3 and threading.main_thread() not in built_in
     models = [clients.model(role) for role in ("response", "judgment", "memory")]
     assert [clients.model(role) for role in ("response", "judgment", "memory")] == models
@@ -36,7 +36,7 @@ async def test_a_role_whose_model_cannot_be_built_fails_at_its_first_call(monkey
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     good = AgentConfig(model_id="m", client_args={"api_key": "sk-test", "base_url": "http://127.0.0.1:9/v1"})
     clients = ModelClients(AgentsConfig(response=good, judgment=AgentConfig(model_id="m"), memory=good))
-    await clients.warm()
+    await clients.load()
     assert clients.model("response") is not None
     with pytest.raises(ConfigError, match=r"agents\.judgment\.client_args"):
         clients.model("judgment")

@@ -186,3 +186,25 @@ def test_channels_read_together_are_each_shown_under_their_channel_id(language):
     assert query.index("channel_id C1") < query.index("release moved to friday") < query.index("channel_id C2")
     assert query.index("channel_id C2") < query.index("ts=4.0 cats")
     assert "#general" in query and "#random" in query and "supersedes" in query
+
+
+@pytest.mark.parametrize("language", ["ja", "en"])
+def test_warm_compiles_every_template_of_the_language_so_prompts_compile_none(context, language, monkeypatch):
+    import jinja2
+
+    renderer = PromptRenderer(language)
+    compiled: list[str] = []
+    compile_template = jinja2.Environment.compile
+
+    def recording(self, source, name=None, filename=None, raw=False, defer_init=False):  # type: ignore[no-untyped-def]
+        compiled.append(name)
+        return compile_template(self, source, name, filename, raw, defer_init)
+
+    monkeypatch.setattr(jinja2.Environment, "compile", recording)
+    renderer.warm()
+    assert f"{language}/response_query.j2" in compiled and f"{language}/_conversation.j2" in compiled
+    assert all(name.startswith(f"{language}/") for name in compiled)
+    compiled.clear()
+    renderer.render("response", "query", context)
+    renderer.render("judgment", "query", context, elapsed="3 minutes")
+    assert compiled == []

@@ -108,7 +108,7 @@ def tool_schemas(tools: list[Any]) -> tuple[dict[str, Any], ...]:
 class ModelClients:
     """One model, with one client, per agent role, shared by every call of that role.
 
-    Models are built by `warm` or on first use, while the event loop that then owns
+    Models are built by `load` (or on first use), while the event loop that then owns
     their connections runs. A litellm provider without the litellm package is refused here.
     """
 
@@ -118,27 +118,24 @@ class ModelClients:
         self._activity = activity
         self._models: dict[Role, Model] = {}
         self._clients: list[openai.AsyncOpenAI] = []
+        self._building: asyncio.Future[None] | None = None
         for role in ROLES:
             if self.config(role).provider == "litellm" and importlib.util.find_spec("litellm") is None:
                 raise ConfigError(f"agents.{role}.provider: litellm is not installed (pip install litellm)")
 
     async def load(self) -> None:
-        """Wait for the model libraries (`load_model_libraries`), importing them first if nobody has started to.
+        """Wait for the model libraries (`load_model_libraries`), then build every role's model in a worker
+        thread, once; concurrent callers share it.
 
         Model calls await this first: the event loop goes on meanwhile, and never
-        imports them itself nor blocks on the thread importing them.
+        imports the libraries itself nor builds a model (its client's TLS context
+        alone is ~30 ms of CPU). A role whose model cannot be built is left to fail
+        at its first call.
         """
         await asyncio.shield(asyncio.wrap_future(load_model_libraries()))
-
-    async def warm(self) -> None:
-        """`load`, then build every role's model in a worker thread too.
-
-        Building one (its client's TLS context above all) takes ~30 ms of CPU, which
-        would otherwise stall the event loop at the role's first call. A role whose
-        model cannot be built is left to fail there, as it would have.
-        """
-        await self.load()
-        await asyncio.to_thread(self._build_all)
+        if self._building is None:
+            self._building = asyncio.ensure_future(asyncio.to_thread(self._build_all))
+        await asyncio.shield(self._building)
 
     def config(self, role: Role) -> AgentConfig:
         """The configuration of `role`'s agent."""
@@ -638,8 +635,8 @@ _libraries_lock = threading.Lock()
 def load_model_libraries() -> concurrent.futures.Future[None]:
     """Start `import_model_libraries` in a thread of its own, once per process; its future.
 
-    `myao2 run` starts it before connecting to Slack, so that the first mention
-    does not wait for about a second of imports once connected.
+    `myao2 run` starts it once Slack answers, before connecting Socket Mode, so that
+    the first mention does not wait for about a second of imports once connected.
     """
     global _libraries
     with _libraries_lock:

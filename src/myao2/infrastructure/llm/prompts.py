@@ -43,6 +43,11 @@ class PromptRenderer:
         self._language = language
         self._overrides = dict(system_overrides or {})
 
+    def warm(self) -> None:
+        """Compile every template of the language now (about 80 ms of CPU), not on the event loop at its first use."""
+        for name in self._env.list_templates(filter_func=lambda name: name.startswith(f"{self._language}/")):
+            self._env.get_template(name)
+
     def render(
         self,
         kind: Kind,
