@@ -87,6 +87,7 @@ class Bot:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._stop.set)
+        loop.call_later(start_up.LIMIT_SECONDS, start_up.settled)
 
         engine = await asyncio.to_thread(open_database, config.memory.sqlalchemy_url)
         model = ModelReachability(config.health_check.model_failure_window_seconds)

@@ -214,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line and return the exit status."""
     args = build_parser().parse_args(argv)
     if args.command in (None, "run"):
-        start_up.collect_less()  # before the config and the bot are imported; the bot ends it
+        start_up.pause_collection()  # before the config and the bot are imported; the bot ends it
     from myao2.config import ConfigError, load_config
 
     try:
@@ -233,6 +233,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CONFIG_ERROR
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    finally:
+        start_up.resume_collection()  # a run that ended before the bot settled (a bad config, say)
 
 
 def _dispatch(config: Config, args: argparse.Namespace) -> int:

@@ -1,30 +1,38 @@
-"""Garbage collection while the bot starts: rarer, then the start-up objects set aside for good.
+"""Garbage collection while the bot starts: none, then the start-up objects set aside for good.
 
 Start-up creates ~200k objects that live as long as the process (modules, classes,
-the config); collecting them again and again took ~15% of the CPU of starting
-(import and model libraries, 2 cores). Collections stay on meanwhile, only rarer,
-so a start-up that drags on (Slack unreachable) does not pile up garbage.
+the config); collecting them again and again took ~15% of the CPU of starting, and
+a collection of tens of thousands of them stalls whichever thread triggers it (the
+event loop too). Imports make next to no garbage, so collection waits until the bot
+has settled, or `LIMIT_SECONDS` at most (a start-up that drags on, Slack unreachable,
+does not pile up garbage for long).
 """
 
 from __future__ import annotations
 
 import gc
 
-START_UP_THRESHOLDS = (50_000, 20, 100)
-"""Collection thresholds while starting (the defaults are 700, 10, 10)."""
-
-_usual = gc.get_threshold()
+LIMIT_SECONDS = 30.0
+"""How long after `pause_collection` the bot settles at the latest (`settled`)."""
 
 
-def collect_less() -> None:
-    """Collect garbage rarely until `settled`."""
-    gc.set_threshold(*START_UP_THRESHOLDS)
+def pause_collection() -> None:
+    """Collect no garbage until `settled`."""
+    gc.disable()
+
+
+def resume_collection() -> None:
+    """Collect garbage again, without setting anything aside (a start-up that ended early)."""
+    gc.enable()
 
 
 def settled() -> None:
-    """Start-up is over: its objects are exempted from collection (gc.freeze) and collection is as usual again.
+    """Start-up is over: its objects are exempted from collection (gc.freeze) and collection resumes.
 
     Frozen, they no longer make every full collection a ~100 ms pause of the event loop.
+    Once collection runs, later calls change nothing.
     """
+    if gc.isenabled():
+        return
     gc.freeze()
-    gc.set_threshold(*_usual)
+    gc.enable()

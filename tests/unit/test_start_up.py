@@ -11,23 +11,34 @@ from myao2 import start_up
 
 
 @pytest.fixture
-def usual_collection() -> Iterator[tuple[int, int, int]]:
-    before = gc.get_threshold()
-    # CPython's defaults, which start_up recorded when imported. Set here because a test that ran
-    # `myao2 run` in this process (e.g. with a bad config) leaves start-up collection on.
-    usual = (700, 10, 10)
-    gc.set_threshold(*usual)
-    yield usual
+def collection() -> Iterator[None]:
+    yield
     gc.unfreeze()
-    gc.set_threshold(*before)
+    gc.enable()
 
 
-def test_start_up_collects_rarely_then_freezes_its_objects_and_collects_as_usual(
-    usual_collection: tuple[int, int, int],
-) -> None:
-    start_up.collect_less()
-    assert gc.isenabled()
-    assert gc.get_threshold()[0] > usual_collection[0]
+def test_start_up_collects_nothing_then_freezes_its_objects_and_collects_again(collection: None) -> None:
+    start_up.pause_collection()
+    assert not gc.isenabled()
     start_up.settled()
-    assert gc.get_threshold() == usual_collection
-    assert gc.get_freeze_count() > 0
+    assert gc.isenabled()
+    frozen = gc.get_freeze_count()
+    assert frozen > 0
+
+
+def test_settling_again_freezes_nothing_more(collection: None) -> None:
+    start_up.pause_collection()
+    start_up.settled()
+    frozen = gc.get_freeze_count()
+    kept = [[i] for i in range(1000)]
+    start_up.settled()
+    assert gc.get_freeze_count() == frozen and kept
+
+
+def test_a_run_that_ends_at_a_bad_config_leaves_collection_on(collection: None, tmp_path) -> None:
+    from myao2 import cli
+
+    config = tmp_path / "config.yaml"
+    config.write_text("persona: [not, a, mapping]\n", encoding="utf-8")
+    assert cli.main(["run", "--config", str(config)]) == 2
+    assert gc.isenabled()
