@@ -6,10 +6,14 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 from myao2.domain.ports import Clock, LeaseStore
+
+_T = TypeVar("_T")
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +35,10 @@ class Replica:
         self._clock = clock
         self._lease = timedelta(seconds=lease_seconds)
         self._alive: set[str] = set()
+        # Lease reads and writes have a thread of their own: queued behind the worker threads shared with
+        # everything else (all busy, say, with searches waiting for another replica's indexing), the renewals
+        # would come too late, and a live replica be taken for dead and its unfinished answers given twice.
+        self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="replica-leases")
 
     async def join(self) -> None:
         """Take this replica's own lease and note which others are alive."""
@@ -40,7 +48,7 @@ class Replica:
     async def holds(self, job: str) -> bool:
         """Take (or keep) the lease of `job`; False while another live replica holds it."""
         now = self._clock.now()
-        return await asyncio.to_thread(self._leases.take, job, self.name, now, now + self._lease)
+        return await self._off_loop(self._leases.take, job, self.name, now, now + self._lease)
 
     def only_here(self, job: str, run: Callable[[], Awaitable[object]]) -> Callable[[], Awaitable[object]]:
         """`run`, done only while this replica holds `job`'s lease (one replica at a time does it)."""
@@ -68,7 +76,10 @@ class Replica:
 
     async def leave(self) -> None:
         """Give up every lease and unsettled claim of this replica (at shutdown), for the others to take at once."""
-        await asyncio.to_thread(self._leases.release, self.name)
+        try:
+            await self._off_loop(self._leases.release, self.name)
+        finally:
+            self._io.shutdown(wait=False)
 
     def _renew(self, now: datetime) -> set[str]:
         """(Worker thread) Take this replica's own lease again, renew the others; the replicas alive."""
@@ -79,9 +90,13 @@ class Replica:
 
     async def _beat(self) -> bool:
         """Renew; True when a replica seen alive before is no longer."""
-        alive = await asyncio.to_thread(self._renew, self._clock.now())
+        alive = await self._off_loop(self._renew, self._clock.now())
         gone = self._alive - alive
         self._alive = alive
         if gone:
             logger.info("replica(s) %s gone; taking up what they left", ", ".join(sorted(gone)))
         return bool(gone)
+
+    async def _off_loop(self, call: Callable[..., _T], *args: object) -> _T:
+        """`call(*args)` in this replica's own lease thread."""
+        return await asyncio.get_running_loop().run_in_executor(self._io, call, *args)
