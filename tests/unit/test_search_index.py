@@ -236,6 +236,22 @@ def test_the_messages_around_a_hit_stop_at_the_cutoff(world: World) -> None:
     assert [m.text for m in hits[0].context] == ["one", "two", "the launch date is march", "four"]
 
 
+def test_the_messages_around_a_hit_are_those_of_its_own_flow(world: World) -> None:
+    """A reply comes with its thread (the parent first), a top-level message with the channel's top level."""
+    at = [START + timedelta(minutes=m) for m in range(8)]
+    parent = world.message("C1", "who brings the cake", at[0], thread_ts=f"{at[0].timestamp():.6f}")
+    world.message("C1", "top one", at[1])
+    world.message("C1", "i will bring the strawberry cake", at[2], thread_ts=parent.ts)
+    world.message("C1", "the budget review is on monday", at[3])
+    world.message("C1", "great, thanks", at[4], thread_ts=parent.ts)
+    world.message("C2", "elsewhere", at[5])
+    world.message("C1", "top two", at[6])
+    reply = world.search.messages("strawberry cake", "C1", None, None, 1)[0]
+    assert [m.text for m in reply.context] == ["who brings the cake", "i will bring the strawberry cake", "great, thanks"]
+    top = world.search.messages("budget review monday", "C1", None, None, 1)[0]
+    assert [m.text for m in top.context] == ["who brings the cake", "top one", "the budget review is on monday", "top two"]
+
+
 # -- index sync ---------------------------------------------------------------------------
 
 

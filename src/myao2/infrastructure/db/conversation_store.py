@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from typing import Any
 
@@ -232,24 +232,17 @@ class SqlConversationStore:
     def around(self, message: Message, before: int, after: int, until: datetime | None = None) -> list[Message]:
         """`message` with up to `before` messages before it and `after` after it in its conversation
         (its thread, or the channel's top level), none posted after `until`; oldest first."""
-        same_flow = (
-            or_(MessageRow.thread_ts == message.thread_ts, MessageRow.ts == message.thread_ts)
-            if message.thread_ts is not None
-            else or_(col(MessageRow.thread_ts).is_(None), MessageRow.thread_ts == MessageRow.ts)
-        )
-        base = [MessageRow.channel_id == message.channel_id, same_flow]
-        older = self._newest(before, *base, col(MessageRow.posted_at) < message.posted_at)
-        later_conditions = [*base, col(MessageRow.posted_at) > message.posted_at]
-        if until is not None:
-            later_conditions.append(col(MessageRow.posted_at) <= until)
+        older, later = _AROUND[message.thread_ts is not None]
+        values = {
+            "channel": message.channel_id,
+            "thread": message.thread_ts,
+            "at": message.posted_at,
+            "until": _NEVER if until is None else until,
+        }
         with self._engine.connect() as connection:
-            later = connection.execute(
-                core_select(_table(MessageRow))
-                .where(*later_conditions)
-                .order_by(col(MessageRow.posted_at), col(MessageRow.ts))
-                .limit(after)
-            ).all()
-        return [*older, message, *(_to_message(r) for r in later)]
+            earlier = connection.execute(older, {**values, "n": before}).all() if before > 0 else []
+            next_ones = connection.execute(later, {**values, "n": after}).all() if after > 0 else []
+        return [*(_to_message(r) for r in reversed(earlier)), message, *(_to_message(r) for r in next_ones)]
 
     def message_keys_before(self, before: datetime) -> list[tuple[str, str, str | None]]:
         with self._engine.connect() as connection:
@@ -300,8 +293,8 @@ class SqlConversationStore:
 
     def channels(self) -> list[Channel]:
         """Every stored channel."""
-        with Session(self._engine) as session:
-            rows = session.exec(select(ChannelRow)).all()
+        with self._engine.connect() as connection:
+            rows = connection.execute(_ALL_CHANNELS).all()
         return [Channel(id=r.id, name=r.name, kind=ChannelKind(r.kind)) for r in rows]
 
     # -- channels and people -------------------------------------------------
@@ -522,9 +515,41 @@ class SqlConversationStore:
 # Statements of the calls every answer makes, built once (building one cost more than running it).
 _CHANNELS, _CLAIMS = ChannelRow.__table__, ClaimRow.__table__  # type: ignore[attr-defined]
 _ONE_CHANNEL = core_select(_CHANNELS).where(_CHANNELS.c.id == bindparam("channel"))
+_ALL_CHANNELS = core_select(_CHANNELS.c.id, _CHANNELS.c.name, _CHANNELS.c.kind)
 _THIS_CLAIM = (_CLAIMS.c.channel_id == bindparam("claim_channel"), _CLAIMS.c.ts == bindparam("claim_ts"))
 _START_ANSWER = update(_CLAIMS).where(*_THIS_CLAIM, _CLAIMS.c.settled_at.is_(None)).values(answer_ts=bindparam("answer"))
 _SETTLE = update(_CLAIMS).where(*_THIS_CLAIM).values(answer_ts=bindparam("answer"), settled_at=bindparam("at"))
+
+
+
+def _around(in_thread: bool) -> tuple[Executable, Executable]:
+    """The messages before (newest first) and after (oldest first) the one at `at` in its flow: its thread,
+    or the channel's top level; `n` of them, the later ones up to `until` (the statements of `around`)."""
+    messages: Table = MessageRow.__table__  # type: ignore[attr-defined]
+    flow = (
+        or_(messages.c.thread_ts == bindparam("thread"), messages.c.ts == bindparam("thread"))
+        if in_thread
+        else or_(messages.c.thread_ts.is_(None), messages.c.thread_ts == messages.c.ts)
+    )
+    here = (messages.c.channel_id == bindparam("channel"), flow)
+    older = (
+        core_select(messages)
+        .where(*here, messages.c.posted_at < bindparam("at"))
+        .order_by(messages.c.posted_at.desc(), messages.c.ts.desc())
+        .limit(bindparam("n"))
+    )
+    later = (
+        core_select(messages)
+        .where(*here, messages.c.posted_at > bindparam("at"), messages.c.posted_at <= bindparam("until"))
+        .order_by(messages.c.posted_at, messages.c.ts)
+        .limit(bindparam("n"))
+    )
+    return older, later
+
+
+_AROUND = {in_thread: _around(in_thread) for in_thread in (False, True)}
+_NEVER = datetime.max.replace(tzinfo=timezone.utc)
+"""A cutoff later than any message."""
 
 _INSERT_IGNORING: dict[str, Callable[[Table], Any]] = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
 """Dialects whose INSERT can skip a row whose key is taken (ON CONFLICT DO NOTHING)."""

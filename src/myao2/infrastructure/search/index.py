@@ -44,6 +44,7 @@ MAX_QUERY_TERMS = 64
 """Keyword terms of a query beyond these are not looked up (a question is far shorter)."""
 FREQUENT = 2000
 """A term held by this many documents is frequent: its count is estimated, and it proposes no candidates."""
+_FREQUENT_SHARES_KEPT = 10_000
 KEYWORD_WEIGHT = 0.1
 """The largest bonus a keyword match adds to a cosine (which spans about 0.75-0.95 for this model)."""
 
@@ -97,6 +98,8 @@ class SearchIndex:
         self._sync_lock = threading.Lock()
         self._cache_lock = threading.Lock()
         self._checked_model = False
+        self._frequent_shares: dict[str, float] = {}
+        """Of frequent terms, the share of the documents holding them (see `_document_frequencies`)."""
         self._closed = threading.Event()
 
     def close(self) -> None:
@@ -116,7 +119,7 @@ class SearchIndex:
             if not self._checked_model:
                 self._requeue_other_models()
                 self._checked_model = True
-            total = self.pending()
+            total = self.pending() if progress is not None else 0
             done = 0
             while not self._closed.is_set():
                 with self._engine.connect() as connection:
@@ -245,7 +248,7 @@ class SearchIndex:
         """How much of `query`'s keyword weight each line holds, from 0 to 1 (to pick a long document's lines)."""
         query_terms = list(dict.fromkeys(terms(query)))
         with self._engine.connect() as connection:
-            weights = self._term_weights(_document_frequencies(connection, self._keywords, query_terms))
+            weights = self._term_weights(self._document_frequencies(connection, query_terms))
         return [coverage(weights, fts_document(line)) for line in lines]
 
     # -- searching --------------------------------------------------------------
@@ -268,7 +271,7 @@ class SearchIndex:
             dense = cache.top(query_vector, readable, before, CANDIDATES)
         with self._engine.connect() as connection:
             query_terms = list(dict.fromkeys(terms(query)))[:MAX_QUERY_TERMS]
-            frequencies = _document_frequencies(connection, self._keywords, query_terms)
+            frequencies = self._document_frequencies(connection, query_terms)
             weights = self._term_weights(frequencies)
             # A term in very many documents says little and would take long to rank by: it only
             # counts towards the keyword bonus of the documents proposed.
@@ -292,6 +295,32 @@ class SearchIndex:
             hits.append(Hit(row[1], fuse(cosine, coverage(weights, row[4]))))
         hits.sort(key=lambda hit: -hit.score)
         return hits[:limit]
+
+    def _document_frequencies(self, connection: Connection, query_terms: list[str]) -> dict[str, float]:
+        """How many documents hold each term: counted up to `FREQUENT`, estimated beyond.
+
+        The estimate reads only the first `FREQUENT` documents holding the term (by id) and
+        scales their count by how much of the id range they span, so a word in half a million
+        messages costs as little as a rare one; and the share of the id range a frequent term
+        holds is kept, as it hardly moves (only a rare term's count decides what is proposed).
+        """
+        frequencies: dict[str, float] = {}
+        first_id, last_id = connection.execute(
+            text("SELECT (SELECT min(id) FROM search_docs), (SELECT max(id) FROM search_docs)")
+        ).one()
+        span = 0 if first_id is None else last_id - first_id + 1
+        for term in query_terms:
+            share = self._frequent_shares.get(term)
+            if share is None:
+                found, low, high = self._keywords.holders(connection, term, FREQUENT)
+                if found < FREQUENT:
+                    frequencies[term] = float(found)
+                    continue
+                share = self._frequent_shares[term] = found / (high - low + 1)
+                if len(self._frequent_shares) > _FREQUENT_SHARES_KEPT:
+                    self._frequent_shares.pop(next(iter(self._frequent_shares)))
+            frequencies[term] = max(float(FREQUENT), share * span)
+        return frequencies
 
     def _term_weights(self, frequencies: dict[str, float]) -> dict[str, float]:
         """Each query term's inverse document frequency."""
@@ -365,24 +394,6 @@ def _idf(documents: int, frequency: float) -> float:
     return math.log(1 + (documents - frequency + 0.5) / (frequency + 0.5))
 
 
-def _document_frequencies(connection: Connection, keywords: KeywordTable, query_terms: list[str]) -> dict[str, float]:
-    """How many documents hold each term: counted up to `FREQUENT`, estimated beyond.
-
-    The estimate reads only the first `FREQUENT` documents holding the term (by id) and
-    scales their count by how much of the id range they span, so a word in half a million
-    messages costs as little as a rare one.
-    """
-    frequencies: dict[str, float] = {}
-    first_id, last_id = connection.execute(
-        text("SELECT (SELECT min(id) FROM search_docs), (SELECT max(id) FROM search_docs)")
-    ).one()
-    for term in query_terms:
-        found, low, high = keywords.holders(connection, term, FREQUENT)
-        if found < FREQUENT:
-            frequencies[term] = float(found)
-        else:
-            frequencies[term] = found * (last_id - first_id + 1) / (high - low + 1)
-    return frequencies
 
 
 def _keyword_top(
