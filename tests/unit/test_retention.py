@@ -449,3 +449,24 @@ async def test_raw_text_stays_until_the_memory_job_has_read_it_even_when_only_it
     await job.run()
     assert "messages" not in rows_holding(engine, "canary-opera")
     assert "profiles" in rows_holding(engine, "canary-opera") and "memories" in rows_holding(engine, "canary-opera")
+
+
+async def test_raw_text_of_a_channel_the_bot_left_goes_on_time_though_the_memory_job_reads_it_no_more(
+    conversations, memories, writer, clock, engine
+):
+    from myao2.application.memory_job import MemoryJob
+    from tests.unit.test_memory_job import PERSONA as MEMORY_PERSONA, SETTINGS, FakeWriter
+
+    memory_job = MemoryJob(
+        conversations=conversations, memories=memories, writer=FakeWriter(), clock=clock,
+        persona=MEMORY_PERSONA, settings=SETTINGS,
+    )
+    job = make_job(conversations, memories, writer, clock, memory=memory_job)
+    say(conversations, clock, GENERAL, "canary-left behind")
+    conversations.leave_channel(GENERAL.id)
+    clock.advance(15 * DAY)
+
+    await memory_job.run()
+    await job.run()
+
+    assert "messages" not in rows_holding(engine, "canary-left")

@@ -390,7 +390,10 @@ class MemoryJob:
 
     def absorbed(self, channel: Channel, messages: Sequence[Message]) -> set[str]:
         """The ts of those of the channel's `messages` the job has read, into the channel's memory and into
-        their authors' profiles: only their raw text may go. Blocking."""
+        their authors' profiles: only their raw text may go. The job reads nothing more of a channel the bot
+        has left (or never stored): its messages count as read, so their raw text is not kept for ever. Blocking."""
+        if not channel.is_member:
+            return {m.ts for m in messages}
         memory = self._memories.get(Scope(channel.id), Term.LONG)
         mark = _Mark.parse(memory.covered) if memory is not None else _Mark()
         read = [m for m in messages if m.ts <= mark.ts]
