@@ -6,14 +6,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from sqlalchemy import create_engine, inspect
-from sqlalchemy import text as sa_text
+from sqlalchemy import create_engine
 
 from tests.e2e.conftest import ALICE, BOB, GENERAL, ON_BOTH_DATABASES, BotProcess, wait_until
 from tests.e2e.test_mentions import prompt_text, replies_in
 from tests.fakes.memory_model import digest, is_digest_request, is_memory_request, remember
 from tests.fakes.openai_server import Text, ToolCall, ToolCalls
 from tests.fakes.slack_server import FakeSlack
+from tests.unit.test_retention import rows_holding
 
 SECRET_ROOM = "GSECRET"
 DAY = 24 * 3600
@@ -50,18 +50,11 @@ def digests(bot: BotProcess, channel: str) -> list[tuple[str, str, list]]:
 
 def tables_holding(bot: BotProcess, text: str) -> set[str]:
     """The tables any row of which holds `text`."""
-    found = set()
     engine = create_engine(bot.database_url)
     try:
-        with engine.connect() as connection:
-            for table in inspect(connection).get_table_names():
-                for row in connection.execute(sa_text(f'SELECT * FROM "{table}"')):
-                    if any(isinstance(v, str) and text in v for v in row):
-                        found.add(table)
-                        break
+        return set(rows_holding(engine, text))
     finally:
         engine.dispose()
-    return found
 
 
 class Days:
