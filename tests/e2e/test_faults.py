@@ -10,13 +10,14 @@ import urllib.request
 
 import pytest
 
-from tests.e2e.conftest import ALICE, BOB, GENERAL, BotProcess, wait_until
+from tests.e2e.conftest import ALICE, BOB, GENERAL, ON_BOTH_DATABASES, BotProcess, wait_until
 from tests.e2e.test_conversations import stored_text
 from tests.e2e.test_mentions import prompt_text, replies_in
 from tests.fakes.openai_server import Text
 from tests.fakes.slack_server import FakeSlack
 
 
+@ON_BOTH_DATABASES
 def test_a_secret_deleted_while_the_bot_was_down_is_gone_after_the_next_sync(
     bot: BotProcess, slack: FakeSlack, llm
 ) -> None:

@@ -4,9 +4,8 @@ them where they may be seen: a fact learnt in a DM stays in that DM."""
 from __future__ import annotations
 
 import json
-import sqlite3
 
-from tests.e2e.conftest import ALICE, BOB, GENERAL, BotProcess, wait_until
+from tests.e2e.conftest import ALICE, BOB, GENERAL, ON_BOTH_DATABASES, BotProcess, wait_until
 from tests.e2e.test_memory import ALICE_DM, answer_prompts, memory_bot  # noqa: F401 (a fixture)
 from tests.e2e.test_mentions import replies_in
 from tests.fakes.slack_server import FakeSlack
@@ -14,11 +13,12 @@ from tests.fakes.slack_server import FakeSlack
 
 def facts(bot: BotProcess, user_id: str) -> dict[str, tuple[str | None, int]]:
     """The person's facts: text -> (the conversation it is private to, confirmations)."""
-    with sqlite3.connect(bot.database) as db:
-        row = db.execute("SELECT facts FROM profiles WHERE user_id = ?", (user_id,)).fetchone()
+    rows = bot.rows("SELECT facts FROM profiles WHERE user_id = :user_id", user_id=user_id)
+    row = rows[0] if rows else None
     return {} if row is None else {f["text"]: (f["audience"], f["confirmations"]) for f in json.loads(row[0])}
 
 
+@ON_BOTH_DATABASES
 def test_the_speakers_profiles_reach_the_prompt_and_a_dm_fact_stays_in_the_dm(
     memory_bot: BotProcess, slack: FakeSlack, llm  # noqa: F811
 ) -> None:
