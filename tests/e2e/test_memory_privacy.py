@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from typing import Any
 
 from tests.e2e.conftest import ALICE, BOB, GENERAL, BotProcess, wait_until
@@ -30,9 +29,11 @@ def mixing(request: dict[str, Any]):  # type: ignore[no-untyped-def]
 
 
 def memories_holding(bot: BotProcess, text: str) -> list[str]:
-    with sqlite3.connect(bot.database) as db:
-        rows = db.execute("SELECT scope, term, bullets FROM memories").fetchall()
-    return sorted(f"{scope}/{term}" for scope, term, bullets in rows if any(text in b["text"] for b in json.loads(bullets)))
+    return sorted(
+        f"{scope}/{term}"
+        for scope, term, bullets in bot.rows("SELECT scope, term, bullets FROM memories")
+        if any(text in b["text"] for b in json.loads(bullets))
+    )
 
 
 def test_a_channel_read_together_with_another_takes_its_words_back_when_it_turns_private(
@@ -79,7 +80,9 @@ def test_raw_text_outlives_its_day_while_the_memory_model_fails_and_goes_once_th
     days = Days(bot, slack)
     bot.start()
     days.post(GENERAL, BOB, FACT)
-    wait_until(lambda: rows(bot, "SELECT count(*) FROM messages WHERE text = ?", FACT) == [(1,)], what="the fact stored")
+    wait_until(
+        lambda: rows(bot, "SELECT count(*) FROM messages WHERE text = :text", text=FACT) == [(1,)], what="the fact stored"
+    )
 
     days.move_to(15)
     wait_until(lambda: digests(bot, GENERAL), what="the digest of day 0, made all the same")
@@ -90,6 +93,9 @@ def test_raw_text_outlives_its_day_while_the_memory_model_fails_and_goes_once_th
     llm.set_responder(responder)
     wait_until(lambda: "messages" not in tables_holding(bot, "blue flowerpot"), what="the raw text deleted once read")
     assert {"memories", "digests"} <= tables_holding(bot, "blue flowerpot")
+    # the activity log (never pruned) holds no text: counts, times and ids only
+    assert not tables_holding(bot, "blue flowerpot") & {"model_calls", "judgments", "replies"}
+    assert rows(bot, "SELECT count(*) FROM model_calls") != [(0,)]
     assert bot.stop() == 0
 
 
