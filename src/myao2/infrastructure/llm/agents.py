@@ -675,8 +675,9 @@ def import_model_libraries() -> None:
     import myao2.infrastructure.llm.search_tools  # noqa: F401
 
     get_tracer()
-    if not tracing.enabled():
-        ThreadingInstrumentor().uninstrument()
+    instrumentor = ThreadingInstrumentor()
+    if not tracing.enabled() and instrumentor.is_instrumented_by_opentelemetry:
+        instrumentor.uninstrument()
 
 
 def model_errors() -> tuple[type[BaseException], ...]:
