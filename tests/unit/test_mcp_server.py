@@ -1,4 +1,4 @@
-"""The MCP server in process (the SDK's in-memory client): what each scope may see, preview included."""
+"""The MCP server in process (the SDK's in-memory client), on SQLite and PostgreSQL: what each scope may see, preview and search included."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from mcp.client import Client
 
 from myao2.composition import Application
 from myao2.mcp_server import Scope, build_server
-from tests.unit.test_preview import BOT, DM, GENERAL, app, engine  # noqa: F401  (fixtures)
+from tests.unit.test_preview import BOT, DM, GENERAL, app  # noqa: F401  (a fixture)
 
 
 def call(app: Application, scope: Scope, tool: str, arguments: dict[str, Any]) -> tuple[bool, Any]:

@@ -1,9 +1,8 @@
-"""The preview over a real SQLite store: what each conversation's prompt may show, and the memory prompt."""
+"""The preview over a real store (SQLite and PostgreSQL): what each conversation's prompt may show, and the memory prompt."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from datetime import date, datetime, timezone
 
 import pytest
@@ -15,20 +14,12 @@ from myao2.config import load_config
 from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Message
 from myao2.domain.memory import Bullet, Memory, Scope, Term
 from myao2.domain.visibility import Audience
-from myao2.infrastructure.db.engine import open_database
 from myao2.preview import PreviewError, Previewer
 from tests.clocks import ManualClock
 
 T0 = 1_700_000_000
 BOT = BotIdentity("UBOT", "B1", "T1")
 GENERAL, DM = "CGENERAL", "DALICE"
-
-
-@pytest.fixture
-def engine(tmp_path) -> Iterator[Engine]:  # type: ignore[no-untyped-def]
-    engine = open_database(f"sqlite:///{tmp_path / 'm.db'}")
-    yield engine
-    engine.dispose()
 
 
 @pytest.fixture
