@@ -100,3 +100,28 @@ def test_a_bullet_superseded_only_by_one_made_from_a_deleted_message_is_active_a
     memory = Memory(Scope("C1"), Term.LONG, WORKSPACE, (old, new))
 
     assert memory.without_sources({"2.0"}).active == (Bullet(1, "lunch at noon", date(2025, 1, 1), ("1.0",)),)
+
+
+async def test_a_message_deleted_while_the_model_learns_from_it_teaches_nothing(
+    conversations, profiles, clock, say
+):
+    gone: list = []
+
+    class DeletingWriter(FakeProfiles):
+        async def learn(self, prompt):  # type: ignore[no-untyped-def]
+            if gone:
+                conversations.delete_message(GENERAL.id, gone[0].ts)  # deleted in Slack while the model thinks
+            return await super().learn(prompt)
+
+    keeper = ProfileKeeper(
+        conversations=conversations, profiles=profiles, writer=DeletingWriter(), clock=clock,
+        persona=PROFILE_PERSONA, batch_max_tokens=2000,
+    )
+    say(GENERAL, "I like tea")
+    await keeper.run()
+    gone.append(say(GENERAL, "I like canary-opera"))
+    say(GENERAL, "I like tea")
+
+    await keeper.run()
+
+    assert [(f.text, f.confirmations) for f in profiles.get("U1").facts] == [("likes tea", 1)]

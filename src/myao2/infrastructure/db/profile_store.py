@@ -42,6 +42,8 @@ class SqlProfileStore:
                     row = ProfileRow(user_id=profile.user_id, facts=[], read_up_to={}, updated_at=now)
                 else:  # never wider than stored: a save of what was read before a narrowing cannot undo it
                     profile = profile.kept_as_narrow_as(row_to_profile(row))
+                if heard:  # a message deleted while the model read it: nothing learnt from it comes back
+                    profile = profile.without_sources(_gone(session, profile, row))
                 row.facts = [fact_to_json(f) for f in profile.facts]
                 row.read_up_to = dict(profile.read_up_to)
                 row.updated_at = now
@@ -64,6 +66,18 @@ class SqlProfileStore:
         with Session(self._engine) as session:
             rows = session.exec(select(ProfileRow).order_by(col(ProfileRow.user_id))).all()
         return [row_to_profile(row) for row in rows]
+
+
+def _gone(session: Session, profile: Profile, row: ProfileRow) -> set[str]:
+    """The message ts that new facts or confirmations of `profile` (not in `row`) cite, of messages neither
+    stored nor kept as expired (deleted in Slack, or forgotten, since they were read)."""
+    stored = {(f["id"], tuple(f["ts"])) for f in row.facts}
+    cited = {ts for f in profile.facts if (f.id, f.source_ts) not in stored for ts in f.source_ts}
+    known: set[str] = set()
+    for table in (MessageRow, ExpiredMessageRow):
+        if cited:
+            known.update(session.exec(select(table.ts).where(col(table.ts).in_(list(cited)))).all())
+    return cited - known
 
 
 def _has_spoken(session: Session, user_id: str) -> bool:
