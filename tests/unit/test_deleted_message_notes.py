@@ -125,3 +125,26 @@ async def test_a_message_deleted_while_the_model_learns_from_it_teaches_nothing(
     await keeper.run()
 
     assert [(f.text, f.confirmations) for f in profiles.get("U1").facts] == [("likes tea", 1)]
+
+
+async def test_a_message_edited_while_the_model_reads_it_is_remembered_by_its_new_words_only(
+    conversations, memories, clock, say
+):
+    edited: list = []
+
+    class EditingWriter(FakeWriter):
+        async def update(self, prompts):  # type: ignore[no-untyped-def]
+            if edited:
+                conversations.edit_message(GENERAL.id, edited.pop().ts, "the code is secret")
+            return await super().update(prompts)
+
+    job = MemoryJob(
+        conversations=conversations, memories=memories, writer=EditingWriter(), clock=clock, persona=PERSONA,
+        settings=SETTINGS,
+    )
+    edited.append(say(GENERAL, "the code is canary-1234"))
+    await job.run()
+    assert not any("canary-1234" in b.text for m in memories.all() for b in m.bullets)
+
+    await job.run()
+    assert "L the code is secret" in [b.text for b in memories.get(Scope(GENERAL.id), Term.LONG).active]

@@ -228,9 +228,11 @@ class MemoryJob:
                     break
                 saved: list[Memory] = []
                 heard = _heard(prompts)
+                read = {m.ts: m.text for item in together for m in (*item.backlog.earlier, *item.backlog.batches[0])}
                 for item, item_threads, update in zip(together, threads, updates):
                     saved += item.advance(self._apply(item.backlog, item_threads, update, heard))
                 await asyncio.to_thread(self._memories.save, saved, heard=True)
+                await asyncio.to_thread(self._edited_meanwhile, together, read, saved)
                 if together[0].backlog.audience.is_workspace:
                     channel_ids = [item.channel.id for item in together]
                     await asyncio.to_thread(still_public, self._conversations, self._memories, channel_ids)
@@ -238,6 +240,19 @@ class MemoryJob:
                 report = replace(report, updated=report.updated + done)
                 pending = [item for item in pending if item.backlog.batches]
         return report
+
+    def _edited_meanwhile(self, together: Sequence[_Unread], read: dict[str, str], saved: Sequence[Memory]) -> None:
+        """Drop again what was just saved from messages edited in Slack while the model read them (`read`: ts ->
+        text as read): the notes may hold the old words. The next round reads the new text."""
+        edited = {
+            m.ts
+            for item in together
+            for m in self._conversations.changed_messages(item.channel.id, max(read), item.newest_edit)
+            if m.ts in read and m.text != read[m.ts]
+        }
+        if edited:
+            fresh = [self._memories.get(memory.scope, memory.term) for memory in saved]
+            self._memories.save([m.without_sources(edited) for m in fresh if m is not None])
 
     async def _prompts(self, together: Sequence[_Unread]) -> tuple[list[MemoryPrompt], list[list[Memory]]]:
         """The prompts of the channels' next batches read in one call, and the thread memories they update."""
