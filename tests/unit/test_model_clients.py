@@ -25,10 +25,33 @@ async def test_load_builds_each_role_model_in_a_worker_thread_and_calls_reuse_it
     config = AgentConfig(model_id="m", client_args={"api_key": "sk-test", "base_url": "http://127.0.0.1:9/v1"})
     clients = ModelClients(AgentsConfig(response=config, judgment=config, memory=config))
     await clients.load()
-    assert len(built_in) == 3 and threading.main_thread() not in built_in
+    assert built_in and threading.main_thread() not in built_in
+    built = len(built_in)
     models = [clients.model(role) for role in ("response", "judgment", "memory")]
     assert [clients.model(role) for role in ("response", "judgment", "memory")] == models
-    assert len(built_in) == 3
+    assert len(built_in) == built
+    await clients.close()
+
+
+def _http_client(clients: ModelClients, role: str) -> object:
+    return clients.model(role)._custom_client._client._client  # type: ignore[attr-defined]  # LeanChatClient -> AsyncOpenAI -> httpx
+
+
+async def test_roles_with_the_same_client_args_share_one_http_client_and_keep_their_own_retries() -> None:
+    shared = {"api_key": "sk-test", "base_url": "http://127.0.0.1:9/v1"}
+    clients = ModelClients(
+        AgentsConfig(
+            response=AgentConfig(model_id="m", client_args=shared, max_retries=5, timeout_seconds=30),
+            judgment=AgentConfig(model_id="m", client_args=dict(shared), max_retries=1, timeout_seconds=7),
+            memory=AgentConfig(model_id="m", client_args={**shared, "base_url": "http://127.0.0.1:8/v1"}),
+        )
+    )
+    await clients.load()
+    assert _http_client(clients, "response") is _http_client(clients, "judgment")
+    assert _http_client(clients, "memory") is not _http_client(clients, "response")
+    response, judgment = (clients.model(role)._custom_client._client for role in ("response", "judgment"))  # type: ignore[attr-defined]
+    assert (response.max_retries, response.timeout) == (5, 30)
+    assert (judgment.max_retries, judgment.timeout) == (1, 7)
     await clients.close()
 
 

@@ -117,7 +117,8 @@ class ModelClients:
         self._agents = agents
         self._activity = activity
         self._models: dict[Role, Model] = {}
-        self._clients: list[openai.AsyncOpenAI] = []
+        self._clients: dict[str, openai.AsyncOpenAI] = {}
+        """One client per distinct `client_args`: roles that share them share its connections and TLS context."""
         self._building: asyncio.Future[None] | None = None
         for role in ROLES:
             if self.config(role).provider == "litellm" and importlib.util.find_spec("litellm") is None:
@@ -161,8 +162,8 @@ class ModelClients:
 
     async def close(self) -> None:
         """Close the clients built so far."""
-        clients, self._clients, self._models = self._clients, [], {}
-        for client in clients:
+        clients, self._clients, self._models = self._clients, {}, {}
+        for client in clients.values():
             await client.close()
 
     def _build(self, role: Role) -> Model:
@@ -177,13 +178,15 @@ class ModelClients:
 
             client_args = {"num_retries": config.max_retries, "timeout": config.timeout_seconds, **config.client_args}
             return LiteLLMModel(client_args=client_args, model_id=config.model_id, params=config.params)
-        try:
-            client = openai.AsyncOpenAI(
-                **config.client_args, max_retries=config.max_retries, timeout=config.timeout_seconds
-            )
-        except openai.OpenAIError as exc:  # e.g. no API key: its message holds no secret
-            raise ConfigError(f"agents.{role}.client_args: {exc}") from None
-        self._clients.append(client)
+        shared = json.dumps(config.client_args, sort_keys=True, default=repr)
+        base = self._clients.get(shared)
+        if base is None:
+            try:
+                base = openai.AsyncOpenAI(**config.client_args)
+            except openai.OpenAIError as exc:  # e.g. no API key: its message holds no secret
+                raise ConfigError(f"agents.{role}.client_args: {exc}") from None
+            self._clients[shared] = base
+        client = base.with_options(max_retries=config.max_retries, timeout=config.timeout_seconds)
         return OpenAIModel(client=LeanChatClient(client), model_id=config.model_id, params=config.params)
 
 
