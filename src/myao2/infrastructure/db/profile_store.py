@@ -89,6 +89,7 @@ def _has_spoken(session: Session, user_id: str) -> bool:
 
 
 def fact_to_json(fact: Fact) -> dict[str, Any]:
+    """A fact as stored in the `facts` JSON column."""
     return {
         "id": fact.id,
         "text": fact.text,
@@ -105,6 +106,7 @@ def fact_to_json(fact: Fact) -> dict[str, Any]:
 
 
 def row_to_profile(row: ProfileRow) -> Profile:
+    """A profile from its `ProfileRow` or a Core row of the profiles table."""
     facts = tuple(
         Fact(
             id=f["id"],
