@@ -1,4 +1,4 @@
-"""A replica renews its leases even while the worker threads it shares with everything else are all busy."""
+"""A replica renews its leases even while the worker threads it shares are all busy, and notices every replica gone."""
 
 from __future__ import annotations
 
@@ -7,8 +7,13 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 
+from sqlalchemy import Engine
+
 from myao2.application.replicas import Replica
+from myao2.infrastructure.db.conversation_store import SqlConversationStore
+from myao2.infrastructure.db.lease_store import SqlLeaseStore
 from tests.clocks import ManualClock
+from tests.unit.test_replicas import T0, at, mention
 
 SHARED_THREADS = 2
 
@@ -22,8 +27,9 @@ class Leases:
     def take(self, name: str, holder: str, now: datetime, until: datetime) -> bool:
         return True
 
-    def renew(self, holder: str, now: datetime, until: datetime) -> None:
+    def renew(self, holder: str, now: datetime, until: datetime) -> set[str]:
         self.renewed.set()
+        return set()
 
     def alive(self, now: datetime) -> set[str]:
         return {"r1"}
@@ -56,3 +62,27 @@ async def test_leases_are_renewed_while_every_shared_worker_thread_waits() -> No
         await asyncio.gather(keeping, *waiting)
         await replica.leave()
         shared.shutdown()
+
+
+async def test_a_replica_gone_before_another_ever_saw_it_alive_is_noticed(engine: Engine) -> None:
+    """One that joined and died between two beats of the survivor: its claims are taken up all the same."""
+    leases, clock = SqlLeaseStore(engine), ManualClock(T0)
+    store = SqlConversationStore(engine, clock)
+    store.save_message(message := mention(0))
+    survivor, short_lived = Replica(leases, clock, 0.3, "survivor"), Replica(leases, clock, 0.3, "short-lived")
+    await survivor.join()
+    clock.advance(1)
+    await short_lived.join()  # after the survivor's last look at who is alive
+    store.claim("C1", message.ts, at(6), holder=short_lived.name)
+    clock.advance(20)  # it died (SIGKILL) without renewing
+    stop, gone = asyncio.Event(), asyncio.Event()
+    # a beat every 0.1 s; the first finds the short-lived replica's lease expired
+    keeping = asyncio.create_task(survivor.keep(stop, gone.set))
+    try:
+        await asyncio.wait_for(gone.wait(), 30)
+    finally:
+        stop.set()
+        await keeping
+        await survivor.leave()
+    [pending] = store.due_answers(clock.now(), at(-60), holder=survivor.name)
+    assert pending.message.ts == message.ts

@@ -81,17 +81,18 @@ class Replica:
         finally:
             self._io.shutdown(wait=False)
 
-    def _renew(self, now: datetime) -> set[str]:
-        """(Worker thread) Take this replica's own lease again, renew the others; the replicas alive."""
+    def _renew(self, now: datetime) -> tuple[set[str], set[str]]:
+        """(Lease thread) Take this replica's own lease again, renew the others; the replicas alive, and those
+        found expired."""
         until = now + self._lease
         self._leases.take(self.name, self.name, now, until)  # taken again even after a stall let it expire
-        self._leases.renew(self.name, now, until)
-        return self._leases.alive(now)
+        expired = self._leases.renew(self.name, now, until)
+        return self._leases.alive(now), expired
 
     async def _beat(self) -> bool:
-        """Renew; True when a replica seen alive before is no longer."""
-        alive = await self._off_loop(self._renew, self._clock.now())
-        gone = self._alive - alive
+        """Renew; True when a replica seen alive before is no longer, or one's lease was found expired."""
+        alive, expired = await self._off_loop(self._renew, self._clock.now())
+        gone = (self._alive - alive) | expired
         self._alive = alive
         if gone:
             logger.info("replica(s) %s gone; taking up what they left", ", ".join(sorted(gone)))

@@ -363,8 +363,12 @@ class LeaseStore(Protocol):
         """Take (or keep) lease `name` for `holder` until `until`; False while another holder's is unexpired."""
         ...
 
-    def renew(self, holder: str, now: datetime, until: datetime) -> None:
-        """Extend every unexpired lease of `holder` until `until`; forget the expired leases of every holder."""
+    def renew(self, holder: str, now: datetime, until: datetime) -> set[str]:
+        """Extend every unexpired lease of `holder` until `until`; forget the expired leases of every holder.
+
+        Returns the replicas whose own lease it forgot: they are gone (one may have lived too briefly for
+        anyone to have seen it alive).
+        """
         ...
 
     def alive(self, now: datetime) -> set[str]:

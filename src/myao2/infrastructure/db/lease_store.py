@@ -36,14 +36,17 @@ class SqlLeaseStore:
             )
         return taken.rowcount == 1
 
-    def renew(self, holder: str, now: datetime, until: datetime) -> None:
+    def renew(self, holder: str, now: datetime, until: datetime) -> set[str]:
         with self._engine.begin() as connection:
             connection.execute(
                 update(_LEASES)
                 .where(_LEASES.c.holder == holder, _LEASES.c.expires_at >= now)
                 .values(expires_at=until)
             )
-            connection.execute(delete(_LEASES).where(_LEASES.c.expires_at < now))
+            expired = connection.execute(
+                delete(_LEASES).where(_LEASES.c.expires_at < now).returning(_LEASES.c.name, _LEASES.c.holder)
+            ).all()
+        return {name for name, owner in expired if name == owner}
 
     def alive(self, now: datetime) -> set[str]:
         with self._engine.connect() as connection:
