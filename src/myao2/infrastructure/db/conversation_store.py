@@ -18,6 +18,7 @@ from sqlalchemy import (
     Executable,
     Table,
     Text,
+    and_,
     bindparam,
     case,
     cast,
@@ -243,6 +244,45 @@ class SqlConversationStore:
             earlier = connection.execute(older, {**values, "n": before}).all() if before > 0 else []
             next_ones = connection.execute(later, {**values, "n": after}).all() if after > 0 else []
         return [*(_to_message(r) for r in reversed(earlier)), message, *(_to_message(r) for r in next_ones)]
+
+    def neighbours(self, ids: list[int], until: datetime | None = None) -> dict[int, tuple[int | None, int | None]]:
+        """For each stored message id, the ids of the messages just before and just after it in its flow
+        (None where there is none; the later one only if posted at or before `until`).
+
+        A reply's flow is its thread (the parent first); any other message's flow is its
+        channel's top level. Migration 0018's triggers queue for the search index the
+        messages whose earlier neighbour changed: keep the two in step.
+        """
+        if not ids:
+            return {}
+        table = _table(MessageRow)
+        other = table.alias("other")
+        reply = and_(table.c.thread_ts.is_not(None), table.c.thread_ts != table.c.ts)
+        same_flow = or_(
+            and_(reply, or_(other.c.thread_ts == table.c.thread_ts, other.c.ts == table.c.thread_ts)),
+            and_(~reply, or_(other.c.thread_ts.is_(None), other.c.thread_ts == other.c.ts)),
+        )
+        flow = [other.c.channel_id == table.c.channel_id, same_flow]
+        earlier = (
+            core_select(other.c.id)
+            .where(*flow, other.c.posted_at < table.c.posted_at)
+            .order_by(other.c.posted_at.desc(), other.c.ts.desc())
+            .limit(1)
+            .scalar_subquery()
+        )
+        later_conditions = [*flow, other.c.posted_at > table.c.posted_at]
+        if until is not None:
+            later_conditions.append(other.c.posted_at <= until)
+        later = (
+            core_select(other.c.id)
+            .where(*later_conditions)
+            .order_by(other.c.posted_at, other.c.ts)
+            .limit(1)
+            .scalar_subquery()
+        )
+        with self._engine.connect() as connection:
+            rows = connection.execute(core_select(table.c.id, earlier, later).where(table.c.id.in_(ids))).all()
+        return {row[0]: (row[1], row[2]) for row in rows}
 
     def message_keys_before(self, before: datetime) -> list[tuple[str, str, str | None]]:
         with self._engine.connect() as connection:

@@ -17,11 +17,13 @@ import math
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 import numpy as np
-from sqlalchemy import Connection, Engine, Row, text
+from sqlalchemy import Connection, Engine, Row, bindparam, text
 from threadpoolctl import threadpool_limits
 
+from myao2.domain.conversation import Message
 from myao2.domain.memory import Term, bullet_line
 from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
@@ -45,8 +47,13 @@ MAX_QUERY_TERMS = 64
 FREQUENT = 2000
 """A term held by this many documents is frequent: its count is estimated, and it proposes no candidates."""
 _FREQUENT_SHARES_KEPT = 10_000
+NEIGHBOUR_WEIGHT = 0.4
+"""How much of its best neighbour's lead over the weakest candidate a message found gains (see `_lifted_by_neighbours`)."""
 KEYWORD_WEIGHT = 0.1
 """The largest bonus a keyword match adds to a cosine (which spans about 0.75-0.95 for this model)."""
+MESSAGE_KEYWORD_WEIGHT = 0.2
+"""The same for a message: its vector reads it with the message before it, its keywords are its own,
+so a keyword match tells it apart from the message after it, whose window holds the same words."""
 
 Progress = Callable[[int, int], None]
 """Called with (done, total) while indexing."""
@@ -212,10 +219,20 @@ class SearchIndex:
                     keywords=fts_document(f"{memo.name}\n{body}"),
                 )
         elif kind == "message":
-            for message_id, message in self._conversations.messages_by_ids(ids).items():
-                body = f"{message.user_name}: {message.text}"
+            messages = self._conversations.messages_by_ids(ids)
+            earlier = {i: e for i, (e, _) in self._conversations.neighbours(list(messages)).items() if e is not None}
+            texts = self._conversations.messages_by_ids(list(set(earlier.values())))
+            previous = {i: texts[e] for i, e in earlier.items() if e in texts}
+            for message_id, message in messages.items():
+                body = _said(message)
+                before = previous.get(message_id)
                 found[message_id] = Document(
-                    scope=message.channel_id, at=float(message.ts), text=body, keywords=fts_document(body)
+                    scope=message.channel_id,
+                    at=float(message.ts),
+                    # Embedded with the message before it in its flow (never a later one, never
+                    # another channel's): a reply ("yes, on Friday") is found by what it answers.
+                    text=body if before is None else f"{_said(before)}\n{body}",
+                    keywords=fts_document(body),
                 )
         elif kind == "digest":
             # Dated by its day's last message: a cutoff inside that day leaves the whole digest out.
@@ -281,20 +298,67 @@ class SearchIndex:
             rows = _rows(connection, self._keywords, candidates)
         cosines = dict(dense)
         floor = min(cosines.values(), default=0.0)
-        hits = []
-        for doc_id in candidates:
-            row = rows.get(doc_id)
-            # Checked again on the row itself: the cache may trail another process's changes.
-            if row is None or row[0] != kind or not readable(row[2]) or (before is not None and row[3] > before):
-                continue
-            cosine = cosines.get(doc_id)
-            if cosine is None:
-                with self._cache_lock:
-                    vector = self._caches[kind].vector_of(doc_id)
-                cosine = float(vector @ query_vector) if vector is not None else floor
-            hits.append(Hit(row[1], fuse(cosine, coverage(weights, row[4]))))
-        hits.sort(key=lambda hit: -hit.score)
-        return hits[:limit]
+        keyword_weight = MESSAGE_KEYWORD_WEIGHT if kind == "message" else KEYWORD_WEIGHT
+
+        def scored(found: dict[int, _DocRow], order: Iterable[int]) -> dict[int, float]:
+            """The fused score of each document that may be read, by its memo's or message's id."""
+            scores = {}
+            for doc_id in order:
+                row = found.get(doc_id)
+                # Checked again on the row itself: the cache may trail another process's changes.
+                if row is None or row[0] != kind or not readable(row[2]) or (before is not None and row[3] > before):
+                    continue
+                cosine = cosines.get(doc_id)
+                if cosine is None:
+                    with self._cache_lock:
+                        vector = self._caches[kind].vector_of(doc_id)
+                    cosine = float(vector @ query_vector) if vector is not None else floor
+                scores[row[1]] = fuse(cosine, coverage(weights, row[4]), keyword_weight)
+            return scores
+
+        scores = scored(rows, candidates)
+        if kind == "message" and scores:
+            scores = self._lifted_by_neighbours(scores, before, scored)
+        ranked = sorted(scores.items(), key=lambda item: -item[1])
+        return [Hit(ref_id, score) for ref_id, score in ranked[:limit]]
+
+    def _lifted_by_neighbours(
+        self,
+        scores: dict[int, float],
+        before: float | None,
+        scored: Callable[[dict[int, _DocRow], Iterable[int]], dict[int, float]],
+    ) -> dict[int, float]:
+        """The messages found and those next to them in their flow, each lifted by its best neighbour.
+
+        A message's score rises by `NEIGHBOUR_WEIGHT` times how far its best-scoring neighbour
+        stands above the weakest message found: an answer ("yes, on Friday") is found with
+        the question it answers, and a hit amid a matching exchange outranks a stray one.
+        Only neighbours posted at or before `before` count.
+        """
+        weakest = min(scores.values())
+        until = None if before is None else datetime.fromtimestamp(before, timezone.utc)
+        pairs = self._conversations.neighbours(list(scores), until)
+        others = {n for pair in pairs.values() for n in pair if n is not None and n not in scores}
+        if others:
+            with self._engine.connect() as connection:
+                doc_ids = connection.execute(
+                    text("SELECT id FROM search_docs WHERE kind = 'message' AND ref_id IN :ids").bindparams(
+                        bindparam("ids", expanding=True)
+                    ),
+                    {"ids": sorted(others)},
+                ).scalars().all()
+                found = _rows(connection, self._keywords, list(doc_ids))
+            scores = {**scores, **scored(found, found)}
+        adjacent: dict[int, set[int]] = {ref_id: set() for ref_id in scores}
+        for ref_id, pair in pairs.items():
+            for neighbour in pair:
+                if neighbour is not None and neighbour in scores and ref_id in scores:
+                    adjacent[ref_id].add(neighbour)
+                    adjacent[neighbour].add(ref_id)
+        return {
+            ref_id: score + NEIGHBOUR_WEIGHT * max((scores[n] - weakest for n in adjacent[ref_id]), default=0.0)
+            for ref_id, score in scores.items()
+        }
 
     def _document_frequencies(self, connection: Connection, query_terms: list[str]) -> dict[str, float]:
         """How many documents hold each term: counted up to `FREQUENT`, estimated beyond.
@@ -361,14 +425,18 @@ class SearchIndex:
         return cache
 
 
-def fuse(cosine: float, keyword_coverage: float) -> float:
+def fuse(cosine: float, keyword_coverage: float, keyword_weight: float) -> float:
     """The cosine, plus a keyword bonus in proportion to how much of the query's term weight a document holds.
 
     A paraphrase shares only common terms with its answer (a name, さん), which weigh
     little, so its bonus stays small and the dense ranking decides; a query whose rare
     terms a document holds (a name, a date, a code word) lifts it to the top.
     """
-    return cosine + KEYWORD_WEIGHT * keyword_coverage
+    return cosine + keyword_weight * keyword_coverage
+
+
+def _said(message: Message) -> str:
+    return f"{message.user_name}: {message.text}"
 
 
 def _blend(passage: np.ndarray, query: np.ndarray) -> np.ndarray:
@@ -410,7 +478,11 @@ def _keyword_top(
     return keywords.top(connection, kind, weights, allowed, readable(None), before, CANDIDATES)
 
 
-def _rows(connection: Connection, keywords: KeywordTable, doc_ids: list[int]) -> dict[int, tuple[str, int, str | None, float, str]]:
+_DocRow = tuple[str, int, str | None, float, str]
+"""(kind, ref_id, scope, at, keyword terms) of a stored document."""
+
+
+def _rows(connection: Connection, keywords: KeywordTable, doc_ids: list[int]) -> dict[int, _DocRow]:
     """(kind, ref_id, scope, at, keyword terms) of each document id still stored."""
     if not doc_ids:
         return {}
