@@ -250,7 +250,7 @@ class SqlConversationStore:
         (None where there is none; the later one only if posted at or before `until`).
 
         A reply's flow is its thread (the parent first); any other message's flow is its
-        channel's top level. Migration 0018's triggers queue for the search index the
+        channel's top level. Migration 0019's triggers queue for the search index the
         messages whose earlier neighbour changed: keep the two in step.
         """
         if not ids:

@@ -5,13 +5,13 @@ embedded with its window.
 The next message of X in the sense of `SqlConversationStore.neighbours`: the next top-level
 message when X is top-level, and the next reply of X's thread (the first one when X is its parent).
 
-Revision ID: 0018
+Revision ID: 0019
 """
 
 from alembic import op
 
-revision = "0018"
-down_revision = "0017"
+revision = "0019"
+down_revision = "0018"
 branch_labels = None
 depends_on = None
 
