@@ -3,14 +3,13 @@ never across channels; the neighbours of a hit lift it, never those posted after
 
 from __future__ import annotations
 
-import sqlite3
-import tempfile
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sqlalchemy import text
 
 from myao2.domain.conversation import Message
 from tests.unit.test_search_index import START, World
@@ -25,13 +24,14 @@ def at(minute: int) -> datetime:
 def stored_text(world: World, message: Message) -> str:
     """What the index embedded for `message`."""
     world.index.sync()
-    with sqlite3.connect(world.path) as plain:
-        row = plain.execute(
-            "SELECT d.text FROM search_docs d JOIN messages m ON m.id = d.ref_id AND d.kind = 'message' "
-            "WHERE m.channel_id = ? AND m.ts = ?",
-            (message.channel_id, message.ts),
-        ).fetchone()
-    return row[0]
+    with world.engine.connect() as connection:
+        return connection.execute(
+            text(
+                "SELECT d.text FROM search_docs d JOIN messages m ON m.id = d.ref_id AND d.kind = 'message' "
+                "WHERE m.channel_id = :channel AND m.ts = :ts"
+            ),
+            {"channel": message.channel_id, "ts": message.ts},
+        ).scalar_one()
 
 
 def top(world: World, query: str, reader: str = "C1", limit: int = 2, before: datetime | None = None) -> set[str]:
@@ -39,8 +39,10 @@ def top(world: World, query: str, reader: str = "C1", limit: int = 2, before: da
 
 
 @pytest.fixture
-def world(tmp_path: Path) -> World:
-    return World(tmp_path / "s.db")
+def world(database_url: str) -> Iterator[World]:
+    world = World(database_url)
+    yield world
+    world.close()
 
 
 @pytest.fixture
@@ -121,17 +123,20 @@ WORDS = st.sampled_from(["ramen", "deploy", "friday", "budget", "会議", "猫"]
     cut=st.integers(0, 9),
     query=st.lists(WORDS, min_size=1, max_size=2),
 )
-def test_messages_after_the_cutoff_never_change_the_ranking(texts: list[list[str]], cut: int, query: list[str]) -> None:
+def test_messages_after_the_cutoff_never_change_the_ranking(
+    new_database: Callable[[], str], texts: list[list[str]], cut: int, query: list[str]
+) -> None:
     """A world where the messages after the cutoff sit in another channel ranks exactly alike:
     the same documents and terms, only no neighbour after the cutoff to lean on."""
     cutoff = at(min(cut, len(texts) - 1)) + timedelta(seconds=30)
     rankings = []
     for moved in (False, True):
-        world = World(Path(tempfile.mkdtemp()) / "s.db")
+        world = World(new_database())
         for minute, words in enumerate(texts):
             channel = "C2" if moved and at(minute) > cutoff else "C1"
             world.message(channel, " ".join(words) + f" n{minute}", at(minute))
         hits = world.search.messages(" ".join(query), "C1", cutoff, "C1", 20)
         assert all(hit.message.posted_at <= cutoff for hit in hits)
         rankings.append([(hit.message.text, round(hit.score, 5)) for hit in hits])
+        world.close()
     assert sorted(rankings[0], key=lambda h: (-h[1], h[0])) == sorted(rankings[1], key=lambda h: (-h[1], h[0]))
