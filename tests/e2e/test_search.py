@@ -85,7 +85,8 @@ def test_recall_finds_a_japanese_message_from_weeks_ago_by_paraphrase(bot: BotPr
     slack.wait_for(lambda: replies_in(slack, ts), timeout=60, what="the reply")
     result = tool_results(llm.requests[1])[0]
     matches = [line for line in result.splitlines() if line.startswith("  → ")]
-    assert "北海道へスキー旅行" in matches[0]
+    # Found among the hits (the next message, embedded with it, may come first)
+    assert any("北海道へスキー旅行" in match for match in matches[:2])
     assert bot.stop() == 0
 
 
