@@ -122,24 +122,28 @@ class SearchIndex:
 
     def sync(self, progress: Progress | None = None) -> int:
         """Index every queued change; returns how many documents were written or deleted."""
-        with self._sync_lock, self._keywords.syncing(self._engine):
+        with self._sync_lock:
             if not self._checked_model:
-                self._requeue_other_models()
+                with self._keywords.syncing(self._engine):
+                    self._requeue_other_models()
                 self._checked_model = True
             total = self.pending() if progress is not None else 0
             done = 0
             while not self._closed.is_set():
-                with self._engine.connect() as connection:
-                    batch = connection.execute(
-                        text(
-                            "SELECT kind, ref_id, max(id) FROM search_queue GROUP BY kind, ref_id "
-                            "ORDER BY min(id) LIMIT :n"
-                        ),
-                        {"n": BATCH_SIZE},
-                    ).all()
+                # Replicas take turns batch by batch: a search never waits for another's whole backlog.
+                with self._keywords.syncing(self._engine):
+                    with self._engine.connect() as connection:
+                        batch = connection.execute(
+                            text(
+                                "SELECT kind, ref_id, max(id) FROM search_queue GROUP BY kind, ref_id "
+                                "ORDER BY min(id) LIMIT :n"
+                            ),
+                            {"n": BATCH_SIZE},
+                        ).all()
+                    if batch:
+                        self._index_batch([(kind, ref_id, last) for kind, ref_id, last in batch])
                 if not batch:
                     break
-                self._index_batch([(kind, ref_id, last) for kind, ref_id, last in batch])
                 done += len(batch)
                 if progress is not None:
                     progress(min(done, total), max(total, done))
