@@ -7,7 +7,7 @@ from dataclasses import replace
 from datetime import date
 from typing import Any
 
-from sqlalchemy import Engine, Text, bindparam, cast
+from sqlalchemy import Engine, Text, bindparam, cast, text
 from sqlalchemy import select as core_select
 from sqlmodel import Session, col, select
 
@@ -37,11 +37,14 @@ class SqlMemoryStore:
     def save(self, memories: Sequence[Memory], *, heard: bool = False) -> None:
         now = self._clock.now()
         with Session(self._engine) as session, session.begin():
+            # Read and write in one transaction that holds the rows: a note dropped meanwhile (a message deleted
+            # in Slack) is seen dropped here, never written back from a read made before the drop.
+            session.execute(_TAKE_WRITE_LOCK)
             for memory in memories:
                 row = session.exec(
-                    select(MemoryRow).where(
-                        MemoryRow.scope == memory.scope.key, MemoryRow.term == memory.term.value
-                    )
+                    select(MemoryRow)
+                    .where(MemoryRow.scope == memory.scope.key, MemoryRow.term == memory.term.value)
+                    .with_for_update()
                 ).first()
                 if row is None:
                     row = MemoryRow(
@@ -216,6 +219,9 @@ def bullet_to_json(bullet: Bullet) -> dict[str, Any]:
 
 
 _MEMORIES = MemoryRow.__table__  # type: ignore[attr-defined]
+_TAKE_WRITE_LOCK = text("UPDATE memories SET term = term WHERE 0 = 1")
+"""Changes nothing, but makes SQLite take its write lock before the transaction's first read (pysqlite would begin
+only at the first write); on PostgreSQL the rows read `FOR UPDATE` are held instead."""
 _ONE_MEMORY = core_select(_MEMORIES).where(
     _MEMORIES.c.scope == bindparam("scope"), _MEMORIES.c.term == bindparam("term")
 )
