@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,6 +19,7 @@ from myao2.domain.memo import MemoChanges, MemoDraft, MemoError, Origin
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
+from myao2.infrastructure.search import index as index_module
 from myao2.infrastructure.search.index import SearchIndex
 from myao2.infrastructure.search.keywords import keyword_table
 from myao2.infrastructure.search.text import fts_query, terms
@@ -433,3 +436,33 @@ def test_bad_requests_are_refused_without_searching(world: World) -> None:
     for query, limit in (("", 5), ("  ", 5), ("x" * 501, 5), (None, 5), ("ok", 0), ("ok", 21), ("ok", True), ("ok", "5")):
         with pytest.raises(SearchError):
             world.search.memos(query, None, None, limit)
+
+
+# -- frequent terms ---------------------------------------------------------------------
+
+
+def test_a_frequent_terms_share_is_measured_again_after_a_while(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    world = World(f"sqlite:///{tmp_path / 'memory.db'}")
+    monkeypatch.setattr(index_module, "FREQUENT", 2)
+    world.memo("a", "tea")
+    world.memo("b", "tea")
+    world.index.sync()
+    measured: list[str] = []
+    holders = world.index._keywords.holders
+
+    def counted(connection: Any, term: str, limit: int) -> tuple[int, int | None, int | None]:
+        measured.append(term)
+        return holders(connection, term, limit)
+
+    monkeypatch.setattr(world.index._keywords, "holders", counted)
+    seconds = [1000.0]
+    monkeypatch.setattr(index_module, "_monotonic", lambda: seconds[0])
+    world.memo_names("tea")
+    world.memo_names("tea")
+    assert measured == ["tea"]  # kept
+    seconds[0] += index_module.FREQUENT_SHARE_SECONDS + 1
+    world.memo_names("tea")
+    assert measured == ["tea", "tea"]  # measured again
+    world.close()

@@ -15,6 +15,7 @@ import functools
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -47,6 +48,9 @@ MAX_QUERY_TERMS = 64
 FREQUENT = 2000
 """A term held by this many documents is frequent: its count is estimated, and it proposes no candidates."""
 _FREQUENT_SHARES_KEPT = 10_000
+FREQUENT_SHARE_SECONDS = 3600.0
+"""How long a frequent term's measured share is used before it is measured again."""
+_monotonic = time.monotonic
 NEIGHBOUR_WEIGHT = 0.4
 """How much of its best neighbour's lead over the weakest candidate a message found gains (see `_lifted_by_neighbours`)."""
 KEYWORD_WEIGHT = 0.1
@@ -105,8 +109,10 @@ class SearchIndex:
         self._sync_lock = threading.Lock()
         self._cache_lock = threading.Lock()
         self._checked_model = False
-        self._frequent_shares: dict[str, float] = {}
-        """Of frequent terms, the share of the documents holding them (see `_document_frequencies`)."""
+        self._frequent_shares: dict[str, tuple[float, float]] = {}
+        """Of frequent terms, the share of the documents holding them and when it was measured (see
+        `_document_frequencies`); read and changed under `_shares_lock`, as searches run in several threads."""
+        self._shares_lock = threading.Lock()
         self._closed = threading.Event()
 
     def close(self) -> None:
@@ -378,15 +384,21 @@ class SearchIndex:
         ).one()
         span = 0 if first_id is None else last_id - first_id + 1
         for term in query_terms:
-            share = self._frequent_shares.get(term)
-            if share is None:
+            now = _monotonic()
+            with self._shares_lock:
+                share, measured = self._frequent_shares.get(term, (None, 0.0))
+            if share is None or now - measured > FREQUENT_SHARE_SECONDS:
                 found, low, high = self._keywords.holders(connection, term, FREQUENT)
+                with self._shares_lock:
+                    self._frequent_shares.pop(term, None)  # re-inserted last: the oldest measured go first
+                    if found >= FREQUENT:
+                        self._frequent_shares[term] = (found / (high - low + 1), now)
+                        while len(self._frequent_shares) > _FREQUENT_SHARES_KEPT:
+                            del self._frequent_shares[next(iter(self._frequent_shares))]
                 if found < FREQUENT:
                     frequencies[term] = float(found)
                     continue
-                share = self._frequent_shares[term] = found / (high - low + 1)
-                if len(self._frequent_shares) > _FREQUENT_SHARES_KEPT:
-                    self._frequent_shares.pop(next(iter(self._frequent_shares)))
+                share = found / (high - low + 1)
             frequencies[term] = max(float(FREQUENT), share * span)
         return frequencies
 
