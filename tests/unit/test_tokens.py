@@ -1,3 +1,6 @@
+import math
+import unicodedata
+
 from myao2.domain.tokens import estimate_tokens
 
 
@@ -15,3 +18,13 @@ def test_mixed_text_adds_both() -> None:
 
 def test_empty_text_is_free() -> None:
     assert estimate_tokens("") == 0
+
+
+def test_every_wide_character_counts_as_unicode_says() -> None:
+    # Halfwidth katakana and the ideographic space take the width Unicode gives them,
+    # also when a character comes back (its width is then remembered).
+    text = "ｶﾀｶﾅ　全角ＡＢ é ü 漢字 ｶ 漢"
+    wide = sum(1 for ch in text if unicodedata.east_asian_width(ch) in ("W", "F"))
+    assert wide == 8
+    for _ in range(2):
+        assert estimate_tokens(text) == wide + math.ceil((len(text) - wide) / 4)

@@ -3,17 +3,30 @@
 Tokenizers give a kanji or kana character about one token, while English words
 average about four characters a token. Counting only characters would let a
 Japanese prompt grow to several times its budget.
+
+Every prompt counts the tokens of each line it shows, mostly the same lines as the
+prompt before it (the recent conversation, the memories): text with other than ASCII
+characters, whose count takes a look at each character, is counted once and remembered.
 """
 
 from __future__ import annotations
 
-import math
+import functools
 import unicodedata
 
 _WIDE = frozenset("WF")
+REMEMBERED_TEXTS = 4096
+"""How many counted texts with other than ASCII characters are remembered (the least recently used go first)."""
 
 
 def estimate_tokens(text: str) -> int:
     """About how many model tokens `text` takes: one per wide (CJK) character, one per 4 others."""
+    if text.isascii():
+        return -(-len(text) // 4)
+    return _mixed_tokens(text)
+
+
+@functools.lru_cache(maxsize=REMEMBERED_TEXTS)
+def _mixed_tokens(text: str) -> int:
     wide = sum(1 for ch in text if unicodedata.east_asian_width(ch) in _WIDE)
-    return wide + math.ceil((len(text) - wide) / 4)
+    return wide + -(-(len(text) - wide) // 4)
