@@ -6,6 +6,7 @@ import asyncio
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine
+from contextlib import suppress
 from typing import Any
 
 from myao2.domain.conversation import BotIdentity, ChannelKind, Message
@@ -16,7 +17,7 @@ logger = logging.getLogger(__name__)
 Spawn = Callable[[Coroutine[Any, Any, None]], None]
 
 RECENTLY_STORED = 256
-"""Messages remembered as stored: Slack sends a mention twice (message and app_mention)."""
+"""Messages remembered as stored: Slack sends a mention twice (message and app_mention), one right after the other."""
 
 
 class Inbox:
@@ -38,6 +39,8 @@ class Inbox:
         self._spawn = spawn
         self._known_channels: dict[str, ChannelKind] = {}
         self._stored: OrderedDict[tuple[str, str], Message] = OrderedDict()
+        self._storing: dict[tuple[str, str], asyncio.Future[None]] = {}
+        """Saves under way: the other event of a pair waits for the save instead of making its own."""
 
     def addressed_to_bot(self, message: Message, kind: ChannelKind | None) -> bool:
         """A person's message that mentions the bot, or anything a person says to it in a DM."""
@@ -48,19 +51,28 @@ class Inbox:
     async def message_posted(self, message: Message, kind: ChannelKind | None) -> None:
         """Store a message (new or redelivered) and hand it on if it is for the bot.
 
-        A message just stored as it is now is not written again.
+        A message just stored (or being stored) as it is now is not written again.
         """
-        key = (message.channel_id, message.ts)
-        if self._stored.get(key) != message:
-            await asyncio.to_thread(self._store.save_message, message)
-            self._stored[key] = message
-            if len(self._stored) > RECENTLY_STORED:
-                self._stored.popitem(last=False)
+        await self._save(message)
         kind = self._known_channels.get(message.channel_id) or await self._learn_channel(
             message.channel_id, kind
         )
         if self.addressed_to_bot(message, kind):
             self._spawn(self._answer(message))
+
+    async def _save(self, message: Message) -> None:
+        key = (message.channel_id, message.ts)
+        while (storing := self._storing.get(key)) is not None:
+            with suppress(Exception):  # a failed save is made again below
+                await asyncio.shield(storing)
+        if self._stored.get(key) == message:
+            return
+        saving = self._storing[key] = asyncio.ensure_future(asyncio.to_thread(self._store.save_message, message))
+        saving.add_done_callback(lambda _: self._storing.pop(key, None))
+        await asyncio.shield(saving)
+        self._stored[key] = message
+        if len(self._stored) > RECENTLY_STORED:
+            self._stored.popitem(last=False)
 
     async def message_edited(self, channel_id: str, ts: str, text: str) -> None:
         self._stored.pop((channel_id, ts), None)

@@ -1,0 +1,92 @@
+"""Inbox: the two events Slack sends for one mention store it once, and it is answered once it is stored."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine
+from typing import Any
+
+from myao2.application.inbox import Inbox
+from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Message
+
+BOT = BotIdentity(user_id="UBOT", bot_id="BBOT", team_id="T1")
+
+
+class SlowStore:
+    """Counts saves; each takes a while in its worker thread, and `fail` makes the next ones fail."""
+
+    def __init__(self) -> None:
+        self.saved: list[Message] = []
+        self.fail = 0
+        self._lock = threading.Lock()
+
+    def save_message(self, message: Message) -> bool:
+        threading.Event().wait(0.05)
+        with self._lock:
+            if self.fail:
+                self.fail -= 1
+                raise OSError("disk full")
+            self.saved.append(message)
+        return True
+
+    def save_channel(self, channel: Channel) -> None:
+        pass
+
+
+class Chat:
+    async def channel(self, channel_id: str) -> Channel:
+        return Channel(id=channel_id, name="general", kind=ChannelKind.PUBLIC)
+
+
+def mention(text: str = "<@UBOT> hello") -> Message:
+    return Message(
+        channel_id="C1",
+        ts="1700000000.000100",
+        user_id="U1",
+        user_name="alice",
+        text=text,
+        mentions=("UBOT",),
+    )
+
+
+def inbox(store: SlowStore) -> tuple[Inbox, list[tuple[Message, int]]]:
+    answered: list[tuple[Message, int]] = []
+    spawned: list[asyncio.Task[None]] = []
+
+    async def answer(message: Message) -> None:
+        answered.append((message, len(store.saved)))
+
+    def spawn(work: Coroutine[Any, Any, None]) -> None:
+        spawned.append(asyncio.ensure_future(work))
+
+    return Inbox(store=store, chat=Chat(), bot=BOT, answer=answer, spawn=spawn), answered  # type: ignore[arg-type]
+
+
+async def test_a_mention_arriving_twice_at_once_is_stored_once_and_answered_after_it_is_stored() -> None:
+    store = SlowStore()
+    box, answered = inbox(store)
+    await asyncio.gather(box.message_posted(mention(), None), box.message_posted(mention(), None))
+    await asyncio.sleep(0)
+    assert store.saved == [mention()]
+    assert [stored for _, stored in answered] == [1, 1]  # each handed on only once the message was stored
+
+
+async def test_a_changed_copy_arriving_meanwhile_is_stored_too() -> None:
+    store = SlowStore()
+    box, _ = inbox(store)
+    await asyncio.gather(box.message_posted(mention(), None), box.message_posted(mention("<@UBOT> hi"), None))
+    assert [m.text for m in store.saved] == ["<@UBOT> hello", "<@UBOT> hi"]
+
+
+async def test_the_other_event_saves_again_when_the_first_save_failed() -> None:
+    store = SlowStore()
+    store.fail = 1
+    box, answered = inbox(store)
+    results = await asyncio.gather(
+        box.message_posted(mention(), None), box.message_posted(mention(), None), return_exceptions=True
+    )
+    assert isinstance(results[0], OSError) and results[1] is None
+    assert store.saved == [mention()]
+    await asyncio.sleep(0)
+    assert len(answered) == 1
