@@ -170,14 +170,9 @@ class ContextBuilder:
         answered, which is always shown. Memos are always shown.
         The store is read in a worker thread, so this may be awaited on the event loop.
         """
-        rules, important, recent = await asyncio.to_thread(self._read_memos, channel.id)
         thread_ts = next((m.thread_ts for m in messages if m.thread_ts), None)
         speakers = _speakers(messages, self._bot_user_id)
-        memory = (
-            await asyncio.to_thread(self._read_memories, channel, thread_ts, speakers)
-            if self._absorbed
-            else MemorySections()
-        )
+        (rules, important, recent), memory = await asyncio.to_thread(self._read, channel, thread_ts, speakers)
         return PromptContext(
             persona=self._persona,
             now=self._clock.now().astimezone(self._persona.timezone),
@@ -212,6 +207,13 @@ class ContextBuilder:
             marker=lambda count: (None, self._marks.dropped(count)),
         )
         return tuple(line for _, line in fitted)
+
+    def _read(
+        self, channel: Channel, thread_ts: str | None, speakers: Sequence[tuple[str, str]]
+    ) -> tuple[tuple[tuple[Memo, ...], tuple[Memo, ...], tuple[Memo, ...]], MemorySections]:
+        """The memos and the memories a prompt in `channel` shows, read in one trip to a worker thread."""
+        memos = self._read_memos(channel.id)
+        return memos, self._read_memories(channel, thread_ts, speakers) if self._absorbed else MemorySections()
 
     def _read_memos(self, channel_id: str) -> tuple[tuple[Memo, ...], tuple[Memo, ...], tuple[Memo, ...]]:
         """The pinned memos, then the important and the recent ones other than those."""
