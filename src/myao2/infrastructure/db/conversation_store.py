@@ -49,6 +49,7 @@ from myao2.domain.conversation import (
 )
 from myao2.domain.ports import Clock
 from myao2.infrastructure.clock import SystemClock
+from myao2.infrastructure.db.engine import take_write_lock
 from myao2.infrastructure.db.memory_store import bullet_to_json, row_to_memory
 from myao2.infrastructure.db.profile_store import fact_to_json, row_to_profile
 from myao2.infrastructure.db.tables import (
@@ -101,8 +102,11 @@ class SqlConversationStore:
         since = ts_to_datetime(history.complete_after) - timedelta(seconds=1)
         table = _table(MessageRow)
         with self._engine.begin() as connection:
+            take_write_lock(connection)  # an edit arriving meanwhile is not overwritten by the older fetched text
             rows = connection.execute(
-                core_select(table).where(MessageRow.channel_id == channel_id, col(MessageRow.posted_at) > since)
+                core_select(table)
+                .where(MessageRow.channel_id == channel_id, col(MessageRow.posted_at) > since)
+                .with_for_update()
             ).all()
             stored = {row.ts: row for row in rows}
             new = []

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.exc import OperationalError, ProgrammingError
 from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session
 from sqlalchemy.pool import StaticPool
 
 MIGRATIONS = Path(__file__).with_name("migrations")
@@ -60,6 +61,23 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyp
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA secure_delete=ON")  # deleted text (retention, forgetting) is overwritten in the file
     cursor.close()
+
+
+_WRITE_LOCK = text("UPDATE alembic_version SET version_num = version_num WHERE 0 = 1")
+
+
+def take_write_lock(executor: Connection | Session) -> None:
+    """Begin a transaction that reads rows and then writes them as a writer, so nothing it read changes before it
+    writes (another writer's change would be lost, or undone: a fact dropped brought back, a narrowed one widened).
+
+    On SQLite pysqlite begins a transaction only at its first write, so what is read before it may be changed
+    by another writer's commit: this statement changes nothing, but takes SQLite's write lock now (other writers
+    wait for this transaction, readers do not). On PostgreSQL it does nothing: read the rows `FOR UPDATE`
+    (which SQLite ignores), so a writer of any of them waits, and a row read after waiting is read as committed.
+    """
+    connection = executor if isinstance(executor, Connection) else executor.connection()
+    if connection.dialect.name == "sqlite":
+        connection.execute(_WRITE_LOCK)
 
 
 MIGRATION_LOCK = 0x6D79616F32

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from sqlalchemy import Engine, delete, or_
 from sqlmodel import Session, col, select
 
+from myao2.infrastructure.db.engine import take_write_lock
 from myao2.infrastructure.db.memory_store import bullet_to_json, row_to_memory
 from myao2.infrastructure.db.tables import (
     DigestRow,
@@ -38,17 +39,18 @@ def forget_person(engine: Engine, user_id: str) -> Forgotten:
     from what they said or made of their profile (with its revisions and pin), every memory note whose sources
     include one of their messages and every digest of a day they spoke in (a note each)."""
     with Session(engine) as session, session.begin():
+        take_write_lock(session)
         their_ts = set(session.exec(select(MessageRow.ts).where(MessageRow.user_id == user_id)).all())
         # and those whose text retention already deleted, so the notes made from them go too
         their_ts |= set(session.exec(select(ExpiredMessageRow.ts).where(ExpiredMessageRow.user_id == user_id)).all())
-        profile = session.get(ProfileRow, user_id)
+        profile = session.get(ProfileRow, user_id, with_for_update=True)
         facts = profile.facts if profile is not None else []
         promoted = {f["memo_id"] for f in facts if f.get("memo_id") is not None}
         memo_ids = list(
             session.exec(select(MemoRow.id).where(or_(MemoRow.user_id == user_id, col(MemoRow.id).in_(promoted)))).all()
         )
         notes = 0
-        for row in session.exec(select(MemoryRow)).all():
+        for row in session.exec(select(MemoryRow).with_for_update()).all():
             memory = row_to_memory(row)
             kept = memory.without_sources(their_ts)
             if len(kept.bullets) != len(memory.bullets):

@@ -7,7 +7,7 @@ from dataclasses import replace
 from datetime import date
 from typing import Any
 
-from sqlalchemy import Engine, Text, bindparam, cast, text
+from sqlalchemy import Engine, Text, bindparam, cast
 from sqlalchemy import select as core_select
 from sqlmodel import Session, col, select
 
@@ -15,6 +15,7 @@ from myao2.domain.conversation import ChannelKind
 from myao2.domain.memory import Bullet, Digest, Memory, Scope, Stage, Term
 from myao2.domain.ports import Clock
 from myao2.domain.visibility import Audience
+from myao2.infrastructure.db.engine import take_write_lock
 from myao2.infrastructure.db.tables import ChannelRow, DigestRow, ExpiredMessageRow, MemoryRow, MessageRow
 
 
@@ -39,7 +40,7 @@ class SqlMemoryStore:
         with Session(self._engine) as session, session.begin():
             # Read and write in one transaction that holds the rows: a note dropped meanwhile (a message deleted
             # in Slack) is seen dropped here, never written back from a read made before the drop.
-            session.execute(_TAKE_WRITE_LOCK)
+            take_write_lock(session)
             for memory in memories:
                 row = session.exec(
                     select(MemoryRow)
@@ -124,19 +125,24 @@ class SqlMemoryStore:
         something was narrowed."""
         keys = [Scope(channel_id).key, f"thread:{channel_id}:%"]
         with Session(self._engine) as session, session.begin():
+            take_write_lock(session)
             rows = session.exec(
-                select(MemoryRow).where(
+                select(MemoryRow)
+                .where(
                     (MemoryRow.scope == keys[0]) | col(MemoryRow.scope).like(keys[1]), col(MemoryRow.audience).is_(None)
                 )
+                .with_for_update()
             ).all()
             digests = session.exec(
-                select(DigestRow).where(DigestRow.channel_id == channel_id, col(DigestRow.audience).is_(None))
+                select(DigestRow)
+                .where(DigestRow.channel_id == channel_id, col(DigestRow.audience).is_(None))
+                .with_for_update()
             ).all()
             for row in [*rows, *digests]:
                 row.audience = channel_id
                 session.add(row)
             heard = _drop_heard_in(session, channel_id) if rows or digests else False
-            for workspace in session.exec(select(MemoryRow).where(MemoryRow.scope == Scope().key)).all():
+            for workspace in session.exec(select(MemoryRow).where(MemoryRow.scope == Scope().key).with_for_update()).all():
                 cited = {ts for b in workspace.bullets for ts in b["ts"]}
                 if rows or digests or heard or said_in(session, channel_id, cited):
                     session.delete(workspace)
@@ -148,7 +154,8 @@ def _drop_heard_in(session: Session, channel_id: str) -> bool:
     (read in the same model call): the model may have put its words there. True when any was dropped."""
     dropped = False
     audiences = {channel_id: Audience(channel_id)}
-    for row in session.exec(select(MemoryRow).where(cast(col(MemoryRow.bullets), Text).contains(f'"{channel_id}"'))).all():
+    held = cast(col(MemoryRow.bullets), Text).contains(f'"{channel_id}"')
+    for row in session.exec(select(MemoryRow).where(held).with_for_update()).all():
         memory = row_to_memory(row)
         if memory.scope.channel_id == channel_id:
             continue
@@ -219,9 +226,6 @@ def bullet_to_json(bullet: Bullet) -> dict[str, Any]:
 
 
 _MEMORIES = MemoryRow.__table__  # type: ignore[attr-defined]
-_TAKE_WRITE_LOCK = text("UPDATE memories SET term = term WHERE 0 = 1")
-"""Changes nothing, but makes SQLite take its write lock before the transaction's first read (pysqlite would begin
-only at the first write); on PostgreSQL the rows read `FOR UPDATE` are held instead."""
 _ONE_MEMORY = core_select(_MEMORIES).where(
     _MEMORIES.c.scope == bindparam("scope"), _MEMORIES.c.term == bindparam("term")
 )

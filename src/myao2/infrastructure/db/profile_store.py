@@ -12,6 +12,7 @@ from sqlmodel import Session, col, select
 from myao2.domain.ports import Clock
 from myao2.domain.profile import Fact, Profile
 from myao2.domain.visibility import Audience
+from myao2.infrastructure.db.engine import take_write_lock
 from myao2.infrastructure.db.memory_store import said_in
 from myao2.infrastructure.db.tables import ExpiredMessageRow, MessageRow, ProfileRow
 
@@ -34,8 +35,9 @@ class SqlProfileStore:
     def save(self, profiles: Sequence[Profile], *, heard: bool = False) -> None:
         now = self._clock.now()
         with Session(self._engine) as session, session.begin():
+            take_write_lock(session)
             for profile in profiles:
-                row = session.get(ProfileRow, profile.user_id)
+                row = session.get(ProfileRow, profile.user_id, with_for_update=True)
                 if heard and not _has_spoken(session, profile.user_id):
                     continue  # forgotten since their messages were read: nothing of them comes back
                 if row is None:
@@ -52,7 +54,8 @@ class SqlProfileStore:
     def narrow(self, channel_id: str) -> None:
         """The workspace facts learnt in the channel, or citing one of its messages, become its own."""
         with Session(self._engine) as session, session.begin():
-            rows = session.exec(select(ProfileRow)).all()
+            take_write_lock(session)
+            rows = session.exec(select(ProfileRow).with_for_update()).all()
             profiles = [row_to_profile(row) for row in rows]
             cited = {ts for p in profiles for f in p.facts if f.audience.is_workspace for ts in f.source_ts}
             said_there = said_in(session, channel_id, cited)

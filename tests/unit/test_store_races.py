@@ -1,0 +1,174 @@
+"""Stores that read rows and then write them, racing another connection that changes those rows in between
+(an SQLite file and PostgreSQL): what the other wrote is neither lost nor undone."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import date, datetime, timedelta, timezone
+
+import pytest
+from sqlalchemy import Engine, event
+
+from myao2.domain.conversation import Channel, ChannelKind, History, Message
+from myao2.domain.memory import Bullet, Memory, Scope, Term
+from myao2.domain.profile import Fact, Profile
+from myao2.domain.visibility import WORKSPACE, Audience
+from myao2.infrastructure.db.conversation_store import SqlConversationStore
+from myao2.infrastructure.db.engine import open_database
+from myao2.infrastructure.db.forget import forget_person
+from myao2.infrastructure.db.memory_store import SqlMemoryStore
+from myao2.infrastructure.db.profile_store import SqlProfileStore
+from tests.clocks import ManualClock
+
+T0 = datetime(2026, 3, 1, 12, tzinfo=timezone.utc)
+DAY = date(2026, 3, 1)
+HELD_FOR = 1.0
+"""How long the racing change is given to commit while the store is between its read and its write."""
+
+
+@pytest.fixture
+def other(database_url: str) -> Iterator[Engine]:
+    """A second engine on the same database: the other process."""
+    engine = open_database(database_url)
+    yield engine
+    engine.dispose()
+
+
+@contextmanager
+def meanwhile(engine: Engine, table: str, change: Callable[[], None], nth: int = 1) -> Iterator[None]:
+    """Run the block with `change` made (in another thread, on its own connections) right after the block's `nth`
+    read of `table`: the change commits before the block writes, unless the block holds what it read; then it
+    waits for the block to end."""
+    owner = threading.get_ident()
+    reads = 0
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            change()
+        except BaseException as error:  # noqa: BLE001 - raised in the test's thread below
+            failures.append(error)
+
+    racer = threading.Thread(target=run)
+
+    def read(conn, cursor, statement, parameters, context, executemany) -> None:  # type: ignore[no-untyped-def]
+        nonlocal reads
+        if racer.ident is None and threading.get_ident() == owner and statement.lstrip().upper().startswith("SELECT"):
+            reads += f"FROM {table}" in statement
+            if reads == nth:
+                racer.start()
+                racer.join(HELD_FOR)
+
+    event.listen(engine, "after_cursor_execute", read)
+    try:
+        yield
+    finally:
+        event.remove(engine, "after_cursor_execute", read)
+    assert racer.ident is not None, f"the block never read {table}"
+    racer.join(30)
+    if failures:
+        raise failures[0]
+
+
+def message(ts: str, user: str, text: str, channel: str = "C1") -> Message:
+    return Message(channel_id=channel, ts=ts, user_id=user, text=text, user_name=user)
+
+
+def fact(fact_id: int, text: str, ts: str, audience: Audience = WORKSPACE, conversation: str = "C1") -> Fact:
+    return Fact(fact_id, text, 0.8, 0, conversation, audience, DAY, (ts,))
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(T0)
+
+
+@pytest.fixture
+def conversations(engine: Engine, clock: ManualClock) -> SqlConversationStore:
+    store = SqlConversationStore(engine, clock)
+    store.save_channel(Channel("C1", "general", ChannelKind.PUBLIC))
+    for ts, user, text in (("1.000001", "ualice", "I like tea"), ("1.000002", "ualice", "I ski"), ("1.000003", "ubob", "hi")):
+        store.save_message(message(ts, user, text))
+    return store
+
+
+def test_a_fact_dropped_for_a_message_deleted_while_its_profile_is_saved_is_not_written_back(
+    engine: Engine, other: Engine, clock: ManualClock, conversations: SqlConversationStore
+) -> None:
+    profiles = SqlProfileStore(engine, clock)
+    profiles.save([Profile("ualice", (fact(1, "likes tea", "1.000001"),))])
+    learnt = Profile("ualice", (fact(1, "likes tea", "1.000001"), fact(2, "skis", "1.000002")))
+    deleting = SqlConversationStore(other, clock)
+    with meanwhile(engine, "profiles", lambda: deleting.delete_message("C1", "1.000001")):
+        profiles.save([learnt], heard=True)
+    assert [f.text for f in profiles.get("ualice").facts] == ["skis"]
+
+
+def test_a_profile_saved_while_its_channel_turns_private_keeps_the_fact_the_channels_own(
+    engine: Engine, other: Engine, clock: ManualClock, conversations: SqlConversationStore
+) -> None:
+    profiles = SqlProfileStore(engine, clock)
+    profiles.save([Profile("ualice", (fact(1, "likes tea", "1.000001"),))])
+    learnt = Profile("ualice", (fact(1, "likes tea", "1.000001"), fact(2, "skis", "1.000002")))
+    with meanwhile(engine, "profiles", lambda: SqlProfileStore(other, clock).narrow("C1")):
+        profiles.save([learnt])
+    assert {f.text: f.audience for f in profiles.get("ualice").facts} == {"likes tea": Audience("C1"), "skis": Audience("C1")}
+
+
+def test_a_fact_saved_while_a_narrowing_reads_the_profiles_is_kept(
+    engine: Engine, other: Engine, clock: ManualClock, conversations: SqlConversationStore
+) -> None:
+    profiles = SqlProfileStore(engine, clock)
+    profiles.save([Profile("ualice", (fact(1, "likes tea", "1.000001"),))])
+    learnt = Profile("ualice", (fact(1, "likes tea", "1.000001"), fact(2, "plays go", "9.000001", conversation="C9")))
+    with meanwhile(engine, "profiles", lambda: SqlProfileStore(other, clock).save([learnt])):
+        profiles.narrow("C1")
+    assert {f.text: f.audience for f in profiles.get("ualice").facts} == {"likes tea": Audience("C1"), "plays go": WORKSPACE}
+
+
+def test_a_note_saved_while_a_person_is_forgotten_is_kept_and_theirs_are_not(
+    engine: Engine, other: Engine, clock: ManualClock, conversations: SqlConversationStore
+) -> None:
+    memories = SqlMemoryStore(engine, clock)
+    workspace = Memory(Scope(), Term.SHORT, WORKSPACE, (Bullet(1, "alice likes tea", DAY, ("1.000001",)),))
+    memories.save([workspace])
+    learnt = Memory(
+        Scope(), Term.SHORT, WORKSPACE, (*workspace.bullets, Bullet(2, "bob says hi", DAY, ("1.000003",)))
+    )
+    with meanwhile(engine, "memories", lambda: SqlMemoryStore(other, clock).save([learnt], heard=True)):
+        forget_person(engine, "ualice")
+    assert [b.text for b in memories.get(Scope(), Term.SHORT).bullets] == ["bob says hi"]
+
+
+def test_a_note_saved_while_a_narrowing_drops_what_was_heard_there_is_kept(
+    engine: Engine, other: Engine, clock: ManualClock, conversations: SqlConversationStore
+) -> None:
+    memories = SqlMemoryStore(engine, clock)
+    heard = Bullet(1, "alice likes tea (heard in general)", DAY, ("1.000001",), heard_in=("C1",))
+    plain = Bullet(2, "bob says hi", DAY, ("1.000003",))
+    memories.save([Memory(Scope("C1"), Term.SHORT, WORKSPACE, (plain,)), Memory(Scope("C2"), Term.SHORT, WORKSPACE, (heard, plain))])
+    learnt = Memory(Scope("C2"), Term.SHORT, WORKSPACE, (heard, plain, Bullet(3, "alice skis", DAY, ("1.000002",))))
+    conversations.set_channel_kind("C1", ChannelKind.PRIVATE)
+    # the narrowing's second read of the memories: those holding what was heard in the channel
+    with meanwhile(engine, "memories", lambda: SqlMemoryStore(other, clock).save([learnt]), nth=2):
+        memories.narrow("C1")
+    assert [b.text for b in memories.get(Scope("C2"), Term.SHORT).bullets] == ["bob says hi", "alice skis"]
+
+
+def test_an_edit_arriving_while_a_history_fetch_is_reconciled_is_kept(
+    engine: Engine, other: Engine, clock: ManualClock, conversations: SqlConversationStore
+) -> None:
+    fetched_at = clock.now()
+    clock.advance(1)  # the edit event is newer than the fetch
+    fetched = History(
+        "C1",
+        [message("1.000001", "ualice", "I like green tea"), message("1.000002", "ualice", "I ski"), message("1.000003", "ubob", "hi")],
+        "1.000000",
+        frozenset(),
+    )
+    editing = SqlConversationStore(other, clock)
+    with meanwhile(engine, "messages", lambda: editing.edit_message("C1", "1.000001", "I like black tea")):
+        conversations.reconcile(fetched, fetched_at)
+    assert conversations.get_message("C1", "1.000001").text == "I like black tea"
