@@ -11,10 +11,11 @@ from myao2.application.channels import ChannelLifecycle
 from myao2.application.profiles import ProfileKeeper
 from myao2.domain.conversation import ChannelKind
 from myao2.domain.profile import NewFact
-from myao2.domain.visibility import Audience
+from myao2.domain.visibility import WORKSPACE, Audience
 from myao2.infrastructure.db.memo_store import SqlMemoStore
 from myao2.infrastructure.db.memory_store import SqlMemoryStore
 from tests.unit.test_profiles import (  # noqa: F401 (fixtures)
+    DAY,
     GENERAL,
     PERSONA,
     RANDOM,
@@ -172,6 +173,21 @@ async def test_a_channel_turning_private_while_the_model_learns_keeps_what_it_le
     assert conversations.get_channel(GENERAL.id).kind is ChannelKind.PRIVATE
     assert texts(profiles, "ualice", RANDOM.id) == []
     assert texts(profiles, "ualice", GENERAL.id) == ["likes canary-opera"]
+
+
+async def test_a_fact_saved_after_its_channel_turned_private_is_kept_for_that_channel_alone(
+    keeper, profiles, say, lifecycle
+):
+    said = say(GENERAL, "ualice", "I like canary-opera")
+    await keeper.run()
+    read = profiles.get("ualice")  # as a model call about the workspace read it, the channel still public
+    await lifecycle.became_private(GENERAL.id)
+
+    learnt = read.learn(WORKSPACE, [(NewFact("sings canary-arias", 0.8, (said.ts,)), GENERAL.id, DAY)], [], (GENERAL.id,))
+    profiles.save([learnt], heard=True)  # the call's save, nothing run after it yet
+
+    assert texts(profiles, "ualice", RANDOM.id) == []
+    assert texts(profiles, "ualice", GENERAL.id) == ["likes canary-opera", "sings canary-arias"]
 
 
 async def test_narrowing_leaves_other_channels_and_private_facts_alone(keeper, profiles, say, lifecycle):

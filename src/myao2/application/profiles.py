@@ -156,17 +156,7 @@ class ProfileKeeper:
             for profile, messages in read
         ]
         await asyncio.to_thread(self._profiles.save, saved, heard=True)
-        if audience.is_workspace:
-            await asyncio.to_thread(self._still_public, heard)
         return ProfileRound(report.calls + 1, report.failures, report.people + tuple(p.user_id for p in saved))
-
-    def _still_public(self, channel_ids: set[str]) -> None:
-        """After saving for the workspace what was learnt in these channels: any that stopped being public
-        meanwhile (the save raced its narrowing) is narrowed again."""
-        for channel_id in sorted(channel_ids):
-            channel = self._conversations.get_channel(channel_id)
-            if channel is not None and channel.is_private:
-                self._profiles.narrow(channel_id)
 
     def _apply(
         self,

@@ -159,7 +159,8 @@ class ProfileStore(Protocol):
 
     def save(self, profiles: Sequence[Profile], *, heard: bool = False) -> None:
         """Store these profiles in one transaction: all of them or none; a fact stored for a conversation
-        alone stays so (a save never widens what `narrow` did). With `heard` (what was learnt from their
+        alone stays so (a save never widens what `narrow` did), and a fact not stored yet is kept only as wide
+        as the conversations it was learnt or heard in are now. With `heard` (what was learnt from their
         messages), the profile of a person none of whose messages is stored any more (forgotten meanwhile)
         is left out."""
         ...

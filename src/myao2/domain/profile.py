@@ -15,7 +15,7 @@ from collections.abc import Collection, Container, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date
 
-from myao2.domain.visibility import Audience, can_read, narrowest
+from myao2.domain.visibility import WORKSPACE, Audience, can_read, narrowest
 
 CANDIDATE_CONFIDENCE = 0.9
 CANDIDATE_CONFIRMATIONS = 3
@@ -180,6 +180,24 @@ class Profile:
                 continue
             confirmed_by = tuple(t for t in fact.source_ts[len(learnt_from) :] if t not in ts)
             facts.append(replace(fact, source_ts=learnt_from + confirmed_by, confirmations=len(confirmed_by)))
+        facts = [replace(f, superseded_by=None) if f.superseded_by in dropped else f for f in facts]
+        return replace(self, facts=tuple(facts))
+
+    def heard_by_readers(self, audiences: Mapping[str, Audience], fact_ids: Container[int]) -> Profile:
+        """This profile with facts `fact_ids` kept only for the narrowest of their audience and those of the
+        conversations they were learnt or heard in (`audiences` by id; those not in it are the workspace's), as
+        `narrowed` keeps them: dropped where that is two conversations. A fact superseded only by one dropped is
+        active again."""
+        facts, dropped = [], set()
+        for fact in self.facts:
+            if fact.id in fact_ids:
+                heard = (audiences.get(c, WORKSPACE) for c in (fact.conversation_id, *fact.heard_in))
+                audience = narrowest((fact.audience, *heard))
+                if audience is None:
+                    dropped.add(fact.id)
+                    continue
+                fact = replace(fact, audience=audience)
+            facts.append(fact)
         facts = [replace(f, superseded_by=None) if f.superseded_by in dropped else f for f in facts]
         return replace(self, facts=tuple(facts))
 

@@ -55,7 +55,7 @@ class SqlMemoryStore:
                 row.audience = _narrower(row.audience, memory.audience)
                 # a bullet written with a channel in sight that stopped being public meanwhile stays out
                 kept = replace(memory, audience=Audience(row.audience), bullets=bullets)
-                kept = kept.heard_by_readers(_audiences(session, {c for b in bullets for c in b.heard_in}))
+                kept = kept.heard_by_readers(channel_audiences(session, {c for b in bullets for c in b.heard_in}))
                 row.label = memory.label
                 row.bullets = [bullet_to_json(b) for b in kept.bullets]
                 row.covered = memory.covered
@@ -167,7 +167,7 @@ def _drop_heard_in(session: Session, channel_id: str) -> bool:
     return dropped
 
 
-def _audiences(session: Session, channel_ids: Collection[str]) -> dict[str, Audience]:
+def channel_audiences(session: Session, channel_ids: Collection[str]) -> dict[str, Audience]:
     """The audiences of the stored channels among `channel_ids` that are not public (the rest are the workspace's)."""
     if not channel_ids:
         return {}

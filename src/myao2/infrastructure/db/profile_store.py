@@ -13,7 +13,7 @@ from myao2.domain.ports import Clock
 from myao2.domain.profile import Fact, Profile
 from myao2.domain.visibility import Audience
 from myao2.infrastructure.db.engine import take_write_lock
-from myao2.infrastructure.db.memory_store import said_in
+from myao2.infrastructure.db.memory_store import channel_audiences, said_in
 from myao2.infrastructure.db.tables import ExpiredMessageRow, MessageRow, ProfileRow
 
 
@@ -44,6 +44,11 @@ class SqlProfileStore:
                     row = ProfileRow(user_id=profile.user_id, facts=[], read_up_to={}, updated_at=now)
                 else:  # never wider than stored: a save of what was read before a narrowing cannot undo it
                     profile = profile.kept_as_narrow_as(row_to_profile(row))
+                # nor than the conversations a fact not stored was learnt or heard in are now (a channel that turned
+                # private while the model read it): what a narrowing dropped or would have narrowed stays so
+                unsure = {f.id for f in profile.facts} - {f["id"] for f in row.facts}
+                sources = {c for f in profile.facts if f.id in unsure for c in (f.conversation_id, *f.heard_in)}
+                profile = profile.heard_by_readers(channel_audiences(session, sources), unsure)
                 if heard:  # a message deleted while the model read it: nothing learnt from it comes back
                     profile = profile.without_sources(_gone(session, profile, row))
                 row.facts = [fact_to_json(f) for f in profile.facts]
