@@ -15,7 +15,7 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import ColumnElement, Engine, and_, exists, false, or_
+from sqlalchemy import ColumnElement, Engine, and_, bindparam, exists, false, or_
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import aliased
 from sqlalchemy.orm.exc import StaleDataError
@@ -188,10 +188,7 @@ class SqlMemoStore:
     # -- reads ---------------------------------------------------------------
 
     def pinned(self, channel_id: str | None) -> list[Memo]:
-        query = select(MemoRow).join(MemoPinRow, col(MemoPinRow.memo_id) == col(MemoRow.id))
-        with Session(self._engine) as session:
-            rows = session.exec(_seen(query, _readable(channel_id)).order_by(col(MemoPinRow.pinned_at))).all()
-        return [_to_memo(r) for r in rows]
+        return [_to_memo(r) for r in self._rows(_pinned_query(_audiences(channel_id)))]
 
     def get(self, name: str, channel_id: str | None, *, audience: Audience | None = None) -> Memo:
         with Session(self._engine) as session:
@@ -207,17 +204,7 @@ class SqlMemoStore:
         limit: int | None = None,
         removed: bool = False,
     ) -> MemoPage:
-        with Session(self._engine) as session:
-            query = _seen(select(MemoRow), _readable(channel_id), removed=removed)
-            if min_priority > 1:
-                query = query.where(MemoRow.priority >= min_priority)
-            rows = session.exec(
-                query.order_by(
-                    col(MemoRow.priority).desc(),
-                    col(MemoRow.updated_at).desc(),
-                    col(MemoRow.id).desc(),
-                )
-            ).all()
+        rows = self._rows(_list_query(_audiences(channel_id), removed), min_priority=min_priority)
         memos = [_to_memo(r) for r in rows]
         if tag is not None:
             memos = [m for m in memos if tag.strip() in m.tags]
@@ -238,14 +225,13 @@ class SqlMemoStore:
         return usages
 
     def recent(self, channel_id: str | None, limit: int, exclude: set[str]) -> list[Memo]:
-        with Session(self._engine) as session:
-            query = _seen(select(MemoRow), _readable(channel_id))
-            if exclude:
-                query = query.where(col(MemoRow.name).not_in(exclude))
-            rows = session.exec(
-                query.order_by(col(MemoRow.updated_at).desc(), col(MemoRow.id).desc()).limit(limit)
-            ).all()
+        rows = self._rows(_recent_query(_audiences(channel_id)), exclude=sorted(exclude), limit=limit)
         return [_to_memo(r) for r in rows]
+
+    def _rows(self, query: Any, **params: object) -> Sequence[Any]:
+        """The Core rows of a read: no ORM session, whose unit of work cost most of a prompt's memo reads."""
+        with self._engine.connect() as connection:
+            return connection.execute(query, params).all()
 
     def by_ids(self, ids: list[int]) -> dict[int, Memo]:
         """The memos with these ids, live or removed, by id; a person's own view (no scoping)."""
@@ -419,6 +405,33 @@ def _seen(query: Any, audiences: Audiences, *, removed: bool = False, shadow: bo
     the same name: in each conversation a name means one memo.
     """
     return query.where(_seen_clause(None if audiences is None else tuple(audiences), removed, shadow))
+
+
+def _audiences(channel_id: str | None) -> tuple[Audience, ...] | None:
+    """`_readable` as a key of the cached queries below."""
+    audiences = _readable(channel_id)
+    return None if audiences is None else tuple(audiences)
+
+
+@lru_cache(maxsize=1024)
+def _pinned_query(audiences: tuple[Audience, ...] | None) -> Any:
+    """The pinned memos a reader sees, oldest pin first (built once per reader, like `_seen_clause`)."""
+    query = select(MemoRow).join(MemoPinRow, col(MemoPinRow.memo_id) == col(MemoRow.id))
+    return _seen(query, audiences).order_by(col(MemoPinRow.pinned_at))
+
+
+@lru_cache(maxsize=1024)
+def _list_query(audiences: tuple[Audience, ...] | None, removed: bool) -> Any:
+    """The memos a reader sees of at least the `min_priority` parameter, by priority, then newest first."""
+    query = _seen(select(MemoRow), audiences, removed=removed).where(MemoRow.priority >= bindparam("min_priority"))
+    return query.order_by(col(MemoRow.priority).desc(), col(MemoRow.updated_at).desc(), col(MemoRow.id).desc())
+
+
+@lru_cache(maxsize=1024)
+def _recent_query(audiences: tuple[Audience, ...] | None) -> Any:
+    """The newest `limit` memos a reader sees, those named in `exclude` (a list) left out."""
+    query = _seen(select(MemoRow), audiences).where(col(MemoRow.name).not_in(bindparam("exclude", expanding=True)))
+    return query.order_by(col(MemoRow.updated_at).desc(), col(MemoRow.id).desc()).limit(bindparam("limit"))
 
 
 @lru_cache(maxsize=1024)
