@@ -63,12 +63,8 @@ class SqlMemoryStore:
                 session.add(row)
 
     def channels(self, term: Term) -> list[Memory]:
-        with Session(self._engine) as session:
-            rows = session.exec(
-                select(MemoryRow)
-                .where(col(MemoryRow.scope).startswith("channel:"), MemoryRow.term == term.value)
-                .order_by(col(MemoryRow.scope))
-            ).all()
+        with self._engine.connect() as connection:
+            rows = connection.execute(_CHANNEL_MEMORIES, {"term": term.value}).all()
         return [row_to_memory(r) for r in rows]
 
     def all(self) -> list[Memory]:
@@ -77,11 +73,11 @@ class SqlMemoryStore:
         return [row_to_memory(r) for r in rows]
 
     def digests(self, channel_id: str | None = None) -> list[Digest]:
-        query = select(DigestRow).order_by(col(DigestRow.channel_id), col(DigestRow.day))
-        if channel_id is not None:
-            query = query.where(DigestRow.channel_id == channel_id)
-        with Session(self._engine) as session:
-            rows = session.exec(query).all()
+        with self._engine.connect() as connection:
+            if channel_id is None:
+                rows = connection.execute(_ALL_DIGESTS).all()
+            else:
+                rows = connection.execute(_CHANNEL_DIGESTS, {"channel_id": channel_id}).all()
         return [row_to_digest(r) for r in rows]
 
     def digests_by_ids(self, ids: list[int]) -> dict[int, Digest]:
@@ -230,6 +226,16 @@ _ONE_MEMORY = core_select(_MEMORIES).where(
     _MEMORIES.c.scope == bindparam("scope"), _MEMORIES.c.term == bindparam("term")
 )
 """One memory by (scope, term): a prompt reads several, and building this query cost six times running it."""
+_CHANNEL_MEMORIES = (
+    core_select(_MEMORIES)
+    .where(_MEMORIES.c.scope.startswith("channel:"), _MEMORIES.c.term == bindparam("term"))
+    .order_by(_MEMORIES.c.scope)
+)
+"""Every channel's memory of one term (a prompt in a public channel shows the others' short-term memories)."""
+_DIGESTS = DigestRow.__table__  # type: ignore[attr-defined]
+_ALL_DIGESTS = core_select(_DIGESTS).order_by(_DIGESTS.c.channel_id, _DIGESTS.c.day)
+_CHANNEL_DIGESTS = _ALL_DIGESTS.where(_DIGESTS.c.channel_id == bindparam("channel_id"))
+"""The digests of one conversation, by day (every prompt shows its conversation's)."""
 
 
 def row_to_memory(row: Any) -> Memory:
@@ -255,8 +261,8 @@ def row_to_memory(row: Any) -> Memory:
     )
 
 
-def row_to_digest(row: DigestRow) -> Digest:
-    """A digest from its row."""
+def row_to_digest(row: Any) -> Digest:
+    """A digest from its `DigestRow` or a Core row of the digests table."""
     return Digest(
         channel_id=row.channel_id,
         day=date.fromisoformat(row.day),

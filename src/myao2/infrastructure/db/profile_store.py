@@ -6,7 +6,8 @@ from collections.abc import Iterable, Sequence
 from datetime import date
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, bindparam
+from sqlalchemy import select as core_select
 from sqlmodel import Session, col, select
 
 from myao2.domain.ports import Clock
@@ -15,6 +16,10 @@ from myao2.domain.visibility import Audience
 from myao2.infrastructure.db.engine import take_write_lock
 from myao2.infrastructure.db.memory_store import channel_audiences, said_in
 from myao2.infrastructure.db.tables import ExpiredMessageRow, MessageRow, ProfileRow
+
+_PROFILES = ProfileRow.__table__  # type: ignore[attr-defined]
+_PROFILES_OF = core_select(_PROFILES).where(_PROFILES.c.user_id.in_(bindparam("user_ids", expanding=True)))
+"""The profiles of some people, read without an ORM session (every prompt reads its speakers')."""
 
 
 class SqlProfileStore:
@@ -28,8 +33,8 @@ class SqlProfileStore:
         return self.many([user_id]).get(user_id)
 
     def many(self, user_ids: Iterable[str]) -> dict[str, Profile]:
-        with Session(self._engine) as session:
-            rows = session.exec(select(ProfileRow).where(col(ProfileRow.user_id).in_(list(user_ids)))).all()
+        with self._engine.connect() as connection:
+            rows = connection.execute(_PROFILES_OF, {"user_ids": list(user_ids)}).all()
         return {row.user_id: row_to_profile(row) for row in rows}
 
     def save(self, profiles: Sequence[Profile], *, heard: bool = False) -> None:
