@@ -156,20 +156,12 @@ class SqlConversationStore:
         return None if row is None else _to_message(row)
 
     def thread_messages(self, channel_id: str, thread_ts: str, limit: int) -> list[Message]:
-        return self._newest(
-            limit,
-            MessageRow.channel_id == channel_id,
-            or_(MessageRow.ts == thread_ts, MessageRow.thread_ts == thread_ts),
-        )
+        return self._newest(_THREAD_NEWEST, channel=channel_id, thread=thread_ts, limit=limit)
 
     def channel_messages(self, channel_id: str, limit: int, since: datetime | None = None) -> list[Message]:
-        conditions = [
-            MessageRow.channel_id == channel_id,
-            or_(col(MessageRow.thread_ts).is_(None), MessageRow.thread_ts == MessageRow.ts),
-        ]
-        if since is not None:
-            conditions.append(col(MessageRow.posted_at) > since)
-        return self._newest(limit, *conditions)
+        if since is None:
+            return self._newest(_CHANNEL_NEWEST, channel=channel_id, limit=limit)
+        return self._newest(_CHANNEL_NEWEST_SINCE, channel=channel_id, since=since, limit=limit)
 
     def messages_since(self, channel_id: str, since: datetime) -> list[Message]:
         with Session(self._engine) as session:
@@ -547,12 +539,10 @@ class SqlConversationStore:
         with self._engine.begin() as connection:
             connection.execute(update(_table(model)).where(*where).values(**values))
 
-    def _newest(self, limit: int, *conditions: Any) -> list[Message]:
-        """The newest `limit` messages matching `conditions`, oldest first."""
+    def _newest(self, query: Executable, **params: object) -> list[Message]:
+        """The messages of one of the `_newest` statements below, oldest first."""
         with self._engine.connect() as connection:
-            rows = connection.execute(
-                core_select(_table(MessageRow)).where(*conditions).order_by(*_newest_first()).limit(limit)
-            ).all()
+            rows = connection.execute(query, params).all()
         return [_to_message(r) for r in reversed(rows)]
 
 
@@ -563,7 +553,6 @@ _ALL_CHANNELS = core_select(_CHANNELS.c.id, _CHANNELS.c.name, _CHANNELS.c.kind)
 _THIS_CLAIM = (_CLAIMS.c.channel_id == bindparam("claim_channel"), _CLAIMS.c.ts == bindparam("claim_ts"))
 _START_ANSWER = update(_CLAIMS).where(*_THIS_CLAIM, _CLAIMS.c.settled_at.is_(None)).values(answer_ts=bindparam("answer"))
 _SETTLE = update(_CLAIMS).where(*_THIS_CLAIM).values(answer_ts=bindparam("answer"), settled_at=bindparam("at"))
-
 
 
 def _around(in_thread: bool) -> tuple[Executable, Executable]:
@@ -677,6 +666,19 @@ def _claim_key(channel_id: str, ts: str) -> list[Any]:
 def _newest_first() -> tuple[Any, ...]:
     """Posting order, newest first: `posted_at` is the ts as sortable text, `ts` breaks ties."""
     return col(MessageRow.posted_at).desc(), col(MessageRow.ts).desc()
+
+
+def _newest(*conditions: Any) -> Executable:
+    """The newest `limit` messages matching `conditions`, newest first (see `SqlConversationStore._newest`)."""
+    return core_select(_table(MessageRow)).where(*conditions).order_by(*_newest_first()).limit(bindparam("limit"))
+
+
+# The reads of the recent conversation every prompt makes, built once like the statements above.
+_IN_CHANNEL = MessageRow.channel_id == bindparam("channel")
+_TOP_LEVEL = or_(col(MessageRow.thread_ts).is_(None), MessageRow.thread_ts == MessageRow.ts)
+_THREAD_NEWEST = _newest(_IN_CHANNEL, or_(MessageRow.ts == bindparam("thread"), MessageRow.thread_ts == bindparam("thread")))
+_CHANNEL_NEWEST = _newest(_IN_CHANNEL, _TOP_LEVEL)
+_CHANNEL_NEWEST_SINCE = _newest(_IN_CHANNEL, _TOP_LEVEL, col(MessageRow.posted_at) > bindparam("since"))
 
 
 _MESSAGE_COLUMNS = ("channel_id", "ts", "posted_at", "thread_ts", "user_id", "user_name", "text", "is_bot", "mentions")
