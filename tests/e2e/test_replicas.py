@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -157,3 +158,36 @@ def test_an_answer_a_killed_replica_left_half_streamed_is_ended_by_the_other_not
     assert rows(database, f"SELECT answer_ts, holder FROM claims WHERE ts = '{ts}' AND settled_at IS NOT NULL") == [
         (stream["ts"], survivor)
     ]
+
+
+def test_a_replica_stalled_beyond_its_lease_gives_the_answer_up_quietly_to_the_one_that_took_it_over(
+    replicas: list[BotProcess], slack: FakeSlack, llm: FakeOpenAI, database: str
+) -> None:
+    llm.script(Text("The stalled replica's answer, which must not appear.", delay=2))
+    llm.set_responder(lambda request: Text("The answer."))
+    for bot in replicas:
+        bot.settings["response.answer_retry_seconds"] = [1, 1, 1]
+        bot.start(wait_connected=False)
+    slack.wait_for(lambda: slack.open_connections == 2, timeout=30, what="both replicas connected")
+    names = {replica_name(bot): bot for bot in replicas}
+    ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> tell me something")
+    wait_until(lambda: llm.requests, what="the model asked for the answer")
+    [(holder,)] = rows(database, f"SELECT holder FROM claims WHERE ts = '{ts}'")
+    stalled = names.pop(str(holder))
+    assert stalled.process is not None
+    stalled.process.send_signal(signal.SIGSTOP)  # frozen while the model writes, for longer than its lease
+    try:
+        slack.wait_for(lambda: answers_to(slack, ts), timeout=30, what="the other replica taking the answer over")
+    finally:
+        stalled.process.send_signal(signal.SIGCONT)
+
+    wait_until(
+        lambda: "taken over by another replica" in stalled.log() or len(answers_to(slack, ts)) > 1,
+        what="the stalled replica going on",
+    )
+    time.sleep(LEASE_SECONDS)  # room for a second answer to show up
+    [answer] = answers_to(slack, ts)
+    assert "taken over by another replica" in stalled.log()
+    assert "must not appear" not in str(answer) and "must not appear" not in str(slack.messages(GENERAL))
+    [survivor] = names
+    assert rows(database, f"SELECT holder FROM claims WHERE ts = '{ts}' AND settled_at IS NOT NULL") == [(survivor,)]

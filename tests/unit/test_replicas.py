@@ -125,7 +125,7 @@ def test_release_hands_over_the_leases_and_the_unsettled_claims(engine: Engine, 
     leases.take("memory", "A", at(0), at(15))
     store.claim("C1", first.ts, at(5), holder="A")
     store.claim("C1", second.ts, at(5), holder="A")
-    store.settle("C1", second.ts, "9.0")
+    store.settle("C1", second.ts, "9.0", holder="A")
     leases.release("A")
     assert leases.alive(at(1)) == set()
     assert leases.take("memory", "B", at(1), at(16))
@@ -158,6 +158,24 @@ def test_a_claim_passes_to_another_replica_only_once_its_holder_is_gone(engine: 
     leases.take("B", "B", at(28), at(43))
     assert due_for("A", 31) == []
     assert due_for("B", 31) == [message.ts]
+
+
+def test_a_replica_whose_claim_was_taken_over_records_nothing_of_its_answer(engine: Engine, leases: SqlLeaseStore) -> None:
+    store = SqlConversationStore(engine, ManualClock(T0))
+    store.save_message(message := mention(0))
+    assert store.claim("C1", message.ts, at(5), holder="A")
+    assert store.holds("C1", message.ts, "A") and not store.holds("C1", message.ts, "B")
+    leases.take("B", "B", at(14), at(29))  # A stalled: its lease expired, B took the answer over
+    assert store.next_attempt("C1", message.ts, 1, at(31), holder="B")
+
+    assert not store.holds("C1", message.ts, "A")
+    assert not store.start_answer("C1", message.ts, "7.0", holder="A")
+    assert not store.settle("C1", message.ts, "7.0", holder="A")
+    assert store.unfinished_answer("C1", message.ts) is None
+    assert store.start_answer("C1", message.ts, "8.0", holder="B")
+    assert store.settle("C1", message.ts, "8.0", holder="B")
+    assert not store.holds("C1", message.ts, "B")  # settled
+    assert store.claimed("C1", [message.ts]) == {message.ts}
 
 
 # -- the replica -------------------------------------------------------------------------------------------------

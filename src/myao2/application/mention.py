@@ -16,7 +16,7 @@ from myao2.application.agents import ReplyWriter
 from myao2.application.context import ContextBuilder
 from myao2.application.conversations import Conversations
 from myao2.application.locks import KeyedLocks
-from myao2.application.reply_stream import ReplyDone, ReplyStream
+from myao2.application.reply_stream import ReplyDone, ReplyStream, ReplyWithdrawn
 from myao2.domain.answers import RetryPolicy
 from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Message
 from myao2.domain.memo import Origin
@@ -183,6 +183,8 @@ class AnswerMention:
         except asyncio.CancelledError:
             await asyncio.shield(asyncio.to_thread(self._store.release, *key, self._clock.now()))
             raise
+        except ReplyWithdrawn:
+            self._given_up(message)
         except Exception as exc:  # noqa: BLE001 - the claim stays open: it is taken up again when due
             logger.warning(
                 "answer to %s/%s failed (attempt %d), to be taken up again: %r",
@@ -228,18 +230,24 @@ class AnswerMention:
         """
 
         async def started(answer_ts: str) -> None:
-            await asyncio.to_thread(self._store.start_answer, message.channel_id, message.ts, answer_ts)
+            if not await asyncio.to_thread(
+                self._store.start_answer, message.channel_id, message.ts, answer_ts, holder=self._replica
+            ):
+                raise ReplyWithdrawn
 
-        reply = await self._conversations.publish(
+        reply = self._reply(channel, message, attempt, reaction)
+        if self._replica is not None:
+            reply = self._while_held(message, reply)
+        published = await self._conversations.publish(
             channel,
             reply_thread,
             message.user_id,
-            self._reply(channel, message, attempt, reaction),
+            reply,
             self._settings.apology,
             answering=message.ts,
             started=started,
         )
-        return reply.ts
+        return published.ts
 
     async def _reply(
         self, channel: Channel, message: Message, attempt: int, reaction: asyncio.Future[None]
@@ -273,6 +281,24 @@ class AnswerMention:
                 await asyncio.wait({reaction}, timeout=REACTION_HEAD_START_SECONDS)
             yield event
 
+    async def _while_held(self, message: Message, reply: ReplyStream) -> ReplyStream:
+        """`reply`, withdrawn before anything of it shows if another replica took the answer over meanwhile
+        (this one stalled for longer than its lease: that one answers)."""
+        checked = False
+        async for event in reply:
+            if not checked:
+                if not await asyncio.to_thread(self._store.holds, message.channel_id, message.ts, self._replica):
+                    raise ReplyWithdrawn
+                checked = True
+            yield event
+
     async def _settle(self, message: Message, answer_ts: str) -> None:
         """Record that `message` is answered by `answer_ts`: it is never taken up again."""
-        await asyncio.to_thread(self._store.settle, message.channel_id, message.ts, answer_ts)
+        if not await asyncio.to_thread(
+            self._store.settle, message.channel_id, message.ts, answer_ts, holder=self._replica
+        ):
+            self._given_up(message)
+
+    def _given_up(self, message: Message) -> None:
+        """Another replica took the answer over while this one stalled: it is that one's to give."""
+        logger.info("answer to %s/%s taken over by another replica; given up here", message.channel_id, message.ts)

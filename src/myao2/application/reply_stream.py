@@ -57,6 +57,11 @@ Started = Callable[[str], Awaitable[None]]
 """Told the ts of a reply as soon as it shows in the conversation."""
 
 
+class ReplyWithdrawn(Exception):
+    """Raised by a reply stream, or by `Started`, to withdraw the reply (another replica answers instead): the
+    publisher shows nothing more of it, not even the apology, and lets the exception through."""
+
+
 class ReplyPublisher(Protocol):
     """Shows a reply in the chat while it is written (or whole, where streaming is not possible)."""
 
@@ -75,8 +80,8 @@ class ReplyPublisher(Protocol):
 
         `answering` (a message ts) marks the message as its answer, once it is complete.
         `started` is awaited with the message's ts as soon as it shows. When the stream
-        fails (ModelUnavailable or any other error), the message ends with what was
-        written and `apology`, or is `apology` alone.
+        fails (ModelUnavailable or any other error but `ReplyWithdrawn`), the message
+        ends with what was written and `apology`, or is `apology` alone.
         """
         ...
 

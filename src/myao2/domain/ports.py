@@ -317,16 +317,26 @@ class ConversationStore(Protocol):
         """An attempt abandoned unfinished (at shutdown): not counted, and due again at `now` for any replica."""
         ...
 
-    def start_answer(self, channel_id: str, ts: str, answer_ts: str) -> None:
-        """The answer shows as `answer_ts` but is still being written (streamed); not settled yet."""
+    def holds(self, channel_id: str, ts: str, holder: str | None) -> bool:
+        """Whether the answer is unsettled and still `holder`'s (not taken over by another replica meanwhile)."""
+        ...
+
+    def start_answer(self, channel_id: str, ts: str, answer_ts: str, *, holder: str | None = None) -> bool:
+        """The answer shows as `answer_ts` but is still being written (streamed); not settled yet.
+
+        False, and nothing recorded, when the answer is settled or no longer `holder`'s.
+        """
         ...
 
     def unfinished_answer(self, channel_id: str, ts: str) -> str | None:
         """The ts of an answer that started showing but was never settled (the bot stopped meanwhile)."""
         ...
 
-    def settle(self, channel_id: str, ts: str, answer_ts: str) -> None:
-        """The answer is in Slack as `answer_ts`: the message is never taken up again."""
+    def settle(self, channel_id: str, ts: str, answer_ts: str, *, holder: str | None = None) -> bool:
+        """The answer is in Slack as `answer_ts`: the message is never taken up again.
+
+        False, and nothing recorded, when the answer is no longer `holder`'s (another replica took it over).
+        """
         ...
 
     def due_answers(self, now: datetime, since: datetime, *, holder: str | None = None) -> list[PendingAnswer]:

@@ -437,9 +437,14 @@ class SqlConversationStore:
                 .values(attempts=claims.c.attempts - 1, next_attempt_at=now, holder=None)
             )
 
-    def start_answer(self, channel_id: str, ts: str, answer_ts: str) -> None:
+    def holds(self, channel_id: str, ts: str, holder: str | None) -> bool:
+        with self._engine.connect() as connection:
+            return connection.execute(_HELD, {"claim_channel": channel_id, "claim_ts": ts, "claim_holder": holder}).first() is not None
+
+    def start_answer(self, channel_id: str, ts: str, answer_ts: str, *, holder: str | None = None) -> bool:
+        values = {"claim_channel": channel_id, "claim_ts": ts, "answer": answer_ts, "claim_holder": holder}
         with self._engine.begin() as connection:
-            connection.execute(_START_ANSWER, {"claim_channel": channel_id, "claim_ts": ts, "answer": answer_ts})
+            return connection.execute(_START_ANSWER, values).rowcount == 1
 
     def unfinished_answer(self, channel_id: str, ts: str) -> str | None:
         with Session(self._engine) as session:
@@ -449,11 +454,10 @@ class SqlConversationStore:
                 )
             ).first()
 
-    def settle(self, channel_id: str, ts: str, answer_ts: str) -> None:
+    def settle(self, channel_id: str, ts: str, answer_ts: str, *, holder: str | None = None) -> bool:
+        values = {"claim_channel": channel_id, "claim_ts": ts, "answer": answer_ts, "at": self._clock.now(), "claim_holder": holder}
         with self._engine.begin() as connection:
-            connection.execute(
-                _SETTLE, {"claim_channel": channel_id, "claim_ts": ts, "answer": answer_ts, "at": self._clock.now()}
-            )
+            return connection.execute(_SETTLE, values).rowcount == 1
 
     def due_answers(self, now: datetime, since: datetime, *, holder: str | None = None) -> list[PendingAnswer]:
         with Session(self._engine) as session:
@@ -551,8 +555,11 @@ _CHANNELS, _CLAIMS = ChannelRow.__table__, ClaimRow.__table__  # type: ignore[at
 _ONE_CHANNEL = core_select(_CHANNELS).where(_CHANNELS.c.id == bindparam("channel"))
 _ALL_CHANNELS = core_select(_CHANNELS.c.id, _CHANNELS.c.name, _CHANNELS.c.kind)
 _THIS_CLAIM = (_CLAIMS.c.channel_id == bindparam("claim_channel"), _CLAIMS.c.ts == bindparam("claim_ts"))
-_START_ANSWER = update(_CLAIMS).where(*_THIS_CLAIM, _CLAIMS.c.settled_at.is_(None)).values(answer_ts=bindparam("answer"))
-_SETTLE = update(_CLAIMS).where(*_THIS_CLAIM).values(answer_ts=bindparam("answer"), settled_at=bindparam("at"))
+_HELD_HERE = (*_THIS_CLAIM, _CLAIMS.c.holder.is_not_distinct_from(bindparam("claim_holder", type_=_CLAIMS.c.holder.type)))
+"""The claim, held by `holder` still: one taken over while its holder stalled is no longer changed by it."""
+_HELD = core_select(_CLAIMS.c.ts).where(*_HELD_HERE, _CLAIMS.c.settled_at.is_(None))
+_START_ANSWER = update(_CLAIMS).where(*_HELD_HERE, _CLAIMS.c.settled_at.is_(None)).values(answer_ts=bindparam("answer"))
+_SETTLE = update(_CLAIMS).where(*_HELD_HERE).values(answer_ts=bindparam("answer"), settled_at=bindparam("at"))
 
 
 def _around(in_thread: bool) -> tuple[Executable, Executable]:

@@ -13,6 +13,7 @@ from myao2.application.reply_stream import (
     PublishedReply,
     ReplyDone,
     ReplyStream,
+    ReplyWithdrawn,
     Started,
     TextDelta,
     ToolFinished,
@@ -123,6 +124,8 @@ class PlaygroundPublisher:
                     emit("tool", {"id": event.call_id, "tool": event.tool, "status": status})
                 elif isinstance(event, ReplyDone):
                     text = event.text
+        except ReplyWithdrawn:
+            raise
         except ModelUnavailable as exc:
             logger.warning("reply failed: %s", exc)
             emit("error", {"message": f"The model could not answer: {exc}"})

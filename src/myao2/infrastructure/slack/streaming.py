@@ -20,6 +20,7 @@ from myao2.application.agents import ModelUnavailable
 from myao2.application.reply_stream import (
     PublishedReply,
     ReplyDone,
+    ReplyWithdrawn,
     ReplyStream,
     Started,
     TextDelta,
@@ -152,6 +153,8 @@ class _Stream:
                 event = await anext(events)
             except StopAsyncIteration:
                 break
+            except ReplyWithdrawn:
+                raise
             except ModelUnavailable as exc:
                 logger.warning("reply in %s failed midway: %s", self._channel.id, exc)
                 failed = True
@@ -267,6 +270,8 @@ async def _whole(reply: ReplyStream, apology: str) -> str:
         async for event in reply:
             if isinstance(event, ReplyDone):
                 return event.text
+    except ReplyWithdrawn:
+        raise
     except ModelUnavailable as exc:
         logger.warning("reply failed: %s", exc)
     except Exception:
