@@ -148,3 +148,27 @@ async def test_a_message_edited_while_the_model_reads_it_is_remembered_by_its_ne
 
     await job.run()
     assert "L the code is secret" in [b.text for b in memories.get(Scope(GENERAL.id), Term.LONG).active]
+
+
+async def test_a_message_edited_while_the_model_learns_from_it_leaves_no_fact_of_its_old_words(
+    conversations, profiles, clock, say
+):
+    edited: list = []
+
+    class EditingWriter(FakeProfiles):
+        async def learn(self, prompt):  # type: ignore[no-untyped-def]
+            if edited:
+                clock.advance(5)
+                conversations.edit_message(GENERAL.id, edited.pop().ts, "I like nothing much")  # while the model thinks
+            return await super().learn(prompt)
+
+    keeper = ProfileKeeper(
+        conversations=conversations, profiles=profiles, writer=EditingWriter(), clock=clock,
+        persona=PROFILE_PERSONA, batch_max_tokens=2000,
+    )
+    say(GENERAL, "I like tea")
+    await keeper.run()
+    edited.append(say(GENERAL, "I like canary-opera"))
+    await keeper.run()
+
+    assert [f.text for f in profiles.get("U1").facts] == ["likes tea"]
