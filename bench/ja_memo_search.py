@@ -70,7 +70,7 @@ def main() -> int:
         conversations = SqlConversationStore(engine)
         search = Search(search_index.SearchIndex(engine, make_embedder(SearchConfig()), memos, conversations), memos, conversations)
         report("fused (what search_memo returns):", evaluate(search, data["questions"]))
-        with mock.patch.object(search_index, "KEYWORD_WEIGHT", 0.0):
+        with mock.patch.object(search_index, "MEMO_KEYWORD_WEIGHT", 0.0):
             report("dense ranking alone:", evaluate(search, data["questions"]))
         engine.dispose()
     return 0

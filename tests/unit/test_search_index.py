@@ -20,9 +20,9 @@ from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
 from myao2.infrastructure.search import index as index_module
-from myao2.infrastructure.search.index import SearchIndex
+from myao2.infrastructure.search.index import SearchIndex, keyword_bonus
 from myao2.infrastructure.search.keywords import keyword_table
-from myao2.infrastructure.search.text import fts_query, terms
+from myao2.infrastructure.search.text import content_terms, fts_query, terms
 from tests.clocks import ManualClock
 from tests.fakes.embedder import HashEmbedder
 
@@ -83,6 +83,19 @@ def test_japanese_is_split_into_bigrams_and_english_into_words() -> None:
     assert terms("味") == ["味"]
     assert terms("ＡＢＣで会議") == ["abc", "で会", "会議"]  # full-width letters are folded
     assert terms("!!! ... ") == []
+
+
+def test_a_question_s_content_terms_leave_out_the_hiragana_grammar_around_them() -> None:
+    assert content_terms("もうすぐ結婚する人は？") == ["結婚"]
+    assert content_terms("佐藤さんの好物は？") == ["佐藤", "好物"]
+    assert content_terms("Wi-Fi パスワード") == ["wi", "fi", "パス", "スワ", "ワー", "ード"]
+    assert content_terms("会議 会議") == ["会議"]
+    assert content_terms("すし") == ["すし"]  # nothing else to go by: every term is kept
+
+
+def test_a_memo_holding_part_of_a_query_gains_far_less_than_one_holding_all_of_it() -> None:
+    assert keyword_bonus("memo", 1.0) == pytest.approx(4 * keyword_bonus("memo", 0.5))
+    assert keyword_bonus("memo", 0.0) == 0.0
 
 
 def test_a_query_is_quoted_so_fts_syntax_in_it_is_plain_text() -> None:

@@ -5,7 +5,7 @@ Triggers queue every change to a memo, a message, a digest or a memory (migratio
 that queue in batches (embedding is the slow part, so it runs in a worker thread,
 never on the event loop) and is run again before each search, so a search never
 misses a change nor returns something removed. Each hit is scored by the cosine of
-its vector, plus a keyword bonus that only a close keyword match earns (see `fuse`).
+its vector, plus a keyword bonus that only a close keyword match earns (see `keyword_bonus`).
 The SQL that differs by database (keyword terms) lives in keywords.py; the rest is portable.
 """
 
@@ -32,7 +32,7 @@ from myao2.infrastructure.db.memo_store import SqlMemoStore
 from myao2.infrastructure.db.memory_store import SqlMemoryStore
 from myao2.infrastructure.search.embedders import Embedder
 from myao2.infrastructure.search.keywords import DocumentRow, KeywordTable, keyword_table
-from myao2.infrastructure.search.text import fts_document, terms
+from myao2.infrastructure.search.text import content_terms, fts_document, terms
 from myao2.infrastructure.search.vectors import StoredVector, VectorCache
 
 logger = logging.getLogger(__name__)
@@ -55,6 +55,9 @@ NEIGHBOUR_WEIGHT = 0.4
 """How much of its best neighbour's lead over the weakest candidate a message found gains (see `_lifted_by_neighbours`)."""
 KEYWORD_WEIGHT = 0.1
 """The largest bonus a keyword match adds to a cosine (which spans about 0.75-0.95 for this model)."""
+MEMO_KEYWORD_WEIGHT = 0.1
+"""The same for a memo, whose bonus grows with the square of its keyword coverage, counted over the
+query's content terms (see `keyword_bonus`)."""
 MESSAGE_KEYWORD_WEIGHT = 0.2
 """The same for a message: its vector reads it with the message before it, its keywords are its own,
 so a keyword match tells it apart from the message after it, whose window holds the same words."""
@@ -297,7 +300,7 @@ class SearchIndex:
             cache = self._refreshed(kind)
             dense = cache.top(query_vector, readable, before, CANDIDATES)
         with self._engine.connect() as connection:
-            query_terms = list(dict.fromkeys(terms(query)))[:MAX_QUERY_TERMS]
+            query_terms = (content_terms(query) if kind == "memo" else list(dict.fromkeys(terms(query))))[:MAX_QUERY_TERMS]
             frequencies = self._document_frequencies(connection, query_terms)
             weights = self._term_weights(frequencies)
             # A term in very many documents says little and would take long to rank by: it only
@@ -308,7 +311,6 @@ class SearchIndex:
             rows = _rows(connection, self._keywords, candidates)
         cosines = dict(dense)
         floor = min(cosines.values(), default=0.0)
-        keyword_weight = MESSAGE_KEYWORD_WEIGHT if kind == "message" else KEYWORD_WEIGHT
 
         def scored(found: dict[int, _DocRow], order: Iterable[int]) -> dict[int, float]:
             """The fused score of each document that may be read, by its memo's or message's id."""
@@ -323,7 +325,7 @@ class SearchIndex:
                     with self._cache_lock:
                         vector = self._caches[kind].vector_of(doc_id)
                     cosine = float(vector @ query_vector) if vector is not None else floor
-                scores[row[1]] = fuse(cosine, coverage(weights, row[4]), keyword_weight)
+                scores[row[1]] = cosine + keyword_bonus(kind, coverage(weights, row[4]))
             return scores
 
         scores = scored(rows, candidates)
@@ -441,14 +443,20 @@ class SearchIndex:
         return cache
 
 
-def fuse(cosine: float, keyword_coverage: float, keyword_weight: float) -> float:
-    """The cosine, plus a keyword bonus in proportion to how much of the query's term weight a document holds.
+def keyword_bonus(kind: str, keyword_coverage: float) -> float:
+    """What a document's keyword coverage (see `coverage`) adds to its cosine.
 
     A paraphrase shares only common terms with its answer (a name, さん), which weigh
     little, so its bonus stays small and the dense ranking decides; a query whose rare
-    terms a document holds (a name, a date, a code word) lifts it to the top.
+    terms a document holds (a name, a date, a code word) lifts it to the top. A memo's
+    bonus is squared: a question that shares one word of several with a memo (its
+    topic, a person's name shared by all their memos) gains little, so it never
+    outweighs a memo that reads closer, while a keyword query a memo holds whole
+    gains all of it.
     """
-    return cosine + keyword_weight * keyword_coverage
+    if kind == "memo":
+        return MEMO_KEYWORD_WEIGHT * keyword_coverage**2
+    return (MESSAGE_KEYWORD_WEIGHT if kind == "message" else KEYWORD_WEIGHT) * keyword_coverage
 
 
 def _said(message: Message) -> str:

@@ -15,6 +15,7 @@ import unicodedata
 _CJK = r"\u3005\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
 _RUNS = re.compile(rf"([{_CJK}]+)|([^\W_{_CJK}]+)")
 _MAX_TERMS = 2000
+_HIRAGANA = re.compile(r"[\u3040-\u309f]")
 
 
 def terms(text: str) -> list[str]:
@@ -32,6 +33,17 @@ def terms(text: str) -> list[str]:
         if len(found) >= _MAX_TERMS:
             break
     return found[:_MAX_TERMS]
+
+
+def content_terms(text: str) -> list[str]:
+    """The terms of `text` that carry its meaning, in order, each once; all its terms if none does.
+
+    Japanese writes content words in kanji and katakana and the grammar around them
+    (particles, endings, さん) in hiragana: a term holding hiragana (ている, の会) matches
+    that grammar, not the meaning, and is left out.
+    """
+    found = list(dict.fromkeys(terms(text)))
+    return [term for term in found if not _HIRAGANA.search(term)] or found
 
 
 def fts_document(text: str) -> str:
