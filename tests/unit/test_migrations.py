@@ -84,6 +84,27 @@ def test_a_database_at_an_older_version_is_migrated_to_the_newest(empty_url: str
     assert "claims" in schema(engine)
 
 
+def test_memos_indexed_before_their_vectors_blended_both_readings_are_queued_to_be_embedded_again(empty_url: str) -> None:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    engine = create_engine(empty_url)
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "0019")
+        connection.execute(
+            text(
+                "INSERT INTO memos (name, content, priority, tags, visibility, created_at, updated_at)"
+                " VALUES ('old', 'c', 1, '[]', 'workspace', 'x', 'x')"
+            )
+        )
+        connection.execute(text("DELETE FROM search_queue"))  # indexed then, with the old vector
+    engine.dispose()
+    engine = open_database(empty_url)
+    with engine.connect() as connection:
+        queued = connection.execute(text("SELECT kind, m.name FROM search_queue q JOIN memos m ON m.id = q.ref_id")).fetchall()
+    assert queued == [("memo", "old")]
+
+
 def test_migrating_again_changes_nothing(empty_url: str) -> None:
     engine = open_database(empty_url)
     with engine.begin() as connection:
