@@ -7,6 +7,8 @@ import threading
 from collections.abc import Coroutine
 from typing import Any
 
+import pytest
+
 from myao2.application.inbox import Inbox
 from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Message
 
@@ -90,3 +92,45 @@ async def test_the_other_event_saves_again_when_the_first_save_failed() -> None:
     assert store.saved == [mention()]
     await asyncio.sleep(0)
     assert len(answered) == 1
+
+
+@pytest.mark.parametrize("hops", range(8))
+def test_a_copy_arriving_just_as_the_save_ends_neither_spins_nor_saves_again(hops: int) -> None:
+    # A third copy starts on the loop `hops` loop steps after the save's thread returned: one of
+    # them lands between the save ending and the loop seeing it through. It must neither find the
+    # save still under way and spin (which froze the event loop) nor save the message again.
+    outcome: list[object] = []
+
+    def scenario() -> None:
+        async def run() -> None:
+            loop = asyncio.get_running_loop()
+            store = SlowStore()
+            box, _ = inbox(store)
+            late: list[asyncio.Task[None]] = []
+            save = store.save_message
+
+            def post_after(steps: int) -> None:
+                if steps:
+                    loop.call_soon(post_after, steps - 1)
+                else:
+                    late.append(asyncio.ensure_future(box.message_posted(mention(), None)))
+
+            def save_then_post(message: Message) -> bool:
+                saved = save(message)
+                loop.call_soon_threadsafe(post_after, hops)
+                return saved
+
+            store.save_message = save_then_post  # type: ignore[method-assign]
+            await box.message_posted(mention(), None)
+            while not late:
+                await asyncio.sleep(0.01)
+            await asyncio.wait_for(late[0], 5)
+            outcome.append(len(store.saved))
+
+        asyncio.run(run())
+
+    worker = threading.Thread(target=scenario, daemon=True)
+    worker.start()
+    worker.join(10)
+    assert not worker.is_alive(), "the event loop spun"
+    assert outcome == [1]

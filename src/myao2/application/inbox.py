@@ -63,13 +63,23 @@ class Inbox:
     async def _save(self, message: Message) -> None:
         key = (message.channel_id, message.ts)
         while (storing := self._storing.get(key)) is not None:
+            if storing.done():  # ended before it ran (cancelled at shutdown): it cleared nothing
+                del self._storing[key]
+                break
             with suppress(Exception):  # a failed save is made again below
                 await asyncio.shield(storing)
         if self._stored.get(key) == message:
             return
-        saving = self._storing[key] = asyncio.ensure_future(asyncio.to_thread(self._store.save_message, message))
-        saving.add_done_callback(lambda _: self._storing.pop(key, None))
+        saving = self._storing[key] = asyncio.ensure_future(self._save_once(key, message))
         await asyncio.shield(saving)
+
+    async def _save_once(self, key: tuple[str, str], message: Message) -> None:
+        """Save `message`; by the time this ends, it is remembered as stored (if it was) and no longer under way."""
+        try:
+            await asyncio.to_thread(self._store.save_message, message)
+        finally:
+            if self._storing.get(key) is asyncio.current_task():
+                del self._storing[key]
         self._stored[key] = message
         if len(self._stored) > RECENTLY_STORED:
             self._stored.popitem(last=False)
