@@ -221,9 +221,7 @@ class SqlConversationStore:
     def messages_by_ids(self, ids: list[int]) -> dict[int, Message]:
         """The stored messages with these row ids, by id."""
         with self._engine.connect() as connection:
-            rows = connection.execute(
-                core_select(_table(MessageRow)).where(col(MessageRow.id).in_(ids))
-            ).all()
+            rows = connection.execute(_BY_IDS, {"ids": ids}).all()
         return {row.id: _to_message(row) for row in rows}
 
     def around(self, message: Message, before: int, after: int, until: datetime | None = None) -> list[Message]:
@@ -251,33 +249,9 @@ class SqlConversationStore:
         """
         if not ids:
             return {}
-        table = _table(MessageRow)
-        other = table.alias("other")
-        reply = and_(table.c.thread_ts.is_not(None), table.c.thread_ts != table.c.ts)
-        same_flow = or_(
-            and_(reply, or_(other.c.thread_ts == table.c.thread_ts, other.c.ts == table.c.thread_ts)),
-            and_(~reply, or_(other.c.thread_ts.is_(None), other.c.thread_ts == other.c.ts)),
-        )
-        flow = [other.c.channel_id == table.c.channel_id, same_flow]
-        earlier = (
-            core_select(other.c.id)
-            .where(*flow, other.c.posted_at < table.c.posted_at)
-            .order_by(other.c.posted_at.desc(), other.c.ts.desc())
-            .limit(1)
-            .scalar_subquery()
-        )
-        later_conditions = [*flow, other.c.posted_at > table.c.posted_at]
-        if until is not None:
-            later_conditions.append(other.c.posted_at <= until)
-        later = (
-            core_select(other.c.id)
-            .where(*later_conditions)
-            .order_by(other.c.posted_at, other.c.ts)
-            .limit(1)
-            .scalar_subquery()
-        )
+        values = {"ids": ids} if until is None else {"ids": ids, "until": until}
         with self._engine.connect() as connection:
-            rows = connection.execute(core_select(table.c.id, earlier, later).where(table.c.id.in_(ids))).all()
+            rows = connection.execute(_NEIGHBOURS[until is not None], values).all()
         return {row[0]: (row[1], row[2]) for row in rows}
 
     def message_keys_before(self, before: datetime) -> list[tuple[str, str, str | None]]:
@@ -588,6 +562,42 @@ def _around(in_thread: bool) -> tuple[Executable, Executable]:
 
 
 _AROUND = {in_thread: _around(in_thread) for in_thread in (False, True)}
+_MESSAGES: Table = MessageRow.__table__  # type: ignore[attr-defined]
+_BY_IDS = core_select(_MESSAGES).where(_MESSAGES.c.id.in_(bindparam("ids", expanding=True)))
+
+
+def _neighbours(until: bool) -> Executable:
+    """Of each message among `ids`: the ids of the messages just before and just after it in its flow,
+    the later one only if posted at or before `until` when `until` is bound (the statement of `neighbours`)."""
+    table = _MESSAGES
+    other = table.alias("other")
+    reply = and_(table.c.thread_ts.is_not(None), table.c.thread_ts != table.c.ts)
+    same_flow = or_(
+        and_(reply, or_(other.c.thread_ts == table.c.thread_ts, other.c.ts == table.c.thread_ts)),
+        and_(~reply, or_(other.c.thread_ts.is_(None), other.c.thread_ts == other.c.ts)),
+    )
+    flow = [other.c.channel_id == table.c.channel_id, same_flow]
+    earlier = (
+        core_select(other.c.id)
+        .where(*flow, other.c.posted_at < table.c.posted_at)
+        .order_by(other.c.posted_at.desc(), other.c.ts.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+    later_conditions = [*flow, other.c.posted_at > table.c.posted_at]
+    if until:
+        later_conditions.append(other.c.posted_at <= bindparam("until", type_=table.c.posted_at.type))
+    later = (
+        core_select(other.c.id)
+        .where(*later_conditions)
+        .order_by(other.c.posted_at, other.c.ts)
+        .limit(1)
+        .scalar_subquery()
+    )
+    return core_select(table.c.id, earlier, later).where(table.c.id.in_(bindparam("ids", expanding=True)))
+
+
+_NEIGHBOURS = {until: _neighbours(until) for until in (False, True)}
 _NEVER = datetime.max.replace(tzinfo=timezone.utc)
 """A cutoff later than any message."""
 

@@ -235,9 +235,7 @@ class SqlMemoStore:
 
     def by_ids(self, ids: list[int]) -> dict[int, Memo]:
         """The memos with these ids, live or removed, by id; a person's own view (no scoping)."""
-        with Session(self._engine) as session:
-            rows = session.exec(select(MemoRow).where(col(MemoRow.id).in_(ids))).all()
-        return {row.id: _to_memo(row) for row in rows if row.id is not None}
+        return {row.id: _to_memo(row) for row in self._rows(_BY_IDS, ids=ids)}
 
     def as_of(self, ids: list[int], moment: datetime) -> dict[int, Memo]:
         """The memos with these ids as they were at `moment`, by id, from their revision log: each
@@ -475,6 +473,10 @@ def _flush(session: Session, name: str, read_as: str | None = None) -> None:
         raise MemoError("name_taken", name=name) from error
     except StaleDataError as error:
         raise MemoError("changed_meanwhile", name=read_as or name) from error
+
+
+_BY_IDS = select(MemoRow).where(col(MemoRow.id).in_(bindparam("ids", expanding=True)))
+"""The statement of `by_ids`, built once (every memo search runs it)."""
 
 
 def _to_memo(row: MemoRow) -> Memo:
