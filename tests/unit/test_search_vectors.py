@@ -104,3 +104,56 @@ def test_a_clustered_search_reading_every_cluster_is_exact(steps, seed, before) 
         cutoff = None if before is None else float(before)
         found = ranked(cache.top(query, lambda scope: True, cutoff, 10))
     assert found == exact(live, query, lambda s: True, cutoff, 10)
+
+
+def replay_in_batches(steps: list[tuple], cuts: set[int], clustered_at: int) -> VectorCache:
+    """`replay`, but each run of puts is put at once (split where `cuts` say), as a first load puts its rows."""
+    cache, batch, seq = VectorCache(), [], 0
+
+    def flush() -> None:
+        cache.put(batch, expected=len(batch))
+        batch.clear()
+
+    for index, step in enumerate(steps):
+        if index == clustered_at:
+            flush()
+            cache.cluster_if_due()
+        if step[0] == "put":
+            _, doc_id, scope, at, seed = step
+            seq += 1
+            batch.append(StoredVector(doc_id, SCOPES[scope], float(at), vector(seed), seq))
+            if index in cuts:
+                flush()
+        else:
+            flush()
+            cache.discard([step[1]])
+    flush()
+    return cache
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    steps=operations,
+    cuts=st.sets(st.integers(0, 80)),
+    clustered_at=st.integers(0, 80),
+    seed=st.integers(0, 1000),
+    before=st.none() | st.integers(0, 100),
+)
+def test_rows_put_together_are_found_exactly_as_rows_put_one_by_one(steps, cuts, clustered_at, seed, before) -> None:
+    with clustering(probe_share=0.5):
+        one_by_one = VectorCache()
+        for index, step in enumerate(steps):
+            if index == clustered_at:
+                one_by_one.cluster_if_due()
+            if step[0] == "put":
+                _, doc_id, scope, at, vector_seed = step
+                one_by_one.put([StoredVector(doc_id, SCOPES[scope], float(at), vector(vector_seed), index + 1)])
+            else:
+                one_by_one.discard([step[1]])
+        together = replay_in_batches(steps, cuts, clustered_at)
+        query = np.frombuffer(vector(seed), dtype=np.float32)
+        cutoff = None if before is None else float(before)
+        for readable in (lambda scope: True, lambda scope: scope != "D1"):
+            # Every live row, with its cosine: any row put with the wrong vector, scope or time shows.
+            assert together.top(query, readable, cutoff, 100) == one_by_one.top(query, readable, cutoff, 100)
+        assert len(together) == len(one_by_one)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import numpy as np
-from sqlalchemy import Connection, Engine, Row, bindparam, text
+from sqlalchemy import Connection, Engine, Result, bindparam, text
 from threadpoolctl import threadpool_limits
 
 from myao2.domain.conversation import Message
@@ -41,6 +41,8 @@ KINDS = ("memo", "message", "digest", "summary")
 """What is indexed: memos, messages, digests of past days and long-term memories (summaries)."""
 _SOURCES = {"memo": "memos", "message": "messages", "digest": "digests", "summary": "memories"}
 BATCH_SIZE = 16
+_LOAD_CHUNK = 10_000
+"""Rows read at a time when loading vectors."""
 CANDIDATES = 50
 """How many hits each ranking (dense, keyword) proposes before fusion."""
 MAX_QUERY_TERMS = 64
@@ -110,7 +112,8 @@ class SearchIndex:
         self._query_vector = functools.lru_cache(maxsize=32)(embedder.query)
         self._caches = {kind: VectorCache() for kind in KINDS}
         self._sync_lock = threading.Lock()
-        self._cache_lock = threading.Lock()
+        self._cache_locks = {kind: threading.Lock() for kind in KINDS}
+        """One per kind: a memo search never waits for a million messages' vectors to load."""
         self._checked_model = False
         self._frequent_shares: dict[str, tuple[float, float]] = {}
         """Of frequent terms, the share of the documents holding them and when it was measured (see
@@ -166,8 +169,9 @@ class SearchIndex:
             connection.execute(text("DELETE FROM search_queue"))
             for kind, table in _SOURCES.items():
                 connection.execute(text(f"INSERT INTO search_queue (kind, ref_id) SELECT '{kind}', id FROM {table}"))
-        with self._cache_lock:
-            self._caches = {kind: VectorCache() for kind in KINDS}
+        for kind in KINDS:
+            with self._cache_locks[kind]:
+                self._caches[kind] = VectorCache()
         return self.sync(progress)
 
     def _requeue_other_models(self) -> None:
@@ -211,8 +215,8 @@ class SearchIndex:
                     text("DELETE FROM search_queue WHERE kind = :kind AND ref_id = :ref AND id <= :last"),
                     {"kind": kind, "ref": ref_id, "last": last},
                 )
-        with self._cache_lock:
-            for kind, doc_ids in deleted.items():
+        for kind, doc_ids in deleted.items():
+            with self._cache_locks[kind]:
                 self._caches[kind].discard(doc_ids)
 
     def _documents(self, kind: str, ids: list[int]) -> dict[int, Document | None]:
@@ -279,7 +283,8 @@ class SearchIndex:
         query_terms = list(dict.fromkeys(terms(query)))
         with self._engine.connect() as connection:
             weights = self._term_weights(self._document_frequencies(connection, query_terms))
-        return [coverage(weights, fts_document(line)) for line in lines]
+        covered = coverage(weights)
+        return [covered(fts_document(line)) for line in lines]
 
     # -- searching --------------------------------------------------------------
 
@@ -296,7 +301,9 @@ class SearchIndex:
         Call `sync` first for the newest changes to count.
         """
         query_vector = self._query_vector(query)
-        with self._cache_lock:
+        # Asked once per scope: a search checks a few scopes for hundreds of documents.
+        readable = functools.lru_cache(maxsize=None)(readable)
+        with self._cache_locks[kind]:
             cache = self._refreshed(kind)
             dense = cache.top(query_vector, readable, before, CANDIDATES)
         with self._engine.connect() as connection:
@@ -311,6 +318,7 @@ class SearchIndex:
             rows = _rows(connection, self._keywords, candidates)
         cosines = dict(dense)
         floor = min(cosines.values(), default=0.0)
+        covered = coverage(weights)
 
         def scored(found: dict[int, _DocRow], order: Iterable[int]) -> dict[int, float]:
             """The fused score of each document that may be read, by its memo's or message's id."""
@@ -322,10 +330,10 @@ class SearchIndex:
                     continue
                 cosine = cosines.get(doc_id)
                 if cosine is None:
-                    with self._cache_lock:
+                    with self._cache_locks[kind]:
                         vector = self._caches[kind].vector_of(doc_id)
                     cosine = float(vector @ query_vector) if vector is not None else floor
-                scores[row[1]] = cosine + keyword_bonus(kind, coverage(weights, row[4]))
+                scores[row[1]] = cosine + keyword_bonus(kind, covered(row[4]))
             return scores
 
         scores = scored(rows, candidates)
@@ -411,23 +419,37 @@ class SearchIndex:
 
     def warm(self) -> None:
         """Load every kind's vectors into memory, clustered if many (done on first search otherwise)."""
-        with self._cache_lock:
-            for kind in KINDS:
+        for kind in KINDS:
+            with self._cache_locks[kind]:
                 self._refreshed(kind).cluster_if_due()
 
     def _refreshed(self, kind: str) -> VectorCache:
+        """`kind`'s vectors with every row written since the last refresh (call with its lock held).
+
+        The first load fills a new cache, put in place once full: until then, what counts the
+        documents for keyword weights (see `_term_weights`) sees none of this kind, never some.
+        """
         cache = self._caches[kind]
+        if cache.seq == 0:
+            cache = VectorCache()
         newest = cache.seq
 
-        def rows(result: Iterable[Row]) -> Iterator[StoredVector]:
+        def rows(result: Result) -> Iterator[StoredVector]:
             nonlocal newest
-            for row in result:
-                if row[0] is None:
-                    newest = max(newest, row[4])
-                else:
-                    yield StoredVector(*row)
+            for part in result.partitions(_LOAD_CHUNK):
+                for row in part:
+                    if row[0] is None:
+                        newest = max(newest, row[4])
+                    else:
+                        yield StoredVector(*row)
 
         with self._engine.connect() as connection:
+            # The first load makes room for every row at once, not by doubling a million-row matrix.
+            expected = 0
+            if cache.seq == 0:
+                expected = connection.execute(
+                    text("SELECT count(*) FROM search_docs WHERE kind = :kind"), {"kind": kind}
+                ).scalar_one()
             # Rows found by the index on `seq`, never by kind (`|| ''` keeps SQLite off that index); and the last `seq`
             # given, read in the same statement: rows of the other kind up to it need no reading again.
             result = connection.execute(
@@ -438,8 +460,9 @@ class SearchIndex:
                 ),
                 {"kind": kind, "seq": cache.seq, "model": self._embedder.model_id},
             )
-            cache.put(rows(result))
+            cache.put(rows(result), expected)
         cache.seq = max(cache.seq, newest)
+        self._caches[kind] = cache
         return cache
 
 
@@ -473,13 +496,18 @@ def _blend(passage: np.ndarray, query: np.ndarray) -> np.ndarray:
     return both / max(float(np.linalg.norm(both)), 1e-12)
 
 
-def coverage(weights: dict[str, float], document_terms: str) -> float:
-    """The share of the query's term weight (IDF) found in the document's terms."""
+def coverage(weights: dict[str, float]) -> Callable[[str], float]:
+    """The share of the query's term weight (IDF) found in a document's terms (its total summed once, for many documents)."""
     total = sum(weights.values())
-    if total <= 0:
-        return 0.0
-    present = set(document_terms.split())
-    return sum(weight for term, weight in weights.items() if term in present) / total
+    items = list(weights.items())
+
+    def covered(document_terms: str) -> float:
+        if total <= 0:
+            return 0.0
+        present = set(document_terms.split())
+        return sum(weight for term, weight in items if term in present) / total
+
+    return covered
 
 
 def _idf(documents: int, frequency: float) -> float:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -29,9 +29,8 @@ _ITERATIONS = 8
 _CHUNK = 65_536
 
 
-@dataclass(frozen=True)
-class StoredVector:
-    """A document row as the cache needs it."""
+class StoredVector(NamedTuple):
+    """A document row as the cache needs it (a tuple: a million of them are made at start-up)."""
 
     doc_id: int
     scope: str | None
@@ -73,40 +72,47 @@ class VectorCache:
         """Every scope a stored vector has had."""
         return list(self._scope_names)
 
-    def put(self, rows: Iterable[StoredVector]) -> None:
-        """Add or replace rows (by document id)."""
+    def put(self, rows: Iterable[StoredVector], expected: int = 0) -> None:
+        """Add or replace rows (by document id); room for `expected` more rows is made at once."""
+        wanted = self._size + expected
         batch: list[StoredVector] = []
         for row in rows:
             batch.append(row)
             if len(batch) == _CHUNK:
-                self._put_batch(batch)
+                self._put_batch(batch, wanted)
                 batch = []
-        self._put_batch(batch)
+        self._put_batch(batch, wanted)
 
-    def _put_batch(self, rows: list[StoredVector]) -> None:
+    def _put_batch(self, rows: list[StoredVector], wanted: int) -> None:
+        """Put `rows`, with room for `wanted` rows in all."""
         if self._dim is None and rows:
             self._dim = len(rows[0].vector) // 4
             self._matrix = np.zeros((0, self._dim), dtype=np.float32)
         latest = {row.doc_id: row for row in rows if len(row.vector) == 4 * self._dim}  # the last write wins
         if not latest:
             return
-        targets = []
+        positions = self._positions
+        moved = []
         for doc_id in latest:
-            position = self._positions.get(doc_id)
-            if position is not None:
+            position = positions.get(doc_id)
+            if position is None:
+                moved.append(doc_id)
+            else:
                 self._kill(position)
                 if position < self._clustered:
-                    position = None
-            if position is None:
-                position = self._positions[doc_id] = self._append_slot()
-            targets.append(position)
+                    moved.append(doc_id)
+        # New rows, and rows whose vector left their cluster, go to the end in their order.
+        first = self._size
+        self._reserve(max(len(moved), wanted - first))
+        self._size += len(moved)
+        positions.update(zip(moved, range(first, self._size)))
         kept = list(latest.values())
-        where = np.asarray(targets, dtype=np.int64)
-        codes = np.asarray([self._scope_code(row.scope) for row in kept], dtype=np.int32)
-        self._matrix[where] = np.frombuffer(b"".join(row.vector for row in kept), dtype=np.float32).reshape(len(kept), -1)
-        self._ids[where] = list(latest)
+        where = np.fromiter((positions[doc_id] for doc_id in latest), dtype=np.int64, count=len(latest))
+        codes = np.fromiter((self._scope_code(row.scope) for row in kept), dtype=np.int32, count=len(kept))
+        self._matrix[where] = np.frombuffer(b"".join([row.vector for row in kept]), dtype=np.float32).reshape(len(kept), -1)
+        self._ids[where] = np.fromiter(latest, dtype=np.int64, count=len(latest))
         self._scopes[where] = codes
-        self._at[where] = [row.at for row in kept]
+        self._at[where] = np.fromiter((row.at for row in kept), dtype=np.float64, count=len(kept))
         self._alive[where] = True
         np.add.at(self._live_per_scope, codes, 1)
         self.seq = max(self.seq, max(row.seq for row in kept))
@@ -228,16 +234,16 @@ class VectorCache:
             self._alive[position] = False
             self._live_per_scope[self._scopes[position]] -= 1
 
-    def _append_slot(self) -> int:
-        if self._size == self._matrix.shape[0]:
-            capacity = max(_INITIAL_CAPACITY, self._size * 2)
-            self._matrix = _grown(self._matrix, capacity)
-            self._ids = _grown(self._ids, capacity)
-            self._scopes = _grown(self._scopes, capacity)
-            self._at = _grown(self._at, capacity)
-            self._alive = _grown(self._alive, capacity)
-        self._size += 1
-        return self._size - 1
+    def _reserve(self, count: int) -> None:
+        """Room for `count` more rows: capacity at least doubles, so rows added one by one cost little."""
+        if self._size + count <= self._matrix.shape[0] or self._dim is None:
+            return
+        capacity = max(_INITIAL_CAPACITY, self._size * 2, self._size + count)
+        self._matrix = _grown(self._matrix, capacity)
+        self._ids = _grown(self._ids, capacity)
+        self._scopes = _grown(self._scopes, capacity)
+        self._at = _grown(self._at, capacity)
+        self._alive = _grown(self._alive, capacity)
 
 
 def _grown(array: np.ndarray, capacity: int) -> np.ndarray:
