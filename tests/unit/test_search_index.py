@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -478,4 +479,34 @@ def test_a_frequent_terms_share_is_measured_again_after_a_while(
     seconds[0] += index_module.FREQUENT_SHARE_SECONDS + 1
     world.memo_names("tea")
     assert measured == ["tea", "tea"]  # measured again
+    world.close()
+
+
+def test_a_memo_search_does_not_wait_for_the_messages_vectors_to_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    world = World(f"sqlite:///{tmp_path / 'memory.db'}")
+    world.memo("tea", "alice drinks green tea")
+    world.message("C1", "hello there", START)
+    world.index.sync()
+    loading, loaded = threading.Event(), threading.Event()
+    refreshed = world.index._refreshed
+
+    def slow(kind: str) -> Any:
+        if kind == "message":  # a million messages' vectors take a while
+            loading.set()
+            assert loaded.wait(10)
+        return refreshed(kind)
+
+    monkeypatch.setattr(world.index, "_refreshed", slow)
+    warming = threading.Thread(target=world.index.warm)
+    warming.start()
+    assert loading.wait(10)
+    found: list[list[str]] = []
+    searching = threading.Thread(target=lambda: found.append(world.memo_names("green tea")))
+    searching.start()
+    searching.join(5)
+    answered_while_loading = found == [["tea"]]
+    loaded.set()
+    warming.join()
+    searching.join()
+    assert answered_while_loading
     world.close()
