@@ -28,3 +28,19 @@ def test_every_wide_character_counts_as_unicode_says() -> None:
     assert wide == 8
     for _ in range(2):
         assert estimate_tokens(text) == wide + math.ceil((len(text) - wide) / 4)
+
+
+def test_a_long_text_is_counted_but_not_remembered() -> None:
+    # Cutting a long Japanese text to a budget counts about twenty of its beginnings: remembering
+    # them would keep thousands of long strings alive in a long-running bot.
+    from myao2.domain import tokens
+    from myao2.domain.budget import cut_text
+
+    tokens._mixed_tokens.cache_clear()
+    text = "会議" * 5000
+    assert estimate_tokens(text) == 10_000
+    cut_text(text, 3000, lambda left: f"…（{left}字略）")
+    remembered = tokens._mixed_tokens.cache_info().currsize
+    estimate_tokens("会議は明日です")
+    assert tokens._mixed_tokens.cache_info().currsize == remembered + 1  # a short line is remembered
+    assert remembered <= 2  # the markers, nothing of the long text
