@@ -172,3 +172,18 @@ def test_an_edit_arriving_while_a_history_fetch_is_reconciled_is_kept(
     with meanwhile(engine, "messages", lambda: editing.edit_message("C1", "1.000001", "I like black tea")):
         conversations.reconcile(fetched, fetched_at)
     assert conversations.get_message("C1", "1.000001").text == "I like black tea"
+
+
+def test_a_message_deleted_while_its_author_is_forgotten_neither_deadlocks_nor_leaves_their_notes(
+    engine: Engine, other: Engine, clock: ManualClock, conversations: SqlConversationStore
+) -> None:
+    memories, profiles = SqlMemoryStore(engine, clock), SqlProfileStore(engine, clock)
+    bullets = (Bullet(1, "alice skis", DAY, ("1.000002",)), Bullet(2, "bob says hi", DAY, ("1.000003",)))
+    memories.save([Memory(Scope(), Term.SHORT, WORKSPACE, bullets)])
+    profiles.save([Profile("ualice", (fact(1, "skis", "1.000002"),))])
+    deleting = SqlConversationStore(other, clock)
+    # both drop the notes citing the message: the rows are taken in the same order, memories first
+    with meanwhile(engine, "profiles", lambda: deleting.delete_message("C1", "1.000002")):
+        forget_person(engine, "ualice")
+    assert [b.text for b in memories.get(Scope(), Term.SHORT).bullets] == ["bob says hi"]
+    assert profiles.get("ualice") is None

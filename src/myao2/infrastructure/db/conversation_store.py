@@ -651,7 +651,7 @@ def _drop_notes(connection: Connection, ts: str) -> None:
         table = _table(model)
         key = table.primary_key.columns.values()[0]
         held = cast(table.c[column], Text).contains(f'"{ts}"')  # a cheap filter; the domain decides
-        for row in connection.execute(core_select(table).where(held).with_for_update()).all():
+        for row in connection.execute(core_select(table).where(held).order_by(key).with_for_update()).all():
             if model is MemoryRow:
                 memory = row_to_memory(row)
                 kept: list[dict[str, Any]] = [bullet_to_json(b) for b in memory.without_sources({ts}).bullets]

@@ -40,17 +40,13 @@ def forget_person(engine: Engine, user_id: str) -> Forgotten:
     include one of their messages and every digest of a day they spoke in (a note each)."""
     with Session(engine) as session, session.begin():
         take_write_lock(session)
-        their_ts = set(session.exec(select(MessageRow.ts).where(MessageRow.user_id == user_id)).all())
+        # the rows are held in the order a message's deletion takes them (its message, the memories, the profiles):
+        # the two never wait for each other
+        their_ts = set(session.exec(select(MessageRow.ts).where(MessageRow.user_id == user_id).with_for_update()).all())
         # and those whose text retention already deleted, so the notes made from them go too
         their_ts |= set(session.exec(select(ExpiredMessageRow.ts).where(ExpiredMessageRow.user_id == user_id)).all())
-        profile = session.get(ProfileRow, user_id, with_for_update=True)
-        facts = profile.facts if profile is not None else []
-        promoted = {f["memo_id"] for f in facts if f.get("memo_id") is not None}
-        memo_ids = list(
-            session.exec(select(MemoRow.id).where(or_(MemoRow.user_id == user_id, col(MemoRow.id).in_(promoted)))).all()
-        )
         notes = 0
-        for row in session.exec(select(MemoryRow).with_for_update()).all():
+        for row in session.exec(select(MemoryRow).order_by(col(MemoryRow.id)).with_for_update()).all():
             memory = row_to_memory(row)
             kept = memory.without_sources(their_ts)
             if len(kept.bullets) != len(memory.bullets):
@@ -61,6 +57,12 @@ def forget_person(engine: Engine, user_id: str) -> Forgotten:
             if user_id in digest.authors:
                 notes += 1
                 session.delete(digest)
+        profile = session.get(ProfileRow, user_id, with_for_update=True)
+        facts = profile.facts if profile is not None else []
+        promoted = {f["memo_id"] for f in facts if f.get("memo_id") is not None}
+        memo_ids = list(
+            session.exec(select(MemoRow.id).where(or_(MemoRow.user_id == user_id, col(MemoRow.id).in_(promoted)))).all()
+        )
         session.exec(delete(MemoRevisionRow).where(col(MemoRevisionRow.memo_id).in_(memo_ids)))  # type: ignore[call-overload]
         session.exec(delete(MemoPinRow).where(col(MemoPinRow.memo_id).in_(memo_ids)))  # type: ignore[call-overload]
         session.exec(delete(MemoRow).where(col(MemoRow.id).in_(memo_ids)))  # type: ignore[call-overload]
