@@ -172,3 +172,70 @@ async def test_a_message_edited_while_the_model_learns_from_it_leaves_no_fact_of
     await keeper.run()
 
     assert [f.text for f in profiles.get("U1").facts] == ["likes tea"]
+
+
+async def test_an_earlier_message_edited_while_the_model_learns_from_a_new_one_leaves_no_fact_of_its_old_words(
+    conversations, profiles, clock, say
+):
+    # The round read the profile (with "likes tea") before the edit dropped that fact: its save must not bring
+    # it back, though the edited message is not among those this round read.
+    edited: list = []
+
+    class EditingWriter(FakeProfiles):
+        async def learn(self, prompt):  # type: ignore[no-untyped-def]
+            if edited:
+                clock.advance(5)
+                conversations.edit_message(GENERAL.id, edited.pop().ts, "I like nothing much")  # while the model thinks
+            return await super().learn(prompt)
+
+    keeper = ProfileKeeper(
+        conversations=conversations, profiles=profiles, writer=EditingWriter(), clock=clock,
+        persona=PROFILE_PERSONA, batch_max_tokens=2000,
+    )
+    tea = say(GENERAL, "I like tea")
+    await keeper.run()
+    assert [f.text for f in profiles.get("U1").facts] == ["likes tea"]
+    edited.append(tea)
+    say(GENERAL, "I like coffee")
+    await keeper.run()
+
+    assert [f.text for f in profiles.get("U1").facts] == ["likes coffee"]
+
+
+async def test_a_message_edited_while_the_model_learns_of_someone_else_leaves_no_fact_of_its_old_words(
+    conversations, profiles, clock, say
+):
+    # A round reads every profile first, then makes one model call per audience: Bob's tea message is edited
+    # during the call about Alice, before Bob's own call; his save must not bring back what the edit dropped.
+    from myao2.domain.conversation import Message
+    from tests.unit.test_memory_job import SECRET
+
+    edited: list = []
+
+    class EditingWriter(FakeProfiles):
+        async def learn(self, prompt):  # type: ignore[no-untyped-def]
+            if edited:
+                clock.advance(5)
+                conversations.edit_message(SECRET.id, edited.pop().ts, "I like nothing much")
+            return await super().learn(prompt)
+
+    def bob(text: str) -> Message:
+        clock.advance(60)
+        message = Message(SECRET.id, f"{clock.now().timestamp():.6f}", "U2", text, "Bob")
+        conversations.save_message(message)
+        return message
+
+    keeper = ProfileKeeper(
+        conversations=conversations, profiles=profiles, writer=EditingWriter(), clock=clock,
+        persona=PROFILE_PERSONA, batch_max_tokens=2000,
+    )
+    tea = bob("I like tea")
+    await keeper.run()
+    assert [f.text for f in profiles.get("U2").facts] == ["likes tea"]
+    edited.append(tea)
+    say(GENERAL, "I like cake")  # Alice's call (the workspace's) comes before Bob's (the private channel's)
+    bob("I like coffee")
+    await keeper.run()
+
+    assert [f.text for f in profiles.get("U1").facts] == ["likes cake"]
+    assert [f.text for f in profiles.get("U2").facts] == ["likes coffee"]

@@ -16,7 +16,6 @@ import logging
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 
 from myao2.application.agents import ModelUnavailable, PersonMaterial, PersonUpdate, ProfilePrompt, ProfileWriter
 from myao2.application.context import Persona, format_message
@@ -119,6 +118,9 @@ class ProfileKeeper:
         """One model call for `people`'s new messages in `audience`; their profiles saved together."""
         share = max(1, self._batch_max_tokens // len(people))
         started = self._clock.now()
+        # the profiles as they are now, not as the round began: an edit meanwhile dropped what it had learnt
+        current = await asyncio.to_thread(self._profiles.many, [p.user_id for p, _ in people])
+        people = [(current.get(profile.user_id, profile), channel_ids) for profile, channel_ids in people]
         names = await asyncio.to_thread(self._conversations.people, [p.user_id for p, _ in people])
         read: list[tuple[Profile, list[Message]]] = []
         for profile, channel_ids in people:
@@ -157,23 +159,9 @@ class ProfileKeeper:
             .read(audience, messages[-1].ts)
             for profile, messages in read
         ]
-        await asyncio.to_thread(self._profiles.save, saved, heard=True)
-        await asyncio.to_thread(self._edited_meanwhile, read, started)
+        # what was learnt from a message deleted or edited since `started` (as the model read it) is left out
+        await asyncio.to_thread(self._profiles.save, saved, heard=True, read_at=started)
         return ProfileRound(report.calls + 1, report.failures, report.people + tuple(p.user_id for p in saved))
-
-    def _edited_meanwhile(self, read: Sequence[tuple[Profile, Sequence[Message]]], started: datetime) -> None:
-        """Drop again what was just saved from messages edited in Slack since `started`, as the model read them:
-        the facts may hold their old words (a message read is not read again)."""
-        texts = {m.ts: m.text for _, messages in read for m in messages}
-        edited = {
-            m.ts
-            for channel_id in sorted({m.channel_id for _, messages in read for m in messages})
-            for m in self._conversations.changed_messages(channel_id, max(texts), started)
-            if m.ts in texts and m.text != texts[m.ts]
-        }
-        if edited:
-            fresh = self._profiles.many([profile.user_id for profile, _ in read])
-            self._profiles.save([profile.without_sources(edited) for profile in fresh.values()])
 
     def _apply(
         self,

@@ -157,12 +157,13 @@ class ProfileStore(Protocol):
         """The stored profiles of these people, by user id."""
         ...
 
-    def save(self, profiles: Sequence[Profile], *, heard: bool = False) -> None:
+    def save(self, profiles: Sequence[Profile], *, heard: bool = False, read_at: datetime | None = None) -> None:
         """Store these profiles in one transaction: all of them or none; a fact stored for a conversation
         alone stays so (a save never widens what `narrow` did), and a fact not stored yet is kept only as wide
         as the conversations it was learnt or heard in are now. With `heard` (what was learnt from their
         messages), the profile of a person none of whose messages is stored any more (forgotten meanwhile)
-        is left out."""
+        is left out, and a fact not stored as it is now loses the messages it cites that are deleted, or
+        edited since `read_at` (when the profiles and the messages were read): it may hold their old words."""
         ...
 
     def narrow(self, channel_id: str) -> None:

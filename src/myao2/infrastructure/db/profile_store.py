@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from datetime import date
+from datetime import date, datetime
 from typing import Any
 
-from sqlalchemy import Engine, bindparam
+from sqlalchemy import Engine, bindparam, or_
 from sqlalchemy import select as core_select
 from sqlmodel import Session, col, select
 
@@ -37,7 +37,7 @@ class SqlProfileStore:
             rows = connection.execute(_PROFILES_OF, {"user_ids": list(user_ids)}).all()
         return {row.user_id: row_to_profile(row) for row in rows}
 
-    def save(self, profiles: Sequence[Profile], *, heard: bool = False) -> None:
+    def save(self, profiles: Sequence[Profile], *, heard: bool = False, read_at: datetime | None = None) -> None:
         now = self._clock.now()
         with Session(self._engine) as session, session.begin():
             take_write_lock(session)
@@ -54,8 +54,8 @@ class SqlProfileStore:
                 unsure = {f.id for f in profile.facts} - {f["id"] for f in row.facts}
                 sources = {c for f in profile.facts if f.id in unsure for c in (f.conversation_id, *f.heard_in)}
                 profile = profile.heard_by_readers(channel_audiences(session, sources), unsure)
-                if heard:  # a message deleted while the model read it: nothing learnt from it comes back
-                    profile = profile.without_sources(_gone(session, profile, row))
+                if heard:  # a message deleted or edited while the model read it: nothing learnt from it comes back
+                    profile = profile.without_sources(_gone(session, profile, row, read_at))
                 row.facts = [fact_to_json(f) for f in profile.facts]
                 row.read_up_to = dict(profile.read_up_to)
                 row.updated_at = now
@@ -81,15 +81,20 @@ class SqlProfileStore:
         return [row_to_profile(row) for row in rows]
 
 
-def _gone(session: Session, profile: Profile, row: ProfileRow) -> set[str]:
-    """The message ts that new facts or confirmations of `profile` (not in `row`) cite, of messages neither
-    stored nor kept as expired (deleted in Slack, or forgotten, since they were read)."""
+def _gone(session: Session, profile: Profile, row: ProfileRow, read_at: datetime | None) -> set[str]:
+    """The message ts that facts or confirmations of `profile` not in `row` (new, or dropped meanwhile) cite, of
+    messages neither stored nor kept as expired (deleted in Slack, or forgotten, since they were read), or
+    edited since `read_at` (the edit dropped what was learnt from them)."""
     stored = {(f["id"], tuple(f["ts"])) for f in row.facts}
     cited = {ts for f in profile.facts if (f.id, f.source_ts) not in stored for ts in f.source_ts}
     known: set[str] = set()
     for table in (MessageRow, ExpiredMessageRow):
         if cited:
-            known.update(session.exec(select(table.ts).where(col(table.ts).in_(list(cited)))).all())
+            query = select(table.ts).where(col(table.ts).in_(list(cited)))
+            if table is MessageRow and read_at is not None:
+                edited = col(MessageRow.edited_at)
+                query = query.where(or_(edited.is_(None), edited <= read_at))
+            known.update(session.exec(query).all())
     return cited - known
 
 
