@@ -81,13 +81,22 @@ async def test_identify_gives_up_at_once_on_a_refused_bot_token(fake: FakeSlack)
         await asyncio.wait_for(identify(gateway, FAST), 5)
 
 
-def bolt_app(fake: FakeSlack, seen: list[str]) -> AsyncApp:
+def bolt_app(fake: FakeSlack, seen: list[str], held: asyncio.Event | None = None) -> AsyncApp:
+    """An app noting the text of each message event; given `held`, it runs only once that is set."""
+
     async def authorize(**_: Any) -> AuthorizeResult:
         return AuthorizeResult(enterprise_id=None, team_id="T1", bot_user_id=fake.bot_user_id, bot_token=fake.bot_token)
 
     app = AsyncApp(
         name="test", client=make_web_client(None, fake.base_url), authorize=authorize, request_verification_enabled=False
     )
+
+    if held is not None:
+
+        @app.middleware
+        async def hold(next: Any) -> Any:
+            await held.wait()
+            return await next()
 
     @app.event("message")
     async def on_message(event: dict[str, Any]) -> None:
@@ -108,9 +117,11 @@ class States:
         return bool(self.changes) and self.changes[-1][1]
 
 
-def socket_mode(fake: FakeSlack, seen: list[str], states: States, token: str | None = None) -> SocketMode:
+def socket_mode(
+    fake: FakeSlack, seen: list[str], states: States, token: str | None = None, held: asyncio.Event | None = None
+) -> SocketMode:
     client = make_web_client(None, fake.base_url)
-    return SocketMode(bolt_app(fake, seen), token or fake.app_token, client, states, backoff=Backoff(0.05, 0.2))
+    return SocketMode(bolt_app(fake, seen, held), token or fake.app_token, client, states, backoff=Backoff(0.05, 0.2))
 
 
 async def test_events_are_handed_to_the_app_and_acknowledged(fake: FakeSlack) -> None:
@@ -122,6 +133,23 @@ async def test_events_are_handed_to_the_app_and_acknowledged(fake: FakeSlack) ->
         fake.post_message("C1", "U1", "hi there")
         await fake.async_wait_for(lambda: seen and fake.acks, what="the event handled and acked")
         assert seen == ["hi there"]
+    finally:
+        task.cancel()
+
+
+async def test_an_event_is_acknowledged_on_arrival_before_the_app_has_run(fake: FakeSlack) -> None:
+    seen: list[str] = []
+    states = States()
+    held = asyncio.Event()
+    task = asyncio.create_task(socket_mode(fake, seen, states, held=held).run())
+    try:
+        await fake.async_wait_for(lambda: states.connected, what="hello")
+        fake.post_message("C1", "U1", "hi there")
+        await fake.async_wait_for(lambda: fake.acks, what="the event acked")
+        assert seen == []  # the app has not run yet
+        held.set()
+        await fake.async_wait_for(lambda: seen, what="the event handled")
+        assert seen == ["hi there"] and len(fake.acks) == 1
     finally:
         task.cancel()
 

@@ -164,6 +164,10 @@ class SocketMode:
             elif kind == "disconnect":
                 return f"Slack asked to reconnect: {frame.get('reason')}"
             elif frame.get("envelope_id"):
+                if kind == "events_api":
+                    # An event's acknowledgement carries nothing: it goes out at once, before the app
+                    # runs (bolt would acknowledge it before running the listeners too).
+                    await self._acknowledge(ws, {"envelope_id": frame["envelope_id"]})
                 task = asyncio.create_task(self._handle(ws, frame))
                 self._envelopes.add(task)
                 task.add_done_callback(self._envelopes.discard)
@@ -171,7 +175,8 @@ class SocketMode:
         return f"closed: {describe(error)}" if error else f"closed with code {ws.close_code}"
 
     async def _handle(self, ws: aiohttp.ClientWebSocketResponse, frame: dict[str, Any]) -> None:
-        """Run the app on one envelope and acknowledge it (with the app's response, if any)."""
+        """Run the app on one envelope and, unless it is an event (acknowledged on arrival), acknowledge it
+        (with the app's response, if any)."""
         request = SocketModeRequest.from_dict(frame)
         if request is None:
             return
@@ -180,7 +185,7 @@ class SocketMode:
         except Exception:
             logger.exception("an envelope of type %s could not be handled", request.type)
             return
-        if response.status != 200:
+        if response.status != 200 or request.type == "events_api":
             return
         ack: dict[str, Any] = {"envelope_id": request.envelope_id}
         if response.body:
@@ -188,10 +193,14 @@ class SocketMode:
                 ack["payload"] = json.loads(response.body)
             except ValueError:
                 ack["payload"] = {"text": response.body}
+        await self._acknowledge(ws, ack)
+
+    @staticmethod
+    async def _acknowledge(ws: aiohttp.ClientWebSocketResponse, ack: dict[str, Any]) -> None:
         try:
             await ws.send_str(json.dumps(ack))
         except (ConnectionError, RuntimeError) as exc:
-            logger.warning("could not acknowledge envelope %s: %s", request.envelope_id, describe(exc))
+            logger.warning("could not acknowledge envelope %s: %s", ack["envelope_id"], describe(exc))
 
 
 def _error_code(exc: SlackApiError) -> str | None:
