@@ -187,3 +187,19 @@ def test_a_message_deleted_while_its_author_is_forgotten_neither_deadlocks_nor_l
         forget_person(engine, "ualice")
     assert [b.text for b in memories.get(Scope(), Term.SHORT).bullets] == ["bob says hi"]
     assert profiles.get("ualice") is None
+
+
+def test_profiles_saved_together_while_a_channel_is_narrowed_do_not_deadlock(
+    engine: Engine, other: Engine, clock: ManualClock, conversations: SqlConversationStore
+) -> None:
+    profiles = SqlProfileStore(engine, clock)
+    alice, bob = Profile("ualice", (fact(1, "likes tea", "1.000001"),)), Profile("ubob", (fact(1, "says hi", "1.000003"),))
+    profiles.save([alice])
+    profiles.save([bob])
+    # the save holds its first profile when the narrowing starts: both take the rows in the same order
+    with meanwhile(engine, "profiles", lambda: SqlProfileStore(other, clock).narrow("C1")):
+        profiles.save([bob, alice])
+    assert {p.user_id: [f.audience for f in p.facts] for p in profiles.all()} == {
+        "ualice": [Audience("C1")],
+        "ubob": [Audience("C1")],
+    }

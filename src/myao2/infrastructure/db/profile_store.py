@@ -41,7 +41,7 @@ class SqlProfileStore:
         now = self._clock.now()
         with Session(self._engine) as session, session.begin():
             take_write_lock(session)
-            for profile in profiles:
+            for profile in sorted(profiles, key=lambda p: p.user_id):  # rows held in one order everywhere (no deadlock)
                 row = session.get(ProfileRow, profile.user_id, with_for_update=True)
                 if heard and not _has_spoken(session, profile.user_id):
                     continue  # forgotten since their messages were read: nothing of them comes back
@@ -65,7 +65,7 @@ class SqlProfileStore:
         """The workspace facts learnt in the channel, or citing one of its messages, become its own."""
         with Session(self._engine) as session, session.begin():
             take_write_lock(session)
-            rows = session.exec(select(ProfileRow).with_for_update()).all()
+            rows = session.exec(select(ProfileRow).order_by(col(ProfileRow.user_id)).with_for_update()).all()
             profiles = [row_to_profile(row) for row in rows]
             cited = {ts for p in profiles for f in p.facts if f.audience.is_workspace for ts in f.source_ts}
             said_there = said_in(session, channel_id, cited)
