@@ -135,6 +135,7 @@ async def test_a_message_edited_while_the_model_reads_it_is_remembered_by_its_ne
     class EditingWriter(FakeWriter):
         async def update(self, prompts):  # type: ignore[no-untyped-def]
             if edited:
+                clock.advance(5)
                 conversations.edit_message(GENERAL.id, edited.pop().ts, "the code is secret")
             return await super().update(prompts)
 
@@ -239,3 +240,31 @@ async def test_a_message_edited_while_the_model_learns_of_someone_else_leaves_no
 
     assert [f.text for f in profiles.get("U1").facts] == ["likes cake"]
     assert [f.text for f in profiles.get("U2").facts] == ["likes coffee"]
+
+
+async def test_an_earlier_message_edited_while_the_model_reads_new_ones_leaves_no_bullet_of_its_old_words(
+    conversations, memories, clock, say
+):
+    # The round read the memory (with the code's bullet) before the edit dropped that bullet: its save must not
+    # bring it back, though the edited message is not among those this round read.
+    edited: list = []
+
+    class EditingWriter(FakeWriter):
+        async def update(self, prompts):  # type: ignore[no-untyped-def]
+            if edited:
+                clock.advance(5)
+                conversations.edit_message(GENERAL.id, edited.pop().ts, "the code is secret")
+            return await super().update(prompts)
+
+    job = MemoryJob(
+        conversations=conversations, memories=memories, writer=EditingWriter(), clock=clock, persona=PERSONA,
+        settings=SETTINGS,
+    )
+    code = say(GENERAL, "the code is canary-1234")
+    await job.run()
+    assert "L the code is canary-1234" in [b.text for b in memories.get(Scope(GENERAL.id), Term.LONG).active]
+    edited.append(code)
+    say(GENERAL, "lunch at noon")
+    await job.run()
+
+    assert not any("canary-1234" in b.text for m in memories.all() for b in m.bullets)

@@ -142,13 +142,14 @@ class MemoryJob:
         async with self._lock:
             with tracing.span("memory.round") as span:
                 changes = await asyncio.to_thread(self._conversations.changes)
+                started = self._clock.now()  # after `changes`: an edit since is read again next round
                 unread = []
                 for channel_id, channel_changes in sorted(changes.items()):
                     with tracing.span("memory.channel", {"slack.channel_id": channel_id}):
                         item = await self._unread(channel_id, channel_changes)
                     if item is not None:
                         unread.append(item)
-                report = await self._read(unread, RoundReport())
+                report = await self._read(unread, RoundReport(), started)
                 await asyncio.to_thread(self._expire_short_terms)
                 report = await self._workspace(report)
                 if self._profiles is not None:
@@ -211,10 +212,12 @@ class MemoryJob:
             return None
         return _Unread(channel, changes.newest_edit, backlog)
 
-    async def _read(self, unread: Sequence[_Unread], report: RoundReport) -> RoundReport:
+    async def _read(self, unread: Sequence[_Unread], report: RoundReport, started: datetime) -> RoundReport:
         """Read the channels' backlogs, those of one audience together: each model call reads the next batch
         of as many of them as fit the batch budget. A call's memories are saved in one transaction with the
-        marks of what they covered; after a failed call the audience's channels wait for the next round."""
+        marks of what they covered; after a failed call the audience's channels wait for the next round.
+        What was made from a message edited since `started` (the round read it and the memories before) is
+        left out: the notes may hold its old words, and the next round reads its new ones."""
         audiences: dict[str, list[_Unread]] = {}
         for item in unread:
             audiences.setdefault(item.backlog.audience.conversation_id or "", []).append(item)
@@ -228,11 +231,9 @@ class MemoryJob:
                     break
                 saved: list[Memory] = []
                 heard = _heard(prompts)
-                read = {m.ts: m.text for item in together for m in (*item.backlog.earlier, *item.backlog.batches[0])}
                 for item, item_threads, update in zip(together, threads, updates):
                     saved += item.advance(self._apply(item.backlog, item_threads, update, heard))
-                await asyncio.to_thread(self._memories.save, saved, heard=True)
-                await asyncio.to_thread(self._edited_meanwhile, together, read, saved)
+                await asyncio.to_thread(self._memories.save, saved, heard=True, read_at=started)
                 if together[0].backlog.audience.is_workspace:
                     channel_ids = [item.channel.id for item in together]
                     await asyncio.to_thread(still_public, self._conversations, self._memories, channel_ids)
@@ -240,19 +241,6 @@ class MemoryJob:
                 report = replace(report, updated=report.updated + done)
                 pending = [item for item in pending if item.backlog.batches]
         return report
-
-    def _edited_meanwhile(self, together: Sequence[_Unread], read: dict[str, str], saved: Sequence[Memory]) -> None:
-        """Drop again what was just saved from messages edited in Slack while the model read them (`read`: ts ->
-        text as read): the notes may hold the old words. The next round reads the new text."""
-        edited = {
-            m.ts
-            for item in together
-            for m in self._conversations.changed_messages(item.channel.id, max(read), item.newest_edit)
-            if m.ts in read and m.text != read[m.ts]
-        }
-        if edited:
-            fresh = [self._memories.get(memory.scope, memory.term) for memory in saved]
-            self._memories.save([m.without_sources(edited) for m in fresh if m is not None])
 
     async def _prompts(self, together: Sequence[_Unread]) -> tuple[list[MemoryPrompt], list[list[Memory]]]:
         """The prompts of the channels' next batches read in one call, and the thread memories they update."""

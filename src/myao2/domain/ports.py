@@ -114,12 +114,13 @@ class MemoryStore(Protocol):
 
     def get(self, scope: Scope, term: Term) -> Memory | None: ...
 
-    def save(self, memories: Sequence[Memory], *, heard: bool = False) -> None:
+    def save(self, memories: Sequence[Memory], *, heard: bool = False, read_at: datetime | None = None) -> None:
         """Store these memories in one transaction: all of them or none.
 
         A stored memory's audience is never widened (one narrowed meanwhile stays narrowed). With
         `heard` (made from messages just read), a bullet not stored yet that cites a message no longer
-        stored (its author forgotten meanwhile) is left out.
+        stored (its author forgotten meanwhile), or one edited since `read_at` (when the memories and the
+        messages were read: the bullet may hold its old words), is left out.
         """
         ...
 

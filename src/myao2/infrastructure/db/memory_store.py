@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import replace
-from datetime import date
+from datetime import date, datetime
 from typing import Any
 
-from sqlalchemy import Engine, Text, bindparam, cast
+from sqlalchemy import Engine, Text, bindparam, cast, or_
 from sqlalchemy import select as core_select
 from sqlmodel import Session, col, select
 
@@ -35,7 +35,7 @@ class SqlMemoryStore:
             row = connection.execute(_ONE_MEMORY, {"scope": scope.key, "term": term.value}).first()
         return None if row is None else row_to_memory(row)
 
-    def save(self, memories: Sequence[Memory], *, heard: bool = False) -> None:
+    def save(self, memories: Sequence[Memory], *, heard: bool = False, read_at: datetime | None = None) -> None:
         now = self._clock.now()
         with Session(self._engine) as session, session.begin():
             # Read and write in one transaction that holds the rows: a note dropped meanwhile (a message deleted
@@ -51,7 +51,7 @@ class SqlMemoryStore:
                     row = MemoryRow(
                         scope=memory.scope.key, term=memory.term.value, label="", bullets=[], covered="", updated_at=now
                     )
-                bullets = _still_heard(session, row, memory.bullets) if heard else memory.bullets
+                bullets = _still_heard(session, row, memory.bullets, read_at) if heard else memory.bullets
                 row.audience = _narrower(row.audience, memory.audience)
                 # a bullet written with a channel in sight that stopped being public meanwhile stays out
                 kept = replace(memory, audience=Audience(row.audience), bullets=bullets)
@@ -188,16 +188,30 @@ def _narrower(stored: str | None, audience: Audience) -> str | None:
     return stored if stored is not None else audience.conversation_id
 
 
-def _still_heard(session: Session, row: MemoryRow, bullets: Sequence[Bullet]) -> tuple[Bullet, ...]:
-    """`bullets` without the new ones citing a message no longer stored, nor kept as expired (a person
-    forgotten while the model was reading them): nothing of them comes back. Bullets already stored stay."""
+def _still_heard(
+    session: Session, row: MemoryRow, bullets: Sequence[Bullet], read_at: datetime | None
+) -> tuple[Bullet, ...]:
+    """`bullets` without those not stored (new, or dropped meanwhile) citing a message no longer stored, nor
+    kept as expired (a person forgotten while the model was reading them), or edited since `read_at` (the edit
+    dropped what held its old words): nothing of them comes back. Bullets already stored stay."""
     stored = {_identity_of(b) for b in row.bullets}
     unsure = {ts for b in bullets if _identity(b) not in stored for ts in b.source_ts}
+    known = read_as_stored(session, unsure, read_at)
+    return tuple(b for b in bullets if _identity(b) in stored or known.issuperset(b.source_ts))
+
+
+def read_as_stored(session: Session, ts: Collection[str], read_at: datetime | None) -> set[str]:
+    """Of the messages `ts`, those stored and not edited since `read_at` (when given), or kept as expired:
+    what was learnt from the others (deleted or forgotten, or edited) may hold words that are gone."""
     known: set[str] = set()
     for table in (MessageRow, ExpiredMessageRow):
-        if unsure:
-            known.update(session.exec(select(table.ts).where(col(table.ts).in_(unsure))).all())
-    return tuple(b for b in bullets if _identity(b) in stored or known.issuperset(b.source_ts))
+        if ts:
+            query = select(table.ts).where(col(table.ts).in_(list(ts)))
+            if table is MessageRow and read_at is not None:
+                edited = col(MessageRow.edited_at)
+                query = query.where(or_(edited.is_(None), edited <= read_at))
+            known.update(session.exec(query).all())
+    return known
 
 
 def _identity(bullet: Bullet) -> tuple[object, ...]:

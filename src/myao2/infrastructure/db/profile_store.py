@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from datetime import date, datetime
 from typing import Any
 
-from sqlalchemy import Engine, bindparam, or_
+from sqlalchemy import Engine, bindparam
 from sqlalchemy import select as core_select
 from sqlmodel import Session, col, select
 
@@ -14,7 +14,7 @@ from myao2.domain.ports import Clock
 from myao2.domain.profile import Fact, Profile
 from myao2.domain.visibility import Audience
 from myao2.infrastructure.db.engine import take_write_lock
-from myao2.infrastructure.db.memory_store import channel_audiences, said_in
+from myao2.infrastructure.db.memory_store import channel_audiences, read_as_stored, said_in
 from myao2.infrastructure.db.tables import ExpiredMessageRow, MessageRow, ProfileRow
 
 _PROFILES = ProfileRow.__table__  # type: ignore[attr-defined]
@@ -87,15 +87,7 @@ def _gone(session: Session, profile: Profile, row: ProfileRow, read_at: datetime
     edited since `read_at` (the edit dropped what was learnt from them)."""
     stored = {(f["id"], tuple(f["ts"])) for f in row.facts}
     cited = {ts for f in profile.facts if (f.id, f.source_ts) not in stored for ts in f.source_ts}
-    known: set[str] = set()
-    for table in (MessageRow, ExpiredMessageRow):
-        if cited:
-            query = select(table.ts).where(col(table.ts).in_(list(cited)))
-            if table is MessageRow and read_at is not None:
-                edited = col(MessageRow.edited_at)
-                query = query.where(or_(edited.is_(None), edited <= read_at))
-            known.update(session.exec(query).all())
-    return cited - known
+    return cited - read_as_stored(session, cited, read_at)
 
 
 def _has_spoken(session: Session, user_id: str) -> bool:
