@@ -203,3 +203,19 @@ def test_profiles_saved_together_while_a_channel_is_narrowed_do_not_deadlock(
         "ualice": [Audience("C1")],
         "ubob": [Audience("C1")],
     }
+
+
+def test_memories_saved_together_while_a_message_is_deleted_do_not_deadlock(
+    engine: Engine, other: Engine, clock: ManualClock, conversations: SqlConversationStore
+) -> None:
+    memories = SqlMemoryStore(engine, clock)
+    bullets = (Bullet(1, "alice skis", DAY, ("1.000002",)), Bullet(2, "bob says hi", DAY, ("1.000003",)))
+    memories.save([Memory(Scope(), Term.SHORT, WORKSPACE, bullets)])
+    memories.save([Memory(Scope("C1"), Term.SHORT, WORKSPACE, bullets)])
+    learnt = (*bullets, Bullet(3, "bob waves", DAY, ("1.000003",)))
+    deleting = SqlConversationStore(other, clock)
+    # the save holds its first memory when the deletion starts: both take the rows in the same order
+    with meanwhile(engine, "memories", lambda: deleting.delete_message("C1", "1.000002")):
+        memories.save([Memory(Scope("C1"), Term.SHORT, WORKSPACE, learnt), Memory(Scope(), Term.SHORT, WORKSPACE, learnt)])
+    for scope in (Scope(), Scope("C1")):
+        assert [b.text for b in memories.get(scope, Term.SHORT).bullets] == ["bob says hi", "bob waves"]

@@ -7,7 +7,7 @@ from dataclasses import replace
 from datetime import date, datetime
 from typing import Any
 
-from sqlalchemy import Engine, Text, bindparam, cast, or_
+from sqlalchemy import Engine, Text, bindparam, cast, or_, tuple_
 from sqlalchemy import select as core_select
 from sqlmodel import Session, col, select
 
@@ -41,14 +41,21 @@ class SqlMemoryStore:
             # Read and write in one transaction that holds the rows: a note dropped meanwhile (a message deleted
             # in Slack) is seen dropped here, never written back from a read made before the drop.
             take_write_lock(session)
-            for memory in memories:
-                row = session.exec(
+            keys = [(memory.scope.key, memory.term.value) for memory in memories]
+            # held in id order, as a message's deletion and a forgetting take them: the two never wait for each other
+            held = {
+                (row.scope, row.term): row
+                for row in session.exec(
                     select(MemoryRow)
-                    .where(MemoryRow.scope == memory.scope.key, MemoryRow.term == memory.term.value)
+                    .where(tuple_(col(MemoryRow.scope), col(MemoryRow.term)).in_(keys))
+                    .order_by(col(MemoryRow.id))
                     .with_for_update()
-                ).first()
+                ).all()
+            } if keys else {}
+            for memory, key in zip(memories, keys):
+                row = held.get(key)
                 if row is None:
-                    row = MemoryRow(
+                    row = held[key] = MemoryRow(
                         scope=memory.scope.key, term=memory.term.value, label="", bullets=[], covered="", updated_at=now
                     )
                 bullets = _still_heard(session, row, memory.bullets, read_at) if heard else memory.bullets
