@@ -8,11 +8,13 @@ from datetime import date
 import pytest
 
 from myao2.application.memory_job import MemoryJob
+from myao2.domain.conversation import Message
 from myao2.domain.memory import Bullet, Memory, Scope, Term
 from myao2.domain.visibility import WORKSPACE
 from tests.unit.test_memory_job import (  # noqa: F401 (fixtures)
     GENERAL,
     PERSONA,
+    SECRET,
     SETTINGS,
     FakeWriter,
     Say,
@@ -127,22 +129,29 @@ async def test_a_message_deleted_while_the_model_learns_from_it_teaches_nothing(
     assert [(f.text, f.confirmations) for f in profiles.get("U1").facts] == [("likes tea", 1)]
 
 
-async def test_a_message_edited_while_the_model_reads_it_is_remembered_by_its_new_words_only(
-    conversations, memories, clock, say
-):
+def editing_job(conversations, memories, clock) -> tuple[MemoryJob, list]:
+    """A memory job whose model, while it thinks (5 s), sees each message put in the list edited in Slack."""
     edited: list = []
 
     class EditingWriter(FakeWriter):
         async def update(self, prompts):  # type: ignore[no-untyped-def]
             if edited:
                 clock.advance(5)
-                conversations.edit_message(GENERAL.id, edited.pop().ts, "the code is secret")
+                message = edited.pop()
+                conversations.edit_message(message.channel_id, message.ts, "the code is secret")
             return await super().update(prompts)
 
     job = MemoryJob(
         conversations=conversations, memories=memories, writer=EditingWriter(), clock=clock, persona=PERSONA,
         settings=SETTINGS,
     )
+    return job, edited
+
+
+async def test_a_message_edited_while_the_model_reads_it_is_remembered_by_its_new_words_only(
+    conversations, memories, clock, say
+):
+    job, edited = editing_job(conversations, memories, clock)
     edited.append(say(GENERAL, "the code is canary-1234"))
     await job.run()
     assert not any("canary-1234" in b.text for m in memories.all() for b in m.bullets)
@@ -151,22 +160,29 @@ async def test_a_message_edited_while_the_model_reads_it_is_remembered_by_its_ne
     assert "L the code is secret" in [b.text for b in memories.get(Scope(GENERAL.id), Term.LONG).active]
 
 
-async def test_a_message_edited_while_the_model_learns_from_it_leaves_no_fact_of_its_old_words(
-    conversations, profiles, clock, say
-):
+def editing_keeper(conversations, profiles, clock) -> tuple[ProfileKeeper, list]:
+    """A keeper whose model, while it thinks (5 s), sees each message put in the list edited in Slack."""
     edited: list = []
 
     class EditingWriter(FakeProfiles):
         async def learn(self, prompt):  # type: ignore[no-untyped-def]
             if edited:
                 clock.advance(5)
-                conversations.edit_message(GENERAL.id, edited.pop().ts, "I like nothing much")  # while the model thinks
+                message = edited.pop()
+                conversations.edit_message(message.channel_id, message.ts, "I like nothing much")
             return await super().learn(prompt)
 
     keeper = ProfileKeeper(
         conversations=conversations, profiles=profiles, writer=EditingWriter(), clock=clock,
         persona=PROFILE_PERSONA, batch_max_tokens=2000,
     )
+    return keeper, edited
+
+
+async def test_a_message_edited_while_the_model_learns_from_it_leaves_no_fact_of_its_old_words(
+    conversations, profiles, clock, say
+):
+    keeper, edited = editing_keeper(conversations, profiles, clock)
     say(GENERAL, "I like tea")
     await keeper.run()
     edited.append(say(GENERAL, "I like canary-opera"))
@@ -180,19 +196,7 @@ async def test_an_earlier_message_edited_while_the_model_learns_from_a_new_one_l
 ):
     # The round read the profile (with "likes tea") before the edit dropped that fact: its save must not bring
     # it back, though the edited message is not among those this round read.
-    edited: list = []
-
-    class EditingWriter(FakeProfiles):
-        async def learn(self, prompt):  # type: ignore[no-untyped-def]
-            if edited:
-                clock.advance(5)
-                conversations.edit_message(GENERAL.id, edited.pop().ts, "I like nothing much")  # while the model thinks
-            return await super().learn(prompt)
-
-    keeper = ProfileKeeper(
-        conversations=conversations, profiles=profiles, writer=EditingWriter(), clock=clock,
-        persona=PROFILE_PERSONA, batch_max_tokens=2000,
-    )
+    keeper, edited = editing_keeper(conversations, profiles, clock)
     tea = say(GENERAL, "I like tea")
     await keeper.run()
     assert [f.text for f in profiles.get("U1").facts] == ["likes tea"]
@@ -208,17 +212,7 @@ async def test_a_message_edited_while_the_model_learns_of_someone_else_leaves_no
 ):
     # A round reads every profile first, then makes one model call per audience: Bob's tea message is edited
     # during the call about Alice, before Bob's own call; his save must not bring back what the edit dropped.
-    from myao2.domain.conversation import Message
-    from tests.unit.test_memory_job import SECRET
-
-    edited: list = []
-
-    class EditingWriter(FakeProfiles):
-        async def learn(self, prompt):  # type: ignore[no-untyped-def]
-            if edited:
-                clock.advance(5)
-                conversations.edit_message(SECRET.id, edited.pop().ts, "I like nothing much")
-            return await super().learn(prompt)
+    keeper, edited = editing_keeper(conversations, profiles, clock)
 
     def bob(text: str) -> Message:
         clock.advance(60)
@@ -226,10 +220,6 @@ async def test_a_message_edited_while_the_model_learns_of_someone_else_leaves_no
         conversations.save_message(message)
         return message
 
-    keeper = ProfileKeeper(
-        conversations=conversations, profiles=profiles, writer=EditingWriter(), clock=clock,
-        persona=PROFILE_PERSONA, batch_max_tokens=2000,
-    )
     tea = bob("I like tea")
     await keeper.run()
     assert [f.text for f in profiles.get("U2").facts] == ["likes tea"]
@@ -247,19 +237,7 @@ async def test_an_earlier_message_edited_while_the_model_reads_new_ones_leaves_n
 ):
     # The round read the memory (with the code's bullet) before the edit dropped that bullet: its save must not
     # bring it back, though the edited message is not among those this round read.
-    edited: list = []
-
-    class EditingWriter(FakeWriter):
-        async def update(self, prompts):  # type: ignore[no-untyped-def]
-            if edited:
-                clock.advance(5)
-                conversations.edit_message(GENERAL.id, edited.pop().ts, "the code is secret")
-            return await super().update(prompts)
-
-    job = MemoryJob(
-        conversations=conversations, memories=memories, writer=EditingWriter(), clock=clock, persona=PERSONA,
-        settings=SETTINGS,
-    )
+    job, edited = editing_job(conversations, memories, clock)
     code = say(GENERAL, "the code is canary-1234")
     await job.run()
     assert "L the code is canary-1234" in [b.text for b in memories.get(Scope(GENERAL.id), Term.LONG).active]
