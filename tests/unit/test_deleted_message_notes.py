@@ -246,3 +246,26 @@ async def test_an_earlier_message_edited_while_the_model_reads_new_ones_leaves_n
     await job.run()
 
     assert not any("canary-1234" in b.text for m in memories.all() for b in m.bullets)
+
+
+async def test_a_message_edited_while_the_model_writes_the_workspace_memory_leaves_no_bullet_of_its_old_words(
+    conversations, memories, clock, say
+):
+    edited: list = []
+
+    class EditingWriter(FakeWriter):
+        async def update(self, prompts):  # type: ignore[no-untyped-def]
+            if edited and prompts[0].channel is None:  # the workspace's call, after the channels'
+                clock.advance(5)
+                conversations.edit_message(GENERAL.id, edited.pop().ts, "the code is secret")
+            return await super().update(prompts)
+
+    job = MemoryJob(
+        conversations=conversations, memories=memories, writer=EditingWriter(), clock=clock, persona=PERSONA,
+        settings=SETTINGS,
+    )
+    edited.append(say(GENERAL, "the code is canary-1234"))
+    await job.run()
+
+    assert not edited  # the edit was made
+    assert not any("canary-1234" in b.text for m in memories.all() for b in m.bullets)

@@ -408,7 +408,9 @@ class MemoryJob:
     # -- workspace -----------------------------------------------------------
 
     async def _workspace(self, report: RoundReport) -> RoundReport:
-        """Update the workspace memory from the public channels whose memory changed since it was made."""
+        """Update the workspace memory from the public channels whose memory changed since it was made; what
+        was made from a message edited meanwhile (the channels' notes held its old words) is left out."""
+        started = self._clock.now()
         sources = await asyncio.to_thread(self._workspace_sources)
         marks = {long.scope.key: [long.covered, _last_id(long)] for long, _ in sources}
         long_term = await self._load(WORKSPACE_SCOPE, Term.LONG, WORKSPACE)
@@ -451,7 +453,7 @@ class MemoryJob:
         short_term = short_term.renewed(
             self._dated(update.short_term, allowed | _sources(short_term), tuple(sorted(heard)))
         )
-        await asyncio.to_thread(self._memories.save, [long_term, short_term], heard=True)
+        await asyncio.to_thread(self._memories.save, [long_term, short_term], heard=True, read_at=started)
         sources = [long.scope.channel_id for long, _ in changed if long.scope.channel_id]
         await asyncio.to_thread(still_public, self._conversations, self._memories, sources)
         return replace(report, updated=report.updated + (WORKSPACE_SCOPE.key,))
