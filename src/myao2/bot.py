@@ -206,7 +206,8 @@ class Bot:
             return 0
         logger.info("connected to Slack as %s (%s)", persona.name, identity.user_id)
         self._tasks.spawn(self._settle(clients))
-        catch_up()
+        caught_up = asyncio.Event()
+        self._tasks.spawn(self._first_catch_up(history, lifecycle, answer, caught_up))
         self._tasks.spawn(replica.keep(self._stop, gone=answer.wake))
         self._tasks.spawn(
             self._every(
@@ -216,7 +217,9 @@ class Bot:
         )
         self._tasks.spawn(self._retry_when_due(answer))
         self._tasks.spawn(self._every(response.check_interval_seconds, replica.only_here("autonomous", autonomous.check)))
-        self._tasks.spawn(self._every(config.memory.update_interval_seconds, replica.only_here("memory", parts.remember)))
+        self._tasks.spawn(
+            self._every_after(caught_up, config.memory.update_interval_seconds, replica.only_here("memory", parts.remember))
+        )
         indexer = IndexWorker(parts.index, engine)
         indexer.start()
 
@@ -297,6 +300,15 @@ class Bot:
         if started:
             logger.info("taking up %d message(s) for the bot found unanswered", started)
 
+    async def _first_catch_up(
+        self, history: HistorySync, channels: ChannelLifecycle, answer: AnswerMention, done: asyncio.Event
+    ) -> None:
+        """The catch-up after start-up; `done` is set when it ends, however it ends."""
+        try:
+            await self._catch_up(history, channels, answer)
+        finally:
+            done.set()
+
     async def _retry_when_due(self, answer: AnswerMention) -> None:
         """Take up answers due again (after a failed or interrupted attempt) when they fall due, until the bot stops."""
         while not self._stop.is_set():
@@ -311,6 +323,12 @@ class Bot:
     async def _every(self, seconds: float, job: Callable[[], Awaitable[object]]) -> None:
         """Run `job` every `seconds` until the bot stops (see `every`)."""
         await every(seconds, job, self._stop)
+
+    async def _every_after(self, ready: asyncio.Event, seconds: float, job: Callable[[], Awaitable[object]]) -> None:
+        """Once `ready` is set, run `job` every `seconds` until the bot stops: the memory job's first round
+        reads what the start-up catch-up brought, not whatever part of it was stored by then."""
+        await ready.wait()
+        await self._every(seconds, job)
 
 
 def autonomy_settings(config: Config) -> AutonomySettings:

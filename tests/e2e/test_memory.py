@@ -10,7 +10,7 @@ import pytest
 
 from tests.e2e.conftest import ALICE, BOB, GENERAL, ON_BOTH_DATABASES, BotProcess, wait_until
 from tests.e2e.test_mentions import prompt_text, replies_in
-from tests.fakes.memory_model import is_memory_request, remember
+from tests.fakes.memory_model import is_channels_request, is_memory_request, remember
 from tests.fakes.openai_server import Text
 from tests.fakes.slack_server import FakeSlack
 
@@ -110,4 +110,21 @@ def test_a_quiet_workspace_costs_no_memory_calls_and_a_restart_redoes_nothing(
         "remembered: the release moves to friday",
         "remembered: ok",
     ]
+    assert bot.stop() == 0
+
+
+def test_the_first_memory_round_reads_everything_the_start_up_catch_up_brings(
+    bot: BotProcess, slack: FakeSlack, llm
+) -> None:
+    plans = "CPLANS"
+    slack.add_channel(plans, "plans", members=[ALICE, BOB])
+    llm.set_responder(responder)
+    bot.settings["memory.update_interval_seconds"] = 0.2
+    slack.post_message(GENERAL, ALICE, "lunch at noon today")
+    slack.post_message(plans, BOB, "the merger with acme is on")
+    slack.inject_delay("conversations.history", 1.0, times=2)  # each channel's history arrives a second late
+    bot.start()
+    wait_until(lambda: any(is_channels_request(r) for r in llm.requests), timeout=20, what="the channels' round")
+    reading = [prompt_text(r) for r in llm.requests if is_memory_request(r) and "lunch at noon" in prompt_text(r)]
+    assert len(reading) == 1 and "merger with acme" in reading[0]  # both channels, in one call
     assert bot.stop() == 0
