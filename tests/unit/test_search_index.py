@@ -383,10 +383,9 @@ class IndexFollowsTheData(RuleBasedStateMachine):
     def sync_in_the_background(self) -> None:
         self.world.index.sync()
 
-    def _first_or_after_its_window(self, ts: str, hits: list) -> None:
-        """The message is found. Not necessarily first: it is embedded with the message before it
-        (its window), and the next message's window holds its words too."""
-        assert ts in [hit.message.ts for hit in hits]
+    def _found_first(self, ts: str, hits: list) -> None:
+        """The message is found first, ahead of the message after it, whose window holds its text."""
+        assert hits and hits[0].message.ts == ts
 
     @invariant()
     def nothing_gone_is_found_and_everything_live_is(self) -> None:
@@ -398,10 +397,10 @@ class IndexFollowsTheData(RuleBasedStateMachine):
             assert not set(found) & set(self.removed_memos)
         for ts, text in self.live_messages.items():
             hits = self.world.search.messages(text, None, None, None, 20)
-            self._first_or_after_its_window(ts, hits)
+            self._found_first(ts, hits)
             assert not {hit.message.ts for hit in hits} & self.deleted_messages
             own = self.world.search.messages(text, self.channels[ts], None, None, 20)
-            self._first_or_after_its_window(ts, own)  # found from its own conversation
+            self._found_first(ts, own)  # found from its own conversation
             elsewhere = self.world.search.messages(text, "C2", None, None, 20)
             assert {hit.message.channel_id for hit in elsewhere} <= {"C1"}  # a DM's message never leaves it
         for content in self.removed_memos.values():

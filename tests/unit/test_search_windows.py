@@ -112,6 +112,14 @@ def test_a_thread_reply_is_windowed_with_its_thread_and_the_top_level_with_the_t
     assert "pie" in stored_text(world, after)
 
 
+def test_a_message_is_found_first_by_its_exact_text_though_the_next_ones_window_repeats_it(world: World) -> None:
+    world.message("C1", "lunch?", at(0))
+    world.message("C1", "ramen at noon", at(1))
+    world.message("C1", "ramen at noon sounds good", at(2))  # its window holds "ramen at noon" twice
+    assert world.message_texts("ramen at noon", "C1")[0] == "ramen at noon"
+    assert world.message_texts("ramen at noon sounds good", "C1")[0] == "ramen at noon sounds good"
+
+
 # -- the time cutoff with neighbours ------------------------------------------------------------------
 
 WORDS = st.sampled_from(["ramen", "deploy", "friday", "budget", "会議", "猫"])

@@ -5,7 +5,8 @@ Triggers queue every change to a memo, a message, a digest or a memory (migratio
 that queue in batches (embedding is the slow part, so it runs in a worker thread,
 never on the event loop) and is run again before each search, so a search never
 misses a change nor returns something removed. Each hit is scored by the cosine of
-its vector, plus a keyword bonus that only a close keyword match earns (see `keyword_bonus`).
+its vector, plus a keyword bonus that only a close keyword match earns (see `keyword_bonus`); a message
+also by its neighbours, the dates the query names and how nearly it is the query's very text.
 The SQL that differs by database (keyword terms) lives in keywords.py; the rest is portable.
 """
 
@@ -30,6 +31,7 @@ from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.memo_store import SqlMemoStore
 from myao2.infrastructure.db.memory_store import SqlMemoryStore
+from myao2.infrastructure.search.dates import periods
 from myao2.infrastructure.search.embedders import Embedder
 from myao2.infrastructure.search.keywords import DocumentRow, KeywordTable, keyword_table
 from myao2.infrastructure.search.text import content_terms, fts_document, terms
@@ -63,6 +65,13 @@ query's content terms (see `keyword_bonus`)."""
 MESSAGE_KEYWORD_WEIGHT = 0.2
 """The same for a message: its vector reads it with the message before it, its keywords are its own,
 so a keyword match tells it apart from the message after it, whose window holds the same words."""
+DATE_WEIGHT = 0.05
+"""What a message posted within a period the query names (its day, or the day after) gains (see dates.py)."""
+DATE_SLACK = 86_400.0
+"""How long after a named period a message still counts as within it: what happened is often told the next day."""
+EXACT_WEIGHT = 1.0
+"""The most a message gains for holding nearly the query's very terms and little else (see `nearness`):
+its exact text finds it first, before the message after it, whose window holds the same text."""
 
 Progress = Callable[[int, int], None]
 """Called with (done, total) while indexing."""
@@ -319,6 +328,10 @@ class SearchIndex:
         cosines = dict(dense)
         floor = min(cosines.values(), default=0.0)
         covered = coverage(weights)
+        messages = kind == "message"
+        named = periods(query) if messages else []
+        query_set = set(query_terms)
+        exact: dict[int, float] = {}
 
         def scored(found: dict[int, _DocRow], order: Iterable[int]) -> dict[int, float]:
             """The fused score of each document that may be read, by its memo's or message's id."""
@@ -333,12 +346,19 @@ class SearchIndex:
                     with self._cache_locks[kind]:
                         vector = self._caches[kind].vector_of(doc_id)
                     cosine = float(vector @ query_vector) if vector is not None else floor
-                scores[row[1]] = cosine + keyword_bonus(kind, covered(row[4]))
+                score = cosine + keyword_bonus(kind, covered(row[4]))
+                if any(start <= row[3] < end + DATE_SLACK for start, end in named):
+                    score += DATE_WEIGHT
+                if messages:
+                    exact[row[1]] = EXACT_WEIGHT * nearness(query_set, row[4]) ** 4
+                scores[row[1]] = score
             return scores
 
         scores = scored(rows, candidates)
-        if kind == "message" and scores:
-            scores = self._lifted_by_neighbours(scores, before, scored)
+        if messages and scores:
+            lifted = self._lifted_by_neighbours(scores, before, scored)
+            # Added once lifted: a neighbour gains nothing from a message's own exact text.
+            scores = {ref_id: score + exact[ref_id] for ref_id, score in lifted.items()}
         ranked = sorted(scores.items(), key=lambda item: -item[1])
         return [Hit(ref_id, score) for ref_id, score in ranked[:limit]]
 
@@ -508,6 +528,13 @@ def coverage(weights: dict[str, float]) -> Callable[[str], float]:
         return sum(weight for term, weight in items if term in present) / total
 
     return covered
+
+
+def nearness(query_terms: set[str], document_terms: str) -> float:
+    """How nearly a document holds the query's very terms and no others (Jaccard), from 0 to 1."""
+    present = set(document_terms.split())
+    union = len(query_terms | present)
+    return len(query_terms & present) / union if union else 0.0
 
 
 def _idf(documents: int, frequency: float) -> float:
