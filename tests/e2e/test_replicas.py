@@ -191,3 +191,32 @@ def test_a_replica_stalled_beyond_its_lease_gives_the_answer_up_quietly_to_the_o
     assert "must not appear" not in str(answer) and "must not appear" not in str(slack.messages(GENERAL))
     [survivor] = names
     assert rows(database, f"SELECT holder FROM claims WHERE ts = '{ts}' AND settled_at IS NOT NULL") == [(survivor,)]
+
+
+def test_a_replica_stalled_while_writing_an_answer_posted_whole_leaves_no_second_answer(
+    replicas: list[BotProcess], slack: FakeSlack, llm: FakeOpenAI, database: str
+) -> None:
+    slack.refuse_streaming("not_allowed")  # answers are posted once complete
+    llm.script(Text("The stalled replica's answer, which must not appear.", pieces=12, interval=0.4))
+    llm.set_responder(lambda request: Text("The answer."))
+    for bot in replicas:
+        bot.settings["response.answer_retry_seconds"] = [1, 1, 1]
+        bot.start(wait_connected=False)
+    slack.wait_for(lambda: slack.open_connections == 2, timeout=30, what="both replicas connected")
+    names = {replica_name(bot): bot for bot in replicas}
+    ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> tell me something")
+    wait_until(lambda: llm.requests, what="the model asked for the answer")
+    time.sleep(1.5)  # its first words written (nothing shows before the whole answer is posted)
+    [(holder,)] = rows(database, f"SELECT holder FROM claims WHERE ts = '{ts}'")
+    stalled = names.pop(str(holder))
+    assert stalled.process is not None
+    stalled.process.send_signal(signal.SIGSTOP)  # frozen mid-answer, for longer than its lease
+    try:
+        slack.wait_for(lambda: "The answer." in str(answers_to(slack, ts)), timeout=30, what="the other replica's answer")
+    finally:
+        stalled.process.send_signal(signal.SIGCONT)
+
+    wait_until(lambda: "taken over by another replica" in stalled.log(), what="the stalled replica giving up")
+    time.sleep(LEASE_SECONDS)  # room for a second answer to show up
+    [answer] = answers_to(slack, ts)
+    assert "must not appear" not in str(slack.messages(GENERAL))

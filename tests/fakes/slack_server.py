@@ -1021,6 +1021,7 @@ class FakeSlack(LoopbackServer):
             "apps.connections.open": self._api_connections_open,
             "chat.postMessage": self._api_post_message,
             "chat.update": self._api_chat_update,
+            "chat.delete": self._api_chat_delete,
             "chat.startStream": self._api_start_stream,
             "chat.appendStream": self._api_append_stream,
             "chat.stopStream": self._api_stop_stream,
@@ -1148,6 +1149,18 @@ class FakeSlack(LoopbackServer):
         msg = self._edit(ch, ts, text, emit=True)
         self._record_post("chat.update", ch, msg)
         return {"channel": ch.id, "ts": ts, "text": text, "message": copy.deepcopy(msg)}
+
+    def _api_chat_delete(self, params: dict[str, Any]) -> dict[str, Any]:
+        ch = self._channel_param(params)
+        ts = str(params.get("ts") or "")
+        msg = self._find_message(ch, ts)
+        if msg is None:
+            raise _SlackError("message_not_found")
+        if msg.get("user") != self.bot_user_id:
+            raise _SlackError("cant_delete_message")
+        self._streams.pop((ch.id, ts), None)
+        self.delete_message(ch.id, ts)
+        return {"channel": ch.id, "ts": ts}
 
     def _api_start_stream(self, params: dict[str, Any]) -> dict[str, Any]:
         ch = self._channel_param(params)

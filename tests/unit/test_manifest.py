@@ -16,6 +16,7 @@ SCOPES_BY_METHOD = {
     "apps.connections.open": set(),  # app-level token (connections:write), not a bot scope
     "chat.postMessage": {"chat:write"},
     "chat.update": {"chat:write"},
+    "chat.delete": {"chat:write"},
     "chat.startStream": {"chat:write"},
     "chat.appendStream": {"chat:write"},
     "chat.stopStream": {"chat:write"},

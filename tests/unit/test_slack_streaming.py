@@ -10,7 +10,14 @@ import pytest
 from slack_sdk.errors import SlackApiError
 
 from myao2.application.agents import ModelUnavailable
-from myao2.application.reply_stream import ReplyDone, ReplyEvent, TextDelta, ToolFinished, ToolStarted
+from myao2.application.reply_stream import (
+    ReplyDone,
+    ReplyEvent,
+    ReplyWithdrawn,
+    TextDelta,
+    ToolFinished,
+    ToolStarted,
+)
 from myao2.domain.conversation import Channel, ChannelKind
 from myao2.infrastructure.slack.gateway import ANSWER_EVENT, SlackGateway, make_web_client
 from myao2.infrastructure.slack.streaming import SlackReplyPublisher, StreamSettings
@@ -292,3 +299,28 @@ async def test_a_slack_error_starting_the_stream_raises_and_posts_nothing(fake, 
         await publisher_for().publish(GENERAL, parent, "U1", events(TextDelta("a"), ReplyDone("a")), APOLOGY)
 
     assert fake.posted == [] and fake.streams == []
+
+
+async def test_a_reply_withdrawn_as_it_starts_showing_is_taken_back(fake, publisher_for):
+    parent = fake.post_message("C1", "U1", "hi <@UBOT>")
+
+    async def started(ts: str) -> None:
+        raise ReplyWithdrawn  # another replica took the answer over meanwhile
+
+    with pytest.raises(ReplyWithdrawn):
+        await publisher_for().publish(
+            GENERAL, parent, "U1", events(TextDelta("Hi"), ReplyDone("Hi")), APOLOGY, started=started
+        )
+
+    assert [m["ts"] for m in fake.messages("C1")] == [parent]
+
+
+async def test_a_reply_withdrawn_before_it_is_complete_is_never_posted_whole(fake, publisher_for):
+    parent = fake.post_message("C1", "U1", "hi <@UBOT>")
+
+    with pytest.raises(ReplyWithdrawn):
+        await publisher_for(streaming=False).publish(
+            GENERAL, parent, "U1", events(TextDelta("Hi"), ReplyWithdrawn()), APOLOGY
+        )
+
+    assert fake.posted == [] and [m["ts"] for m in fake.messages("C1")] == [parent]

@@ -282,11 +282,12 @@ class AnswerMention:
             yield event
 
     async def _while_held(self, message: Message, reply: ReplyStream) -> ReplyStream:
-        """`reply`, withdrawn before anything of it shows if another replica took the answer over meanwhile
-        (this one stalled for longer than its lease: that one answers)."""
+        """`reply`, withdrawn if another replica took the answer over meanwhile (this one stalled for longer
+        than its lease: that one answers); checked before its first event and again before it is complete,
+        so neither a streamed answer nor one posted whole stays beside the other replica's."""
         checked = False
         async for event in reply:
-            if not checked:
+            if not checked or isinstance(event, ReplyDone):
                 if not await asyncio.to_thread(self._store.holds, message.channel_id, message.ts, self._replica):
                     raise ReplyWithdrawn
                 checked = True

@@ -221,7 +221,11 @@ class _Stream:
                 raise
             self._ts = response["ts"]
             if self._started is not None:
-                await self._started(self._ts)
+                try:
+                    await self._started(self._ts)
+                except ReplyWithdrawn:
+                    await self._withdraw()
+                    raise
         elif not self._broken:
             try:
                 await self._client.chat_appendStream(channel=self._channel.id, ts=self._ts, chunks=chunks)
@@ -254,6 +258,16 @@ class _Stream:
                 logger.warning("streamed reply %s could not be stopped (%s)", self._ts, exc.response.get("error"))
         await self._client.chat_update(channel=self._channel.id, ts=self._ts, text=text, metadata=self._metadata)
         return PublishedReply(self._ts, text)
+
+    async def _withdraw(self) -> None:
+        """Take back a reply withdrawn as it started showing (another replica answers instead, and this message
+        was never recorded as the answer, so nobody else ends it): the message is deleted."""
+        if self._ts is None:
+            return
+        try:
+            await self._client.chat_delete(channel=self._channel.id, ts=self._ts)
+        except SlackApiError as exc:
+            logger.warning("could not take back the withdrawn reply %s: %s", self._ts, exc.response.get("error"))
 
     async def _post(self, text: str) -> PublishedReply:
         ts = await self._owner._chat.post(self._channel.id, text.strip(), self._thread_ts, self._answering)
