@@ -17,12 +17,12 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import numpy as np
-from sqlalchemy import Connection, Engine, Result, bindparam, text
+from sqlalchemy import Connection, Engine, bindparam, text
 from threadpoolctl import threadpool_limits
 
 from myao2.domain.conversation import Message
@@ -450,37 +450,33 @@ class SearchIndex:
         documents for keyword weights (see `_term_weights`) sees none of this kind, never some.
         """
         cache = self._caches[kind]
-        if cache.seq == 0:
+        first = cache.seq == 0
+        if first:
             cache = VectorCache()
         newest = cache.seq
-
-        def rows(result: Result) -> Iterator[StoredVector]:
-            nonlocal newest
+        # A refresh finds the rows written since by the index on `seq`, never by kind (`|| ''` keeps SQLite off that
+        # index). The first load finds this kind's rows by kind (reading a million messages' rows once, not once per
+        # kind) and puts them in `seq` order, as a refresh would. Either reads the last `seq` given in the same
+        # statement: rows of the other kinds up to it need no reading again.
+        found = "kind = :kind" if first else "kind || '' = :kind AND seq > :seq"
+        loaded: list[StoredVector] = []
+        with self._engine.connect() as connection:
+            result = connection.execute(
+                text(
+                    f"SELECT id, scope, at, vector, seq FROM search_docs WHERE {found} AND model = :model "
+                    "UNION ALL SELECT NULL, NULL, NULL, NULL, value FROM search_seq"
+                ),
+                {"kind": kind, "seq": cache.seq, "model": self._embedder.model_id},
+            )
             for part in result.partitions(_LOAD_CHUNK):
                 for row in part:
                     if row[0] is None:
                         newest = max(newest, row[4])
                     else:
-                        yield StoredVector(*row)
-
-        with self._engine.connect() as connection:
-            # The first load makes room for every row at once, not by doubling a million-row matrix.
-            expected = 0
-            if cache.seq == 0:
-                expected = connection.execute(
-                    text("SELECT count(*) FROM search_docs WHERE kind = :kind"), {"kind": kind}
-                ).scalar_one()
-            # Rows found by the index on `seq`, never by kind (`|| ''` keeps SQLite off that index); and the last `seq`
-            # given, read in the same statement: rows of the other kind up to it need no reading again.
-            result = connection.execute(
-                text(
-                    "SELECT id, scope, at, vector, seq FROM search_docs "
-                    "WHERE kind || '' = :kind AND seq > :seq AND model = :model "
-                    "UNION ALL SELECT NULL, NULL, NULL, NULL, value FROM search_seq"
-                ),
-                {"kind": kind, "seq": cache.seq, "model": self._embedder.model_id},
-            )
-            cache.put(rows(result), expected)
+                        loaded.append(StoredVector(*row))
+        if first:
+            loaded.sort(key=lambda row: row.seq)
+        cache.put(loaded, len(loaded))
         cache.seq = max(cache.seq, newest)
         self._caches[kind] = cache
         return cache
