@@ -152,7 +152,9 @@ class Bot:
             settings=mention_settings(config),
             replica=replica.name,
         )
-        inbox = Inbox(store=conversations, chat=gateway, bot=identity, answer=answer, spawn=self._tasks.spawn)
+        inbox = Inbox(
+            store=conversations, chat=gateway, bot=identity, answer=answer, spawn=self._tasks.spawn, clock=self._clock
+        )
         history = HistorySync(
             gateway,
             conversations,

@@ -7,12 +7,18 @@ import threading
 from collections.abc import Coroutine
 from typing import Any
 
+from datetime import datetime, timezone
+
 import pytest
+from sqlalchemy import Engine
 
 from myao2.application.inbox import Inbox
 from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Message
+from myao2.infrastructure.db.conversation_store import SqlConversationStore
+from tests.clocks import ManualClock
 
 BOT = BotIdentity(user_id="UBOT", bot_id="BBOT", team_id="T1")
+NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
 
 
 class SlowStore:
@@ -32,7 +38,7 @@ class SlowStore:
             self.saved.append(message)
         return True
 
-    def save_channel(self, channel: Channel) -> None:
+    def save_channel(self, channel: Channel, as_of: datetime | None = None) -> None:
         pass
 
 
@@ -62,7 +68,8 @@ def inbox(store: SlowStore) -> tuple[Inbox, list[tuple[Message, int]]]:
     def spawn(work: Coroutine[Any, Any, None]) -> None:
         spawned.append(asyncio.ensure_future(work))
 
-    return Inbox(store=store, chat=Chat(), bot=BOT, answer=answer, spawn=spawn), answered  # type: ignore[arg-type]
+    box = Inbox(store=store, chat=Chat(), bot=BOT, answer=answer, spawn=spawn, clock=ManualClock(NOW))  # type: ignore[arg-type]
+    return box, answered
 
 
 async def test_a_mention_arriving_twice_at_once_is_stored_once_and_answered_after_it_is_stored() -> None:
@@ -134,3 +141,36 @@ def test_a_copy_arriving_just_as_the_save_ends_neither_spins_nor_saves_again(hop
     worker.join(10)
     assert not worker.is_alive(), "the event loop spun"
     assert outcome == [1]
+
+
+async def test_a_leaving_recorded_while_the_channel_was_looked_up_stands(engine: Engine) -> None:
+    # The lookup read "member" just before the bot was removed; its save comes after the leaving.
+    clock = ManualClock(NOW)
+    store = SqlConversationStore(engine, clock)
+    store.save_channel(Channel("C1", "general", ChannelKind.PUBLIC))
+
+    class RemovedDuringLookup:
+        removals = 1
+
+        async def channel(self, channel_id: str) -> Channel:
+            clock.advance(1)
+            if self.removals:
+                self.removals -= 1
+                await asyncio.to_thread(store.leave_channel, channel_id)
+            return Channel(channel_id, "general", ChannelKind.PUBLIC)
+
+    async def answer(message: Message) -> None:
+        pass
+
+    chat = RemovedDuringLookup()
+    box = Inbox(
+        store=store, chat=chat, bot=BOT, answer=answer, spawn=asyncio.ensure_future, clock=clock  # type: ignore[arg-type]
+    )
+    await box.message_posted(mention("what a quiet day"), None)
+    channel = store.get_channel("C1")
+    assert channel is not None and not channel.is_member
+
+    clock.advance(60)
+    await box.channel_changed("C1")  # a lookup made after the leaving (the bot invited back) counts
+    channel = store.get_channel("C1")
+    assert channel is not None and channel.is_member

@@ -10,7 +10,7 @@ from contextlib import suppress
 from typing import Any
 
 from myao2.domain.conversation import BotIdentity, ChannelKind, Message
-from myao2.domain.ports import ChatPlatform, ConversationStore
+from myao2.domain.ports import ChatPlatform, Clock, ConversationStore
 
 logger = logging.getLogger(__name__)
 
@@ -31,9 +31,11 @@ class Inbox:
         bot: BotIdentity,
         answer: Callable[[Message], Awaitable[None]],
         spawn: Spawn,
+        clock: Clock,
     ) -> None:
         self._store = store
         self._chat = chat
+        self._clock = clock
         self._bot = bot
         self._answer = answer
         self._spawn = spawn
@@ -97,12 +99,16 @@ class Inbox:
         await self._learn_channel(channel_id)
 
     async def _learn_channel(self, channel_id: str, hint: ChannelKind | None = None) -> ChannelKind:
-        """Fetch and store a channel; if Slack cannot tell, trust the event's hint, else assume private."""
+        """Fetch and store a channel; if Slack cannot tell, trust the event's hint, else assume private.
+
+        A leaving recorded while the lookup was under way stands: the membership it read is older.
+        """
+        asked_at = self._clock.now()
         try:
             channel = await self._chat.channel(channel_id)
         except Exception as exc:  # noqa: BLE001 - any failure: fall back to the safe side
             logger.warning("could not look up channel %s: %s", channel_id, exc)
             return hint or ChannelKind.PRIVATE
-        await asyncio.to_thread(self._store.save_channel, channel)
+        await asyncio.to_thread(self._store.save_channel, channel, asked_at)
         self._known_channels[channel.id] = channel.kind
         return channel.kind
