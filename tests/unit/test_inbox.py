@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Coroutine
-from typing import Any
+from typing import Any, cast
 
 from datetime import datetime, timezone
 
@@ -68,7 +68,7 @@ def inbox(store: SlowStore) -> tuple[Inbox, list[tuple[Message, int]]]:
     def spawn(work: Coroutine[Any, Any, None]) -> None:
         spawned.append(asyncio.ensure_future(work))
 
-    box = Inbox(store=store, chat=Chat(), bot=BOT, answer=answer, spawn=spawn, clock=ManualClock(NOW))  # type: ignore[arg-type]
+    box = Inbox(store=cast(Any, store), chat=cast(Any, Chat()), bot=BOT, answer=answer, spawn=spawn, clock=ManualClock(NOW))
     return box, answered
 
 
@@ -162,10 +162,8 @@ async def test_a_leaving_recorded_while_the_channel_was_looked_up_stands(engine:
     async def answer(message: Message) -> None:
         pass
 
-    chat = RemovedDuringLookup()
-    box = Inbox(
-        store=store, chat=chat, bot=BOT, answer=answer, spawn=asyncio.ensure_future, clock=clock  # type: ignore[arg-type]
-    )
+    chat: Any = RemovedDuringLookup()
+    box = Inbox(store=store, chat=chat, bot=BOT, answer=answer, spawn=asyncio.ensure_future, clock=clock)
     await box.message_posted(mention("what a quiet day"), None)
     channel = store.get_channel("C1")
     assert channel is not None and not channel.is_member
