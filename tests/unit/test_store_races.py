@@ -219,3 +219,25 @@ def test_memories_saved_together_while_a_message_is_deleted_do_not_deadlock(
         memories.save([Memory(Scope("C1"), Term.SHORT, WORKSPACE, learnt), Memory(Scope(), Term.SHORT, WORKSPACE, learnt)])
     for scope in (Scope(), Scope("C1")):
         assert [b.text for b in memories.get(scope, Term.SHORT).bullets] == ["bob says hi", "bob waves"]
+
+
+def test_a_new_profile_saved_by_two_writers_at_once_is_stored_as_narrow_as_either_left_it(
+    engine: Engine, other: Engine, clock: ManualClock, conversations: SqlConversationStore
+) -> None:
+    narrowed = Profile("ualice", (fact(1, "likes tea", "1.000001", audience=Audience("C1")),))
+    # both find no profile of alice: the second to write it finds the first's row and never widens it
+    with meanwhile(engine, "profiles", lambda: SqlProfileStore(other, clock).save([narrowed])):
+        SqlProfileStore(engine, clock).save([Profile("ualice", (fact(1, "likes tea", "1.000001"),))])
+    assert [f.audience for f in SqlProfileStore(engine, clock).get("ualice").facts] == [Audience("C1")]
+
+
+def test_a_new_memory_saved_by_two_writers_at_once_is_stored_as_narrow_as_either_left_it(
+    engine: Engine, other: Engine, clock: ManualClock, conversations: SqlConversationStore
+) -> None:
+    bullets = (Bullet(1, "bob says hi", DAY, ("1.000003",)),)
+    narrowed = Memory(Scope("C1"), Term.SHORT, Audience("C1"), bullets)
+    # both find no memory of the channel: the second to write it finds the first's row and never widens it
+    with meanwhile(engine, "memories", lambda: SqlMemoryStore(other, clock).save([narrowed])):
+        SqlMemoryStore(engine, clock).save([Memory(Scope("C1"), Term.SHORT, WORKSPACE, bullets)])
+    assert SqlMemoryStore(engine, clock).get(Scope("C1"), Term.SHORT).audience == Audience("C1")
+

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event, text
-from sqlalchemy.exc import OperationalError, ProgrammingError
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.engine import make_url
-from sqlalchemy.orm import Session
 from sqlalchemy.pool import StaticPool
+from sqlmodel import Session
+
+T = TypeVar("T")
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 SQLITE_BUSY_TIMEOUT_MS = 5000
@@ -78,6 +82,26 @@ def take_write_lock(executor: Connection | Session) -> None:
     connection = executor if isinstance(executor, Connection) else executor.connection()
     if connection.dialect.name == "sqlite":
         connection.execute(_WRITE_LOCK)
+
+
+def write_locked(engine: Engine, work: Callable[[Session], T]) -> T:
+    """`work` run in a session's transaction that began with `take_write_lock`; its result.
+
+    A `FOR UPDATE` read holds no row that is not there yet: on PostgreSQL two writers may both find a key
+    free and both insert it, and the second's INSERT fails on the key once the first commits. `work` then
+    runs once more, in a new transaction that finds the first's row and holds it, as if it had come second.
+    (On SQLite the write lock makes writers take turns: the INSERT never fails so.)
+    """
+    try:
+        return _in_write_lock(engine, work)
+    except IntegrityError:
+        return _in_write_lock(engine, work)
+
+
+def _in_write_lock(engine: Engine, work: Callable[[Session], T]) -> T:
+    with Session(engine) as session, session.begin():
+        take_write_lock(session)
+        return work(session)
 
 
 MIGRATION_LOCK = 0x6D79616F32

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from sqlalchemy import Engine, delete, or_
 from sqlmodel import Session, col, select
 
-from myao2.infrastructure.db.engine import take_write_lock
+from myao2.infrastructure.db.engine import write_locked
 from myao2.infrastructure.db.memory_store import bullet_to_json, row_to_memory
 from myao2.infrastructure.db.tables import (
     DigestRow,
@@ -38,8 +38,8 @@ def forget_person(engine: Engine, user_id: str) -> Forgotten:
     """Delete, in one transaction, every message `user_id` wrote, their name, their profile, every memo taken
     from what they said or made of their profile (with its revisions and pin), every memory note whose sources
     include one of their messages and every digest of a day they spoke in (a note each)."""
-    with Session(engine) as session, session.begin():
-        take_write_lock(session)
+
+    def forget(session: Session) -> Forgotten:
         # the rows are held in the order a message's deletion takes them (its message, the memories, the profiles):
         # the two never wait for each other
         their_ts = set(session.exec(select(MessageRow.ts).where(MessageRow.user_id == user_id).with_for_update()).all())
@@ -70,4 +70,6 @@ def forget_person(engine: Engine, user_id: str) -> Forgotten:
         session.exec(delete(ExpiredMessageRow).where(ExpiredMessageRow.user_id == user_id))  # type: ignore[call-overload]
         session.exec(delete(PersonRow).where(PersonRow.user_id == user_id))  # type: ignore[call-overload]
         session.exec(delete(ProfileRow).where(ProfileRow.user_id == user_id))  # type: ignore[call-overload]
-    return Forgotten(messages=len(their_ts), memos=len(memo_ids), notes=notes, facts=len(facts))
+        return Forgotten(messages=len(their_ts), memos=len(memo_ids), notes=notes, facts=len(facts))
+
+    return write_locked(engine, forget)

@@ -15,7 +15,7 @@ from myao2.domain.conversation import ChannelKind
 from myao2.domain.memory import Bullet, Digest, Memory, Scope, Stage, Term
 from myao2.domain.ports import Clock
 from myao2.domain.visibility import Audience
-from myao2.infrastructure.db.engine import take_write_lock
+from myao2.infrastructure.db.engine import take_write_lock, write_locked
 from myao2.infrastructure.db.tables import ChannelRow, DigestRow, ExpiredMessageRow, MemoryRow, MessageRow
 
 
@@ -37,11 +37,13 @@ class SqlMemoryStore:
 
     def save(self, memories: Sequence[Memory], *, heard: bool = False, read_at: datetime | None = None) -> None:
         now = self._clock.now()
-        with Session(self._engine) as session, session.begin():
-            # Read and write in one transaction that holds the rows: a note dropped meanwhile (a message deleted
-            # in Slack) is seen dropped here, never written back from a read made before the drop.
-            take_write_lock(session)
-            keys = [(memory.scope.key, memory.term.value) for memory in memories]
+        # in key order: two saves making the same new rows insert them in one order (no deadlock)
+        keyed = sorted((((m.scope.key, m.term.value), m) for m in memories), key=lambda pair: pair[0])
+        keys = [key for key, _ in keyed]
+
+        # Read and write in one transaction that holds the rows: a note dropped meanwhile (a message deleted
+        # in Slack) is seen dropped here, never written back from a read made before the drop.
+        def write(session: Session) -> None:
             # held in id order, as a message's deletion and a forgetting take them: the two never wait for each other
             held = {
                 (row.scope, row.term): row
@@ -52,7 +54,7 @@ class SqlMemoryStore:
                     .with_for_update()
                 ).all()
             } if keys else {}
-            for memory, key in zip(memories, keys):
+            for key, memory in keyed:
                 row = held.get(key)
                 if row is None:
                     row = held[key] = MemoryRow(
@@ -68,6 +70,8 @@ class SqlMemoryStore:
                 row.covered = memory.covered
                 row.updated_at = now
                 session.add(row)
+
+        write_locked(self._engine, write)
 
     def channels(self, term: Term) -> list[Memory]:
         with self._engine.connect() as connection:

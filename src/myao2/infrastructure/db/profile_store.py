@@ -13,7 +13,7 @@ from sqlmodel import Session, col, select
 from myao2.domain.ports import Clock
 from myao2.domain.profile import Fact, Profile
 from myao2.domain.visibility import Audience
-from myao2.infrastructure.db.engine import take_write_lock
+from myao2.infrastructure.db.engine import write_locked
 from myao2.infrastructure.db.memory_store import channel_audiences, read_as_stored, said_in
 from myao2.infrastructure.db.tables import ExpiredMessageRow, MessageRow, ProfileRow
 
@@ -39,8 +39,8 @@ class SqlProfileStore:
 
     def save(self, profiles: Sequence[Profile], *, heard: bool = False, read_at: datetime | None = None) -> None:
         now = self._clock.now()
-        with Session(self._engine) as session, session.begin():
-            take_write_lock(session)
+
+        def write(session: Session) -> None:
             for profile in sorted(profiles, key=lambda p: p.user_id):  # rows held in one order everywhere (no deadlock)
                 row = session.get(ProfileRow, profile.user_id, with_for_update=True)
                 if heard and not _has_spoken(session, profile.user_id):
@@ -61,10 +61,12 @@ class SqlProfileStore:
                 row.updated_at = now
                 session.add(row)
 
+        write_locked(self._engine, write)
+
     def narrow(self, channel_id: str) -> None:
         """The workspace facts learnt in the channel, or citing one of its messages, become its own."""
-        with Session(self._engine) as session, session.begin():
-            take_write_lock(session)
+
+        def write(session: Session) -> None:
             rows = session.exec(select(ProfileRow).order_by(col(ProfileRow.user_id)).with_for_update()).all()
             profiles = [row_to_profile(row) for row in rows]
             cited = {ts for p in profiles for f in p.facts if f.audience.is_workspace for ts in f.source_ts}
@@ -74,6 +76,8 @@ class SqlProfileStore:
                 if narrowed != profile:
                     row.facts = [fact_to_json(f) for f in narrowed.facts]
                     session.add(row)
+
+        write_locked(self._engine, write)
 
     def all(self) -> list[Profile]:
         with Session(self._engine) as session:
