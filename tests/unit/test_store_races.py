@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import Engine, event
 
 from myao2.domain.conversation import Channel, ChannelKind, History, Message
-from myao2.domain.memory import Bullet, Memory, Scope, Term
+from myao2.domain.memory import Bullet, Digest, Memory, Scope, Stage, Term
 from myao2.domain.profile import Fact, Profile
 from myao2.domain.visibility import WORKSPACE, Audience
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
@@ -37,12 +37,11 @@ def other(database_url: str) -> Iterator[Engine]:
 
 
 @contextmanager
-def meanwhile(engine: Engine, table: str, change: Callable[[], None], nth: int = 1) -> Iterator[None]:
-    """Run the block with `change` made (in another thread, on its own connections) right after the block's `nth`
+def meanwhile(engine: Engine, table: str, change: Callable[[], None]) -> Iterator[None]:
+    """Run the block with `change` made (in another thread, on its own connections) right after the block's first
     read of `table`: the change commits before the block writes, unless the block holds what it read; then it
     waits for the block to end."""
     owner = threading.get_ident()
-    reads = 0
     failures: list[BaseException] = []
 
     def run() -> None:
@@ -54,12 +53,10 @@ def meanwhile(engine: Engine, table: str, change: Callable[[], None], nth: int =
     racer = threading.Thread(target=run)
 
     def read(conn, cursor, statement, parameters, context, executemany) -> None:  # type: ignore[no-untyped-def]
-        nonlocal reads
-        if racer.ident is None and threading.get_ident() == owner and statement.lstrip().upper().startswith("SELECT"):
-            reads += f"FROM {table}" in statement
-            if reads == nth:
-                racer.start()
-                racer.join(HELD_FOR)
+        select = statement.lstrip().upper().startswith("SELECT")
+        if racer.ident is None and threading.get_ident() == owner and select and f"FROM {table}" in statement:
+            racer.start()
+            racer.join(HELD_FOR)
 
     event.listen(engine, "after_cursor_execute", read)
     try:
@@ -151,8 +148,7 @@ def test_a_note_saved_while_a_narrowing_drops_what_was_heard_there_is_kept(
     memories.save([Memory(Scope("C1"), Term.SHORT, WORKSPACE, (plain,)), Memory(Scope("C2"), Term.SHORT, WORKSPACE, (heard, plain))])
     learnt = Memory(Scope("C2"), Term.SHORT, WORKSPACE, (heard, plain, Bullet(3, "alice skis", DAY, ("1.000002",))))
     conversations.set_channel_kind("C1", ChannelKind.PRIVATE)
-    # the narrowing's second read of the memories: those holding what was heard in the channel
-    with meanwhile(engine, "memories", lambda: SqlMemoryStore(other, clock).save([learnt]), nth=2):
+    with meanwhile(engine, "memories", lambda: SqlMemoryStore(other, clock).save([learnt])):
         memories.narrow("C1")
     assert [b.text for b in memories.get(Scope("C2"), Term.SHORT).bullets] == ["bob says hi", "alice skis"]
 
@@ -241,3 +237,31 @@ def test_a_new_memory_saved_by_two_writers_at_once_is_stored_as_narrow_as_either
         SqlMemoryStore(engine, clock).save([Memory(Scope("C1"), Term.SHORT, WORKSPACE, bullets)])
     assert SqlMemoryStore(engine, clock).get(Scope("C1"), Term.SHORT).audience == Audience("C1")
 
+
+def test_memories_saved_together_while_a_channel_is_narrowed_do_not_deadlock(
+    engine: Engine, other: Engine, clock: ManualClock, conversations: SqlConversationStore
+) -> None:
+    memories = SqlMemoryStore(engine, clock)
+    bullets = (Bullet(1, "bob says hi", DAY, ("1.000003",)),)
+    memories.save([Memory(Scope(), Term.SHORT, WORKSPACE, bullets)])
+    memories.save([Memory(Scope("C1"), Term.SHORT, WORKSPACE, bullets)])
+    both = [Memory(Scope("C1"), Term.SHORT, WORKSPACE, bullets), Memory(Scope(), Term.SHORT, WORKSPACE, bullets)]
+    # the narrowing holds the channel's memory when the save starts: both take the rows in the same order
+    with meanwhile(engine, "memories", lambda: SqlMemoryStore(other, clock).save(both)):
+        memories.narrow("C1")
+    assert memories.get(Scope("C1"), Term.SHORT).audience == Audience("C1")
+
+
+def test_a_message_deleted_while_a_day_it_shares_with_a_forgotten_author_is_forgotten_does_not_deadlock(
+    engine: Engine, other: Engine, clock: ManualClock, conversations: SqlConversationStore
+) -> None:
+    memories = SqlMemoryStore(engine, clock)
+    bullets = (Bullet(1, "alice likes tea", DAY, ("1.000001",)), Bullet(2, "bob says hi", DAY, ("1.000003",)))
+    memories.save([Memory(Scope(), Term.SHORT, WORKSPACE, bullets)])
+    memories.save_digest(Digest("C1", DAY, Stage.DIGEST, WORKSPACE, ("tea, skis, hi",), "1.000001", "1.000003", ("ualice", "ubob")))
+    deleting = SqlConversationStore(other, clock)
+    # both drop the day's digest and the notes: the rows are taken in the same order, the digest first
+    with meanwhile(engine, "memories", lambda: deleting.delete_message("C1", "1.000003")):
+        forget_person(engine, "ualice")
+    assert memories.get(Scope(), Term.SHORT).bullets == ()
+    assert memories.digests("C1") == []

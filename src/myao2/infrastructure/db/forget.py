@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Engine, delete, or_
+from sqlalchemy import Engine, Text, cast, delete, or_
 from sqlmodel import Session, col, select
 
 from myao2.infrastructure.db.engine import write_locked
@@ -40,12 +40,17 @@ def forget_person(engine: Engine, user_id: str) -> Forgotten:
     include one of their messages and every digest of a day they spoke in (a note each)."""
 
     def forget(session: Session) -> Forgotten:
-        # the rows are held in the order a message's deletion takes them (its message, the memories, the profiles):
-        # the two never wait for each other
+        # the rows are held in the order a message's deletion takes them (its message, its day's digest, the memories,
+        # the profiles): the two never wait for each other
         their_ts = set(session.exec(select(MessageRow.ts).where(MessageRow.user_id == user_id).with_for_update()).all())
         # and those whose text retention already deleted, so the notes made from them go too
         their_ts |= set(session.exec(select(ExpiredMessageRow.ts).where(ExpiredMessageRow.user_id == user_id)).all())
         notes = 0
+        authored = cast(col(DigestRow.authors), Text).contains(f'"{user_id}"')  # a cheap filter; the authors decide
+        for digest in session.exec(select(DigestRow).where(authored).order_by(col(DigestRow.id)).with_for_update()).all():
+            if user_id in digest.authors:
+                notes += 1
+                session.delete(digest)
         for row in session.exec(select(MemoryRow).order_by(col(MemoryRow.id)).with_for_update()).all():
             memory = row_to_memory(row)
             kept = memory.without_sources(their_ts)
@@ -53,10 +58,6 @@ def forget_person(engine: Engine, user_id: str) -> Forgotten:
                 notes += len(memory.bullets) - len(kept.bullets)
                 row.bullets = [bullet_to_json(b) for b in kept.bullets]
                 session.add(row)
-        for digest in session.exec(select(DigestRow)).all():
-            if user_id in digest.authors:
-                notes += 1
-                session.delete(digest)
         profile = session.get(ProfileRow, user_id, with_for_update=True)
         facts = profile.facts if profile is not None else []
         promoted = {f["memo_id"] for f in facts if f.get("memo_id") is not None}

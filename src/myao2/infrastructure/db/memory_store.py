@@ -15,7 +15,7 @@ from myao2.domain.conversation import ChannelKind
 from myao2.domain.memory import Bullet, Digest, Memory, Scope, Stage, Term
 from myao2.domain.ports import Clock
 from myao2.domain.visibility import Audience
-from myao2.infrastructure.db.engine import take_write_lock, write_locked
+from myao2.infrastructure.db.engine import write_locked
 from myao2.infrastructure.db.tables import ChannelRow, DigestRow, ExpiredMessageRow, MemoryRow, MessageRow
 
 
@@ -130,42 +130,48 @@ class SqlMemoryStore:
         which may hold what it said, is dropped, to be made again from the public channels alone.
         Nothing changes where nothing of the channel's is kept for the workspace any more; True when
         something was narrowed."""
-        keys = [Scope(channel_id).key, f"thread:{channel_id}:%"]
-        with Session(self._engine) as session, session.begin():
-            take_write_lock(session)
-            rows = session.exec(
-                select(MemoryRow)
-                .where(
-                    (MemoryRow.scope == keys[0]) | col(MemoryRow.scope).like(keys[1]), col(MemoryRow.audience).is_(None)
-                )
-                .with_for_update()
-            ).all()
+        workspace = Scope().key
+        theirs = or_(MemoryRow.scope == Scope(channel_id).key, col(MemoryRow.scope).like(f"thread:{channel_id}:%"))
+        heard_there = cast(col(MemoryRow.bullets), Text).contains(f'"{channel_id}"')  # a cheap filter; the domain decides
+
+        def write(session: Session) -> bool:
+            # held in the order a message's deletion takes them (its digests, then the memories), the memories
+            # all at once in id order, as saves hold them: none of them waits for another
             digests = session.exec(
                 select(DigestRow)
                 .where(DigestRow.channel_id == channel_id, col(DigestRow.audience).is_(None))
+                .order_by(col(DigestRow.id))
                 .with_for_update()
             ).all()
+            held = session.exec(
+                select(MemoryRow)
+                .where(or_(theirs, MemoryRow.scope == workspace, heard_there))
+                .order_by(col(MemoryRow.id))
+                .with_for_update()
+            ).all()
+            own = {row.id for row in held if Scope.from_key(row.scope).channel_id == channel_id}
+            rows = [row for row in held if row.id in own and row.audience is None]
+            others = [row for row in held if row.id not in own]
             for row in [*rows, *digests]:
                 row.audience = channel_id
                 session.add(row)
-            heard = _drop_heard_in(session, channel_id) if rows or digests else False
-            for workspace in session.exec(select(MemoryRow).where(MemoryRow.scope == Scope().key).with_for_update()).all():
-                cited = {ts for b in workspace.bullets for ts in b["ts"]}
+            heard = _drop_heard_in(session, others, channel_id) if rows or digests else False
+            for row in (row for row in others if row.scope == workspace):
+                cited = {ts for b in row.bullets for ts in b["ts"]}
                 if rows or digests or heard or said_in(session, channel_id, cited):
-                    session.delete(workspace)
+                    session.delete(row)
             return bool(rows or digests)
 
+        return write_locked(self._engine, write)
 
-def _drop_heard_in(session: Session, channel_id: str) -> bool:
-    """Drop from every other conversation's memory the bullets written with the channel's words in sight
-    (read in the same model call): the model may have put its words there. True when any was dropped."""
+
+def _drop_heard_in(session: Session, rows: Sequence[MemoryRow], channel_id: str) -> bool:
+    """Drop from the memories of other conversations in `rows` the bullets written with the channel's words in
+    sight (read in the same model call): the model may have put its words there. True when any was dropped."""
     dropped = False
     audiences = {channel_id: Audience(channel_id)}
-    held = cast(col(MemoryRow.bullets), Text).contains(f'"{channel_id}"')
-    for row in session.exec(select(MemoryRow).where(held).with_for_update()).all():
+    for row in rows:
         memory = row_to_memory(row)
-        if memory.scope.channel_id == channel_id:
-            continue
         kept = memory.heard_by_readers(audiences)
         if kept != memory:
             row.bullets = [bullet_to_json(b) for b in kept.bullets]
