@@ -202,6 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     index = commands.add_parser("index", parents=[common], help="maintain the search index")
     index_actions = index.add_subparsers(dest="index_command", metavar="ACTION", required=True)
+    index_actions.add_parser("sync", parents=[common], help="index and embed what waits (the bot does it in the background)")
     index_actions.add_parser("rebuild", parents=[common], help="re-embed and re-index everything")
     return parser
 

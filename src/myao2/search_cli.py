@@ -1,7 +1,8 @@
-"""``myao2 search`` and ``myao2 index rebuild``: the bot's search, from a person's own view.
+"""``myao2 search`` and ``myao2 index sync|rebuild``: the bot's search, from a person's own view.
 
 ``--json`` prints the ranked ids, so an evaluation can drive the very search path the
-bot's tools use. Indexing a backlog shows a progress bar on stderr.
+bot's tools use. A search waits for no embedding backlog (see `SearchIndex.catch_up`);
+``myao2 index sync`` works one off, with a progress bar on stderr.
 """
 
 from __future__ import annotations
@@ -38,12 +39,23 @@ def run_search_command(config: Config, args: argparse.Namespace) -> int:
         memos = SqlMemoStore(engine, SystemClock())
         conversations = SqlConversationStore(engine)
         index = open_index(engine, config.search, memos, conversations)
-        if args.command == "index":
+        if args.command == "index" and args.index_command == "rebuild":
             count = index.rebuild(ProgressBar(sys.stderr))
             print(f"Re-indexed {count} documents.")
             return 0
-        index.sync(ProgressBar(sys.stderr))
-        return _search(config, args, Search(index, memos, conversations))
+        if args.command == "index":
+            count = index.sync(ProgressBar(sys.stderr))
+            print(f"Indexed {count} documents.")
+            return 0
+        status = _search(config, args, Search(index, memos, conversations))
+        waiting = index.pending()
+        if waiting:
+            print(
+                f"myao2 search: {waiting} documents wait to be embedded (found meanwhile by their keywords and any "
+                "former vector); the running bot embeds them, or `myao2 index sync`",
+                file=sys.stderr,
+            )
+        return status
     except SearchError as error:
         print(f"myao2 search: {_ERRORS[error.code].format(**error.params)}", file=sys.stderr)
         return 1

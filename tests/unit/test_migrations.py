@@ -11,7 +11,7 @@ import pytest
 from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, create_engine, inspect, text
+from sqlalchemy import Connection, Engine, create_engine, inspect, text
 from sqlalchemy.exc import IntegrityError, SAWarning
 
 from myao2.infrastructure.db.engine import MIGRATIONS, migrate, newest_revision, open_database
@@ -45,6 +45,14 @@ def schema(engine: Engine) -> dict[str, list[str]]:
         return {table: sorted(str(index["name"]) for index in found.get_indexes(table)) for table in found.get_table_names()}
 
 
+def upgrade_to(connection: Connection, revision: str) -> None:
+    """Migrate `connection`'s database up to `revision`, in its transaction."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.attributes["connection"] = connection
+    command.upgrade(config, revision)
+
+
 def version(engine: Engine) -> list[tuple[str, ...]]:
     with engine.connect() as connection:
         return [tuple(row) for row in connection.execute(text("SELECT version_num FROM alembic_version"))]
@@ -71,12 +79,9 @@ def test_each_revision_is_numbered_like_its_file_so_the_newest_is_known_without_
 
 
 def test_a_database_at_an_older_version_is_migrated_to_the_newest(empty_url: str) -> None:
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS))
     engine = create_engine(empty_url)
     with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, "0001")
+        upgrade_to(connection, "0001")
     assert "claims" not in schema(engine)
     engine.dispose()
     engine = open_database(empty_url)
@@ -85,12 +90,9 @@ def test_a_database_at_an_older_version_is_migrated_to_the_newest(empty_url: str
 
 
 def test_memos_indexed_before_their_vectors_blended_both_readings_are_queued_to_be_embedded_again(empty_url: str) -> None:
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS))
     engine = create_engine(empty_url)
     with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, "0019")
+        upgrade_to(connection, "0019")
         connection.execute(
             text(
                 "INSERT INTO memos (name, content, priority, tags, visibility, created_at, updated_at)"
@@ -103,6 +105,36 @@ def test_memos_indexed_before_their_vectors_blended_both_readings_are_queued_to_
     with engine.connect() as connection:
         queued = connection.execute(text("SELECT kind, m.name FROM search_queue q JOIN memos m ON m.id = q.ref_id")).fetchall()
     assert queued == [("memo", "old")]
+
+
+def test_what_0019_and_0020_queued_of_indexed_texts_still_there_is_left_to_the_background(empty_url: str) -> None:
+    engine = create_engine(empty_url)
+    with engine.begin() as connection:
+        upgrade_to(connection, "0019")
+        for name, removed in (("kept", None), ("removed", "y"), ("new", None)):
+            connection.execute(
+                text(
+                    "INSERT INTO memos (name, content, priority, tags, visibility, created_at, updated_at, removed_at)"
+                    " VALUES (:name, 'c', 1, '[]', 'workspace', 'x', 'x', :removed)"
+                ),
+                {"name": name, "removed": removed},
+            )
+        connection.execute(text("DELETE FROM search_queue"))
+        connection.execute(  # indexed then, with the old vector, as was the memo removed since
+            text(
+                "INSERT INTO search_docs (kind, ref_id, at, text, seq) "
+                "SELECT 'memo', id, 0, name, id FROM memos WHERE name IN ('kept', 'removed')"
+            )
+        )
+        upgrade_to(connection, "0020")
+    engine.dispose()
+    engine = open_database(empty_url)
+    with engine.connect() as connection:
+        queued = connection.execute(
+            text("SELECT m.name, q.reembed FROM search_queue q JOIN memos m ON m.id = q.ref_id ORDER BY m.name")
+        ).fetchall()
+    assert queued == [("kept", True), ("new", False), ("removed", False)]
+    engine.dispose()
 
 
 def test_migrating_again_changes_nothing(empty_url: str) -> None:

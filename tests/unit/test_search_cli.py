@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 from myao2.cli import main
 from myao2.config import load_config
@@ -73,3 +74,23 @@ def test_index_rebuild_shows_progress(config_path: Path, capsys: pytest.CaptureF
     captured = capsys.readouterr()
     assert captured.out.strip() == "Re-indexed 5 documents."
     assert "5/5 indexed" in captured.err and "[##############################]" in captured.err
+
+
+def test_a_search_leaves_a_backlog_to_index_sync_and_says_so(
+    config_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(config_path, "search", "味噌", "--json") == 0
+    assert "wait to be embedded" not in capsys.readouterr().err
+    engine = open_database(load_config(config_path).memory.sqlalchemy_url)
+    with engine.begin() as connection:  # a new way of embedding memos: each is queued to be embedded again
+        connection.execute(text("INSERT INTO search_queue (kind, ref_id, reembed) SELECT 'memo', id, TRUE FROM memos"))
+    engine.dispose()
+    assert run(config_path, "search", "味噌", "--json") == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["memos"][0]["name"] == "tanaka-miso"  # by its former vector
+    assert "3 documents wait to be embedded" in captured.err and "myao2 index sync" in captured.err
+    assert run(config_path, "index", "sync") == 0
+    captured = capsys.readouterr()
+    assert captured.out.strip() == "Indexed 3 documents." and "3/3 indexed" in captured.err
+    assert run(config_path, "search", "味噌") == 0
+    assert "wait to be embedded" not in capsys.readouterr().err

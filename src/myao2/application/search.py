@@ -40,7 +40,7 @@ class SearchError(Exception):
 class RankingIndex(Protocol):
     """Ranks documents of a kind ("memo", "message", "digest" or "summary") by relevance, as (id, score) pairs."""
 
-    def sync(self) -> int: ...
+    def catch_up(self) -> int: ...
 
     def search(
         self, kind: str, query: str, readable: Callable[[str | None], bool], before: float | None, limit: int
@@ -143,7 +143,7 @@ class Search:
         comes from its newest text.
         """
         text, count = validate(query, limit)
-        self._index.sync()
+        self._index.catch_up()
 
         readable = _kept_for(reader)
         hits = self._index.search("memo", text, readable, _seconds(before), count)
@@ -171,7 +171,7 @@ class Search:
         """The messages best matching `query` that `reader` may see, posted at or before `before`
         (in `channel` only, when given), each with the messages around it up to `before`."""
         text, count = validate(query, limit)
-        self._index.sync()
+        self._index.catch_up()
         channels = {c.id: c for c in self._conversations.channels()}
 
         def readable(scope: str | None) -> bool:
@@ -208,7 +208,7 @@ class Search:
         text, count = validate(query, limit)
         if self._notes is None:
             return []
-        self._index.sync()
+        self._index.catch_up()
 
         readable = _kept_for(reader)
         seconds = _seconds(before)

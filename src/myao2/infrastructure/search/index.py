@@ -1,10 +1,12 @@
 """The hybrid search index over memos, messages, digests and long-term memories, kept in the database beside them.
 
 Triggers queue every change to a memo, a message, a digest or a memory (migrations
-0006 and 0012 on SQLite, 0018 on PostgreSQL); `sync` drains
-that queue in batches (embedding is the slow part, so it runs in a worker thread,
-never on the event loop) and is run again before each search, so a search never
-misses a change nor returns something removed. Each hit is scored by the cosine of
+0006 and 0012 on SQLite, 0018 on PostgreSQL). Before each search, `catch_up` applies
+every change queued, so a search never misses one nor returns something removed; it
+embeds only a small batch itself. Embedding is the slow part: `sync` does the rest in
+the background (in a worker thread, never on the event loop), batch by batch, with the
+texts queued to be embedded again (a new model, a new way of embedding, a rebuild),
+which keep their former vector, if any, until then. Each hit is scored by the cosine of
 its vector, plus a keyword bonus that only a close keyword match earns (see `keyword_bonus`); a message
 also by its neighbours, the dates the query names and how nearly it is the query's very text.
 The SQL that differs by database (keyword terms) lives in keywords.py; the rest is portable.
@@ -17,7 +19,8 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -43,6 +46,12 @@ KINDS = ("memo", "message", "digest", "summary")
 """What is indexed: memos, messages, digests of past days and long-term memories (summaries)."""
 _SOURCES = {"memo": "memos", "message": "messages", "digest": "digests", "summary": "memories"}
 BATCH_SIZE = 16
+"""Texts embedded at a time while holding the index: what a search may wait for behind the background."""
+SEARCH_EMBED_LIMIT = BATCH_SIZE
+"""The most texts a search embeds itself (of the changes queued first): the others are found by their keywords
+(and an edited one by its former vector) until the background embeds them."""
+CHANGES_CHUNK = 256
+"""Queued changes applied at a time."""
 _LOAD_CHUNK = 10_000
 """Rows read at a time when loading vectors."""
 CANDIDATES = 50
@@ -89,6 +98,19 @@ class Document:
     keywords: str
 
 
+_Write = tuple[tuple[str, int], Document, bytes | None]
+"""A document to store, by (kind, id), with its vector (None: not embedded yet)."""
+
+
+@dataclass(frozen=True)
+class _Applied:
+    """What a pass over queued changes did: documents changed, of them embedded, and left for the background to embed."""
+
+    documents: int
+    embedded: int
+    deferred: int
+
+
 @dataclass(frozen=True)
 class Hit:
     """A ranked document: the id of its memo or message, and its fused score."""
@@ -121,6 +143,9 @@ class SearchIndex:
         self._query_vector = functools.lru_cache(maxsize=32)(embedder.query)
         self._caches = {kind: VectorCache() for kind in KINDS}
         self._sync_lock = threading.Lock()
+        self._turns = threading.Condition()
+        self._waiting = 0
+        """Searches waiting for `_sync_lock` (under `_turns`): the background lets them go first."""
         self._cache_locks = {kind: threading.Lock() for kind in KINDS}
         """One per kind: a memo search never waits for a million messages' vectors to load."""
         self._checked_model = False
@@ -137,93 +162,234 @@ class SearchIndex:
     # -- keeping up with the data ---------------------------------------------
 
     def pending(self) -> int:
-        """How many changes wait to be indexed."""
+        """How many documents wait to be indexed or embedded again."""
         with self._engine.connect() as connection:
-            return int(connection.execute(text("SELECT count(*) FROM search_queue")).scalar_one())
+            return int(
+                connection.execute(
+                    text("SELECT count(*) FROM (SELECT DISTINCT kind, ref_id FROM search_queue) AS queued")
+                ).scalar_one()
+            )
+
+    def catch_up(self) -> int:
+        """Apply every queued change, before a search; returns how many documents it changed.
+
+        What was removed or deleted leaves the index and what changed gets its new keywords,
+        scope and time: the search misses no change and returns nothing gone. Of the changed
+        texts, only the first `SEARCH_EMBED_LIMIT` are embedded here; the others are embedded by
+        `sync` in the background, with every text queued to be embedded again (see `_apply_changes`),
+        one batch at a time, so a search waits for one such batch at most, and for none when no
+        change is queued.
+        """
+        done, budget = 0, SEARCH_EMBED_LIMIT
+        while not self._checked_model or self._changes_queued():
+            with self._turn(search=True):
+                applied = self._apply_changes(budget)
+            done += applied.documents
+            budget -= applied.embedded
+        return done
+
+    def _changes_queued(self) -> bool:
+        """Whether a change waits: if none does, a search need not wait for the background's batch under way
+        (a batch deletes its changes from the queue as it writes them)."""
+        with self._engine.connect() as connection:
+            return connection.execute(text("SELECT 1 FROM search_queue WHERE NOT reembed LIMIT 1")).first() is not None
 
     def sync(self, progress: Progress | None = None) -> int:
-        """Index every queued change; returns how many documents were written or deleted."""
-        with self._sync_lock:
-            if not self._checked_model:
-                with self._keywords.syncing(self._engine):
-                    self._requeue_other_models()
-                self._checked_model = True
-            total = self.pending() if progress is not None else 0
-            done = 0
-            while not self._closed.is_set():
-                # Replicas take turns batch by batch: a search never waits for another's whole backlog.
-                with self._keywords.syncing(self._engine):
-                    with self._engine.connect() as connection:
-                        batch = connection.execute(
-                            text(
-                                "SELECT kind, ref_id, max(id) FROM search_queue GROUP BY kind, ref_id "
-                                "ORDER BY min(id) LIMIT :n"
-                            ),
-                            {"n": BATCH_SIZE},
-                        ).all()
-                    if batch:
-                        self._index_batch([(kind, ref_id, last) for kind, ref_id, last in batch])
-                if not batch:
-                    break
-                done += len(batch)
-                if progress is not None:
-                    progress(min(done, total), max(total, done))
-            return done
+        """Index every queued change and embed every text waiting for it (the background's work); returns
+        how many documents were written or deleted."""
+        total = self.pending() if progress is not None else 0
+        done = 0
+        while not self._closed.is_set():
+            with self._turn(search=False):
+                applied = self._apply_changes(BATCH_SIZE)
+                count = applied.documents - applied.deferred if applied.documents else self._embed_queued()
+            if not applied.documents and not count:
+                break
+            done += count
+            if progress is not None:
+                progress(min(done, total), max(total, done))
+        return done
 
     def rebuild(self, progress: Progress | None = None) -> int:
-        """Re-embed and re-index every memo, message, digest and memory."""
-        with self._sync_lock, self._keywords.syncing(self._engine), self._engine.begin() as connection:
-            self._keywords.clear(connection)
-            connection.execute(text("DELETE FROM search_docs"))
-            connection.execute(text("DELETE FROM search_queue"))
-            for kind, table in _SOURCES.items():
-                connection.execute(text(f"INSERT INTO search_queue (kind, ref_id) SELECT '{kind}', id FROM {table}"))
-        for kind in KINDS:
-            with self._cache_locks[kind]:
-                self._caches[kind] = VectorCache()
+        """Re-index and re-embed every memo, message, digest and memory (searches meanwhile find them as they were)."""
+        sources = " UNION ".join(f"SELECT '{kind}' AS kind, id AS ref_id FROM {table}" for kind, table in _SOURCES.items())
+        with self._turn(search=False), self._engine.begin() as connection:
+            connection.execute(
+                text(
+                    "INSERT INTO search_queue (kind, ref_id, reembed) SELECT kind, ref_id, TRUE FROM "
+                    f"({sources} UNION SELECT kind, ref_id FROM search_docs) AS every"
+                )
+            )
         return self.sync(progress)
 
+    @contextmanager
+    def _turn(self, search: bool) -> Iterator[None]:
+        """Hold the index to write to it, in this process and in the database (see `KeywordTable.syncing`).
+
+        A waiting search goes before the background's next batch: it never waits for a backlog.
+        """
+        with self._turns:
+            if search:
+                self._waiting += 1
+            else:
+                self._turns.wait_for(lambda: not self._waiting)
+        try:
+            with self._sync_lock, self._keywords.syncing(self._engine):
+                if not self._checked_model:
+                    self._requeue_other_models()
+                    self._checked_model = True
+                yield
+        finally:
+            if search:
+                with self._turns:
+                    self._waiting -= 1
+                    self._turns.notify_all()
+
     def _requeue_other_models(self) -> None:
-        """Documents embedded by another model are queued again: the index rebuilds itself."""
+        """Documents embedded by another model are queued to be embedded again: the index rebuilds itself."""
         with self._engine.begin() as connection:
             queued = connection.execute(
                 text(
-                    "INSERT INTO search_queue (kind, ref_id) SELECT kind, ref_id FROM search_docs "
-                    "WHERE model IS NULL OR model <> :model"
+                    "INSERT INTO search_queue (kind, ref_id, reembed) SELECT kind, ref_id, TRUE FROM search_docs d "
+                    "WHERE (model IS NULL OR model <> :model) AND NOT EXISTS "
+                    "(SELECT 1 FROM search_queue q WHERE q.kind = d.kind AND q.ref_id = d.ref_id AND q.reembed)"
                 ),
                 {"model": self._embedder.model_id},
             ).rowcount
         if queued:
             logger.info("search: %d documents were embedded by another model; re-embedding them", queued)
 
-    def _index_batch(self, batch: list[tuple[str, int, int]]) -> None:
+    def _apply_changes(self, embed_limit: int) -> _Applied:
+        """Index the changes queued first (up to `CHANGES_CHUNK` documents).
+
+        A document gone leaves the index. One whose text is as indexed, embedded by this model,
+        keeps its vector. Of the others, the first `embed_limit` are embedded now; the rest keep
+        their former vector, if this model made it, or have none yet, and are queued to be
+        embedded again: their keywords find them meanwhile.
+        """
+        with self._engine.connect() as connection:
+            queued = connection.execute(
+                text("SELECT id, kind, ref_id FROM search_queue WHERE NOT reembed ORDER BY id LIMIT :n"),
+                {"n": CHANGES_CHUNK},
+            ).all()
+        last = {(kind, ref_id): queue_id for queue_id, kind, ref_id in queued}
+        documents = self._documents_of(list(last))
+        stored = self._stored(list(last))
+        writes: list[_Write] = []
+        fresh: list[tuple[tuple[str, int], Document]] = []
+        later: list[tuple[str, int]] = []
+        for ref, doc in documents.items():
+            if doc is None:
+                continue
+            text_was, vector = stored.get(ref, (None, None))
+            if vector is not None and text_was == doc.text:
+                writes.append((ref, doc, vector))
+            elif len(fresh) < embed_limit:
+                fresh.append((ref, doc))
+            else:
+                writes.append((ref, doc, vector))
+                later.append(ref)
+        writes += [(ref, doc, vector) for (ref, doc), vector in zip(fresh, self._embedded(fresh))]
+        with self._engine.begin() as connection:
+            deleted = self._store(connection, writes, [ref for ref, doc in documents.items() if doc is None])
+            for (kind, ref_id), queue_id in last.items():
+                connection.execute(
+                    text("DELETE FROM search_queue WHERE kind = :kind AND ref_id = :ref AND id <= :last AND NOT reembed"),
+                    {"kind": kind, "ref": ref_id, "last": queue_id},
+                )
+            for kind, ref_id in later:
+                connection.execute(
+                    text(
+                        "INSERT INTO search_queue (kind, ref_id, reembed) SELECT CAST(:kind AS VARCHAR(16)), CAST(:ref AS INTEGER), TRUE "
+                        "WHERE NOT EXISTS "
+                        "(SELECT 1 FROM search_queue WHERE kind = :kind AND ref_id = :ref AND reembed)"
+                    ),
+                    {"kind": kind, "ref": ref_id},
+                )
+            for (kind, ref_id), _ in fresh:  # embedded as it is now: nothing to embed again
+                connection.execute(
+                    text("DELETE FROM search_queue WHERE kind = :kind AND ref_id = :ref AND reembed"),
+                    {"kind": kind, "ref": ref_id},
+                )
+        self._discard(deleted)
+        return _Applied(len(last), len(fresh), len(later))
+
+    def _embed_queued(self) -> int:
+        """Embed again the documents queued for it first (one batch); returns how many were written or deleted."""
+        with self._engine.connect() as connection:
+            queued = connection.execute(
+                text("SELECT kind, ref_id FROM search_queue WHERE reembed ORDER BY id LIMIT :n"), {"n": BATCH_SIZE}
+            ).all()
+        refs = list(dict.fromkeys((kind, ref_id) for kind, ref_id in queued))
+        documents = self._documents_of(refs)
+        live = [(ref, doc) for ref, doc in documents.items() if doc is not None]
+        writes = [(ref, doc, vector) for (ref, doc), vector in zip(live, self._embedded(live))]
+        with self._engine.begin() as connection:
+            deleted = self._store(connection, writes, [ref for ref, doc in documents.items() if doc is None])
+            for kind, ref_id in refs:
+                connection.execute(
+                    text("DELETE FROM search_queue WHERE kind = :kind AND ref_id = :ref AND reembed"),
+                    {"kind": kind, "ref": ref_id},
+                )
+        self._discard(deleted)
+        return len(refs)
+
+    def _documents_of(self, refs: list[tuple[str, int]]) -> dict[tuple[str, int], Document | None]:
+        """What to index for each (kind, id); None for what is gone or removed."""
         documents: dict[tuple[str, int], Document | None] = {}
         for kind in KINDS:
-            ids = [ref_id for k, ref_id, _ in batch if k == kind]
+            ids = [ref_id for k, ref_id in refs if k == kind]
             if ids:
                 documents.update({(kind, i): d for i, d in self._documents(kind, ids).items()})
-        live = [(key, doc) for key, doc in documents.items() if doc is not None]
-        vectors = self._embedder.passages([doc.text for _, doc in live]) if live else None
-        for index, ((kind, _), doc) in enumerate(live):
-            if kind == "memo":
-                assert vectors is not None
-                vectors[index] = _blend(vectors[index], self._embedder.query(doc.text))
-        deleted: dict[str, list[int]] = {kind: [] for kind in KINDS}
-        with self._engine.begin() as connection:
-            for index, ((kind, ref_id), doc) in enumerate(live):
-                assert vectors is not None
-                doc_id = _upsert(connection, kind, ref_id, doc, self._embedder.model_id, vectors[index])
-                self._keywords.write(connection, doc_id, doc.keywords)
-            for kind, ref_id, last in batch:
-                if documents.get((kind, ref_id)) is None:
-                    doc_id = _delete(connection, kind, ref_id)
-                    if doc_id is not None:
-                        self._keywords.remove(connection, doc_id)
-                        deleted[kind].append(doc_id)
-                connection.execute(
-                    text("DELETE FROM search_queue WHERE kind = :kind AND ref_id = :ref AND id <= :last"),
-                    {"kind": kind, "ref": ref_id, "last": last},
+        return documents
+
+    def _stored(self, refs: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[str, bytes | None]]:
+        """The text each (kind, id) is indexed with, and its vector if this model made it."""
+        stored: dict[tuple[str, int], tuple[str, bytes | None]] = {}
+        with self._engine.connect() as connection:
+            for kind in KINDS:
+                ids = [ref_id for k, ref_id in refs if k == kind]
+                if not ids:
+                    continue
+                rows = connection.execute(
+                    text(
+                        "SELECT ref_id, text, CASE WHEN model = :model THEN vector END FROM search_docs "
+                        "WHERE kind = :kind AND ref_id IN :ids"
+                    ).bindparams(bindparam("ids", expanding=True)),
+                    {"kind": kind, "ids": ids, "model": self._embedder.model_id},
                 )
+                stored.update({(kind, ref_id): (text_was, vector) for ref_id, text_was, vector in rows})
+        return stored
+
+    def _embedded(self, documents: list[tuple[tuple[str, int], Document]]) -> list[bytes]:
+        """The vectors of `documents`, as stored; a memo's reads it both as a passage and as a question."""
+        if not documents:
+            return []
+        vectors = self._embedder.passages([doc.text for _, doc in documents])
+        return [
+            np.asarray(
+                _blend(vector, self._embedder.query(doc.text)) if kind == "memo" else vector, dtype=np.float32
+            ).tobytes()
+            for ((kind, _), doc), vector in zip(documents, vectors)
+        ]
+
+    def _store(
+        self, connection: Connection, writes: list[_Write], gone: list[tuple[str, int]]
+    ) -> dict[str, list[int]]:
+        """Write documents (with their vector, or none yet) and delete those gone; returns the ids deleted, by kind."""
+        for (kind, ref_id), doc, vector in writes:
+            model = None if vector is None else self._embedder.model_id
+            doc_id = _upsert(connection, kind, ref_id, doc, model, vector)
+            self._keywords.write(connection, doc_id, doc.keywords)
+        deleted: dict[str, list[int]] = {}
+        for kind, ref_id in gone:
+            doc_id = _delete(connection, kind, ref_id)
+            if doc_id is not None:
+                self._keywords.remove(connection, doc_id)
+                deleted.setdefault(kind, []).append(doc_id)
+        return deleted
+
+    def _discard(self, deleted: dict[str, list[int]]) -> None:
         for kind, doc_ids in deleted.items():
             with self._cache_locks[kind]:
                 self._caches[kind].discard(doc_ids)
@@ -307,7 +473,7 @@ class SearchIndex:
     ) -> list[Hit]:
         """The best `limit` documents of `kind` for `query` among those in a readable scope, at or before `before`.
 
-        Call `sync` first for the newest changes to count.
+        Call `catch_up` first for the newest changes to count.
         """
         query_vector = self._query_vector(query)
         # Asked once per scope: a search checks a few scopes for hundreds of documents.
@@ -326,7 +492,7 @@ class SearchIndex:
             candidates = list(dict.fromkeys([doc_id for doc_id, _ in dense] + keyword))
             rows = _rows(connection, self._keywords, candidates)
         cosines = dict(dense)
-        floor = min(cosines.values(), default=0.0)
+        floor, top = min(cosines.values(), default=0.0), max(cosines.values(), default=0.0)
         covered = coverage(weights)
         messages = kind == "message"
         named = periods(query) if messages else []
@@ -341,12 +507,15 @@ class SearchIndex:
                 # Checked again on the row itself: the cache may trail another process's changes.
                 if row is None or row[0] != kind or not readable(row[2]) or (before is not None and row[3] > before):
                     continue
+                keyword_coverage = covered(row[4])
                 cosine = cosines.get(doc_id)
                 if cosine is None:
                     with self._cache_locks[kind]:
                         vector = self._caches[kind].vector_of(doc_id)
-                    cosine = float(vector @ query_vector) if vector is not None else floor
-                score = cosine + keyword_bonus(kind, covered(row[4]))
+                    # Not embedded yet (see `catch_up`): as close as its keywords say, up to the closest
+                    # document's, so its exact words find it first.
+                    cosine = float(vector @ query_vector) if vector is not None else floor + (top - floor) * keyword_coverage
+                score = cosine + keyword_bonus(kind, keyword_coverage)
                 if any(start <= row[3] < end + DATE_SLACK for start, end in named):
                     score += DATE_WEIGHT
                 if messages:
@@ -565,8 +734,10 @@ def _rows(connection: Connection, keywords: KeywordTable, doc_ids: list[int]) ->
     return {row[0]: (row[1], row[2], row[3], row[4], row[5]) for row in rows}
 
 
-def _upsert(connection: Connection, kind: str, ref_id: int, doc: Document, model: str, vector: np.ndarray) -> int:
-    """Store a document with its vector; returns its id (the keyword terms are stored apart)."""
+def _upsert(
+    connection: Connection, kind: str, ref_id: int, doc: Document, model: str | None, vector: bytes | None
+) -> int:
+    """Store a document with the vector `model` made (or none yet); returns its id (the keyword terms are stored apart)."""
     seq = connection.execute(text("UPDATE search_seq SET value = value + 1 RETURNING value")).scalar_one()
     doc_id = connection.execute(
         text(
@@ -583,7 +754,7 @@ def _upsert(connection: Connection, kind: str, ref_id: int, doc: Document, model
             "at": doc.at,
             "text": doc.text,
             "model": model,
-            "vector": np.asarray(vector, dtype=np.float32).tobytes(),
+            "vector": vector,
             "seq": seq,
         },
     ).scalar_one()

@@ -61,9 +61,10 @@ class IndexWorker:
     """Keeps the index up to date from a daemon thread: never on the event loop, never holding up shutdown.
 
     It sleeps until a transaction of this process has committed (nothing is polled), then
-    indexes what was queued, after a short pause that gathers a burst into one batch.
-    Changes other processes make are indexed with the next ones made here, and a search
-    indexes what it needs first anyway. The thread runs at a lower CPU priority: embedding
+    indexes what was queued, after a short pause that gathers a burst into one batch, and
+    embeds every text waiting for it (a backlog of hours after a model change). Changes
+    other processes make are indexed with the next ones made here, and a search applies
+    the changes it needs first anyway (see `SearchIndex.catch_up`). The thread runs at a lower CPU priority: embedding
     gives way to the event loop. A batch is one transaction, so a process
     stopping in the middle of one loses nothing.
     """
@@ -100,6 +101,7 @@ class IndexWorker:
     def _run(self) -> None:
         _into_background()
         try:
+            self._index.warm()  # first: a backlog may take long, and searches meanwhile need the vectors
             self._index.sync(IndexProgressLog())
             self._index.warm()
         except Exception:

@@ -1,0 +1,122 @@
+"""A large embedding backlog (a migration queueing every memo, a new model, a rebuild) never holds up a search.
+
+The backlog is counted in texts embedded, not timed: a search embeds at most a small batch
+itself, and waits for at most one batch of the background's, however loaded the machine.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from sqlalchemy import text
+
+from myao2.infrastructure.search.index import SEARCH_EMBED_LIMIT
+from tests.e2e.conftest import wait_until
+from tests.fakes.embedder import HashEmbedder
+from tests.unit.test_search_index import World
+
+FILLERS = 120
+
+
+class SlowEmbedder(HashEmbedder):
+    """Takes `seconds` per passage (or waits at a gate), as a real model's 15-30 ms add up over a backlog; reads "beverage" as "tea",
+    so a question can find a memo by meaning alone, sharing no keyword with it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seconds = 0.0
+        self.gate: threading.Semaphore | None = None
+        """When set, each call waits for a release of it first (see `held`)."""
+        self.held = threading.Event()
+
+    def passages(self, texts: list[str]) -> np.ndarray:
+        if self.gate is not None:
+            self.held.set()
+            self.gate.acquire()
+        time.sleep(self.seconds * len(texts))
+        return super().passages(texts)
+
+    def _vector(self, text: str) -> np.ndarray:
+        return super()._vector(text.replace("beverage", "tea"))
+
+
+@pytest.fixture
+def world(database_url: str) -> Iterator[World]:
+    world = World(database_url, SlowEmbedder())
+    world.memo("tea", "alice drinks green tea")
+    for number in range(FILLERS):
+        world.memo(f"filler{number}", f"meeting notes number {number}")
+    world.index.sync()
+    with world.engine.begin() as connection:  # as migration 0021 leaves 0020's queue: every memo, to embed again
+        connection.execute(text("INSERT INTO search_queue (kind, ref_id, reembed) SELECT 'memo', id, TRUE FROM memos"))
+    yield world
+    world.close()
+
+
+def _embedder(world: World) -> SlowEmbedder:
+    assert isinstance(world.embedder, SlowEmbedder)
+    return world.embedder
+
+
+def test_a_search_embeds_a_small_batch_at_most_and_finds_the_rest_by_old_vectors_and_keywords(world: World) -> None:
+    embedder = _embedder(world)
+    embedder.seconds = 0.02
+    new = 2 * SEARCH_EMBED_LIMIT + 3  # more new memos than a search embeds itself
+    for number in range(new):
+        world.memo(f"new{number}", f"codeword{number} for a new memo")
+    before = embedder.embedded
+    assert world.memo_names("favourite beverage", limit=1) == ["tea"]  # no shared keyword: by its old vector
+    for number in range(new):
+        assert world.memo_names(f"codeword{number}", limit=1) == [f"new{number}"]
+    assert embedder.embedded - before <= SEARCH_EMBED_LIMIT
+    with world.engine.connect() as connection:
+        unembedded = connection.execute(text("SELECT count(*) FROM search_docs WHERE vector IS NULL")).scalar_one()
+    assert unembedded == new - SEARCH_EMBED_LIMIT  # found by keyword alone
+    assert world.index.pending() >= FILLERS  # the backlog is still there
+
+    embedder.seconds = 0.0
+    world.index.sync()  # the background works it off
+    assert world.index.pending() == 0
+    with world.engine.connect() as connection:
+        assert connection.execute(text("SELECT count(*) FROM search_docs WHERE vector IS NULL")).scalar_one() == 0
+    assert world.memo_names("favourite beverage", limit=1) == ["tea"]
+    assert world.memo_names("codeword0", limit=1) == ["new0"]
+
+
+def test_a_removed_memo_is_gone_from_the_next_search_however_long_the_backlog(world: World) -> None:
+    world.memos.remove("tea", None, "test")
+    assert "tea" not in world.memo_names("alice drinks green tea", limit=20)
+    with world.engine.connect() as connection:
+        names = connection.execute(text("SELECT text FROM search_docs WHERE text LIKE '%green tea%'")).all()
+    assert names == []
+
+
+def test_a_search_waits_for_the_background_batch_under_way_and_no_more(world: World) -> None:
+    embedder = _embedder(world)
+    embedder.gate = threading.Semaphore(0)
+    working = threading.Thread(target=world.index.sync)
+    working.start()
+    found: list[list[str]] = []
+
+    def search() -> None:
+        found.append(world.memo_names("favourite beverage", limit=1))
+        found.append(world.memo_names("meeting notes number 0", limit=20))
+
+    searching = threading.Thread(target=search)
+    try:
+        assert embedder.held.wait(30)  # the background is embedding its first batch
+        world.memos.remove("filler0", None, "test")  # a change: the search applies it, in its turn
+        searching.start()
+        wait_until(lambda: world.index._waiting == 1, what="the search to wait for its turn")
+        embedder.gate.release()  # that batch ends; any further one would wait for ever
+        searching.join(30)
+        assert found[0] == ["tea"] and "filler0" not in found[1] and len(found[1]) == 20
+    finally:
+        world.index.close()
+        embedder.gate.release(FILLERS)
+        working.join()
+        searching.join()
