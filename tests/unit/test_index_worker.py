@@ -109,3 +109,16 @@ def test_stopping_an_idle_worker_ends_its_thread(tmp_path: Path) -> None:
     worker.stop()
     wait_until(lambda: not _worker_running(), what="the worker thread to end")
     engine.dispose()
+
+
+def test_a_worker_stopped_before_it_started_never_starts(tmp_path: Path) -> None:
+    """The bot starts its worker once start-up settles, which may be after it was told to stop."""
+    engine = open_database(f"sqlite:///{tmp_path / 'w.db'}")
+    index = CountingIndex()
+    worker = IndexWorker(index, engine)  # type: ignore[arg-type]
+    worker.stop()
+    worker.start()
+    with engine.begin() as connection:
+        connection.execute(text("INSERT INTO search_queue (kind, ref_id) VALUES ('message', 1)"))
+    assert not _worker_running() and index.syncs == 0
+    engine.dispose()

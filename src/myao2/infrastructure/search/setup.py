@@ -78,13 +78,18 @@ class IndexWorker:
         self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
 
     def start(self) -> None:
+        """Start indexing; a worker already stopped stays stopped."""
+        if self._stopped.is_set():
+            return
         event.listen(self._engine, "commit", self._committing)
         event.listen(self._engine.pool, "checkin", self._checked_in)
         self._thread.start()
 
     def stop(self) -> None:
-        event.remove(self._engine, "commit", self._committing)
-        event.remove(self._engine.pool, "checkin", self._checked_in)
+        """Stop indexing (also before `start`, which then starts nothing)."""
+        if self._thread.ident is not None:  # started
+            event.remove(self._engine, "commit", self._committing)
+            event.remove(self._engine.pool, "checkin", self._checked_in)
         self._stopped.set()
         self._changed.set()
         self._index.close()
