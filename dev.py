@@ -41,7 +41,18 @@ def ensure_venv() -> None:
         return
     _pip("install", "-r", str(LOCK))
     _pip("install", "--no-deps", "-e", str(ROOT))
+    compile_sources()
     STAMP.write_text(_lock_digest())
+
+
+def compile_sources() -> None:
+    """Compile the bot's modules where they are installed (editable: src/), as pip does for a regular install.
+
+    An editable install leaves them uncompiled, and where PYTHONDONTWRITEBYTECODE is set
+    Python never writes them: every start compiled ~18k lines again, ~0.25 s of CPU
+    before the bot could connect (measured at load 10 on 2 cores).
+    """
+    subprocess.run([str(PYTHON), "-m", "compileall", "-q", str(ROOT / "src" / "myao2")], check=True)
 
 
 def lock() -> None:
