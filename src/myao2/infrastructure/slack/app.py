@@ -67,30 +67,48 @@ def build_app(
     start-up, so bolt makes no `auth.test` call of its own.
     """
 
-    async def authorize(**_: Any) -> AuthorizeResult:
-        return AuthorizeResult(
-            enterprise_id=None,
-            team_id=bot.team_id,
-            bot_user_id=bot.user_id,
-            bot_id=bot.bot_id,
-            bot_token=bot_token,
-        )
+    authorized = AuthorizeResult(
+        enterprise_id=None,
+        team_id=bot.team_id,
+        bot_user_id=bot.user_id,
+        bot_id=bot.bot_id,
+        bot_token=bot_token,
+    )
 
+    async def authorize(**_: Any) -> AuthorizeResult:
+        return authorized
+
+    http = bool(signing_secret)  # only over HTTP does Slack sign requests and check the request URL
     app = AsyncApp(
         name="myao2",  # without a name, bolt reads the whole call stack (inspect.stack) to make one up
         client=client,
         authorize=authorize,
         signing_secret=signing_secret or "",
-        request_verification_enabled=bool(signing_secret),
+        request_verification_enabled=http,
+        ssl_check_enabled=http,
+        url_verification_enabled=http,
+        # Per-event work for features the listeners never use: workflow functions' tokens, and the
+        # assistant-thread helpers (say, set_status) bolt builds for each event.
+        attaching_function_token_enabled=False,
+        attaching_conversation_kwargs_enabled=False,
         process_before_response=False,
     )
     recent = RecentEvents()
 
     def listen(event_type: str | re.Pattern[str]) -> Callable[[Listener], Listener]:
-        """Register a listener for `event_type`, run in a span of its own."""
+        """Register a listener for `event_type`, run in a span of its own; a redelivered event is skipped.
+
+        Every event reaches exactly one listener (the last one takes any event), so redeliveries
+        are recognised here rather than in a middleware, which would cost bolt a second pass over
+        its arguments for every event.
+        """
 
         def register(listener: Listener) -> Listener:
-            async def traced(event: dict[str, Any]) -> None:
+            async def traced(event: dict[str, Any], body: dict[str, Any]) -> None:
+                event_id = body.get("event_id")
+                if event_id and recent.seen(event_id):
+                    logger.debug("event %s redelivered (retry %s): skipped", event_id, body.get("retry_attempt"))
+                    return
                 with tracing.span("slack.event", event_attributes(event)):
                     await listener(event)
 
@@ -98,14 +116,6 @@ def build_app(
             return listener
 
         return register
-
-    @app.middleware
-    async def drop_redeliveries(body: dict[str, Any], next: Callable[[], Awaitable[Any]]) -> Any:
-        event_id = body.get("event_id")
-        if event_id and recent.seen(event_id):
-            logger.debug("event %s redelivered (retry %s): acknowledged, skipped", event_id, body.get("retry_attempt"))
-            return BoltResponse(status=200, body="")
-        return await next()
 
     async def spoken(event: dict[str, Any]) -> None:
         author = author_of(event) or ""
