@@ -26,6 +26,10 @@ ROOT = Path(__file__).resolve().parents[2]
 ALICE, BOB = "UALICE", "UBOB"
 GENERAL = "CGENERAL"
 
+START_SECONDS = 60.0
+"""How long the bot process may take to start (imports, migrations, Slack's answers) before a test gives up:
+about 3 s of CPU, which takes over 20 s of wall time on a machine busy with other work."""
+
 ON_BOTH_DATABASES = pytest.mark.parametrize("bot", ["sqlite", "postgresql"], indirect=True)
 """Runs a test with the bot storing in its SQLite file, then in a PostgreSQL database."""
 
@@ -149,13 +153,14 @@ class BotProcess:
         if wait_connected:
             self.slack.wait_for(
                 lambda: self.slack.connection_count > connections or self.process.poll() is not None,
-                timeout=20,
+                timeout=START_SECONDS,
                 what="the bot to connect",
             )
             assert self.process.poll() is None, f"the bot exited early:\n{self.log()}"
         return self
 
-    def wait_exit(self, timeout: float = 20) -> int:
+    def wait_exit(self, timeout: float = START_SECONDS) -> int:
+        """The exit status of a bot that ends by itself (`timeout` counts from now, so usually spans start-up)."""
         assert self.process is not None
         return self.process.wait(timeout=timeout)
 

@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from tests.e2e.conftest import ALICE, BOB, GENERAL, ON_BOTH_DATABASES, BotProcess, wait_until
+from tests.e2e.conftest import ALICE, BOB, GENERAL, ON_BOTH_DATABASES, START_SECONDS, BotProcess, wait_until
 from tests.e2e.test_conversations import stored_text
 from tests.e2e.test_mentions import prompt_text, replies_in
 from tests.fakes.openai_server import Text
@@ -59,7 +59,7 @@ def test_slack_unreachable_at_start_up_is_waited_out_then_answers(
 ) -> None:
     slack.set_fault(fault)
     bot.start(wait_connected=False)
-    wait_until(lambda: ready(bot) == 503, what="/ready at 503 while Slack is away")
+    wait_until(lambda: ready(bot) == 503, timeout=START_SECONDS, what="/ready at 503 while Slack is away")
     time.sleep(seconds)
     assert bot.process.poll() is None, bot.log()
     slack.set_fault(None)
@@ -78,7 +78,7 @@ def test_slack_unreachable_at_start_up_is_waited_out_then_answers(
 def test_sigterm_while_slack_is_unreachable_exits_0(bot: BotProcess, slack: FakeSlack) -> None:
     slack.set_fault("refuse")
     bot.start(wait_connected=False)
-    wait_until(lambda: "Slack is unreachable" in bot.log(), timeout=20, what="a failed attempt")
+    wait_until(lambda: "Slack is unreachable" in bot.log(), timeout=START_SECONDS, what="a failed attempt")
     started = time.monotonic()
     bot.process.send_signal(signal.SIGTERM)
     assert bot.wait_exit(timeout=30) == 0
@@ -90,7 +90,9 @@ def test_an_invalid_app_token_exits_2_naming_it_within_10_seconds(bot: BotProces
     bot.env_overrides["SLACK_APP_TOKEN"] = "xapp-revoked-token"
     bot.start(wait_connected=False)
     slack.wait_for(
-        lambda: any(method == "apps.connections.open" for method, _ in slack.web_calls), timeout=20, what="a try"
+        lambda: any(method == "apps.connections.open" for method, _ in slack.web_calls),
+        timeout=START_SECONDS,
+        what="a try",
     )
     refused = time.monotonic()  # start-up itself (imports, database) is not what is timed
     assert bot.wait_exit(timeout=20) == 2
@@ -103,7 +105,9 @@ def test_an_invalid_app_token_exits_2_naming_it_within_10_seconds(bot: BotProces
 def test_sigterm_during_socket_mode_retries_exits_within_the_grace_period(bot: BotProcess, slack: FakeSlack) -> None:
     slack.inject_error("apps.connections.open", "internal_error", times=1000)
     bot.start(wait_connected=False)
-    wait_until(lambda: bot.log().count("Socket Mode connection failed") >= 2, what="two failed connections")
+    wait_until(
+        lambda: bot.log().count("Socket Mode connection failed") >= 2, timeout=START_SECONDS, what="two failed connections"
+    )
     started = time.monotonic()
     bot.process.send_signal(signal.SIGTERM)
     assert bot.wait_exit(timeout=30) == 0
@@ -141,7 +145,7 @@ def test_a_health_port_in_use_exits_2_naming_it(bot: BotProcess) -> None:
         taken.bind(("0.0.0.0", bot.health_port))
         taken.listen()
         bot.start(wait_connected=False)
-        assert bot.wait_exit(timeout=20) == 2
+        assert bot.wait_exit() == 2
     log = bot.log()
     assert "health_check.port" in log and str(bot.health_port) in log
     assert "Traceback" not in log

@@ -9,7 +9,7 @@ import time
 import urllib.error
 import urllib.request
 
-from tests.e2e.conftest import ALICE, GENERAL, BotProcess, free_port, wait_until
+from tests.e2e.conftest import ALICE, GENERAL, START_SECONDS, BotProcess, free_port, wait_until
 from tests.e2e.test_mentions import replies_in
 from tests.fakes.openai_server import Text
 from tests.fakes.slack_server import FakeSlack
@@ -53,7 +53,7 @@ def test_signed_mention_over_http_is_answered_and_forged_one_refused(bot: BotPro
         except OSError:
             return False
 
-    wait_until(accepted, timeout=20, what="the HTTP endpoint to refuse a forged request")
+    wait_until(accepted, timeout=START_SECONDS, what="the HTTP endpoint to refuse a forged request")
     assert not slack.posted
     llm.script(Text("Hi from HTTP mode."))
     assert send_event(port, event) == 200

@@ -21,7 +21,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from tests.e2e.conftest import ALICE, GENERAL, ROOT, BotProcess, free_port, wait_until
+from tests.e2e.conftest import ALICE, GENERAL, ROOT, START_SECONDS, BotProcess, free_port, wait_until
 from tests.e2e.test_mentions import prompt_text, replies_in
 from tests.fakes import PROXY_VARIABLES
 from tests.fakes.openai_server import Text
@@ -88,7 +88,11 @@ def http_server(notebook: Notebook) -> Iterator[str]:
     )
     url = f"http://127.0.0.1:{notebook.port}/mcp"
     try:
-        wait_until(lambda: _listening(notebook.port) or process.poll() is not None, what="the MCP server to listen")
+        wait_until(
+            lambda: _listening(notebook.port) or process.poll() is not None,
+            timeout=START_SECONDS,
+            what="the MCP server to listen",
+        )
         assert process.poll() is None, process.stderr.read() if process.stderr else ""
         yield url
     finally:

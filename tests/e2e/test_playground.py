@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from tests.e2e.conftest import BotProcess, free_port, wait_until
+from tests.e2e.conftest import START_SECONDS, BotProcess, free_port, wait_until
 from tests.fakes.memory_model import is_memory_request, remember
 from tests.fakes.openai_server import Error, FakeOpenAI, Text, ToolCall, ToolCalls
 from tests.fakes.slack_server import FakeSlack
@@ -48,7 +48,11 @@ class PlaygroundProcess(BotProcess):
             stdout=self._log,
             stderr=subprocess.STDOUT,
         )
-        wait_until(lambda: self._listening() or self.process.poll() is not None, what="the playground to listen")
+        wait_until(
+            lambda: self._listening() or self.process.poll() is not None,
+            timeout=START_SECONDS,
+            what="the playground to listen",
+        )
         assert self.process.poll() is None, f"the playground exited early:\n{self.log()}"
         return self
 

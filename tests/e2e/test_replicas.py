@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import ALICE, BOB, GENERAL, BotProcess, wait_until
+from tests.e2e.conftest import ALICE, BOB, GENERAL, START_SECONDS, BotProcess, wait_until
 from tests.e2e.test_answers_exactly_once import answers_to
 from tests.e2e.test_autonomous import is_judgment, judgment
 from tests.e2e.test_postgres import rows
@@ -95,7 +95,7 @@ def test_two_replicas_answer_every_mention_once_and_the_survivor_of_a_kill_takes
     for bot in replicas:
         bot.settings.update(REPLICA_SETTINGS)
         bot.start(wait_connected=False)
-    slack.wait_for(lambda: slack.open_connections == 2, timeout=30, what="both replicas connected")
+    slack.wait_for(lambda: slack.open_connections == 2, timeout=START_SECONDS, what="both replicas connected")
     doomed_name, survivor_name = replica_name(doomed), replica_name(survivor)
 
     mentions = []
@@ -138,7 +138,7 @@ def test_an_answer_a_killed_replica_left_half_streamed_is_ended_by_the_other_not
     for bot in replicas:
         bot.settings["response.answer_retry_seconds"] = [1, 1, 1]
         bot.start(wait_connected=False)
-    slack.wait_for(lambda: slack.open_connections == 2, timeout=30, what="both replicas connected")
+    slack.wait_for(lambda: slack.open_connections == 2, timeout=START_SECONDS, what="both replicas connected")
     names = {replica_name(bot): bot for bot in replicas}
     ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> tell me something")
     slack.wait_for(lambda: streams_in(slack, ts), timeout=20, what="the stream to start")
@@ -168,7 +168,7 @@ def test_a_replica_stalled_beyond_its_lease_gives_the_answer_up_quietly_to_the_o
     for bot in replicas:
         bot.settings["response.answer_retry_seconds"] = [1, 1, 1]
         bot.start(wait_connected=False)
-    slack.wait_for(lambda: slack.open_connections == 2, timeout=30, what="both replicas connected")
+    slack.wait_for(lambda: slack.open_connections == 2, timeout=START_SECONDS, what="both replicas connected")
     names = {replica_name(bot): bot for bot in replicas}
     ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> tell me something")
     wait_until(lambda: llm.requests, what="the model asked for the answer")
@@ -202,7 +202,7 @@ def test_a_replica_stalled_while_writing_an_answer_posted_whole_leaves_no_second
     for bot in replicas:
         bot.settings["response.answer_retry_seconds"] = [1, 1, 1]
         bot.start(wait_connected=False)
-    slack.wait_for(lambda: slack.open_connections == 2, timeout=30, what="both replicas connected")
+    slack.wait_for(lambda: slack.open_connections == 2, timeout=START_SECONDS, what="both replicas connected")
     names = {replica_name(bot): bot for bot in replicas}
     ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> tell me something")
     wait_until(lambda: llm.requests, what="the model asked for the answer")
