@@ -21,6 +21,7 @@ from myao2.domain.memo import (
     Origin,
     Visibility,
 )
+from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
 from myao2.infrastructure.db.tables import MemoRow
 
@@ -190,6 +191,22 @@ class TestNames:
         with refused("name_taken"):
             store.restore("tanaka", "test")
         assert store.list(None, removed=True).total == 1
+
+    def test_a_memo_pinned_meanwhile_by_another_process_is_pinned_once(
+        self, store: SqlMemoStore, clock: StepClock, database_url: str
+    ) -> None:
+        add(store, "rule")
+
+        def other_process_pins_it() -> None:
+            clock.on_read = None
+            other = open_database(database_url)
+            SqlMemoStore(other, StepClock()).pin("rule", "user:other")
+            other.dispose()
+
+        # pin has found the memo, and no pin of it, when it reads the clock, then writes
+        clock.on_read = other_process_pins_it
+        assert store.pin("rule", "user:cli").name == "rule"
+        assert names(store.pinned(None)) == ["rule"]
 
 
 class TestTagKinds:

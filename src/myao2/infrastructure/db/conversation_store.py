@@ -7,7 +7,7 @@ callers racing from several threads never store a message twice nor claim it twi
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from typing import Any
@@ -31,7 +31,6 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy import select as core_select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, SQLModel, col, select
 
@@ -49,7 +48,7 @@ from myao2.domain.conversation import (
 )
 from myao2.domain.ports import Clock
 from myao2.infrastructure.clock import SystemClock
-from myao2.infrastructure.db.engine import take_write_lock
+from myao2.infrastructure.db.engine import INSERT_IGNORING, take_write_lock
 from myao2.infrastructure.db.memory_store import bullet_to_json, row_to_memory
 from myao2.infrastructure.db.profile_store import fact_to_json, row_to_profile
 from myao2.infrastructure.db.tables import (
@@ -143,7 +142,7 @@ class SqlConversationStore:
         _drop_digest(connection, channel_id, ts)
         _drop_notes(connection, ts)
         values = {"channel_id": channel_id, "ts": ts, "deleted_at": self._clock.now()}
-        insert_ignoring = _INSERT_IGNORING.get(self._engine.dialect.name)
+        insert_ignoring = INSERT_IGNORING.get(self._engine.dialect.name)
         if insert_ignoring is None:
             connection.execute(delete(TombstoneRow).where(TombstoneRow.channel_id == channel_id, TombstoneRow.ts == ts))
             connection.execute(insert(_table(TombstoneRow)).values(values))
@@ -501,7 +500,7 @@ class SqlConversationStore:
         the hot paths (every message, every claim) skip the ORM's per-row work.
         """
         table = _table(model)
-        insert_ignoring = _INSERT_IGNORING.get(self._engine.dialect.name)
+        insert_ignoring = INSERT_IGNORING.get(self._engine.dialect.name)
         if insert_ignoring is None:
             try:
                 with self._engine.begin() as connection:
@@ -601,9 +600,6 @@ _NEIGHBOURS = {until: _neighbours(until) for until in (False, True)}
 _NEVER = datetime.max.replace(tzinfo=timezone.utc)
 """A cutoff later than any message."""
 
-_INSERT_IGNORING: dict[str, Callable[[Table], Any]] = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
-"""Dialects whose INSERT can skip a row whose key is taken (ON CONFLICT DO NOTHING)."""
-
 
 def _save_message(connection: Connection, message: Message) -> bool:
     """Insert a message unless its (channel, ts) is stored or was deleted (in Slack, or by retention); True when inserted.
@@ -611,7 +607,7 @@ def _save_message(connection: Connection, message: Message) -> bool:
     One statement, so a deletion committed meanwhile by another thread is respected.
     """
     dialect = connection.dialect.name
-    if dialect in _INSERT_IGNORING:
+    if dialect in INSERT_IGNORING:
         return connection.execute(_insert_message(dialect), _message_row(message)).rowcount == 1
     try:
         with connection.begin_nested():
@@ -630,7 +626,7 @@ def _insert_message(dialect: str) -> Executable:
     tombstoned = exists().where(TombstoneRow.channel_id == here[0], TombstoneRow.ts == here[1])
     expired = exists().where(ExpiredMessageRow.channel_id == here[0], ExpiredMessageRow.ts == here[1])
     source = core_select(*values.values()).where(~tombstoned, ~expired)
-    insert_ignoring = _INSERT_IGNORING.get(dialect)
+    insert_ignoring = INSERT_IGNORING.get(dialect)
     if insert_ignoring is None:
         return insert(table).from_select(list(values), source)
     return insert_ignoring(table).from_select(list(values), source).on_conflict_do_nothing()

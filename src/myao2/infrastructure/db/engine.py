@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy import Connection, Engine, Table, create_engine, event, text
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import StaticPool
@@ -16,6 +17,8 @@ T = TypeVar("T")
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 SQLITE_BUSY_TIMEOUT_MS = 5000
+INSERT_IGNORING: dict[str, Callable[[Table], Any]] = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
+"""Dialects whose INSERT can skip a row whose key is taken (ON CONFLICT DO NOTHING)."""
 
 
 def open_database(url: str) -> Engine:

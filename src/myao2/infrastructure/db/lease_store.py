@@ -5,12 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 
 from sqlalchemy import Engine, delete, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 
+from myao2.infrastructure.db.engine import INSERT_IGNORING
 from myao2.infrastructure.db.tables import ClaimRow, LeaseRow
 
 _LEASES, _CLAIMS = LeaseRow.__table__, ClaimRow.__table__  # type: ignore[attr-defined]
-_INSERT = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
 
 
 class SqlLeaseStore:
@@ -18,7 +17,7 @@ class SqlLeaseStore:
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
-        self._insert = _INSERT[engine.dialect.name]
+        self._insert = INSERT_IGNORING[engine.dialect.name]
 
     def take(self, name: str, holder: str, now: datetime, until: datetime) -> bool:
         row = {"name": name, "holder": holder, "expires_at": until}

@@ -38,6 +38,7 @@ from myao2.domain.memo import (
 )
 from myao2.domain.ports import Clock
 from myao2.domain.visibility import Audience, can_write, readable_audiences, view_of
+from myao2.infrastructure.db.engine import INSERT_IGNORING
 from myao2.infrastructure.db.tables import MemoPinRow, MemoRevisionRow, MemoRow
 
 Audiences = Sequence[Audience] | None
@@ -150,10 +151,11 @@ class SqlMemoStore:
             return after
 
     def pin(self, name: str, actor: str, *, audience: Audience | None = None) -> Memo:
+        """Pin a memo; pinning a pinned one (by another process meanwhile too) leaves its one pin as it is."""
         with self._change() as session:
             row = self._resolve(session, name, None, audience)
-            if session.get(MemoPinRow, row.id) is None:
-                session.add(MemoPinRow(memo_id=row.id, pinned_by=actor, pinned_at=self._clock.now()))
+            pin = {"memo_id": row.id, "pinned_by": actor, "pinned_at": self._clock.now()}
+            session.execute(INSERT_IGNORING[self._engine.dialect.name](_PINS).values(pin).on_conflict_do_nothing())
             return _to_memo(row)
 
     def unpin(self, name: str, actor: str, *, audience: Audience | None = None) -> Memo:
@@ -475,6 +477,7 @@ def _flush(session: Session, name: str, read_as: str | None = None) -> None:
         raise MemoError("changed_meanwhile", name=read_as or name) from error
 
 
+_PINS = MemoPinRow.__table__  # type: ignore[attr-defined]
 _BY_IDS = select(MemoRow).where(col(MemoRow.id).in_(bindparam("ids", expanding=True)))
 """The statement of `by_ids`, built once (every memo search runs it)."""
 
