@@ -682,9 +682,15 @@ def _newest_first() -> tuple[Any, ...]:
 
 
 def _newest(*conditions: Any) -> Executable:
-    """The newest `limit` messages matching `conditions`, newest first (see `SqlConversationStore._newest`)."""
-    return core_select(_table(MessageRow)).where(*conditions).order_by(*_newest_first()).limit(bindparam("limit"))
+    """The newest `limit` messages matching `conditions`, newest first (see `SqlConversationStore._newest`):
+    only the columns `_to_message` reads (the datetimes, which cost most of making a row, are left unread)."""
+    table = _table(MessageRow)
+    columns = [table.c[name] for name in _MESSAGE_COLUMNS if name != "posted_at"]
+    return core_select(*columns).where(*conditions).order_by(*_newest_first()).limit(bindparam("limit"))
 
+
+_MESSAGE_COLUMNS = ("channel_id", "ts", "posted_at", "thread_ts", "user_id", "user_name", "text", "is_bot", "mentions")
+"""The columns of a message row, each filled from the `Message` attribute of its name."""
 
 # The reads of the recent conversation every prompt makes, built once like the statements above.
 _IN_CHANNEL = MessageRow.channel_id == bindparam("channel")
@@ -692,10 +698,6 @@ _TOP_LEVEL = or_(col(MessageRow.thread_ts).is_(None), MessageRow.thread_ts == Me
 _THREAD_NEWEST = _newest(_IN_CHANNEL, or_(MessageRow.ts == bindparam("thread"), MessageRow.thread_ts == bindparam("thread")))
 _CHANNEL_NEWEST = _newest(_IN_CHANNEL, _TOP_LEVEL)
 _CHANNEL_NEWEST_SINCE = _newest(_IN_CHANNEL, _TOP_LEVEL, col(MessageRow.posted_at) > bindparam("since"))
-
-
-_MESSAGE_COLUMNS = ("channel_id", "ts", "posted_at", "thread_ts", "user_id", "user_name", "text", "is_bot", "mentions")
-"""The columns of a message row, each filled from the `Message` attribute of its name."""
 
 
 def _message_row(message: Message) -> dict[str, Any]:
