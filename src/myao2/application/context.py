@@ -235,8 +235,13 @@ class ContextBuilder:
         assert self._absorbed is not None
         memories, budgets = self._absorbed.memories, self._absorbed.budgets
 
+        keys = [(WORKSPACE_SCOPE, Term.LONG), (Scope(channel.id), Term.SHORT), (Scope(channel.id), Term.LONG)]
+        if thread_ts:
+            keys.append((Scope(channel.id, thread_ts), Term.SHORT))
+        stored = memories.many(keys)
+
         def readable(scope: Scope, term: Term) -> Memory | None:
-            memory = memories.get(scope, term)
+            memory = stored.get((scope, term))
             return memory if memory is not None and can_read(channel.id, memory.audience) else None
 
         workspace = readable(WORKSPACE_SCOPE, Term.LONG)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from datetime import date, datetime
 from typing import Protocol
 
@@ -113,6 +113,10 @@ class MemoryStore(Protocol):
     """The memories the memory job keeps, one per (scope, term); synchronous, run in a thread."""
 
     def get(self, scope: Scope, term: Term) -> Memory | None: ...
+
+    def many(self, keys: Collection[tuple[Scope, Term]]) -> dict[tuple[Scope, Term], Memory]:
+        """The memories stored under these keys, by key, read at once."""
+        ...
 
     def save(self, memories: Sequence[Memory], *, heard: bool = False, read_at: datetime | None = None) -> None:
         """Store these memories in one transaction: all of them or none.

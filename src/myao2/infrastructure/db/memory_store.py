@@ -31,9 +31,15 @@ class SqlMemoryStore:
         self._clock = clock
 
     def get(self, scope: Scope, term: Term) -> Memory | None:
+        return self.many([(scope, term)]).get((scope, term))
+
+    def many(self, keys: Collection[tuple[Scope, Term]]) -> dict[tuple[Scope, Term], Memory]:
+        wanted = {(scope.key, term.value): (scope, term) for scope, term in keys}
+        if not wanted:
+            return {}
         with self._engine.connect() as connection:
-            row = connection.execute(_ONE_MEMORY, {"scope": scope.key, "term": term.value}).first()
-        return None if row is None else row_to_memory(row)
+            rows = connection.execute(_MEMORIES_BY_KEY, {"keys": list(wanted)}).all()
+        return {wanted[(row.scope, row.term)]: row_to_memory(row) for row in rows}
 
     def save(self, memories: Sequence[Memory], *, heard: bool = False, read_at: datetime | None = None) -> None:
         now = self._clock.now()
@@ -253,10 +259,10 @@ def bullet_to_json(bullet: Bullet) -> dict[str, Any]:
 
 
 _MEMORIES = MemoryRow.__table__  # type: ignore[attr-defined]
-_ONE_MEMORY = core_select(_MEMORIES).where(
-    _MEMORIES.c.scope == bindparam("scope"), _MEMORIES.c.term == bindparam("term")
+_MEMORIES_BY_KEY = core_select(_MEMORIES).where(
+    tuple_(_MEMORIES.c.scope, _MEMORIES.c.term).in_(bindparam("keys", expanding=True))
 )
-"""One memory by (scope, term): a prompt reads several, and building this query cost six times running it."""
+"""Memories by (scope, term): a prompt reads several at once, and building this query cost six times running it."""
 _CHANNEL_MEMORIES = (
     core_select(_MEMORIES)
     .where(_MEMORIES.c.scope.startswith("channel:"), _MEMORIES.c.term == bindparam("term"))
