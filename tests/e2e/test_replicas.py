@@ -6,6 +6,7 @@ import re
 import signal
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -68,6 +69,30 @@ def replicas(tmp_path: Path, slack: FakeSlack, llm: FakeOpenAI, database: str) -
 def replica_name(bot: BotProcess) -> str:
     found = wait_until(lambda: re.search(r"running as (replica-\w+)", bot.log()), what="the replica's name")
     return found.group(1)
+
+
+def start_and_mention(replicas: list[BotProcess], slack: FakeSlack) -> tuple[dict[str, BotProcess], str]:
+    """Start both replicas (an unanswered mention retried every second) and mention the bot once they are
+    connected: the replicas by name, and the mention's ts."""
+    for bot in replicas:
+        bot.settings["response.answer_retry_seconds"] = [1, 1, 1]
+        bot.start(wait_connected=False)
+    slack.wait_for(lambda: slack.open_connections == 2, timeout=START_SECONDS, what="both replicas connected")
+    names = {replica_name(bot): bot for bot in replicas}
+    return names, slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> tell me something")
+
+
+@contextmanager
+def frozen(names: dict[str, BotProcess], database: str, ts: str) -> Iterator[BotProcess]:
+    """The replica that claimed mention `ts`, taken out of `names` and stopped (SIGSTOP) for the block."""
+    [(holder,)] = rows(database, f"SELECT holder FROM claims WHERE ts = '{ts}'")
+    stalled = names.pop(str(holder))
+    assert stalled.process is not None
+    stalled.process.send_signal(signal.SIGSTOP)
+    try:
+        yield stalled
+    finally:
+        stalled.process.send_signal(signal.SIGCONT)
 
 
 def unsettled_claims(database: str, holder: str) -> int:
@@ -135,12 +160,7 @@ def test_an_answer_a_killed_replica_left_half_streamed_is_ended_by_the_other_not
 ) -> None:
     llm.script(Text("This answer is cut short by a crash, sadly", pieces=20, interval=0.5))
     llm.set_responder(lambda request: Text("A second answer that must not appear."))
-    for bot in replicas:
-        bot.settings["response.answer_retry_seconds"] = [1, 1, 1]
-        bot.start(wait_connected=False)
-    slack.wait_for(lambda: slack.open_connections == 2, timeout=START_SECONDS, what="both replicas connected")
-    names = {replica_name(bot): bot for bot in replicas}
-    ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> tell me something")
+    names, ts = start_and_mention(replicas, slack)
     slack.wait_for(lambda: streams_in(slack, ts), timeout=20, what="the stream to start")
     [(holder,)] = wait_until(
         lambda: rows(database, f"SELECT holder FROM claims WHERE ts = '{ts}' AND answer_ts IS NOT NULL"),
@@ -165,21 +185,10 @@ def test_a_replica_stalled_beyond_its_lease_gives_the_answer_up_quietly_to_the_o
 ) -> None:
     llm.script(Text("The stalled replica's answer, which must not appear.", delay=2))
     llm.set_responder(lambda request: Text("The answer."))
-    for bot in replicas:
-        bot.settings["response.answer_retry_seconds"] = [1, 1, 1]
-        bot.start(wait_connected=False)
-    slack.wait_for(lambda: slack.open_connections == 2, timeout=START_SECONDS, what="both replicas connected")
-    names = {replica_name(bot): bot for bot in replicas}
-    ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> tell me something")
+    names, ts = start_and_mention(replicas, slack)
     wait_until(lambda: llm.requests, what="the model asked for the answer")
-    [(holder,)] = rows(database, f"SELECT holder FROM claims WHERE ts = '{ts}'")
-    stalled = names.pop(str(holder))
-    assert stalled.process is not None
-    stalled.process.send_signal(signal.SIGSTOP)  # frozen while the model writes, for longer than its lease
-    try:
+    with frozen(names, database, ts) as stalled:  # while the model writes, for longer than its lease
         slack.wait_for(lambda: answers_to(slack, ts), timeout=30, what="the other replica taking the answer over")
-    finally:
-        stalled.process.send_signal(signal.SIGCONT)
 
     wait_until(
         lambda: "taken over by another replica" in stalled.log() or len(answers_to(slack, ts)) > 1,
@@ -199,22 +208,11 @@ def test_a_replica_stalled_while_writing_an_answer_posted_whole_leaves_no_second
     slack.refuse_streaming("not_allowed")  # answers are posted once complete
     llm.script(Text("The stalled replica's answer, which must not appear.", pieces=12, interval=0.4))
     llm.set_responder(lambda request: Text("The answer."))
-    for bot in replicas:
-        bot.settings["response.answer_retry_seconds"] = [1, 1, 1]
-        bot.start(wait_connected=False)
-    slack.wait_for(lambda: slack.open_connections == 2, timeout=START_SECONDS, what="both replicas connected")
-    names = {replica_name(bot): bot for bot in replicas}
-    ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> tell me something")
+    names, ts = start_and_mention(replicas, slack)
     wait_until(lambda: llm.requests, what="the model asked for the answer")
     time.sleep(1.5)  # its first words written (nothing shows before the whole answer is posted)
-    [(holder,)] = rows(database, f"SELECT holder FROM claims WHERE ts = '{ts}'")
-    stalled = names.pop(str(holder))
-    assert stalled.process is not None
-    stalled.process.send_signal(signal.SIGSTOP)  # frozen mid-answer, for longer than its lease
-    try:
+    with frozen(names, database, ts) as stalled:  # mid-answer, for longer than its lease
         slack.wait_for(lambda: "The answer." in str(answers_to(slack, ts)), timeout=30, what="the other replica's answer")
-    finally:
-        stalled.process.send_signal(signal.SIGCONT)
 
     wait_until(lambda: "taken over by another replica" in stalled.log(), what="the stalled replica giving up")
     time.sleep(LEASE_SECONDS)  # room for a second answer to show up
