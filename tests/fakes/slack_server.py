@@ -1137,27 +1137,26 @@ class FakeSlack(LoopbackServer):
         self._emit_message(ch, msg)
         return {"channel": ch.id, "ts": msg["ts"], "message": copy.deepcopy(msg)}
 
-    def _api_chat_update(self, params: dict[str, Any]) -> dict[str, Any]:
+    def _own_message(self, params: dict[str, Any], refusal: str) -> tuple[_Channel, str]:
+        """The channel and ts of the bot's own message that `params` name; `refusal` for another's message."""
         ch = self._channel_param(params)
         ts = str(params.get("ts") or "")
         msg = self._find_message(ch, ts)
         if msg is None:
             raise _SlackError("message_not_found")
         if msg.get("user") != self.bot_user_id:
-            raise _SlackError("cant_update_message")
+            raise _SlackError(refusal)
+        return ch, ts
+
+    def _api_chat_update(self, params: dict[str, Any]) -> dict[str, Any]:
+        ch, ts = self._own_message(params, "cant_update_message")
         text = str(params.get("text") or "")
         msg = self._edit(ch, ts, text, emit=True)
         self._record_post("chat.update", ch, msg)
         return {"channel": ch.id, "ts": ts, "text": text, "message": copy.deepcopy(msg)}
 
     def _api_chat_delete(self, params: dict[str, Any]) -> dict[str, Any]:
-        ch = self._channel_param(params)
-        ts = str(params.get("ts") or "")
-        msg = self._find_message(ch, ts)
-        if msg is None:
-            raise _SlackError("message_not_found")
-        if msg.get("user") != self.bot_user_id:
-            raise _SlackError("cant_delete_message")
+        ch, ts = self._own_message(params, "cant_delete_message")
         self._streams.pop((ch.id, ts), None)
         self.delete_message(ch.id, ts)
         return {"channel": ch.id, "ts": ts}
