@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
@@ -511,3 +514,37 @@ def test_a_memo_search_does_not_wait_for_the_messages_vectors_to_load(tmp_path: 
     searching.join()
     assert answered_while_loading
     world.close()
+
+
+def test_numpys_blas_runs_on_one_thread_once_the_index_has_searched(tmp_path: Path) -> None:
+    """The index imports numpy only when it first needs vectors, and from then on BLAS is single-threaded (in a
+    process of its own: the limit is process-wide, and numpy may be loaded already here)."""
+    code = f"""
+import sys
+from threadpoolctl import threadpool_info
+from myao2.application.search import Search
+from myao2.domain.memo import MemoDraft, Origin
+from myao2.infrastructure.clock import SystemClock
+from myao2.infrastructure.db.conversation_store import SqlConversationStore
+from myao2.infrastructure.db.engine import open_database
+from myao2.infrastructure.db.memo_store import SqlMemoStore
+from myao2.infrastructure.search.index import SearchIndex
+assert "numpy" not in sys.modules
+from tests.fakes.embedder import HashEmbedder
+engine = open_database({f"sqlite:///{tmp_path / 'blas.db'}"!r})
+memos, conversations = SqlMemoStore(engine, SystemClock()), SqlConversationStore(engine, SystemClock())
+memos.add(MemoDraft.create("ramen", "ramen on friday", 3), Origin("C1", user_id="U1"), "test")
+hits = Search(SearchIndex(engine, HashEmbedder(), memos, conversations), memos, conversations).memos("ramen", "C1", None)
+assert [hit.memo.name for hit in hits] == ["ramen"]
+print(sorted({{pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"}}))
+"""
+    root = Path(__file__).resolve().parents[2]
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": f"{root / 'src'}{os.pathsep}{root}"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[1]"

