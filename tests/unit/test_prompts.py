@@ -189,9 +189,12 @@ def test_channels_read_together_are_each_shown_under_their_channel_id(language):
 
 
 @pytest.mark.parametrize("language", ["ja", "en"])
-def test_warm_compiles_every_template_of_the_language_so_prompts_compile_none(context, language, monkeypatch):
+def test_warm_compiles_every_template_of_the_language_so_prompts_compile_none(context, language, monkeypatch, tmp_path):
+    import tempfile
+
     import jinja2
 
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # no template compiled by an earlier start
     renderer = PromptRenderer(language)
     compiled: list[str] = []
     compile_template = jinja2.Environment.compile
@@ -208,3 +211,35 @@ def test_warm_compiles_every_template_of_the_language_so_prompts_compile_none(co
     renderer.render("response", "query", context)
     renderer.render("judgment", "query", context, elapsed="3 minutes")
     assert compiled == []
+
+
+def test_a_start_loads_the_templates_an_earlier_start_compiled(context, tmp_path, monkeypatch) -> None:
+    import tempfile
+
+    from jinja2 import Environment
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the cache's folder is made under it
+    first = PromptRenderer("en")
+    first.warm()
+    compiled: list[str | None] = []
+    compile_source = Environment._compile
+
+    def counting(self, source, filename):  # type: ignore[no-untyped-def]
+        compiled.append(filename)
+        return compile_source(self, source, filename)
+
+    monkeypatch.setattr(Environment, "_compile", counting)
+    second = PromptRenderer("en")
+    second.warm()
+    assert compiled == []
+    assert second.render("response", "query", context) == first.render("response", "query", context)
+
+
+def test_a_template_cache_that_cannot_be_written_leaves_rendering_as_it_is(context, tmp_path, monkeypatch) -> None:
+    import shutil
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    renderer = PromptRenderer("en")
+    shutil.rmtree(next(tmp_path.iterdir()))  # the cache's folder, gone (a cleaner of temporary files)
+    assert "alice-ramen" in renderer.render("response", "query", context)
