@@ -34,11 +34,16 @@ class Activity:
         confidence = judgment.confidence if judgment else 0.0
         await self._record(self._log.judgment, channel_id, judgment_outcome(judgment), confidence, self._clock.now())
 
-    async def reply(self, channel_id: str, kind: ReplyKind) -> None:
-        await self._record(self._log.reply, channel_id, kind, self._clock.now())
+    def reply(self, channel_id: str, kind: ReplyKind) -> None:
+        """Record a post of the bot's; synchronous: called in the worker thread that stores the post."""
+        self._write(self._log.reply, channel_id, kind, self._clock.now())
 
     async def _record(self, write: Callable[..., None], *args: object) -> None:
+        await asyncio.to_thread(self._write, write, *args)
+
+    @staticmethod
+    def _write(write: Callable[..., None], *args: object) -> None:
         try:
-            await asyncio.to_thread(write, *args)
+            write(*args)
         except Exception as exc:  # noqa: BLE001 - the figures are a courtesy: the work goes on
             logger.warning("could not record activity: %s", type(exc).__name__)

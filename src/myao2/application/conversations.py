@@ -106,8 +106,7 @@ class Conversations:
             raise RuntimeError("Conversations was built without a chat platform")
         text = safe_text(text, self._allow_broadcasts)
         ts = await self._chat.post(channel_id, text, thread_ts, answering)
-        await self._posted(channel_id, answering)
-        return await self._remember(channel_id, ts, text, thread_ts)
+        return await self._remember(channel_id, ts, text, thread_ts, answering)
 
     async def publish(
         self,
@@ -137,8 +136,7 @@ class Conversations:
             answering=answering,
             started=started,
         )
-        await self._posted(channel.id, answering)
-        return await self._remember(channel.id, published.ts, published.text, thread_ts)
+        return await self._remember(channel.id, published.ts, published.text, thread_ts, answering)
 
     async def finish(self, channel_id: str, ts: str, apology: str, answering: str | None = None) -> None:
         """End a reply left half-written (the bot stopped while it streamed) with `apology`."""
@@ -146,12 +144,11 @@ class Conversations:
             raise RuntimeError("Conversations was built without a reply publisher")
         await self._publisher.finish(channel_id, ts, safe_text(apology, self._allow_broadcasts), answering=answering)
 
-    async def _posted(self, channel_id: str, answering: str | None) -> None:
-        if self._activity is not None:
-            await self._activity.reply(channel_id, ReplyKind.ANSWER if answering else ReplyKind.UNASKED)
-
-    async def _remember(self, channel_id: str, ts: str, text: str, thread_ts: str | None) -> Message:
-        """Store the bot's message; a copy a history sync stored meanwhile (half-written) gets this text."""
+    async def _remember(
+        self, channel_id: str, ts: str, text: str, thread_ts: str | None, answering: str | None
+    ) -> Message:
+        """Record the post in the activity log and store the bot's message, in one trip to a worker thread;
+        a copy a history sync stored meanwhile (half-written) gets this text."""
         reply = Message(
             channel_id=channel_id,
             ts=ts,
@@ -163,6 +160,8 @@ class Conversations:
         )
 
         def store() -> None:
+            if self._activity is not None:
+                self._activity.reply(channel_id, ReplyKind.ANSWER if answering else ReplyKind.UNASKED)
             if not self._store.save_message(reply):
                 self._store.edit_message(channel_id, ts, text)
 
