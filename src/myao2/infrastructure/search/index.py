@@ -50,7 +50,7 @@ KINDS = ("memo", "message", "digest", "summary")
 """What is indexed: memos, messages, digests of past days and long-term memories (summaries)."""
 _SOURCES = {"memo": "memos", "message": "messages", "digest": "digests", "summary": "memories"}
 BATCH_SIZE = 16
-"""Texts embedded at a time while holding the index: what a search may wait for behind the background."""
+"""Texts the background embeds at a time."""
 SEARCH_EMBED_LIMIT = BATCH_SIZE
 """The most texts a search embeds itself (of the changes queued first): the others are found by their keywords
 (and an edited one by its former vector) until the background embeds them."""
@@ -145,9 +145,6 @@ class SearchIndex:
         self._caches: dict[str, VectorCache] = {}
         """Each kind's vectors, once loaded (see `_refreshed`)."""
         self._sync_lock = threading.Lock()
-        self._turns = threading.Condition()
-        self._waiting = 0
-        """Searches waiting for `_sync_lock` (under `_turns`): the background lets them go first."""
         self._cache_locks = {kind: threading.Lock() for kind in KINDS}
         """One per kind: a memo search never waits for a million messages' vectors to load."""
         self._checked_model = False
@@ -179,12 +176,12 @@ class SearchIndex:
         scope and time: the search misses no change and returns nothing gone. Of the changed
         texts, only the first `SEARCH_EMBED_LIMIT` are embedded here; the others are embedded by
         `sync` in the background, with every text queued to be embedded again (see `_apply_changes`),
-        one batch at a time, so a search waits for one such batch at most, and for none when no
-        change is queued.
+        holding nothing while it embeds: a search waits for another's few texts at most, and for
+        nothing when no change is queued.
         """
         done, budget = 0, SEARCH_EMBED_LIMIT
         while not self._checked_model or self._changes_queued():
-            with self._turn(search=True):
+            with self._held():
                 applied = self._apply_changes(budget)
             done += applied.documents
             budget -= applied.embedded
@@ -205,11 +202,14 @@ class SearchIndex:
         total = self.pending() if progress is not None else 0
         done = 0
         while not self._closed.is_set():
-            with self._turn(search=False):
-                applied = self._apply_changes(BATCH_SIZE)
-                count = applied.documents - applied.deferred if applied.documents else self._embed_queued()
-            if not applied.documents and not count:
-                break
+            with self._held():
+                applied = self._apply_changes(0)
+            if applied.documents:
+                count = applied.documents - applied.deferred
+            else:
+                taken, count = self._embed_queued()
+                if not taken:
+                    break
             done += count
             if progress is not None:
                 progress(min(done, total), max(total, done))
@@ -218,7 +218,7 @@ class SearchIndex:
     def rebuild(self, progress: Progress | None = None) -> int:
         """Re-index and re-embed every memo, message, digest and memory (searches meanwhile find them as they were)."""
         sources = " UNION ".join(f"SELECT '{kind}' AS kind, id AS ref_id FROM {table}" for kind, table in _SOURCES.items())
-        with self._turn(search=False), self._engine.begin() as connection:
+        with self._held(), self._engine.begin() as connection:
             connection.execute(
                 text(
                     "INSERT INTO search_queue (kind, ref_id, reembed) SELECT kind, ref_id, TRUE FROM "
@@ -228,27 +228,16 @@ class SearchIndex:
         return self.sync(progress)
 
     @contextmanager
-    def _turn(self, search: bool) -> Iterator[None]:
+    def _held(self) -> Iterator[None]:
         """Hold the index to write to it, in this process and in the database (see `KeywordTable.syncing`).
 
-        A waiting search goes before the background's next batch: it never waits for a backlog.
+        Never held while embedding, but for the few texts a search embeds itself.
         """
-        with self._turns:
-            if search:
-                self._waiting += 1
-            else:
-                self._turns.wait_for(lambda: not self._waiting)
-        try:
-            with self._sync_lock, self._keywords.syncing(self._engine):
-                if not self._checked_model:
-                    self._requeue_other_models()
-                    self._checked_model = True
-                yield
-        finally:
-            if search:
-                with self._turns:
-                    self._waiting -= 1
-                    self._turns.notify_all()
+        with self._sync_lock, self._keywords.syncing(self._engine):
+            if not self._checked_model:
+                self._requeue_other_models()
+                self._checked_model = True
+            yield
 
     def _requeue_other_models(self) -> None:
         """Documents embedded by another model are queued to be embedded again: the index rebuilds itself."""
@@ -319,25 +308,33 @@ class SearchIndex:
         self._discard(deleted)
         return _Applied(len(last), len(fresh), len(later))
 
-    def _embed_queued(self) -> int:
-        """Embed again the documents queued for it first (one batch); returns how many were written or deleted."""
+    def _embed_queued(self) -> tuple[int, int]:
+        """Embed again the documents queued for it first (a batch); returns how many were taken, and of them
+        written or deleted.
+
+        The embedding, the slow part, holds nothing: a search meanwhile finds the former vectors. A
+        document whose text changed meanwhile is left queued, to be embedded as it is now.
+        """
         with self._engine.connect() as connection:
             queued = connection.execute(
                 text("SELECT kind, ref_id FROM search_queue WHERE reembed = TRUE ORDER BY id LIMIT :n"), {"n": BATCH_SIZE}
             ).all()
         refs = list(dict.fromkeys((kind, ref_id) for kind, ref_id in queued))
-        documents = self._documents_of(refs)
-        live = [(ref, doc) for ref, doc in documents.items() if doc is not None]
-        writes = [(ref, doc, vector) for (ref, doc), vector in zip(live, self._embedded(live))]
-        with self._engine.begin() as connection:
-            deleted = self._store(connection, writes, [ref for ref, doc in documents.items() if doc is None])
-            for kind, ref_id in refs:
-                connection.execute(
-                    text("DELETE FROM search_queue WHERE kind = :kind AND ref_id = :ref AND reembed = TRUE"),
-                    {"kind": kind, "ref": ref_id},
-                )
+        live = [(ref, doc) for ref, doc in self._documents_of(refs).items() if doc is not None]
+        vectors = self._embedded(live)
+        with self._held():
+            now = self._documents_of(refs)
+            writes = [(ref, doc, vector) for (ref, doc), vector in zip(live, vectors) if now[ref] == doc]
+            gone = [ref for ref, doc in now.items() if doc is None]
+            with self._engine.begin() as connection:
+                deleted = self._store(connection, writes, gone)
+                for kind, ref_id in [ref for ref, _, _ in writes] + gone:
+                    connection.execute(
+                        text("DELETE FROM search_queue WHERE kind = :kind AND ref_id = :ref AND reembed = TRUE"),
+                        {"kind": kind, "ref": ref_id},
+                    )
         self._discard(deleted)
-        return len(refs)
+        return len(refs), len(writes) + len(gone)
 
     def _documents_of(self, refs: list[tuple[str, int]]) -> dict[tuple[str, int], Document | None]:
         """What to index for each (kind, id); None for what is gone or removed."""
