@@ -9,14 +9,18 @@ search tables. Searching then goes through the real path (`Search.memos` and
 `Search.messages`: queue check, vector matrix in memory, FTS5, fusion, visibility and
 cutoff checks, reading the hits back). Query embedding is timed separately, as it does
 not depend on the number of documents. Wall-clock figures on a shared machine include
-waiting for a core, so the searching thread's own CPU time is printed too, with the load.
+waiting for a core, so the searching thread's own CPU time is printed too, with the load,
+how often the thread was preempted (waiting for a core) or blocked (I/O, a lock), and how
+many garbage collections ran: what the gap between the wall-clock and CPU figures is made of.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import random
+import resource
 import sqlite3
 import sys
 import tempfile
@@ -137,6 +141,17 @@ def verdict(what: str, wall: list[float], cpu: list[float], target: float) -> st
     )
 
 
+def _switches() -> tuple[int, int]:
+    """The calling thread's involuntary context switches (preempted: waiting for a core) and voluntary ones (blocked)."""
+    usage = resource.getrusage(resource.RUSAGE_THREAD)
+    return usage.ru_nivcsw, usage.ru_nvcsw
+
+
+def _collections() -> list[int]:
+    """How many garbage collections each generation has had."""
+    return [generation["collections"] for generation in gc.get_stats()]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--memos", type=int, default=100_000)
@@ -184,6 +199,7 @@ def main() -> int:
             search.messages(query, "C0", None, None, 5)
         random.seed(1)
         load_before = os.getloadavg()[0]
+        switches_before, collections_before = _switches(), _collections()
         memo_times, message_times, memo_cpu, message_cpu = [], [], [], []
         for _ in range(args.queries):
             query = random.choice(QUERIES)
@@ -196,11 +212,15 @@ def main() -> int:
             message_times.append(time.perf_counter() - began)
             message_cpu.append(time.thread_time() - cpu)
         load_after = os.getloadavg()[0]
+        preempted, blocked = (after - before for after, before in zip(_switches(), switches_before))
+        collections = [after - before for after, before in zip(_collections(), collections_before)]
         print("Searches timed with embedding excluded; CPU is the searching thread's own (waits for a core excluded).")
         print(verdict(f"memo search at {args.memos} memos", memo_times, memo_cpu, MEMO_TARGET_MS))
         print(verdict(f"message recall at {args.messages} messages", message_times, message_cpu, RECALL_TARGET_MS))
         print(f"  machine load average while measuring: {load_before:.1f} before, {load_after:.1f} after, "
               f"on {os.cpu_count()} cores (wall figures above a load of {os.cpu_count()} include waiting for a core)")
+        print(f"  the searching thread was preempted {preempted} times and blocked {blocked} times (on I/O or a lock) "
+              f"in {2 * args.queries} searches; garbage collections by generation: {'/'.join(map(str, collections))}")
         engine.dispose()
     return 0
 
