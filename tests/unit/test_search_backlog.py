@@ -31,8 +31,10 @@ class SlowEmbedder(HashEmbedder):
         self.gate: threading.Semaphore | None = None
         """When set, each call waits for a release of it first (see `held`)."""
         self.held = threading.Event()
+        self.batches: list[list[str]] = []
 
     def passages(self, texts: list[str]) -> np.ndarray:
+        self.batches.append(texts)
         if self.gate is not None:
             self.held.set()
             self.gate.acquire()
@@ -112,6 +114,21 @@ def test_a_search_waits_for_none_of_the_background_s_embedding(world: World) -> 
         searching.start()
         searching.join(30)
         assert found[0] == ["tea"] and "filler0" not in found[1] and len(found[1]) == 20
+    finally:
+        world.index.close()
+        embedder.gate.release(FILLERS)
+        working.join()
+
+
+def test_the_background_embeds_a_new_text_before_the_backlog(world: World) -> None:
+    embedder = _embedder(world)
+    world.memo("new", "codeword for a new memo")
+    embedder.gate = threading.Semaphore(0)
+    working = threading.Thread(target=world.index.sync)
+    working.start()
+    try:
+        assert embedder.held.wait(30)
+        assert any("codeword" in text for text in embedder.batches[-1])
     finally:
         world.index.close()
         embedder.gate.release(FILLERS)

@@ -309,15 +309,16 @@ class SearchIndex:
         return _Applied(len(last), len(fresh), len(later))
 
     def _embed_queued(self) -> tuple[int, int]:
-        """Embed again the documents queued for it first (a batch); returns how many were taken, and of them
-        written or deleted.
+        """Embed a batch of the documents queued for it; returns how many were taken, and of them written or deleted.
 
         The embedding, the slow part, holds nothing: a search meanwhile finds the former vectors. A
         document whose text changed meanwhile is left queued, to be embedded as it is now.
         """
         with self._engine.connect() as connection:
             queued = connection.execute(
-                text("SELECT kind, ref_id FROM search_queue WHERE reembed = TRUE ORDER BY id LIMIT :n"), {"n": BATCH_SIZE}
+                # Newest first: a text just stored or edited is not left behind a backlog of hours.
+                text("SELECT kind, ref_id FROM search_queue WHERE reembed = TRUE ORDER BY id DESC LIMIT :n"),
+                {"n": BATCH_SIZE},
             ).all()
         refs = list(dict.fromkeys((kind, ref_id) for kind, ref_id in queued))
         live = [(ref, doc) for ref, doc in self._documents_of(refs).items() if doc is not None]
