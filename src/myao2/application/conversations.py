@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 
 from myao2.application.activity import Activity
@@ -118,12 +118,14 @@ class Conversations:
         *,
         answering: str | None = None,
         started: Started | None = None,
+        stored: Callable[[str], None] | None = None,
     ) -> Message:
         """Show `reply` as it is written, answering `recipient_user_id`; store its final text once, with its ts.
 
         Its text is made safe as `post` makes it, also where a broadcast is split across
         deltas. `answering` marks it as the answer to that message; `started` is told
-        its ts as soon as it shows.
+        its ts as soon as it shows; `stored` is called with it once the reply is stored,
+        in the same worker thread (it may use the stores).
         """
         if self._publisher is None:
             raise RuntimeError("Conversations was built without a reply publisher")
@@ -136,7 +138,7 @@ class Conversations:
             answering=answering,
             started=started,
         )
-        return await self._remember(channel.id, published.ts, published.text, thread_ts, answering)
+        return await self._remember(channel.id, published.ts, published.text, thread_ts, answering, stored)
 
     async def finish(self, channel_id: str, ts: str, apology: str, answering: str | None = None) -> None:
         """End a reply left half-written (the bot stopped while it streamed) with `apology`."""
@@ -145,10 +147,16 @@ class Conversations:
         await self._publisher.finish(channel_id, ts, safe_text(apology, self._allow_broadcasts), answering=answering)
 
     async def _remember(
-        self, channel_id: str, ts: str, text: str, thread_ts: str | None, answering: str | None
+        self,
+        channel_id: str,
+        ts: str,
+        text: str,
+        thread_ts: str | None,
+        answering: str | None,
+        stored: Callable[[str], None] | None = None,
     ) -> Message:
-        """Record the post in the activity log and store the bot's message, in one trip to a worker thread;
-        a copy a history sync stored meanwhile (half-written) gets this text."""
+        """Record the post in the activity log and store the bot's message, then call `stored`, in one trip to a
+        worker thread; a copy a history sync stored meanwhile (half-written) gets this text."""
         reply = Message(
             channel_id=channel_id,
             ts=ts,
@@ -164,6 +172,8 @@ class Conversations:
                 self._activity.reply(channel_id, ReplyKind.ANSWER if answering else ReplyKind.UNASKED)
             if not self._store.save_message(reply):
                 self._store.edit_message(channel_id, ts, text)
+            if stored is not None:
+                stored(ts)
 
         await asyncio.to_thread(store)
         return reply

@@ -178,8 +178,9 @@ class AnswerMention:
             async with self._threads.hold((message.channel_id, reply_thread)):
                 answer_ts = None if fresh else await self._earlier_answer(message, reply_thread)
                 if answer_ts is None:
-                    answer_ts = await self._publish(channel, message, attempt, reply_thread, reaction)
-                await self._settle(message, answer_ts)
+                    await self._publish(channel, message, attempt, reply_thread, reaction)  # settles it too
+                else:
+                    await asyncio.to_thread(self._settle, message, answer_ts)
         except asyncio.CancelledError:
             await asyncio.shield(asyncio.to_thread(self._store.release, *key, self._clock.now()))
             raise
@@ -222,8 +223,8 @@ class AnswerMention:
         attempt: int,
         reply_thread: str | None,
         reaction: asyncio.Future[None],
-    ) -> str:
-        """Show the answer as it is written, marked as the answer to `message`; returns its ts.
+    ) -> None:
+        """Show the answer as it is written, marked as the answer to `message`, and settle it once stored.
 
         Its ts is recorded as soon as it shows, so an attempt cut short ends it
         instead of starting a second answer.
@@ -238,7 +239,7 @@ class AnswerMention:
         reply = self._reply(channel, message, attempt, reaction)
         if self._replica is not None:
             reply = self._while_held(message, reply)
-        published = await self._conversations.publish(
+        await self._conversations.publish(
             channel,
             reply_thread,
             message.user_id,
@@ -246,8 +247,8 @@ class AnswerMention:
             self._settings.apology,
             answering=message.ts,
             started=started,
+            stored=lambda answer_ts: self._settle(message, answer_ts),
         )
-        return published.ts
 
     async def _reply(
         self, channel: Channel, message: Message, attempt: int, reaction: asyncio.Future[None]
@@ -293,11 +294,10 @@ class AnswerMention:
                 checked = True
             yield event
 
-    async def _settle(self, message: Message, answer_ts: str) -> None:
-        """Record that `message` is answered by `answer_ts`: it is never taken up again."""
-        if not await asyncio.to_thread(
-            self._store.settle, message.channel_id, message.ts, answer_ts, holder=self._replica
-        ):
+    def _settle(self, message: Message, answer_ts: str) -> None:
+        """Record that `message` is answered by `answer_ts`: it is never taken up again. Synchronous: called in
+        a worker thread (the one that stores a published answer)."""
+        if not self._store.settle(message.channel_id, message.ts, answer_ts, holder=self._replica):
             self._given_up(message)
 
     def _given_up(self, message: Message) -> None:
