@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from datetime import timedelta
 
 import numpy as np
 import pytest
+from hypothesis import settings
+from hypothesis.stateful import run_state_machine_as_test
 from sqlalchemy import text
 
+from myao2.infrastructure.search import index as index_module
 from myao2.infrastructure.search.index import SEARCH_EMBED_LIMIT
 from tests.fakes.embedder import HashEmbedder
-from tests.unit.test_search_index import World
+from tests.unit.test_search_index import START, IndexFollowsTheData, World
 
 FILLERS = 120
 
@@ -133,3 +137,23 @@ def test_the_background_embeds_a_new_text_before_the_backlog(world: World) -> No
         world.index.close()
         embedder.gate.release(FILLERS)
         working.join()
+
+
+def test_a_message_not_embedded_yet_is_found_by_its_keywords_in_a_channel_with_no_vector_yet(world: World) -> None:
+    """The first messages of a channel, left for the background to embed, are found from it by their words."""
+    for number in range(SEARCH_EMBED_LIMIT):  # the changes a search embeds itself: another channel's
+        world.message("C1", f"chatter {number}", START + timedelta(minutes=number))
+    world.message("C2", "the zeppelin lands at noon", START + timedelta(hours=1))
+    assert world.message_texts("zeppelin", reader="C2", limit=1) == ["the zeppelin lands at noon"]
+    with world.engine.connect() as connection:  # found before the background embedded it
+        assert connection.execute(text("SELECT count(*) FROM search_docs WHERE vector IS NULL")).scalar_one() == 1
+
+
+def test_the_index_follows_the_data_when_a_search_embeds_nothing_itself(
+    new_database: Callable[[], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 10's acceptance with every change left to the background to embed: found by keywords and former vectors."""
+    monkeypatch.setattr(index_module, "SEARCH_EMBED_LIMIT", 0)
+    run_state_machine_as_test(
+        lambda: IndexFollowsTheData(new_database), settings=settings(max_examples=15, stateful_step_count=12, deadline=None)
+    )

@@ -636,15 +636,18 @@ class SearchIndex:
         # index). The first load finds this kind's rows by kind (reading a million messages' rows once, not once per
         # kind) and puts them in `seq` order, as a refresh would. Either reads the last `seq` given in the same
         # statement: rows of the other kinds up to it need no reading again.
+        # A row without this model's vector (not embedded yet, see `catch_up`) is read for its scope alone: the
+        # keyword ranking looks in every scope the cache knows.
         found = "kind = :kind" if first else "kind || '' = :kind AND seq > :seq"
         loaded: list[StoredVector] = []
         with self._engine.connect() as connection:
             result = connection.execute(
                 text(
-                    f"SELECT id, scope, at, vector, seq FROM search_docs WHERE {found} AND model = :model "
+                    "SELECT id, scope, at, CASE WHEN model = :model THEN vector ELSE :bare END, seq "
+                    f"FROM search_docs WHERE {found} "
                     "UNION ALL SELECT NULL, NULL, NULL, NULL, value FROM search_seq"
                 ),
-                {"kind": kind, "seq": cache.seq, "model": self._embedder.model_id},
+                {"kind": kind, "seq": cache.seq, "model": self._embedder.model_id, "bare": b""},
             )
             for part in result.partitions(_LOAD_CHUNK):
                 for row in part:

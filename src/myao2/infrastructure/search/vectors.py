@@ -36,6 +36,7 @@ class StoredVector(NamedTuple):
     scope: str | None
     at: float
     vector: bytes
+    """Empty when the document has no vector of this model yet: only its scope counts."""
     seq: int
 
 
@@ -69,7 +70,7 @@ class VectorCache:
 
     @property
     def scopes(self) -> list[str | None]:
-        """Every scope a stored vector has had."""
+        """Every scope a stored document has had (with a vector or none yet)."""
         return list(self._scope_names)
 
     def put(self, rows: Iterable[StoredVector], expected: int = 0) -> None:
@@ -85,10 +86,15 @@ class VectorCache:
 
     def _put_batch(self, rows: list[StoredVector], wanted: int) -> None:
         """Put `rows`, with room for `wanted` rows in all."""
-        if self._dim is None and rows:
-            self._dim = len(rows[0].vector) // 4
+        latest = {row.doc_id: row for row in rows}  # the last write wins
+        bare = [doc_id for doc_id, row in latest.items() if not row.vector]
+        for doc_id in bare:  # no vector of this model (yet): its scope is known, any vector it had is gone
+            self._scope_code(latest.pop(doc_id).scope)
+        self.discard(bare)
+        if self._dim is None and latest:
+            self._dim = len(next(iter(latest.values())).vector) // 4
             self._matrix = np.zeros((0, self._dim), dtype=np.float32)
-        latest = {row.doc_id: row for row in rows if len(row.vector) == 4 * self._dim}  # the last write wins
+        latest = {doc_id: row for doc_id, row in latest.items() if len(row.vector) == 4 * self._dim}
         if not latest:
             return
         positions = self._positions
