@@ -157,3 +157,20 @@ def test_rows_put_together_are_found_exactly_as_rows_put_one_by_one(steps, cuts,
             # Every live row, with its cosine: any row put with the wrong vector, scope or time shows.
             assert together.top(query, readable, cutoff, 100) == one_by_one.top(query, readable, cutoff, 100)
         assert len(together) == len(one_by_one)
+
+
+def test_re_embedding_rows_that_still_fit_their_clusters_leaves_the_clustering_as_it_is() -> None:
+    with clustering(probe_share=0.5):
+        cache = VectorCache()
+        rows = [StoredVector(doc_id, "C1", 0.0, vector(doc_id), doc_id) for doc_id in range(1, 41)]
+        cache.put(rows)
+        cache.cluster_if_due()
+        again = [row._replace(seq=row.seq + 40) for row in rows]  # the same vectors, written anew
+        moved = [StoredVector(1, "C1", 0.0, vector(1000), 81)]  # and one whose vector changed
+        query = np.frombuffer(vector(7), dtype=np.float32)
+        with mock.patch.object(cache, "_cluster") as reclustered:
+            for row in again + moved:  # batch by batch, as a backlog is worked off
+                cache.put([row])
+            found = cache.top(query, lambda scope: True, None, 3)
+        reclustered.assert_not_called()
+        assert found[0][0] == 7 and len(cache) == 40

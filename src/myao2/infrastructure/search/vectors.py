@@ -44,8 +44,8 @@ class VectorCache:
     """Vectors of one kind, each with its document id, scope (who may read it) and time.
 
     Rows `[0, clustered)` are grouped by cluster (cluster c is rows `offsets[c]:offsets[c+1]`);
-    rows from `clustered` on were added since, and are always read. A row whose vector
-    changes moves to the end, so no row sits in a cluster that no longer fits it.
+    rows from `clustered` on were added since, and are always read. A row whose new vector
+    is nearer another cluster moves to the end, so no row sits in a cluster that no longer fits it.
     """
 
     def __init__(self, dim: int | None = None) -> None:
@@ -97,31 +97,50 @@ class VectorCache:
         latest = {doc_id: row for doc_id, row in latest.items() if len(row.vector) == 4 * self._dim}
         if not latest:
             return
+        kept = list(latest.values())
+        matrix = np.frombuffer(b"".join([row.vector for row in kept]), dtype=np.float32).reshape(len(kept), -1)
         positions = self._positions
         moved = []
-        for doc_id in latest:
+        for doc_id, fits in zip(latest, self._still_fitting(list(latest), matrix)):
             position = positions.get(doc_id)
             if position is None:
                 moved.append(doc_id)
             else:
                 self._kill(position)
-                if position < self._clustered:
+                if position < self._clustered and not fits:
                     moved.append(doc_id)
         # New rows, and rows whose vector left their cluster, go to the end in their order.
         first = self._size
         self._reserve(max(len(moved), wanted - first))
         self._size += len(moved)
         positions.update(zip(moved, range(first, self._size)))
-        kept = list(latest.values())
         where = np.fromiter((positions[doc_id] for doc_id in latest), dtype=np.int64, count=len(latest))
         codes = np.fromiter((self._scope_code(row.scope) for row in kept), dtype=np.int32, count=len(kept))
-        self._matrix[where] = np.frombuffer(b"".join([row.vector for row in kept]), dtype=np.float32).reshape(len(kept), -1)
+        self._matrix[where] = matrix
         self._ids[where] = np.fromiter(latest, dtype=np.int64, count=len(latest))
         self._scopes[where] = codes
         self._at[where] = np.fromiter((row.at for row in kept), dtype=np.float64, count=len(kept))
         self._alive[where] = True
         np.add.at(self._live_per_scope, codes, 1)
         self.seq = max(self.seq, max(row.seq for row in kept))
+
+    def _still_fitting(self, doc_ids: list[int], matrix: np.ndarray) -> np.ndarray:
+        """Of rows about to be replaced, which are clustered and still nearest their own cluster with their new vector.
+
+        Such a row is replaced where it is: re-embedding a text (a new way of embedding, the same
+        model) hardly moves its vector, and moving every re-embedded row to the end would have a
+        search re-cluster the whole collection again and again while a backlog is worked off.
+        """
+        fitting = np.zeros(len(doc_ids), dtype=bool)
+        if self._centroids is None:
+            return fitting
+        where = np.fromiter((self._positions.get(doc_id, -1) for doc_id in doc_ids), dtype=np.int64, count=len(doc_ids))
+        clustered = np.flatnonzero((where >= 0) & (where < self._clustered))
+        if len(clustered) > self._clustered // 4:  # as costly as clustering again, which they make due anyway
+            return fitting
+        own = np.searchsorted(self._offsets, where[clustered], side="right") - 1
+        fitting[clustered] = own == np.argmax(matrix[clustered] @ self._centroids.T, axis=1)
+        return fitting
 
     def discard(self, doc_ids: Iterable[int]) -> None:
         """Forget documents that were deleted."""
