@@ -172,3 +172,27 @@ async def test_a_leaving_recorded_while_the_channel_was_looked_up_stands(engine:
     await box.channel_changed("C1")  # a lookup made after the leaving (the bot invited back) counts
     channel = store.get_channel("C1")
     assert channel is not None and channel.is_member
+
+
+async def test_a_channel_turned_private_while_it_was_looked_up_stays_private(engine: Engine) -> None:
+    # The lookup read "public" just before the channel was converted; its save comes after the conversion was stored.
+    clock = ManualClock(NOW)
+    store = SqlConversationStore(engine, clock)
+    store.save_channel(Channel("C1", "general", ChannelKind.PUBLIC))
+
+    class ConvertedDuringLookup:
+        async def channel(self, channel_id: str) -> Channel:
+            read = Channel(channel_id, "general", ChannelKind.PUBLIC)
+            clock.advance(1)
+            await asyncio.to_thread(store.set_channel_kind, channel_id, ChannelKind.PRIVATE)
+            return read
+
+    async def answer(message: Message) -> None:
+        pass
+
+    box = Inbox(
+        store=store, chat=ConvertedDuringLookup(), bot=BOT, answer=answer, spawn=asyncio.ensure_future, clock=clock  # type: ignore[arg-type]
+    )
+    await box.channel_changed("C1")
+    channel = store.get_channel("C1")
+    assert channel is not None and channel.kind is ChannelKind.PRIVATE

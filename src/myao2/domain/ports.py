@@ -257,7 +257,8 @@ class ConversationStore(Protocol):
     def save_channel(self, channel: Channel, as_of: datetime | None = None) -> None:
         """Store what Slack says of a channel, whether the bot is a member included.
 
-        With `as_of` (when Slack said it), a leaving recorded since then stands.
+        With `as_of` (when Slack said it), what was recorded since then stands: a leaving, a kind set by an
+        event (a channel turned private while Slack was answering stays private), a newer lookup.
         """
         ...
 

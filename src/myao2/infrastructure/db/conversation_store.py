@@ -310,14 +310,16 @@ class SqlConversationStore:
 
     def save_channel(self, channel: Channel, as_of: datetime | None = None) -> None:
         now = self._clock.now()
-        values = {"name": channel.name, "kind": channel.kind.value, "updated_at": now}
+        # Stamped as of when Slack said it: what was stored since (a kind an event set, a newer lookup) stands.
+        values = {"name": channel.name, "kind": channel.kind.value, "updated_at": now if as_of is None else as_of}
         if not self._insert(ChannelRow, {"id": channel.id, **values, "left_at": None if channel.is_member else now}):
-            self._update(ChannelRow, [ChannelRow.id == channel.id], values)
+            older = [] if as_of is None else [col(ChannelRow.updated_at) < as_of]
+            self._update(ChannelRow, [ChannelRow.id == channel.id, *older], values)
             if channel.is_member:
                 newer = [] if as_of is None else [col(ChannelRow.left_at) < as_of]
                 self._update(ChannelRow, [ChannelRow.id == channel.id, *newer], {"left_at": None})
             else:
-                self.leave_channel(channel.id)
+                self._leave([ChannelRow.id == channel.id, *older])
 
     def set_channel_kind(self, channel_id: str, kind: ChannelKind) -> None:
         self._update(ChannelRow, [ChannelRow.id == channel_id], {"kind": kind.value, "updated_at": self._clock.now()})
