@@ -132,6 +132,11 @@ class Marks:
     """Stands in place of the older messages left out, given how many."""
 
 
+StoredContext = tuple[tuple[tuple[Memo, ...], tuple[Memo, ...], tuple[Memo, ...]], MemorySections]
+"""What `ContextBuilder.read` reads from the store for a prompt: the pinned, important and recent memos, and the
+memories."""
+
+
 class ContextBuilder:
     """Builds the `PromptContext` for a conversation from the memo store (and, when given, what the bot
     absorbed), within the prompt budget."""
@@ -170,9 +175,25 @@ class ContextBuilder:
         answered, which is always shown. Memos are always shown.
         The store is read in a worker thread, so this may be awaited on the event loop.
         """
+        stored = await asyncio.to_thread(self.read, channel, messages)
+        return self.assemble(channel, messages, stored, user_names, answering)
+
+    def read(self, channel: Channel, messages: Sequence[Message]) -> StoredContext:
+        """What the store adds to `messages` in a prompt in `channel` (memos, memories); synchronous, for a worker
+        thread: a caller that reads the messages there too reads both in one trip, then calls `assemble`."""
         thread_ts = next((m.thread_ts for m in messages if m.thread_ts), None)
-        speakers = _speakers(messages, self._bot_user_id)
-        (rules, important, recent), memory = await asyncio.to_thread(self._read, channel, thread_ts, speakers)
+        return self._read(channel, thread_ts, _speakers(messages, self._bot_user_id))
+
+    def assemble(
+        self,
+        channel: Channel,
+        messages: Sequence[Message],
+        stored: StoredContext,
+        user_names: Mapping[str, str] | None = None,
+        answering: Message | None = None,
+    ) -> PromptContext:
+        """The context `build` makes, from what `read` read for these `messages`."""
+        (rules, important, recent), memory = stored
         return PromptContext(
             persona=self._persona,
             now=self._clock.now().astimezone(self._persona.timezone),
@@ -208,10 +229,8 @@ class ContextBuilder:
         )
         return tuple(line for _, line in fitted)
 
-    def _read(
-        self, channel: Channel, thread_ts: str | None, speakers: Sequence[tuple[str, str]]
-    ) -> tuple[tuple[tuple[Memo, ...], tuple[Memo, ...], tuple[Memo, ...]], MemorySections]:
-        """The memos and the memories a prompt in `channel` shows, read in one trip to a worker thread."""
+    def _read(self, channel: Channel, thread_ts: str | None, speakers: Sequence[tuple[str, str]]) -> StoredContext:
+        """The memos and the memories a prompt in `channel` shows."""
         memos = self._read_memos(channel.id)
         return memos, self._read_memories(channel, thread_ts, speakers) if self._absorbed else MemorySections()
 

@@ -62,9 +62,13 @@ class Conversations:
 
     async def messages(self, channel_id: str, thread_ts: str | None, limit: int, since: datetime) -> list[Message]:
         """A thread's newest messages, or for `thread_ts` None the channel's top-level flow since `since`."""
+        return await asyncio.to_thread(self.read_messages, channel_id, thread_ts, limit, since)
+
+    def read_messages(self, channel_id: str, thread_ts: str | None, limit: int, since: datetime) -> list[Message]:
+        """`messages`, synchronous: for a worker thread that reads more in the same trip."""
         if thread_ts:
-            return await asyncio.to_thread(self._store.thread_messages, channel_id, thread_ts, limit)
-        return await asyncio.to_thread(self._store.channel_messages, channel_id, limit, since)
+            return self._store.thread_messages(channel_id, thread_ts, limit)
+        return self._store.channel_messages(channel_id, limit, since)
 
     async def names(self, messages: Iterable[Message]) -> dict[str, str]:
         """Display names of the people the messages' texts mention (all a prompt shows), the bot's own included.

@@ -13,7 +13,7 @@ from typing import Any
 
 from myao2.application import tracing
 from myao2.application.agents import ReplyWriter
-from myao2.application.context import ContextBuilder
+from myao2.application.context import ContextBuilder, StoredContext
 from myao2.application.conversations import Conversations
 from myao2.application.locks import KeyedLocks
 from myao2.application.reply_stream import ReplyDone, ReplyStream, ReplyWithdrawn
@@ -263,13 +263,19 @@ class AnswerMention:
             yield ReplyDone(self._settings.apology)
             return
         since = self._clock.now() - timedelta(seconds=self._settings.max_message_age_seconds)
-        messages = await self._conversations.messages(
-            message.channel_id, message.thread_ts, self._settings.context_message_limit, since
-        )
-        if message.ts not in {m.ts for m in messages}:
-            messages.append(message)
-        context = await self._contexts.build(
-            channel, messages, await self._conversations.names(messages), answering=message
+
+        def read() -> tuple[list[Message], StoredContext]:
+            """The conversation and what the store adds to it in the prompt, in one trip to a worker thread."""
+            messages = self._conversations.read_messages(
+                message.channel_id, message.thread_ts, self._settings.context_message_limit, since
+            )
+            if message.ts not in {m.ts for m in messages}:
+                messages.append(message)
+            return messages, self._contexts.read(channel, messages)
+
+        messages, stored = await asyncio.to_thread(read)
+        context = self._contexts.assemble(
+            channel, messages, stored, await self._conversations.names(messages), answering=message
         )
         origin = Origin(
             channel_id=channel.id,
