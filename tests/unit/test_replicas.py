@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import threading
+from contextlib import suppress
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, event
+from sqlalchemy.exc import DBAPIError
 
 from myao2.application.replicas import Replica
 from myao2.domain.conversation import Message
@@ -224,6 +227,44 @@ async def test_a_replica_notices_another_one_gone_and_takes_up_its_claims(engine
     await keeping
     [pending] = store.due_answers(clock.now(), at(-60), holder=survivor.name)
     assert pending.message.ts == message.ts
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+async def test_a_replica_frozen_while_it_renews_its_leases_is_noticed_gone_all_the_same(
+    database_url: str, leases: SqlLeaseStore
+) -> None:
+    """Several replicas share a database only on PostgreSQL, where the rows a renewal changed stay locked until
+    it ends: a replica frozen in it (stopped, starved of CPU) kept every other one's renewal waiting."""
+    clock = ManualClock(T0)
+    frozen_engine = open_database(database_url)
+    frozen_store = SqlLeaseStore(frozen_engine)
+    frozen, survivor = Replica(frozen_store, clock, 1, "frozen"), Replica(leases, clock, 1, "survivor")
+    await frozen.join()
+    await survivor.join()
+    thaw = threading.Event()
+
+    def freeze_after_update(connection, statement, *_: object) -> None:  # type: ignore[no-untyped-def]
+        if str(statement).startswith("UPDATE leases"):
+            thaw.wait(30)  # the lease's row changed and locked, the transaction left open
+
+    event.listen(frozen_engine, "after_execute", freeze_after_update)
+    renewing = asyncio.get_running_loop().run_in_executor(None, frozen_store.renew, "frozen", clock.now(), at(1))
+    stop, gone = asyncio.Event(), asyncio.Event()
+    keeping = None
+    try:
+        await asyncio.sleep(0.2)
+        clock.advance(2)  # the frozen replica's lease runs out
+        keeping = asyncio.create_task(survivor.keep(stop, gone.set))
+        await asyncio.wait_for(gone.wait(), 20)
+        assert leases.alive(clock.now()) == {"survivor"}
+    finally:
+        stop.set()
+        thaw.set()
+        with suppress(DBAPIError):  # back from the stall: its transaction was ended meanwhile
+            await renewing
+        if keeping is not None:
+            await keeping
+        frozen_engine.dispose()
 
 
 async def test_leaving_hands_over_at_once(engine: Engine, leases: SqlLeaseStore) -> None:

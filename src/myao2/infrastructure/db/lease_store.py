@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 
-from sqlalchemy import Engine, delete, select, update
+from sqlalchemy import Connection, Engine, delete, select, text, update
 
 from myao2.infrastructure.db.engine import INSERT_IGNORING
 from myao2.infrastructure.db.tables import ClaimRow, LeaseRow
@@ -19,9 +21,23 @@ class SqlLeaseStore:
         self._engine = engine
         self._insert = INSERT_IGNORING[engine.dialect.name]
 
+    @contextmanager
+    def _renewal(self, now: datetime, until: datetime) -> Iterator[Connection]:
+        """A transaction taking or renewing leases until `until`.
+
+        On PostgreSQL the lease rows it changes stay locked until it ends, and a replica stalled in it (stopped,
+        starved of CPU) would keep every other replica's renewal waiting: none could notice it gone and take over
+        its work. Stalled for longer than the lease it would have renewed, its transaction is ended by the server.
+        """
+        with self._engine.begin() as connection:
+            if connection.dialect.name == "postgresql":
+                timeout_ms = max(1, round((until - now).total_seconds() * 1000))
+                connection.execute(text(f"SET LOCAL idle_in_transaction_session_timeout = {timeout_ms}"))
+            yield connection
+
     def take(self, name: str, holder: str, now: datetime, until: datetime) -> bool:
         row = {"name": name, "holder": holder, "expires_at": until}
-        with self._engine.begin() as connection:
+        with self._renewal(now, until) as connection:
             # The row is created once; afterwards the lease changes hands only by this UPDATE,
             # whose condition is checked and applied atomically (row lock on PostgreSQL, one writer on SQLite).
             connection.execute(self._insert(_LEASES).values(row).on_conflict_do_nothing())
@@ -36,7 +52,7 @@ class SqlLeaseStore:
         return taken.rowcount == 1
 
     def renew(self, holder: str, now: datetime, until: datetime) -> set[str]:
-        with self._engine.begin() as connection:
+        with self._renewal(now, until) as connection:
             connection.execute(
                 update(_LEASES)
                 .where(_LEASES.c.holder == holder, _LEASES.c.expires_at >= now)
