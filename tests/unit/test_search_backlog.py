@@ -17,6 +17,7 @@ from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 from sqlalchemy import text
 
+from myao2.domain.memo import MemoChanges
 from myao2.infrastructure.search import index as index_module
 from myao2.infrastructure.search.index import SEARCH_EMBED_LIMIT
 from tests.fakes.embedder import HashEmbedder
@@ -157,3 +158,12 @@ def test_the_index_follows_the_data_when_a_search_embeds_nothing_itself(
     run_state_machine_as_test(
         lambda: IndexFollowsTheData(new_database), settings=settings(max_examples=15, stateful_step_count=12, deadline=None)
     )
+
+
+def test_a_memo_edited_and_not_embedded_again_yet_is_found_first_by_its_new_words(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its former vector, of words it no longer holds, ranked it below a memo sharing only part of them."""
+    monkeypatch.setattr(index_module, "SEARCH_EMBED_LIMIT", 0)  # as when the background applied the edit first
+    world.memos.edit("filler0", MemoChanges.create(content="alice drinks green tea at noon"), None, "test")
+    assert world.memo_names("alice drinks green tea at noon", limit=1) == ["filler0"]

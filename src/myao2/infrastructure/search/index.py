@@ -53,7 +53,7 @@ BATCH_SIZE = 16
 """Texts the background embeds at a time."""
 SEARCH_EMBED_LIMIT = BATCH_SIZE
 """The most texts a search embeds itself (of the changes queued first): the others are found by their keywords
-(and an edited one by its former vector) until the background embeds them."""
+until the background embeds them."""
 CHANGES_CHUNK = 256
 """Queued changes applied at a time."""
 _LOAD_CHUNK = 10_000
@@ -257,9 +257,10 @@ class SearchIndex:
         """Index the changes queued first (up to `CHANGES_CHUNK` documents).
 
         A document gone leaves the index. One whose text is as indexed, embedded by this model,
-        keeps its vector. Of the others, the first `embed_limit` are embedded now; the rest keep
-        their former vector, if this model made it, or have none yet, and are queued to be
-        embedded again: their keywords find them meanwhile.
+        keeps its vector. Of the others, the first `embed_limit` are embedded now; the rest have
+        no vector until the background embeds them: their keywords find them meanwhile (the vector
+        of words an edit took out would rank an edited text below those sharing part of its words,
+        and find it for words it no longer holds).
         """
         with self._engine.connect() as connection:
             queued = connection.execute(
@@ -281,7 +282,7 @@ class SearchIndex:
             elif len(fresh) < embed_limit:
                 fresh.append((ref, doc))
             else:
-                writes.append((ref, doc, vector))
+                writes.append((ref, doc, None))
                 later.append(ref)
         writes += [(ref, doc, vector) for (ref, doc), vector in zip(fresh, self._embedded(fresh))]
         with self._engine.begin() as connection:
