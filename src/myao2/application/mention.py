@@ -9,7 +9,7 @@ from collections.abc import Callable, Coroutine
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from myao2.application import tracing
 from myao2.application.agents import ReplyWriter
@@ -30,6 +30,7 @@ REACTION_HEAD_START_SECONDS = 1.0
 """How long an answer waits for its reaction to land first; a slow or failing reaction never holds it longer."""
 
 Spawn = Callable[[Coroutine[Any, Any, None]], None]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -93,8 +94,9 @@ class AnswerMention:
 
     async def __call__(self, message: Message) -> None:
         """Answer a message that just arrived, unless it is already taken up."""
-        if await self._claim(message):
-            await self._attempt(message, 1, fresh=True)
+        claimed, channel = await self._claim(message, then=lambda: self._stored_channel(message.channel_id))
+        if claimed:
+            await self._attempt(message, 1, fresh=True, channel=channel)
 
     async def catch_up(self) -> int:
         """Take up what is owed: messages for the bot never claimed, and answers due again.
@@ -107,7 +109,7 @@ class AnswerMention:
         missed = await asyncio.to_thread(self._store.unclaimed_mentions, self._bot.user_id, since)
         started = 0
         for message in missed:
-            if await self._claim(message):
+            if (await self._claim(message))[0]:
                 self._spawn(self._attempt(message, 1, fresh=False))
                 started += 1
         for pending in await asyncio.to_thread(self._store.due_answers, now, since, holder=self._replica):
@@ -140,25 +142,40 @@ class AnswerMention:
         """Another replica is gone: the answers it held may be due here now."""
         self._due.set()
 
-    async def _claim(self, message: Message) -> bool:
-        """Claim the message in the store; a message already claimed here is refused without asking it."""
+    async def _claim(self, message: Message, then: Callable[[], T] | None = None) -> tuple[bool, T | None]:
+        """Claim the message in the store; a message already claimed here is refused without asking it.
+
+        Claimed, `then` is called in the claim's worker thread (it may use the stores) and its result returned.
+        """
         key = (message.channel_id, message.ts)
         if key in self._claimed:
-            return False
+            return False, None
         self._claimed[key] = None  # the other event of the pair, arriving meanwhile, is refused
         if len(self._claimed) > RECENT_CLAIMS:
             self._claimed.popitem(last=False)
         retry_at = self._settings.retries.retry_at(self._clock.now(), 1)
+
+        def claim() -> tuple[bool, T | None]:
+            if not self._store.claim(message.channel_id, message.ts, retry_at, holder=self._replica):
+                return False, None
+            return True, None if then is None else then()
+
         try:
-            return await asyncio.to_thread(
-                self._store.claim, message.channel_id, message.ts, retry_at, holder=self._replica
-            )
+            return await asyncio.to_thread(claim)
         except BaseException:
             self._claimed.pop(key, None)  # not claimed after all: a redelivery may try again
             raise
 
-    async def _attempt(self, message: Message, attempt: int, *, fresh: bool) -> None:
-        """One attempt at answering; `fresh` when no earlier attempt can have posted anything."""
+    def _stored_channel(self, channel_id: str) -> Channel | None:
+        """The channel as stored, or None (not stored, or not readable now): the attempt then looks it up again."""
+        try:
+            return self._store.get_channel(channel_id)
+        except Exception:  # noqa: BLE001 - the attempt reads it again, and fails (to be retried) if it must
+            return None
+
+    async def _attempt(self, message: Message, attempt: int, *, fresh: bool, channel: Channel | None = None) -> None:
+        """One attempt at answering; `fresh` when no earlier attempt can have posted anything; `channel` as
+        just read from the store, if it was."""
         attributes = {
             "slack.channel_id": message.channel_id,
             "slack.thread_ts": message.thread_ts,
@@ -166,14 +183,15 @@ class AnswerMention:
             "myao2.answer.attempt": attempt,
         }
         with tracing.span("answer", attributes):
-            await self._answer(message, attempt, fresh=fresh)
+            await self._answer(message, attempt, fresh=fresh, channel=channel)
 
-    async def _answer(self, message: Message, attempt: int, *, fresh: bool) -> None:
+    async def _answer(self, message: Message, attempt: int, *, fresh: bool, channel: Channel | None) -> None:
         key = (message.channel_id, message.ts)
         self._in_flight.add(key)
         try:
             reaction = asyncio.ensure_future(self._react(message))
-            channel = await self._conversations.channel(message.channel_id)
+            if channel is None:
+                channel = await self._conversations.channel(message.channel_id)
             reply_thread = message.thread_ts or (message.ts if self._threads_replies(channel) else None)
             async with self._threads.hold((message.channel_id, reply_thread)):
                 answer_ts = None if fresh else await self._earlier_answer(message, reply_thread)

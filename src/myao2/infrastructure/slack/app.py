@@ -10,7 +10,6 @@ from typing import Any
 
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.authorization import AuthorizeResult
-from slack_bolt.response import BoltResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
 from myao2.application import tracing
