@@ -190,6 +190,55 @@ class ModelClients:
         return OpenAIModel(client=LeanChatClient(client), model_id=config.model_id, params=config.params)
 
 
+_Output = TypeVar("_Output", bound=BaseModel)
+
+
+class NoStructuredAnswer(Exception):
+    """The model answered, but not with a structured answer of the wanted type; the text says why."""
+
+
+async def ask_structured(
+    clients: ModelClients,
+    role: Role,
+    system: str,
+    query: str,
+    output_model: type[_Output],
+    *,
+    max_calls: int,
+    debug: bool,
+) -> _Output:
+    """The `role` model's answer of type `output_model` to `query`, in at most `max_calls` calls.
+
+    Raises `ModelUnavailable` when the model cannot be reached, `NoStructuredAnswer` when it gives no such answer.
+    """
+    await clients.load()
+    from strands import Agent
+    from strands.agent.conversation_manager import NullConversationManager
+    from strands.types.exceptions import StructuredOutputException
+
+    agent = Agent(
+        model=clients.model(role),
+        system_prompt=system,
+        callback_handler=None,
+        conversation_manager=NullConversationManager(),
+        retry_strategy=bounded_retry_strategy(),
+        hooks=[clients.call_log(role, debug)],
+    )
+    try:
+        result = await agent.invoke_async(query, structured_output_model=output_model, limits={"turns": max_calls})
+    except StructuredOutputException:
+        raise NoStructuredAnswer("no structured answer") from None
+    except model_errors() as exc:
+        raise ModelUnavailable(f"{role} model failed: {describe_error(exc)}") from None
+    except Exception as exc:  # malformed output from the provider, or a bug
+        logger.error("%s agent failed unexpectedly: %s", role, type(exc).__name__, exc_info=True)
+        raise NoStructuredAnswer(type(exc).__name__) from None
+    output = result.structured_output
+    if not isinstance(output, output_model):
+        raise NoStructuredAnswer(f"stopped with {result.stop_reason}")
+    return output
+
+
 class StrandsReplyWriter:
     """`ReplyWriter` with the response agent, the memo tools, the configured web tools and (given a `search`) the search tools."""
 
@@ -352,34 +401,13 @@ class StrandsJudge:
         self._debug = debug_messages
 
     async def judge(self, context: PromptContext, elapsed: timedelta) -> Judgment:
-        await self._clients.load()
-        from strands import Agent
-        from strands.agent.conversation_manager import NullConversationManager
-        from strands.types.exceptions import StructuredOutputException
-
         system, query = self._render(context, elapsed)
-        agent = Agent(
-            model=self._clients.model(self.ROLE),
-            system_prompt=system,
-            callback_handler=None,
-            conversation_manager=NullConversationManager(),
-            retry_strategy=bounded_retry_strategy(),
-            hooks=[self._clients.call_log(self.ROLE, self._debug)],
-        )
         try:
-            result = await agent.invoke_async(
-                query, structured_output_model=JudgmentOutput, limits={"turns": self.MAX_CALLS}
+            output = await ask_structured(
+                self._clients, self.ROLE, system, query, JudgmentOutput, max_calls=self.MAX_CALLS, debug=self._debug
             )
-        except StructuredOutputException:
-            return Judgment.invalid("no structured answer")
-        except model_errors() as exc:
-            raise ModelUnavailable(f"{self.ROLE} model failed: {describe_error(exc)}") from None
-        except Exception as exc:  # malformed output from the provider, or a bug
-            logger.error("%s agent failed unexpectedly: %s", self.ROLE, type(exc).__name__, exc_info=True)
-            return Judgment.invalid(type(exc).__name__)
-        output = result.structured_output
-        if not isinstance(output, JudgmentOutput):
-            return Judgment.invalid(f"stopped with {result.stop_reason}")
+        except NoStructuredAnswer as exc:
+            return Judgment.invalid(str(exc))
         return Judgment(output.should_respond, output.reason, output.confidence)
 
     def prompt(self, context: PromptContext, elapsed: timedelta) -> ModelPrompt:
@@ -457,9 +485,6 @@ class ProfileUpdateOutput(BaseModel):
     people: list[PersonUpdateOutput] = Field(description="one per person given")
 
 
-_Output = TypeVar("_Output", bound=BaseModel)
-
-
 class StrandsMemoryWriter:
     """`MemoryWriter`, `DigestWriter` and `ProfileWriter` with the memory agent: no tools, structured output,
     two model calls at most."""
@@ -504,35 +529,13 @@ class StrandsMemoryWriter:
         output_model: type[_Output],
     ) -> _Output:
         """The model's structured answer to the `kind` templates rendered with `prompt`."""
-        await self._clients.load()
-        from strands import Agent
-        from strands.agent.conversation_manager import NullConversationManager
-        from strands.types.exceptions import StructuredOutputException
-
         system, query = self._render(kind, prompt)
-        agent = Agent(
-            model=self._clients.model(self.ROLE),
-            system_prompt=system,
-            callback_handler=None,
-            conversation_manager=NullConversationManager(),
-            retry_strategy=bounded_retry_strategy(),
-            hooks=[self._clients.call_log(self.ROLE, self._debug)],
-        )
         try:
-            result = await agent.invoke_async(
-                query, structured_output_model=output_model, limits={"turns": self.MAX_CALLS}
+            return await ask_structured(
+                self._clients, self.ROLE, system, query, output_model, max_calls=self.MAX_CALLS, debug=self._debug
             )
-        except StructuredOutputException:
-            raise ModelUnavailable(f"{self.ROLE} model gave no structured answer") from None
-        except model_errors() as exc:
-            raise ModelUnavailable(f"{self.ROLE} model failed: {describe_error(exc)}") from None
-        except Exception as exc:  # malformed output from the provider, or a bug
-            logger.error("%s agent failed unexpectedly: %s", self.ROLE, type(exc).__name__, exc_info=True)
-            raise ModelUnavailable(f"{self.ROLE} agent failed: {type(exc).__name__}") from None
-        output = result.structured_output
-        if not isinstance(output, output_model):
-            raise ModelUnavailable(f"{self.ROLE} model stopped with {result.stop_reason}")
-        return output
+        except NoStructuredAnswer as exc:
+            raise ModelUnavailable(f"{self.ROLE} model gave no usable answer: {exc}") from None
 
     def prompt(self, prompts: Sequence[MemoryPrompt]) -> ModelPrompt:
         """What the memory update of `prompts` (one call) starts with."""
