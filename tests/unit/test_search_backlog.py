@@ -20,6 +20,7 @@ from sqlalchemy import text
 from myao2.domain.memo import MemoChanges
 from myao2.infrastructure.search import index as index_module
 from myao2.infrastructure.search.index import SEARCH_EMBED_LIMIT
+from myao2.infrastructure.search.keywords import SYNC_LOCK
 from tests.fakes.embedder import HashEmbedder
 from tests.unit.test_search_index import START, IndexFollowsTheData, World
 
@@ -167,3 +168,29 @@ def test_a_memo_edited_and_not_embedded_again_yet_is_found_first_by_its_new_word
     monkeypatch.setattr(index_module, "SEARCH_EMBED_LIMIT", 0)  # as when the background applied the edit first
     world.memos.edit("filler0", MemoChanges.create(content="alice drinks green tea at noon"), None, "test")
     assert world.memo_names("alice drinks green tea at noon", limit=1) == ["filler0"]
+
+
+def test_a_search_does_not_wait_for_a_replica_frozen_while_holding_the_index(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not database_url.startswith("postgresql"):
+        pytest.skip("replicas share the index through PostgreSQL's advisory lock")
+    world = World(database_url)
+    try:
+        world.memo("tea", "alice drinks green tea")
+        world.memo("coffee", "bob drinks black coffee")
+        world.index.sync()
+        monkeypatch.setattr(index_module, "SEARCH_LOCK_WAIT_SECONDS", 0.2)
+        with world.engine.connect() as frozen:  # another replica, stopped while it held the index
+            frozen.execute(text("SELECT pg_advisory_lock(:key)"), {"key": SYNC_LOCK})
+            world.memo("cake", "carol bakes carrot cake")
+            world.memos.remove("coffee", None, "test")
+            started = time.monotonic()
+            assert world.memo_names("green tea", limit=1) == ["tea"]  # the index as it was
+            assert time.monotonic() - started < 5
+            assert "coffee" not in world.memo_names("black coffee")  # removed meanwhile: never returned
+            frozen.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": SYNC_LOCK})
+            frozen.commit()
+        assert world.memo_names("carrot cake", limit=1) == ["cake"]  # caught up once the replica let go
+    finally:
+        world.close()

@@ -36,7 +36,7 @@ from myao2.infrastructure.db.memo_store import SqlMemoStore
 from myao2.infrastructure.db.memory_store import SqlMemoryStore
 from myao2.infrastructure.search.dates import periods
 from myao2.infrastructure.search.embedders import Embedder
-from myao2.infrastructure.search.keywords import DocumentRow, KeywordTable, keyword_table
+from myao2.infrastructure.search.keywords import DocumentRow, IndexBusy, KeywordTable, keyword_table
 from myao2.infrastructure.search.text import content_terms, fts_document, terms
 
 if TYPE_CHECKING:
@@ -54,6 +54,9 @@ BATCH_SIZE = 16
 SEARCH_EMBED_LIMIT = BATCH_SIZE
 """The most texts a search embeds itself (of the changes queued first): the others are found by their keywords
 until the background embeds them."""
+SEARCH_LOCK_WAIT_SECONDS = 3.0
+"""How long a search waits for another process holding the index (PostgreSQL replicas) before it searches the
+index as it is: a replica frozen while holding it must not stall every other replica's answers."""
 CHANGES_CHUNK = 256
 """Queued changes applied at a time."""
 _LOAD_CHUNK = 10_000
@@ -181,8 +184,13 @@ class SearchIndex:
         """
         done, budget = 0, SEARCH_EMBED_LIMIT
         while not self._checked_model or self._changes_queued():
-            with self._held():
-                applied = self._apply_changes(budget)
+            try:
+                with self._held(wait=SEARCH_LOCK_WAIT_SECONDS):
+                    applied = self._apply_changes(budget)
+            except IndexBusy as busy:
+                # Searched as indexed: whatever it finds is checked again against the data itself.
+                logger.warning("search: %s; searching without the latest changes", busy)
+                return done
             done += applied.documents
             budget -= applied.embedded
         return done
@@ -228,12 +236,13 @@ class SearchIndex:
         return self.sync(progress)
 
     @contextmanager
-    def _held(self) -> Iterator[None]:
+    def _held(self, wait: float | None = None) -> Iterator[None]:
         """Hold the index to write to it, in this process and in the database (see `KeywordTable.syncing`).
 
-        Never held while embedding, but for the few texts a search embeds itself.
+        Never held while embedding, but for the few texts a search embeds itself. With `wait`, raises
+        `IndexBusy` when another process has held it for longer.
         """
-        with self._sync_lock, self._keywords.syncing(self._engine):
+        with self._sync_lock, self._keywords.syncing(self._engine, wait):
             if not self._checked_model:
                 self._requeue_other_models()
                 self._checked_model = True

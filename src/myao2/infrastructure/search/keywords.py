@@ -10,6 +10,7 @@ then by its length. Any SQL of the index that touches keyword terms goes through
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Protocol
@@ -23,6 +24,12 @@ DocumentRow = tuple[int, str, int, str | None, float, str]
 
 SYNC_LOCK = 0x6D79616F33
 """PostgreSQL advisory lock key held while a process indexes (next to engine.MIGRATION_LOCK)."""
+LOCK_POLL_SECONDS = 0.05
+"""How often a bounded wait for the index's lock tries again."""
+
+
+class IndexBusy(Exception):
+    """Another process has held the index for longer than one may wait (it may be frozen)."""
 
 
 class KeywordTable(Protocol):
@@ -58,8 +65,11 @@ class KeywordTable(Protocol):
     def rows(self, connection: Connection, doc_ids: list[int]) -> list[DocumentRow]:
         """The rows of the documents still stored among `doc_ids`, with their terms."""
 
-    def syncing(self, engine: Engine) -> AbstractContextManager[None]:
-        """Held while indexing, so two processes never index the same change at once (one writing it stale)."""
+    def syncing(self, engine: Engine, wait: float | None = None) -> AbstractContextManager[None]:
+        """Held while indexing, so two processes never index the same change at once (one writing it stale).
+
+        With `wait`, raises `IndexBusy` if another process holds it for longer than `wait` seconds.
+        """
 
 
 class Fts5Keywords:
@@ -122,7 +132,7 @@ class Fts5Keywords:
         ]
 
     @contextmanager
-    def syncing(self, engine: Engine) -> Iterator[None]:
+    def syncing(self, engine: Engine, wait: float | None = None) -> Iterator[None]:
         yield  # SQLite lets one writer in at a time: each batch is written whole, by one process
 
 
@@ -199,16 +209,29 @@ class PostgresKeywords:
         ]
 
     @contextmanager
-    def syncing(self, engine: Engine) -> Iterator[None]:
+    def syncing(self, engine: Engine, wait: float | None = None) -> Iterator[None]:
         # Replicas index concurrently: one at a time, or a slow one could write a document's old text last.
         with engine.connect() as connection:
-            connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": SYNC_LOCK})
+            if wait is None:
+                connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": SYNC_LOCK})
+            else:
+                _try_lock(connection, wait)
             connection.commit()
             try:
                 yield
             finally:
                 connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": SYNC_LOCK})
                 connection.commit()
+
+
+def _try_lock(connection: Connection, wait: float) -> None:
+    """Take the index's advisory lock within `wait` seconds, or raise `IndexBusy`."""
+    deadline = time.monotonic() + wait
+    while not connection.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": SYNC_LOCK}).scalar_one():
+        if time.monotonic() >= deadline:
+            connection.commit()
+            raise IndexBusy(f"the search index has been held by another process for over {wait:g} s")
+        time.sleep(LOCK_POLL_SECONDS)
 
 
 def keyword_table(engine: Engine) -> KeywordTable:
