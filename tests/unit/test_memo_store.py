@@ -395,6 +395,20 @@ class TestListing:
         assert (tagged.total, len(tagged.memos)) == (13, 5)
         assert store.list(None, offset=30, limit=10).memos == []
 
+    def test_a_page_is_the_readers_whole_list_cut_at_its_offset(self, store: SqlMemoStore) -> None:
+        for i in range(12):
+            add(store, f"m{i:02}", priority=1 + i % 5, origin=(PUBLIC, PRIVATE, ELSEWHERE)[i % 3])
+        store.remove("m03", None, "test")
+        for reader in (None, "C1", "D1", "C2"):
+            for min_priority in (1, 3):
+                whole = store.list(reader, min_priority=min_priority)
+                for offset in (0, 2, len(whole.memos), 20):
+                    for limit in (1, 3, 50):
+                        page = store.list(reader, min_priority=min_priority, offset=offset, limit=limit)
+                        assert page.memos == whole.memos[offset : offset + limit], (reader, min_priority, offset, limit)
+                        assert page.total == whole.total
+        assert names(store.list(None, removed=True, limit=5).memos) == ["m03"]
+
     def test_min_priority(self, store: SqlMemoStore) -> None:
         add(store, "low", priority=2)
         add(store, "high", priority=4)

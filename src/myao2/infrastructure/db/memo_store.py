@@ -15,7 +15,7 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import ColumnElement, Engine, and_, bindparam, exists, false, or_
+from sqlalchemy import ColumnElement, Engine, and_, bindparam, exists, false, func, or_
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import aliased
 from sqlalchemy.orm.exc import StaleDataError
@@ -206,9 +206,16 @@ class SqlMemoStore:
         limit: int | None = None,
         removed: bool = False,
     ) -> MemoPage:
-        rows = self._rows(_list_query(_audiences(channel_id), removed), min_priority=min_priority)
-        memos = [_to_memo(r) for r in rows]
-        if tag is not None:
+        audiences = _audiences(channel_id)
+        if tag is None and limit is not None:  # a page read as a page: a large notebook is not read whole
+            rows = self._rows(_page_query(audiences, removed), min_priority=min_priority, offset=offset, limit=limit)
+            if offset == 0 and len(rows) < limit:
+                total = len(rows)
+            else:
+                total = self._rows(_count_query(audiences, removed), min_priority=min_priority)[0][0]
+            return MemoPage(memos=[_to_memo(r) for r in rows], offset=offset, total=total)
+        memos = [_to_memo(r) for r in self._rows(_list_query(audiences, removed), min_priority=min_priority)]
+        if tag is not None:  # tags are a JSON list in the row: matched here
             memos = [m for m in memos if tag.strip() in m.tags]
         end = None if limit is None else offset + limit
         return MemoPage(memos=memos[offset:end], offset=offset, total=len(memos))
@@ -425,6 +432,18 @@ def _list_query(audiences: tuple[Audience, ...] | None, removed: bool) -> Any:
     """The memos a reader sees of at least the `min_priority` parameter, by priority, then newest first."""
     query = _seen(select(MemoRow), audiences, removed=removed).where(MemoRow.priority >= bindparam("min_priority"))
     return query.order_by(col(MemoRow.priority).desc(), col(MemoRow.updated_at).desc(), col(MemoRow.id).desc())
+
+
+@lru_cache(maxsize=1024)
+def _page_query(audiences: tuple[Audience, ...] | None, removed: bool) -> Any:
+    """`_list_query`'s page from the `offset` parameter, of at most `limit` memos."""
+    return _list_query(audiences, removed).limit(bindparam("limit")).offset(bindparam("offset"))
+
+
+@lru_cache(maxsize=1024)
+def _count_query(audiences: tuple[Audience, ...] | None, removed: bool) -> Any:
+    """How many memos `_list_query` finds."""
+    return select(func.count()).select_from(_list_query(audiences, removed).order_by(None).subquery())
 
 
 @lru_cache(maxsize=1024)
