@@ -131,8 +131,8 @@ def test_edit_message_updates_text_and_edited_at(
     store.save_message(msg(0, "typo"))
     clock.advance()
 
-    store.edit_message("C1", ts(0), "fixed")
-    store.edit_message("C1", ts(9), "nobody")
+    assert store.edit_message("C1", ts(0), "fixed")
+    assert not store.edit_message("C1", ts(9), "nobody")  # not stored: nothing changed
 
     assert store.get_message("C1", ts(0)).text == "fixed"
     assert store.get_message("C1", ts(9)) is None

@@ -196,3 +196,43 @@ async def test_a_channel_turned_private_while_it_was_looked_up_stays_private(eng
     await box.channel_changed("C1")
     channel = store.get_channel("C1")
     assert channel is not None and channel.kind is ChannelKind.PRIVATE
+
+
+def sql_inbox(engine: Engine, delay: float = 0.0) -> tuple[Inbox, SqlConversationStore]:
+    """An inbox over a real store whose message saves take `delay` seconds in their worker thread."""
+    store = SqlConversationStore(engine, ManualClock(NOW))
+    store.save_channel(Channel("C1", "general", ChannelKind.PUBLIC))
+    save = store.save_message
+
+    def slow_save(message: Message) -> bool:
+        threading.Event().wait(delay)
+        return save(message)
+
+    store.save_message = slow_save  # type: ignore[method-assign]
+
+    async def answer(message: Message) -> None:
+        pass
+
+    chat: Any = Chat()
+    clock = ManualClock(NOW)
+    return Inbox(store=store, chat=chat, bot=BOT, answer=answer, spawn=asyncio.ensure_future, clock=clock), store
+
+
+async def test_an_edit_arriving_before_its_message_is_the_text_stored(engine: Engine) -> None:
+    box, store = sql_inbox(engine)
+    original = mention("<@UBOT> lunch at noon?")
+    await box.message_edited("C1", original.ts, "lunch at one?")
+    await box.message_posted(original, None)
+    stored = store.get_message("C1", original.ts)
+    assert stored is not None and stored.text == "lunch at one?" and stored.mentions == ()
+
+
+async def test_an_edit_arriving_while_its_message_is_being_stored_is_not_lost(engine: Engine) -> None:
+    box, store = sql_inbox(engine, delay=0.3)
+    original = mention("<@UBOT> lunch at noon?")
+    posting = asyncio.ensure_future(box.message_posted(original, None))
+    await asyncio.sleep(0.1)  # the save is under way in its thread
+    await box.message_edited("C1", original.ts, "<@UBOT> lunch at one?")
+    await posting
+    stored = store.get_message("C1", original.ts)
+    assert stored is not None and stored.text == "<@UBOT> lunch at one?"

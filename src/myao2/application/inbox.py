@@ -7,9 +7,10 @@ import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import suppress
+from dataclasses import replace
 from typing import Any
 
-from myao2.domain.conversation import BotIdentity, ChannelKind, Message
+from myao2.domain.conversation import BotIdentity, ChannelKind, Message, mentions_in
 from myao2.domain.ports import ChatPlatform, Clock, ConversationStore
 
 logger = logging.getLogger(__name__)
@@ -43,6 +44,8 @@ class Inbox:
         self._stored: OrderedDict[tuple[str, str], Message] = OrderedDict()
         self._storing: dict[tuple[str, str], asyncio.Future[None]] = {}
         """Saves under way: the other event of a pair waits for the save instead of making its own."""
+        self._early_edits: OrderedDict[tuple[str, str], str] = OrderedDict()
+        """Edits of messages not stored yet (the edit's event came first): the text their save stores."""
 
     def addressed_to_bot(self, message: Message, kind: ChannelKind | None) -> bool:
         """A person's message that mentions the bot, or anything a person says to it in a DM."""
@@ -64,12 +67,9 @@ class Inbox:
 
     async def _save(self, message: Message) -> None:
         key = (message.channel_id, message.ts)
-        while (storing := self._storing.get(key)) is not None:
-            if storing.done():  # ended before it ran (cancelled at shutdown): it cleared nothing
-                del self._storing[key]
-                break
-            with suppress(Exception):  # a failed save is made again below
-                await asyncio.shield(storing)
+        await self._settled(key)
+        if (edited := self._early_edits.pop(key, None)) is not None:
+            message = replace(message, text=edited, mentions=mentions_in(edited))
         if self._stored.get(key) == message:
             return
         saving = self._storing[key] = asyncio.ensure_future(self._save_once(key, message))
@@ -86,9 +86,28 @@ class Inbox:
         if len(self._stored) > RECENTLY_STORED:
             self._stored.popitem(last=False)
 
+    async def _settled(self, key: tuple[str, str]) -> None:
+        """Wait for the save of message `key` under way, if any (failed or not)."""
+        while (storing := self._storing.get(key)) is not None:
+            if storing.done():  # ended before it ran (cancelled at shutdown): it cleared nothing
+                del self._storing[key]
+                break
+            with suppress(Exception):  # a failed save is made again by whoever needs it
+                await asyncio.shield(storing)
+
     async def message_edited(self, channel_id: str, ts: str, text: str) -> None:
-        self._stored.pop((channel_id, ts), None)
-        await asyncio.to_thread(self._store.edit_message, channel_id, ts, text)
+        """Change a stored message's text; an edit of one not stored yet is kept for its save."""
+        key = (channel_id, ts)
+        while True:
+            self._stored.pop(key, None)
+            await self._settled(key)
+            if await asyncio.to_thread(self._store.edit_message, channel_id, ts, text):
+                return
+            if key not in self._storing and key not in self._stored:  # no save began meanwhile: it comes later
+                self._early_edits[key] = text
+                if len(self._early_edits) > RECENTLY_STORED:
+                    self._early_edits.popitem(last=False)
+                return
 
     async def message_deleted(self, channel_id: str, ts: str) -> None:
         self._stored.pop((channel_id, ts), None)

@@ -189,7 +189,9 @@ class ConversationStore(Protocol):
         """
         ...
 
-    def edit_message(self, channel_id: str, ts: str, text: str) -> None: ...
+    def edit_message(self, channel_id: str, ts: str, text: str) -> bool:
+        """Change a stored message's text; False if no such message is stored."""
+        ...
 
     def delete_message(self, channel_id: str, ts: str) -> None:
         """Delete a message for good: it is never stored again, whoever fetched it earlier.

@@ -82,9 +82,9 @@ class SqlConversationStore:
         with self._engine.begin() as connection:
             return _save_message(connection, message)
 
-    def edit_message(self, channel_id: str, ts: str, text: str) -> None:
+    def edit_message(self, channel_id: str, ts: str, text: str) -> bool:
         with self._engine.begin() as connection:
-            self._edit(connection, channel_id, ts, text)
+            return self._edit(connection, channel_id, ts, text)
 
     def delete_message(self, channel_id: str, ts: str) -> None:
         with self._engine.begin() as connection:
@@ -126,12 +126,15 @@ class SqlConversationStore:
             )
         return new
 
-    def _edit(self, connection: Connection, channel_id: str, ts: str, text: str) -> None:
-        """Change a message's text; the digest of its day, if any, is dropped to be made again from the new text."""
+    def _edit(self, connection: Connection, channel_id: str, ts: str, text: str) -> bool:
+        """Change a message's text, if it is stored; the digest of its day, if any, is dropped to be made again
+        from the new text."""
         values = {"text": text, "mentions": list(mentions_in(text)), "edited_at": self._clock.now()}
-        if connection.execute(update(MessageRow).where(*_message_key(channel_id, ts)).values(**values)).rowcount:
-            _drop_digest(connection, channel_id, ts)
-            _drop_notes(connection, ts)
+        if not connection.execute(update(MessageRow).where(*_message_key(channel_id, ts)).values(**values)).rowcount:
+            return False
+        _drop_digest(connection, channel_id, ts)
+        _drop_notes(connection, ts)
+        return True
 
     def _delete(self, connection: Connection, channel_id: str, ts: str) -> None:
         """Delete a message and leave a tombstone, so a history fetched earlier cannot bring it back.
