@@ -72,7 +72,9 @@ def main() -> int:
         for memo in data["memos"]:
             memos.add(MemoDraft.create(memo["name"], memo["content"], 3), Origin(READER), "bench")
         conversations = SqlConversationStore(engine)
-        search = Search(search_index.SearchIndex(engine, make_embedder(SearchConfig()), memos, conversations), memos, conversations)
+        index = search_index.SearchIndex(engine, make_embedder(SearchConfig()), memos, conversations)
+        index.sync()  # every memo embedded, as the bot's background indexing leaves them
+        search = Search(index, memos, conversations)
         fused = evaluate(search, data["questions"])
         report("fused (what search_memo returns):", fused)
         with mock.patch.object(search_index, "MEMO_KEYWORD_WEIGHT", 0.0):
