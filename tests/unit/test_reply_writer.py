@@ -110,6 +110,28 @@ async def test_the_request_carries_the_memo_tools_and_the_rendered_prompts(fake,
     assert "Alice: @myao I love ramen!" in text_of(query)
 
 
+async def test_every_reply_offers_the_same_tools_normalised_once(fake, make_writer, monkeypatch):
+    from strands.tools import registry
+
+    normalised: list[str] = []
+    normalise = registry.normalize_tool_spec
+    monkeypatch.setattr(registry, "normalize_tool_spec", lambda spec: normalised.append(spec["name"]) or normalise(spec))
+    writer = make_writer()
+    offered = [
+        {"name": tool["name"], "description": tool["description"], "parameters": tool["parameters"]}
+        for tool in writer.prompt(CONTEXT).tools
+    ]
+    normalised.clear()
+
+    await writer.write(CONTEXT, ORIGIN)
+    await writer.write(CONTEXT, ORIGIN)
+
+    assert len(fake.requests) == 2
+    for request in fake.requests:
+        assert [tool["function"] for tool in request["tools"]] == offered
+    assert sorted(normalised) == sorted(MEMO_TOOL_NAMES)
+
+
 async def test_a_configured_system_prompt_replaces_the_rendered_one(fake, make_writer):
     await make_writer(system_prompt="You are a terse bot.").write(CONTEXT, ORIGIN)
 

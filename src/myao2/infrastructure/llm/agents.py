@@ -61,8 +61,9 @@ from myao2.infrastructure.llm.prompts import Kind, PromptRenderer
 if TYPE_CHECKING:
     import openai
 
+    from myao2.infrastructure.llm.tool_registry import FixedToolRegistry
     from myao2.infrastructure.web.toolbox import WebToolbox
-    from strands import ModelRetryStrategy
+    from strands import Agent, ModelRetryStrategy
     from strands.hooks import AfterModelCallEvent, BeforeModelCallEvent, HookRegistry
     from strands.models import Model
     from strands.types.content import Message, Messages
@@ -265,6 +266,7 @@ class StrandsReplyWriter:
         self._web = web
         self._search = search
         self._max_memo_changes = max_memo_changes
+        self._registry: FixedToolRegistry | None = None
 
     async def write(self, context: PromptContext, origin: Origin) -> str:
         """The reply to the conversation in `context`; memo tools act within `origin`.
@@ -296,13 +298,13 @@ class StrandsReplyWriter:
             logger.debug("%s system prompt:\n%s", self.ROLE, system)
         agent = Agent(
             model=self._clients.model(self.ROLE),
-            tools=self._tools(),
             system_prompt=system,
             callback_handler=None,
             conversation_manager=NullConversationManager(),
             retry_strategy=bounded_retry_strategy(),
             hooks=[self._clients.call_log(self.ROLE, self._debug)],
         )
+        self._give_tools(agent)
         state: dict[str, Any] = {
             SCOPE_KEY: MemoToolScope(self._store, origin, self._language, ChangeBudget(self._max_memo_changes)),
             web_tools.SCOPE_KEY: self._web,
@@ -354,6 +356,21 @@ class StrandsReplyWriter:
 
     def _render(self, context: PromptContext) -> tuple[str, str]:
         return self._renderer.render(self.ROLE, "system", context), self._renderer.render(self.ROLE, "query", context)
+
+    def _give_tools(self, agent: Agent) -> None:
+        """Hand `agent` the writer's tools, registered once for every reply (`FixedToolRegistry`).
+
+        An agent that came with tools of its own (none do today: strands registers none
+        unasked) gets the writer's tools added to them instead.
+        """
+        from myao2.infrastructure.llm.tool_registry import FixedToolRegistry
+
+        if agent.tool_registry.registry or agent.tool_registry.dynamic_tools:
+            agent.tool_registry.process_tools(self._tools())
+            return
+        if self._registry is None:
+            self._registry = FixedToolRegistry(self._tools())
+        agent.tool_registry = self._registry
 
     def _tools(self) -> list[Any]:
         """The memo tools, the configured web tools and, with a search, the search tools."""
@@ -679,6 +696,7 @@ def import_model_libraries() -> None:
     import myao2.infrastructure.llm.memo_tools  # noqa: F401
     import myao2.infrastructure.llm.web_tools  # noqa: F401
     import myao2.infrastructure.llm.search_tools  # noqa: F401
+    import myao2.infrastructure.llm.tool_registry  # noqa: F401
 
     get_tracer()
     instrumentor = ThreadingInstrumentor()
@@ -707,7 +725,7 @@ def model_errors() -> tuple[type[BaseException], ...]:
 
 def bounded_retry_strategy() -> ModelRetryStrategy:
     """Strands' throttle retry, short: the openai client has already backed off by then."""
-    from strands import ModelRetryStrategy
+    from strands import Agent, ModelRetryStrategy
 
     return ModelRetryStrategy(
         max_attempts=THROTTLE_ATTEMPTS, initial_delay=THROTTLE_DELAY_SECONDS, max_delay=THROTTLE_DELAY_SECONDS
