@@ -20,6 +20,7 @@ from sqlalchemy import create_engine, text
 from tests.fakes import PROXY_VARIABLES
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.slack_server import FakeSlack
+from tests.sqlite import copy_migrated
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,7 +58,12 @@ def llm() -> Iterator[FakeOpenAI]:
 
 
 class BotProcess:
-    """The bot running as a subprocess with its own config, database and log."""
+    """The bot running as a subprocess with its own config, database and log.
+
+    Its SQLite file, when there is none yet at the first start, is a copy of a migrated one
+    (`tests.sqlite`); with `migrated` false, the bot migrates a new file itself, as on its first
+    start anywhere.
+    """
 
     def __init__(self, tmp_path: Path, slack: FakeSlack, llm: FakeOpenAI) -> None:
         self.tmp_path = tmp_path
@@ -72,6 +78,8 @@ class BotProcess:
         self.process: subprocess.Popen[bytes] | None = None
         self.clock_shift_file: Path | None = None
         """Set (see `shift_clock`), the bot runs with its clock moved forward by the seconds in this file."""
+        self.migrated = True
+        """Whether a start without an SQLite file begins with a migrated copy (see the class)."""
 
     @property
     def database_url(self) -> str:
@@ -140,6 +148,8 @@ class BotProcess:
 
     def start(self, wait_connected: bool = True) -> BotProcess:
         self.write_config()
+        if self.migrated and "memory.database_url" not in self.settings and not self.database.exists():
+            copy_migrated(self.database)
         connections = self.slack.connection_count
         self._log = self.log_path.open("ab")
         module = "myao2" if self.clock_shift_file is None else "tests.e2e.shifted_clock"
