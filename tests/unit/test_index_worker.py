@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -16,10 +17,12 @@ from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
+from myao2.infrastructure.search import vectors
 from myao2.infrastructure.search.index import SearchIndex
 from myao2.infrastructure.search.setup import THREAD_NAME, IndexWorker
 from tests.e2e.conftest import wait_until
 from tests.fakes.embedder import HashEmbedder
+from tests.unit.test_search_index import World
 
 
 class CountingIndex:
@@ -28,6 +31,7 @@ class CountingIndex:
     def __init__(self) -> None:
         self.syncs = 0
         self.synced = threading.Condition()
+        self.wake: Callable[[], None] | None = None
 
     def sync(self, progress: object = None) -> int:
         with self.synced:
@@ -37,6 +41,9 @@ class CountingIndex:
 
     def warm(self) -> None:
         pass
+
+    def wake_with(self, wake: Callable[[], None]) -> None:
+        self.wake = wake
 
     def close(self) -> None:
         pass
@@ -122,3 +129,52 @@ def test_a_worker_stopped_before_it_started_never_starts(tmp_path: Path) -> None
         connection.execute(text("INSERT INTO search_queue (kind, ref_id) VALUES ('message', 1)"))
     assert not _worker_running() and index.syncs == 0
     engine.dispose()
+
+
+def test_a_search_leaves_clustering_to_the_background_and_wakes_it(database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Clustering a million vectors takes seconds: a search reads the rows added since the last clustering exactly,
+    and wakes the background to cluster them again (it may not be woken otherwise: another process may have indexed them)."""
+    monkeypatch.setattr(vectors, "EXACT_ROWS", 5)
+    monkeypatch.setattr(vectors, "_PROBE_MIN", 0)
+    builds = 0
+    build = vectors.Clustering.build
+
+    def counted(clustering: vectors.Clustering) -> None:
+        nonlocal builds
+        builds += 1
+        build(clustering)
+
+    monkeypatch.setattr(vectors.Clustering, "build", counted)
+    world = World(database_url)
+    woken = threading.Event()
+    world.index.wake_with(woken.set)
+    try:
+        for number in range(10):
+            world.memo(f"note{number}", f"note number {number}")
+        world.index.sync()
+        world.index.warm()
+        assert builds == 1 and not woken.is_set()
+        for number in range(10, 20):  # as many again, indexed by the search itself
+            world.memo(f"note{number}", f"note number {number}")
+        assert world.memo_names("note number 15", limit=1) == ["note15"]
+        assert builds == 1 and woken.is_set()
+        world.index.sync()  # what the woken worker does
+        assert builds == 2
+        assert world.memo_names("note number 15", limit=1) == ["note15"]
+    finally:
+        world.close()
+
+
+def test_the_worker_syncs_when_the_index_wakes_it(tmp_path: Path) -> None:
+    engine = open_database(f"sqlite:///{tmp_path / 'w.db'}")
+    index = CountingIndex()
+    worker = IndexWorker(index, engine, gather_seconds=0)  # type: ignore[arg-type]
+    worker.start()
+    try:
+        index.wait_syncs(1)
+        assert index.wake is not None
+        index.wake()
+        index.wait_syncs(2)
+    finally:
+        worker.stop()
+        engine.dispose()

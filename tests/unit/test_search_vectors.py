@@ -62,6 +62,14 @@ def ranked(found: list[tuple[int, float]]) -> list[int]:
 
 
 
+def cluster(cache: VectorCache) -> None:
+    """Cluster `cache` if due, as the background does (planned, built, adopted)."""
+    plan = cache.plan_clustering()
+    if plan is not None:
+        plan.build()
+        cache.adopt(plan)
+
+
 @contextmanager
 def clustering(probe_share: float) -> Iterator[None]:
     """Clustering from a handful of vectors on, reading `probe_share` of them."""
@@ -87,6 +95,7 @@ def test_exact_search_returns_the_best_live_readable_vectors_up_to_the_cutoff(st
 def test_a_clustered_search_never_returns_a_gone_unreadable_or_later_vector(steps, seed, readable_scopes, before) -> None:
     with clustering(probe_share=0.0):  # read the nearest cluster only
         cache, live = replay(steps)
+        cluster(cache)
         query = np.frombuffer(vector(seed), dtype=np.float32)
         cutoff = None if before is None else float(before)
         found = cache.top(query, lambda scope: scope in readable_scopes, cutoff, 10)
@@ -100,6 +109,7 @@ def test_a_clustered_search_never_returns_a_gone_unreadable_or_later_vector(step
 def test_a_clustered_search_reading_every_cluster_is_exact(steps, seed, before) -> None:
     with clustering(probe_share=1.0):
         cache, live = replay(steps)
+        cluster(cache)
         query = np.frombuffer(vector(seed), dtype=np.float32)
         cutoff = None if before is None else float(before)
         found = ranked(cache.top(query, lambda scope: True, cutoff, 10))
@@ -117,7 +127,7 @@ def replay_in_batches(steps: list[tuple], cuts: set[int], clustered_at: int) -> 
     for index, step in enumerate(steps):
         if index == clustered_at:
             flush()
-            cache.cluster_if_due()
+            cluster(cache)
         if step[0] == "put":
             _, doc_id, scope, at, seed = step
             seq += 1
@@ -144,7 +154,7 @@ def test_rows_put_together_are_found_exactly_as_rows_put_one_by_one(steps, cuts,
         one_by_one = VectorCache()
         for index, step in enumerate(steps):
             if index == clustered_at:
-                one_by_one.cluster_if_due()
+                cluster(one_by_one)
             if step[0] == "put":
                 _, doc_id, scope, at, vector_seed = step
                 one_by_one.put([StoredVector(doc_id, SCOPES[scope], float(at), vector(vector_seed), index + 1)])
@@ -164,13 +174,75 @@ def test_re_embedding_rows_that_still_fit_their_clusters_leaves_the_clustering_a
         cache = VectorCache()
         rows = [StoredVector(doc_id, "C1", 0.0, vector(doc_id), doc_id) for doc_id in range(1, 41)]
         cache.put(rows)
-        cache.cluster_if_due()
+        cluster(cache)
         again = [row._replace(seq=row.seq + 40) for row in rows]  # the same vectors, written anew
         moved = [StoredVector(1, "C1", 0.0, vector(1000), 81)]  # and one whose vector changed
         query = np.frombuffer(vector(7), dtype=np.float32)
-        with mock.patch.object(cache, "_cluster") as reclustered:
-            for row in again + moved:  # batch by batch, as a backlog is worked off
-                cache.put([row])
-            found = cache.top(query, lambda scope: True, None, 3)
-        reclustered.assert_not_called()
+        for row in again + moved:  # batch by batch, as a backlog is worked off
+            cache.put([row])
+        assert not cache.clustering_due()
+        found = cache.top(query, lambda scope: True, None, 3)
         assert found[0][0] == 7 and len(cache) == 40
+
+
+def test_a_search_never_clusters_and_reads_the_rows_added_since_the_clustering_exactly() -> None:
+    with clustering(probe_share=0.0):  # of the clusters, only the nearest is read
+        cache = VectorCache()
+        cache.put([StoredVector(doc_id, "C1", 0.0, vector(doc_id), doc_id) for doc_id in range(1, 41)])
+        cluster(cache)
+        added = [StoredVector(doc_id, "C1", 0.0, vector(doc_id), doc_id) for doc_id in range(41, 81)]
+        cache.put(added)  # as many again: due to be clustered again
+        assert cache.clustering_due()
+        with mock.patch.object(vectors.Clustering, "build") as built:
+            for row in added:
+                query = np.frombuffer(row.vector, dtype=np.float32)
+                assert cache.top(query, lambda scope: True, None, 1)[0][0] == row.doc_id
+        built.assert_not_called()
+        assert cache.clustering_due()
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    before_plan=operations,
+    meanwhile=operations,
+    seed=st.integers(0, 1000),
+    before=st.none() | st.integers(0, 100),
+)
+def test_rows_put_or_discarded_while_a_clustering_is_built_are_as_put_once_it_is_adopted(before_plan, meanwhile, seed, before) -> None:
+    with clustering(probe_share=1.0):
+        cache, _ = replay(before_plan)
+        plan = cache.plan_clustering()
+        seq, live = 1000, replay(before_plan + meanwhile)[1]
+        for step in meanwhile:  # while the background builds it, holding nothing
+            if step[0] == "put":
+                _, doc_id, scope, at, vector_seed = step
+                seq += 1
+                cache.put([StoredVector(doc_id, SCOPES[scope], float(at), vector(vector_seed), seq)])
+            else:
+                cache.discard([step[1]])
+        if plan is not None:
+            plan.build()
+            cache.adopt(plan)
+        query = np.frombuffer(vector(seed), dtype=np.float32)
+        cutoff = None if before is None else float(before)
+        for readable in (lambda scope: True, lambda scope: scope != "D1"):
+            assert ranked(cache.top(query, readable, cutoff, 100)) == exact(live, query, readable, cutoff, 100)
+        assert len(cache) == len(live)
+
+
+def test_a_clustering_planned_again_before_the_first_was_adopted_replaces_it() -> None:
+    with clustering(probe_share=1.0):
+        cache = VectorCache()
+        cache.put([StoredVector(doc_id, "C1", 0.0, vector(doc_id), doc_id) for doc_id in range(1, 41)])
+        first = cache.plan_clustering()
+        second = cache.plan_clustering()
+        assert first is not None and second is not None
+        first.build()
+        cache.adopt(first)  # stale: ignored
+        assert cache.clustering_due()
+        cache.discard([1])
+        second.build()
+        cache.adopt(second)
+        assert not cache.clustering_due() and len(cache) == 39
+        query = np.frombuffer(vector(1), dtype=np.float32)
+        assert 1 not in [doc_id for doc_id, _ in cache.top(query, lambda scope: True, None, 100)]

@@ -6,7 +6,8 @@ every change queued, so a search never misses one nor returns something removed;
 embeds only a small batch itself. Embedding is the slow part: `sync` does the rest in
 the background (in a worker thread, never on the event loop), batch by batch, with the
 texts queued to be embedded again (a new model, a new way of embedding, a rebuild),
-which keep their former vector, if any, until then. Each hit is scored by the cosine of
+which keep their former vector, if any, until then; it also clusters the vectors of a
+large collection (see vectors.py), which a search never does. Each hit is scored by the cosine of
 its vector, plus a keyword bonus that only a close keyword match earns (see `keyword_bonus`); a message
 also by its neighbours, the dates the query names and how nearly it is the query's very text.
 The SQL that differs by database (keyword terms) lives in keywords.py; the rest is portable.
@@ -156,6 +157,8 @@ class SearchIndex:
         `_document_frequencies`); read and changed under `_shares_lock`, as searches run in several threads."""
         self._shares_lock = threading.Lock()
         self._closed = threading.Event()
+        self._wake: Callable[[], None] = lambda: None
+        """Wakes the background (see `wake_with`)."""
 
     def close(self) -> None:
         """Stop a running `sync` after its current batch (at shutdown)."""
@@ -205,8 +208,8 @@ class SearchIndex:
             return connection.execute(text("SELECT 1 FROM search_queue WHERE reembed = FALSE LIMIT 1")).first() is not None
 
     def sync(self, progress: Progress | None = None) -> int:
-        """Index every queued change and embed every text waiting for it (the background's work); returns
-        how many documents were written or deleted."""
+        """Index every queued change, embed every text waiting for it and cluster the vectors loaded that are
+        due (the background's work); returns how many documents were written or deleted."""
         total = self.pending() if progress is not None else 0
         done = 0
         while not self._closed.is_set():
@@ -221,6 +224,8 @@ class SearchIndex:
             done += count
             if progress is not None:
                 progress(min(done, total), max(total, done))
+            self._cluster_due()
+        self._cluster_due()
         return done
 
     def rebuild(self, progress: Progress | None = None) -> int:
@@ -496,6 +501,9 @@ class SearchIndex:
         with self._cache_locks[kind]:
             cache = self._refreshed(kind)
             dense = cache.top(query_vector, readable, before, CANDIDATES)
+            due = cache.clustering_due()
+        if due:  # never here: searches meanwhile read the rows added since the last clustering exactly
+            self._wake()
         with self._engine.connect() as connection:
             query_terms = (content_terms(query) if kind == "memo" else list(dict.fromkeys(terms(query))))[:MAX_QUERY_TERMS]
             frequencies = self._document_frequencies(connection, query_terms)
@@ -623,10 +631,30 @@ class SearchIndex:
         return {term: _idf(documents, frequency) for term, frequency in frequencies.items()}
 
     def warm(self) -> None:
-        """Load every kind's vectors into memory, clustered if many (done on first search otherwise)."""
+        """Load every kind's vectors into memory (done on first search otherwise), and cluster those due."""
         for kind in KINDS:
             with self._cache_locks[kind]:
-                self._refreshed(kind).cluster_if_due()
+                self._refreshed(kind)
+        self._cluster_due()
+
+    def wake_with(self, wake: Callable[[], None]) -> None:
+        """Have `wake` called when a search finds work for the background: vectors to cluster (see `sync`)."""
+        self._wake = wake
+
+    def _cluster_due(self) -> None:
+        """Cluster (again) the vectors loaded that are due, holding each kind's lock only to plan and to adopt the
+        clustering: searches meanwhile read the vectors as they are (seconds for a million messages' vectors)."""
+        for kind in KINDS:
+            with self._cache_locks[kind]:
+                if kind not in self._caches:
+                    continue
+                cache = self._refreshed(kind)
+                clustering = cache.plan_clustering()
+            if clustering is None:
+                continue
+            clustering.build()
+            with self._cache_locks[kind]:
+                cache.adopt(clustering)
 
     def _refreshed(self, kind: str) -> VectorCache:
         """`kind`'s vectors with every row written since the last refresh (call with its lock held).

@@ -60,7 +60,8 @@ class IndexProgressLog:
 class IndexWorker:
     """Keeps the index up to date from a daemon thread: never on the event loop, never holding up shutdown.
 
-    It sleeps until a transaction of this process has committed (nothing is polled), then
+    It sleeps until a transaction of this process has committed or a search found vectors to
+    cluster (nothing is polled), then
     indexes what was queued, after a short pause that gathers a burst into one batch, and
     embeds every text waiting for it (a backlog of hours after a model change). Changes
     other processes make are indexed with the next ones made here, and a search applies
@@ -83,6 +84,7 @@ class IndexWorker:
             return
         event.listen(self._engine, "commit", self._committing)
         event.listen(self._engine.pool, "checkin", self._checked_in)
+        self._index.wake_with(self._changed.set)
         self._thread.start()
 
     def stop(self) -> None:

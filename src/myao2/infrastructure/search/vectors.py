@@ -8,12 +8,18 @@ the matrix is grouped into clusters (k-means on a sample), and a search scores t
 clusters whose centres are nearest the query until it has read `PROBE_SHARE` of the
 vectors it may see, plus every vector added since the clustering: an approximate
 search whose cost grows with the square root of the collection, not with its size.
+
+A search never clusters: clustering a million rows takes seconds. The background plans
+a clustering of the rows as they are (`plan_clustering`), builds it holding nothing
+(`Clustering.build`) while searches read the matrix as it is, and puts it in place
+(`adopt`) with the rows put or discarded meanwhile applied again.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
@@ -64,6 +70,8 @@ class VectorCache:
         self._clustered = 0
         self._centroids: np.ndarray | None = None
         self._offsets = np.zeros(1, dtype=np.int64)
+        self._planned: Clustering | None = None
+        """The clustering being built, which learns of every row put or discarded meanwhile."""
 
     def __len__(self) -> int:
         return len(self._positions)
@@ -76,6 +84,9 @@ class VectorCache:
     def put(self, rows: Iterable[StoredVector], expected: int = 0) -> None:
         """Add or replace rows (by document id); room for `expected` more rows is made at once."""
         wanted = self._size + expected
+        if self._planned is not None:
+            rows = list(rows)
+            self._planned.touched.update(row.doc_id for row in rows)
         batch: list[StoredVector] = []
         for row in rows:
             batch.append(row)
@@ -144,6 +155,9 @@ class VectorCache:
 
     def discard(self, doc_ids: Iterable[int]) -> None:
         """Forget documents that were deleted."""
+        if self._planned is not None:
+            doc_ids = list(doc_ids)
+            self._planned.touched.update(doc_ids)
         for doc_id in doc_ids:
             position = self._positions.pop(doc_id, None)
             if position is not None:
@@ -163,7 +177,6 @@ class VectorCache:
         """The `count` best (document id, cosine) pairs among vectors in a readable scope, at or before `before`."""
         if self._size == 0 or self._dim is None or query.shape[0] != self._dim or count <= 0:
             return []
-        self.cluster_if_due()
         allowed = np.fromiter((readable(s) for s in self._scope_names), dtype=bool, count=len(self._scope_names))
         found, cosines = self._scored(query, allowed, before, self._slices(query, allowed))
         if len(found) < count and self._centroids is not None:  # an early cutoff left too few nearby
@@ -208,43 +221,58 @@ class VectorCache:
                 break
         return slices
 
-    def cluster_if_due(self) -> None:
-        """Cluster a large collection (again, once a quarter of it is new); drop the clusters of a small one."""
-        live = len(self._positions)
-        if live <= EXACT_ROWS:
+    def clustering_due(self) -> bool:
+        """Whether the rows should be clustered (again): a large collection not clustered yet, or one a quarter
+        of whose rows were added since (searches read those exactly); or clusters of one grown small to drop."""
+        if len(self._positions) <= EXACT_ROWS:
+            return self._centroids is not None
+        return self._centroids is None or self._size - self._clustered > self._clustered // 4
+
+    def plan_clustering(self) -> Clustering | None:
+        """A clustering of the live rows as they are, to `build` holding nothing and then `adopt`; None when
+        none is due. A small collection's clusters are dropped here (searched exactly from now on).
+
+        The plan reads the matrix in place: a row put or discarded from now on is noted, and applied
+        again when the clustering is adopted. A plan made since replaces this one.
+        """
+        self._planned = None
+        if not self.clustering_due():
+            return None
+        if len(self._positions) <= EXACT_ROWS:
             self._centroids = None
             self._clustered = 0
-            return
-        if self._centroids is None or self._size - self._clustered > self._clustered // 4:
-            self._cluster()
-
-    def _cluster(self) -> None:
-        """Group the live rows by k-means cluster, dropping dead rows (seconds for a million rows)."""
-        live = np.flatnonzero(self._alive[: self._size])
-        k = min(len(live), 1024, max(16, round(math.sqrt(len(live)) / 4)))
-        rng = np.random.default_rng(0)
-        sample = self._matrix[rng.choice(live, min(len(live), k * _SAMPLE_PER_CLUSTER), replace=False)]
-        centroids = sample[rng.choice(len(sample), k, replace=False)].copy()
-        for _ in range(_ITERATIONS):
-            nearest = np.argmax(sample @ centroids.T, axis=1)
-            sums = np.zeros_like(centroids)
-            np.add.at(sums, nearest, sample)
-            norms = np.linalg.norm(sums, axis=1, keepdims=True)
-            centroids = np.where(norms > 0, sums / np.maximum(norms, 1e-12), centroids)
-        nearest = np.concatenate(
-            [np.argmax(self._matrix[live[i : i + _CHUNK]] @ centroids.T, axis=1) for i in range(0, len(live), _CHUNK)]
+            return None
+        size = self._size
+        self._planned = Clustering(
+            self._matrix[:size], self._ids[:size], self._scopes[:size], self._at[:size], self._alive[:size].copy(), len(self._scope_names)
         )
-        order = live[np.argsort(nearest, kind="stable")]
-        capacity = len(order) + len(order) // 4 + _INITIAL_CAPACITY
-        self._matrix = _grown(self._matrix[order], capacity)
-        self._ids = _grown(self._ids[order], capacity)
-        self._scopes = _grown(self._scopes[order], capacity)
-        self._at = _grown(self._at[order], capacity)
-        self._alive = _grown(self._alive[order], capacity)
-        self._size = self._clustered = len(order)
-        self._positions = dict(zip(self._ids[: self._size].tolist(), range(self._size)))
-        self._centroids = centroids.astype(np.float32)
-        self._offsets = np.concatenate([[0], np.cumsum(np.bincount(nearest, minlength=k))])
+        return self._planned
+
+    def adopt(self, clustering: Clustering) -> None:
+        """Put a built clustering in place, with the rows put or discarded since it was planned as they are now
+        (a plan made since, or one not built, is ignored). Takes as long as those rows take to put."""
+        built = clustering.built
+        if clustering is not self._planned or built is None:
+            return
+        self._planned = None
+        matrix, scopes, at, positions = self._matrix, self._scopes, self._at, self._positions
+        self._matrix, self._ids, self._scopes, self._at, self._alive = built.matrix, built.ids, built.scopes, built.at, built.alive
+        self._size = self._clustered = built.size
+        self._positions = built.positions
+        self._centroids, self._offsets = built.centroids, built.offsets
+        self._live_per_scope = np.zeros(len(self._scope_names), dtype=np.int64)
+        self._live_per_scope[: len(built.live_per_scope)] = built.live_per_scope
+        again, gone = [], []
+        for doc_id in clustering.touched:
+            position = positions.get(doc_id)
+            if position is None:
+                gone.append(doc_id)
+            else:
+                again.append(
+                    StoredVector(doc_id, self._scope_names[scopes[position]], float(at[position]), matrix[position].tobytes(), self.seq)
+                )
+        self.discard(gone)
+        self._put_batch(again, self._size + len(again))
 
     def _scope_code(self, scope: str | None) -> int:
         code = self._scope_codes.get(scope)
@@ -269,6 +297,83 @@ class VectorCache:
         self._scopes = _grown(self._scopes, capacity)
         self._at = _grown(self._at, capacity)
         self._alive = _grown(self._alive, capacity)
+
+
+@dataclass
+class _Built:
+    """A cache's arrays grouped by cluster: rows `[0, size)` all live, cluster c at `offsets[c]:offsets[c+1]`."""
+
+    matrix: np.ndarray
+    ids: np.ndarray
+    scopes: np.ndarray
+    at: np.ndarray
+    alive: np.ndarray
+    size: int
+    positions: dict[int, int]
+    centroids: np.ndarray
+    offsets: np.ndarray
+    live_per_scope: np.ndarray
+
+
+@dataclass
+class Clustering:
+    """A clustering of a cache's rows as they were planned (see `VectorCache.plan_clustering`)."""
+
+    matrix: np.ndarray
+    ids: np.ndarray
+    scopes: np.ndarray
+    at: np.ndarray
+    alive: np.ndarray
+    scope_count: int
+    touched: set[int] = field(default_factory=set)
+    """Documents put or discarded since the plan: the cache notes them, `VectorCache.adopt` applies them again."""
+    built: _Built | None = None
+
+    def build(self) -> None:
+        """Group the planned live rows by k-means cluster (seconds for a million rows): call it holding nothing.
+
+        Rows changed meanwhile may be read half-written: they are among `touched`, put again on adoption.
+        """
+        live = np.flatnonzero(self.alive)
+        k = min(len(live), 1024, max(16, round(math.sqrt(len(live)) / 4)))
+        rng = np.random.default_rng(0)
+        sample = self.matrix[rng.choice(live, min(len(live), k * _SAMPLE_PER_CLUSTER), replace=False)]
+        centroids = sample[rng.choice(len(sample), k, replace=False)].copy()
+        for _ in range(_ITERATIONS):
+            nearest = np.argmax(sample @ centroids.T, axis=1)
+            sums = np.zeros_like(centroids)
+            np.add.at(sums, nearest, sample)
+            norms = np.linalg.norm(sums, axis=1, keepdims=True)
+            centroids = np.where(norms > 0, sums / np.maximum(norms, 1e-12), centroids)
+        nearest = np.concatenate(
+            [np.argmax(self.matrix[live[i : i + _CHUNK]] @ centroids.T, axis=1) for i in range(0, len(live), _CHUNK)]
+        )
+        order = live[np.argsort(nearest, kind="stable")]
+        size = len(order)
+        capacity = size + size // 4 + _INITIAL_CAPACITY
+        ids = _gathered(self.ids, order, capacity)
+        scopes = _gathered(self.scopes, order, capacity)
+        alive = np.zeros(capacity, dtype=bool)
+        alive[:size] = True
+        self.built = _Built(
+            matrix=_gathered(self.matrix, order, capacity),
+            ids=ids,
+            scopes=scopes,
+            at=_gathered(self.at, order, capacity),
+            alive=alive,
+            size=size,
+            positions=dict(zip(ids[:size].tolist(), range(size))),
+            centroids=centroids.astype(np.float32),
+            offsets=np.concatenate([[0], np.cumsum(np.bincount(nearest, minlength=k))]),
+            live_per_scope=np.bincount(scopes[:size], minlength=self.scope_count).astype(np.int64),
+        )
+
+
+def _gathered(array: np.ndarray, order: np.ndarray, capacity: int) -> np.ndarray:
+    """`array[order]` at the start of a new array of `capacity` rows (one copy, not two)."""
+    gathered = np.zeros((capacity, *array.shape[1:]), dtype=array.dtype)
+    np.take(array, order, axis=0, out=gathered[: len(order)])
+    return gathered
 
 
 def _grown(array: np.ndarray, capacity: int) -> np.ndarray:
