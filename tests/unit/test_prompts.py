@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from dataclasses import replace
 from datetime import date, datetime, timezone
 from zoneinfo import ZoneInfo
@@ -121,6 +122,36 @@ def test_a_user_template_overrides_one_template(context, tmp_path):
 
     assert renderer.render("response", "system", context) == "Custom myao"
     assert "list_memo_tags" in renderer.render("response", "query", context)
+
+
+def test_a_user_template_edited_while_running_shows_at_the_next_render(context, tmp_path):
+    (tmp_path / "en").mkdir()
+    template = tmp_path / "en" / "response_system.j2"
+    template.write_text("Custom {{ context.persona.name }}\n")
+    renderer = PromptRenderer("en", template_dir=tmp_path)
+    assert renderer.render("response", "system", context) == "Custom myao"
+
+    template.write_text("Edited {{ context.persona.name }}\n")
+    stat = template.stat()
+    os.utime(template, ns=(stat.st_atime_ns, stat.st_mtime_ns + 2_000_000_000))  # a later mtime, however coarse
+
+    assert renderer.render("response", "system", context) == "Edited myao"
+
+
+def test_rendering_the_shipped_templates_reads_no_file_once_they_are_loaded(context, monkeypatch):
+    import jinja2.loaders
+
+    renderer = PromptRenderer("en")
+    renderer.render("response", "system", context)
+    renderer.render("response", "query", context)
+    looked_up: list[str] = []
+    getmtime = jinja2.loaders.os.path.getmtime
+    monkeypatch.setattr(jinja2.loaders.os.path, "getmtime", lambda path: looked_up.append(path) or getmtime(path))
+
+    renderer.render("response", "system", context)
+    renderer.render("response", "query", context)
+
+    assert looked_up == []
 
 
 def test_a_configured_system_prompt_replaces_the_rendered_one(context):

@@ -49,6 +49,9 @@ class PromptRenderer:
             trim_blocks=True,
             lstrip_blocks=True,
             bytecode_cache=_bytecode_cache(),
+            # The shipped templates change only with the package: no need to check their files at every
+            # render (each include too). The user's own are checked, so edits show without a restart.
+            auto_reload=template_dir is not None,
         )
         self._env.filters["one_line"] = one_line  # text that must not start lines of its own
         self._language = language
