@@ -725,7 +725,7 @@ def model_errors() -> tuple[type[BaseException], ...]:
 
 def bounded_retry_strategy() -> ModelRetryStrategy:
     """Strands' throttle retry, short: the openai client has already backed off by then."""
-    from strands import Agent, ModelRetryStrategy
+    from strands import ModelRetryStrategy
 
     return ModelRetryStrategy(
         max_attempts=THROTTLE_ATTEMPTS, initial_delay=THROTTLE_DELAY_SECONDS, max_delay=THROTTLE_DELAY_SECONDS
