@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, Table, create_engine, event, text
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import StaticPool
@@ -17,8 +17,21 @@ T = TypeVar("T")
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 SQLITE_BUSY_TIMEOUT_MS = 5000
-INSERT_IGNORING: dict[str, Callable[[Table], Any]] = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
-"""Dialects whose INSERT can skip a row whose key is taken (ON CONFLICT DO NOTHING)."""
+
+
+def _dialect_insert(dialect: str) -> Callable[[Table], Any]:
+    """`dialect`'s own INSERT, its module imported when called: an engine of that dialect has loaded it already."""
+
+    def insert(table: Table) -> Any:
+        return importlib.import_module(f"sqlalchemy.dialects.{dialect}").insert(table)
+
+    return insert
+
+
+INSERT_IGNORING: dict[str, Callable[[Table], Any]] = {"sqlite": _dialect_insert("sqlite"), "postgresql": _dialect_insert("postgresql")}
+"""Dialects whose INSERT can skip a row whose key is taken (ON CONFLICT DO NOTHING).
+
+A bot storing in SQLite never imports SQLAlchemy's PostgreSQL dialect (40-80 ms of start-up)."""
 
 
 def open_database(url: str) -> Engine:
