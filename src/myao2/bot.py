@@ -43,6 +43,9 @@ SHUTDOWN_GRACE_SECONDS = 5.0
 T = TypeVar("T")
 RETRY_AFTER_FAILURE_SECONDS = 10.0
 """How long the bot waits before looking for answers due again after looking failed (the database, say)."""
+INDEX_START_DELAY_SECONDS = 1.0
+"""How long after the models have loaded the search index worker starts: the answers that waited for them go first
+(a search meanwhile indexes what it needs itself)."""
 
 
 def run_bot(config: Config) -> int:
@@ -280,16 +283,19 @@ class Bot:
 
     async def _settle(self, clients: ModelClients, indexer: IndexWorker) -> None:
         """Once connected: wait for the model libraries (loading since Slack answered) and the models,
-        then end start-up's garbage collection (`start_up.settled`) and start indexing for search.
+        then end start-up's garbage collection (`start_up.settled`) and, `INDEX_START_DELAY_SECONDS`
+        later, start indexing for search.
 
         Loading the embedding model and embedding the backlog took ~0.5 s of CPU; begun at
         connection, it was spent while the first mention waited for the model libraries.
+        Begun as the models loaded, importing numpy and reading the vectors (~0.15 s holding
+        the GIL) was spent while the mentions that had waited for them were answered.
         """
         try:
             await clients.load()
         finally:
             start_up.settled()
-            indexer.start()
+            asyncio.get_running_loop().call_later(INDEX_START_DELAY_SECONDS, indexer.start)
 
     async def _catch_up(self, history: HistorySync, channels: ChannelLifecycle, answer: AnswerMention) -> None:
         """Fill the gaps in the store from Slack's history, narrow what channels turned private meanwhile had

@@ -1,7 +1,8 @@
-"""Garbage collection while the bot starts (myao2.start_up)."""
+"""Start-up: garbage collection while the bot starts (myao2.start_up), and what waits for the first answers."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import subprocess
 import sys
@@ -56,3 +57,31 @@ def test_the_bot_and_its_model_libraries_load_without_numpy() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert result.stdout.strip() == "[]"
+
+
+async def test_indexing_for_search_starts_a_while_after_the_models_load() -> None:
+    """The answers that waited for the models go first; the index worker (numpy, the vectors) comes after."""
+    from myao2.bot import INDEX_START_DELAY_SECONDS, Bot
+    from myao2.config import Config
+
+    loop = asyncio.get_running_loop()
+    loaded = asyncio.Event()
+    started: list[float] = []
+
+    class Clients:
+        async def load(self) -> None:
+            await loaded.wait()
+
+    class Indexer:
+        def start(self) -> None:
+            started.append(loop.time())
+
+    settle = asyncio.create_task(Bot(Config())._settle(Clients(), Indexer()))  # type: ignore[arg-type]
+    loaded.set()
+    models_loaded = loop.time()
+    await settle
+    assert started == []
+    deadline = loop.time() + INDEX_START_DELAY_SECONDS + 30
+    while not started and loop.time() < deadline:
+        await asyncio.sleep(0.05)
+    assert started and started[0] - models_loaded >= INDEX_START_DELAY_SECONDS - 0.01
