@@ -369,7 +369,7 @@ class StrandsReplyWriter:
             agent.tool_registry.process_tools(self._tools())
             return
         if self._registry is None:
-            self._registry = FixedToolRegistry(self._tools())
+            self._registry = FixedToolRegistry(self._tools(), read_only_specs=self._config.provider == "openai")
         agent.tool_registry = self._registry
 
     def _tools(self) -> list[Any]:

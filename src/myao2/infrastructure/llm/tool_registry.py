@@ -5,6 +5,13 @@ normalises and validates every tool's spec again each time it is asked for them:
 four times per model call (the trace span's tool names, the token estimate, the
 request, and the agent span). For a fixed set of tools that is the same work
 every time; here it is done once.
+
+Strands also deep-copies the specs before every model call, so that nothing the
+call does changes them. Specs that cannot be changed need no copy: given
+`read_only_specs`, they are read-only mappings whose deep copy is themselves (the
+copy was about a third of the Python calls of a reply). Only for a model whose
+client sends the specs as given, as the openai provider's does; another client
+(litellm) may adjust them in place.
 """
 
 from __future__ import annotations
@@ -18,17 +25,41 @@ class FixedToolRegistry(ToolRegistry):
     """A `ToolRegistry` whose tool specs are normalised once (again only if the registered tools change).
 
     The specs it returns are shared: callers must not change them (strands' event
-    loop gives the model deep copies).
+    loop gives the model deep copies); with `read_only_specs` they cannot.
     """
 
-    def __init__(self, tools: list[Any]) -> None:
+    def __init__(self, tools: list[Any], *, read_only_specs: bool = False) -> None:
         super().__init__()
         self.process_tools(tools)
+        self._read_only = read_only_specs
         self._registered: tuple[tuple[str, int], ...] = ()
         self._config: dict[str, Any] = {}
 
     def get_all_tools_config(self) -> dict[str, Any]:
         registered = tuple((name, id(tool)) for name, tool in (*self.registry.items(), *self.dynamic_tools.items()))
         if registered != self._registered:
-            self._config, self._registered = super().get_all_tools_config(), registered
+            config = super().get_all_tools_config()
+            self._config = {name: read_only(spec) for name, spec in config.items()} if self._read_only else config
+            self._registered = registered
         return dict(self._config)
+
+
+class ReadOnlyJson(dict):  # type: ignore[type-arg]
+    """A JSON object nothing can change (a `dict` still, for whoever serialises it); a deep copy of it is itself."""
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> ReadOnlyJson:
+        return self
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("a tool spec is read-only")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = __ior__ = _refuse  # type: ignore[assignment]
+
+
+def read_only(value: Any) -> Any:
+    """`value` (JSON) with its objects made `ReadOnlyJson` and its arrays tuples."""
+    if isinstance(value, dict):
+        return ReadOnlyJson({key: read_only(item) for key, item in value.items()})
+    if isinstance(value, list):
+        return tuple(read_only(item) for item in value)
+    return value
