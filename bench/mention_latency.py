@@ -222,6 +222,21 @@ def indexing_cpu_seconds(pid: int) -> float:
     return total * CLOCK_TICK
 
 
+def indexing_started(pid: int, timeout: float = 30.0) -> None:
+    """Wait until the search index worker runs: it starts a second after the models have loaded, and its
+    start (numpy, the embedding model) is not idle time."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                if (task / "comm").read_text(encoding="ascii").strip() == INDEX_THREAD:
+                    return
+            except OSError:  # the thread ended meanwhile
+                continue
+        time.sleep(0.05)
+    raise TimeoutError("the search index worker did not start")
+
+
 def settle(pid: int, quiet: float = 1.0, timeout: float = 20.0) -> float:
     """Wait until the process used no CPU for `quiet` seconds; returns its CPU seconds then."""
     deadline = time.monotonic() + timeout
@@ -308,6 +323,7 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
         assert bot.process is not None
         pid = bot.process.pid
 
+        indexing_started(pid)
         settle(pid)
         idle_start, idle_cpu = time.monotonic(), cpu_seconds(pid)
         time.sleep(IDLE_SECONDS)
