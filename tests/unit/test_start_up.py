@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from myao2 import start_up
+from myao2.infrastructure.db.engine import open_database
 
 
 @pytest.fixture
@@ -85,3 +86,19 @@ async def test_indexing_for_search_starts_a_while_after_the_models_load() -> Non
     while not started and loop.time() < deadline:
         await asyncio.sleep(0.05)
     assert started and started[0] - models_loaded >= INDEX_START_DELAY_SECONDS - 0.01
+
+
+def test_a_bot_storing_in_sqlite_never_loads_sqlalchemys_postgresql_dialect(tmp_path) -> None:
+    """The dialect and its drivers' modules (40-80 ms of CPU) are for PostgreSQL's bots only."""
+    code = (
+        "import sys, myao2.bot\n"
+        "from myao2.infrastructure.db.engine import INSERT_IGNORING, open_database\n"
+        "from myao2.infrastructure.llm.agents import import_model_libraries\n"
+        f"engine = open_database('sqlite:///{tmp_path / 'memory.db'}')\n"  # at the newest migration already
+        "import_model_libraries()\n"
+        "INSERT_IGNORING['sqlite'](myao2.infrastructure.db.tables.MemoRow.__table__)\n"
+        "print('sqlalchemy.dialects.postgresql' in sys.modules)\n"
+    )
+    open_database(f"sqlite:///{tmp_path / 'memory.db'}").dispose()  # migrated here: Alembic loads every dialect
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert result.stdout.strip() == "False"
