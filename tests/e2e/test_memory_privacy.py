@@ -111,13 +111,17 @@ def test_a_message_deleted_in_slack_leaves_the_memory_and_the_next_prompts(
 
     slack.delete_message(GENERAL, gone)
     wait_until(lambda: memories_holding(bot, "canary-password") == [], what="the notes made from it dropped")
-    # The round that read it before the deletion may still be writing the workspace memory (its prompt read
-    # then): once that is saved, the round is over, and its save left the deleted message's notes out.
-    wait_until(lambda: "workspace/long" in memories_holding(bot, "lunch at noon"), what="the round under way ended")
+    # A round that read it before the deletion may still be asking the model with prompts read then (the
+    # workspace memory, the profiles), and saving what they bring. Rounds run one at a time: once the workspace
+    # memory holds a message posted now, the round that read it began after the deletion, and the one before
+    # is over (its saves left the deleted message's notes out).
+    slack.post_message(GENERAL, ALICE, "dessert at three")
+    wait_until(lambda: "workspace/long" in memories_holding(bot, "dessert at three"), what="a round begun since")
     assert memories_holding(bot, "canary-password") == []
 
     seen = len(llm.requests)
     ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> what is new?")
     slack.wait_for(lambda: replies_in(slack, ts), what="the reply in #general")
-    assert all("canary-password" not in prompt_text(r) for r in llm.requests[seen:])
+    later = [r for i, r in enumerate(llm.requests) if i >= seen or "dessert at three" in prompt_text(r)]
+    assert all("canary-password" not in prompt_text(r) for r in later)
     assert bot.stop() == 0
