@@ -390,10 +390,20 @@ class SqlConversationStore:
     def claim(
         self, channel_id: str, ts: str, retry_at: datetime | None = None, *, holder: str | None = None
     ) -> bool:
-        values: dict[str, Any] = {"channel_id": channel_id, "ts": ts, "claimed_at": self._clock.now(), "holder": holder}
-        if retry_at is not None:
-            values.update(attempts=1, next_attempt_at=retry_at)
-        return self._insert(ClaimRow, values)
+        values = {
+            "channel_id": channel_id,
+            "ts": ts,
+            "claimed_at": self._clock.now(),
+            "holder": holder,
+            "attempts": 0 if retry_at is None else 1,
+            "next_attempt_at": retry_at,
+        }
+        dialect = self._engine.dialect.name
+        try:
+            with self._engine.begin() as connection:
+                return connection.execute(_insert_claim(dialect), values).rowcount == 1
+        except IntegrityError:  # a dialect without INSERT ... ON CONFLICT DO NOTHING: the key is taken
+            return False
 
     def next_attempt(
         self, channel_id: str, ts: str, attempts: int, retry_at: datetime, *, holder: str | None = None
@@ -619,6 +629,19 @@ def _save_message(connection: Connection, message: Message) -> bool:
             return connection.execute(_insert_message(dialect), _message_row(message)).rowcount == 1
     except IntegrityError:
         return False
+
+
+@lru_cache(maxsize=None)
+def _insert_claim(dialect: str) -> Executable:
+    """The statement of `claim`, built once per dialect: a claim's row, unless its key is taken."""
+    values = {name: bindparam(name, type_=_CLAIMS.c[name].type) for name in _CLAIM_COLUMNS}
+    insert_ignoring = INSERT_IGNORING.get(dialect)
+    if insert_ignoring is None:
+        return insert(_CLAIMS).values(values)
+    return insert_ignoring(_CLAIMS).values(values).on_conflict_do_nothing()
+
+
+_CLAIM_COLUMNS = ("channel_id", "ts", "claimed_at", "holder", "attempts", "next_attempt_at")
 
 
 @lru_cache(maxsize=None)
