@@ -19,7 +19,7 @@ from sqlalchemy import text
 
 from myao2.domain.memo import MemoChanges
 from myao2.infrastructure.search import index as index_module
-from myao2.infrastructure.search.index import SEARCH_EMBED_LIMIT
+from myao2.infrastructure.search.index import BATCH_SIZE, SEARCH_EMBED_LIMIT
 from myao2.infrastructure.search.keywords import SYNC_LOCK
 from tests.fakes.embedder import HashEmbedder
 from tests.unit.test_search_index import START, IndexFollowsTheData, World
@@ -194,3 +194,70 @@ def test_a_search_does_not_wait_for_a_replica_frozen_while_holding_the_index(
         assert world.memo_names("carrot cake", limit=1) == ["cake"]  # caught up once the replica let go
     finally:
         world.close()
+
+
+def test_a_batch_one_process_embeds_is_not_embedded_by_another(world: World, database_url: str) -> None:
+    """Replicas (or the bot and `myao2 mcp`) each run the background: each embeds batches no other has taken."""
+    embedder = _embedder(world)
+    gate = embedder.gate = threading.Semaphore(0)  # this process's first batch embeds until released
+    first = len(embedder.batches)
+    working = threading.Thread(target=world.index.sync)
+    working.start()
+    elsewhere = World(database_url, SlowEmbedder())
+    try:
+        assert embedder.held.wait(30)
+        elsewhere.index.sync()  # another process works the rest off meanwhile
+        assert elsewhere.index.pending() == BATCH_SIZE  # the batch under way here
+    finally:
+        embedder.gate = None
+        gate.release()
+        working.join(60)
+    taken_here = set(embedder.batches[first])
+    taken_elsewhere = [text for batch in _embedder(elsewhere).batches for text in batch]
+    assert len(taken_here) == BATCH_SIZE and not taken_here & set(taken_elsewhere)
+    assert len(taken_elsewhere) == len(set(taken_elsewhere)) == FILLERS + 1 - BATCH_SIZE
+    assert world.index.pending() == 0
+    elsewhere.close()
+
+
+def test_a_batch_claimed_by_a_process_that_stopped_is_embedded_once_its_claim_lapses(
+    world: World, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    claimed = world.index._claimed()  # and stopped there
+    assert len(claimed) == BATCH_SIZE
+    elsewhere = World(database_url, SlowEmbedder())
+    try:
+        elsewhere.index.sync()
+        assert elsewhere.index.pending() == BATCH_SIZE
+        now = time.time()
+        monkeypatch.setattr(index_module, "_wall_clock", lambda: now + index_module.CLAIM_SECONDS + 1)
+        elsewhere.index.sync()
+        assert elsewhere.index.pending() == 0
+    finally:
+        elsewhere.close()
+
+
+def test_a_text_edited_while_its_batch_is_embedded_is_embedded_again_as_edited(world: World) -> None:
+    embedder = _embedder(world)
+    gate = embedder.gate = threading.Semaphore(0)
+    first = len(embedder.batches)
+    working = threading.Thread(target=world.index.sync)
+    working.start()
+    try:
+        assert embedder.held.wait(30)
+        embedder.gate = None  # the batch under way stays held; the search's own embedding is not
+        newest = embedder.batches[first][0].split("\n")[0]  # a memo's content, whose batch is under way
+        name = next(m.name for m in world.memos.list(None, limit=200).memos if m.content == newest)
+        world.memos.edit(name, MemoChanges.create(content="carol drinks hot cocoa"), None, "test")
+        assert world.memo_names("carol drinks hot cocoa", limit=1) == [name]  # applied by the search
+    finally:
+        embedder.gate = None
+        gate.release()
+        working.join(60)
+    world.index.sync()
+    assert world.index.pending() == 0
+    with world.engine.connect() as connection:
+        stored = connection.execute(
+            text("SELECT text FROM search_docs WHERE kind = 'memo' AND vector IS NOT NULL AND text LIKE '%cocoa%'")
+        ).scalars().all()
+    assert len(stored) == 1

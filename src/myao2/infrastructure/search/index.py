@@ -58,6 +58,8 @@ until the background embeds them."""
 SEARCH_LOCK_WAIT_SECONDS = 3.0
 """How long a search waits for another process holding the index (PostgreSQL replicas) before it searches the
 index as it is: a replica frozen while holding it must not stall every other replica's answers."""
+CLAIM_SECONDS = 300.0
+"""How long a batch claimed for embedding stays claimed (see `_claimed`): far longer than a batch takes."""
 CHANGES_CHUNK = 256
 """Queued changes applied at a time."""
 _LOAD_CHUNK = 10_000
@@ -72,6 +74,7 @@ _FREQUENT_SHARES_KEPT = 10_000
 FREQUENT_SHARE_SECONDS = 3600.0
 """How long a frequent term's measured share is used before it is measured again."""
 _monotonic = time.monotonic
+_wall_clock = time.time
 NEIGHBOUR_WEIGHT = 0.4
 """How much of its best neighbour's lead over the weakest candidate a message found gains (see `_lifted_by_neighbours`)."""
 KEYWORD_WEIGHT = 0.1
@@ -326,31 +329,57 @@ class SearchIndex:
     def _embed_queued(self) -> tuple[int, int]:
         """Embed a batch of the documents queued for it; returns how many were taken, and of them written or deleted.
 
-        The embedding, the slow part, holds nothing: a search meanwhile finds the former vectors. A
+        The batch is claimed first, so another process's background never embeds it too. The
+        embedding, the slow part, holds nothing: a search meanwhile finds the former vectors. A
         document whose text changed meanwhile is left queued, to be embedded as it is now.
         """
-        with self._engine.connect() as connection:
-            queued = connection.execute(
-                # Newest first: a text just stored or edited is not left behind a backlog of hours.
-                text("SELECT kind, ref_id FROM search_queue WHERE reembed = TRUE ORDER BY id DESC LIMIT :n"),
-                {"n": BATCH_SIZE},
-            ).all()
-        refs = list(dict.fromkeys((kind, ref_id) for kind, ref_id in queued))
-        live = [(ref, doc) for ref, doc in self._documents_of(refs).items() if doc is not None]
-        vectors = self._embedded(live)
-        with self._held():
-            now = self._documents_of(refs)
-            writes = [(ref, doc, vector) for (ref, doc), vector in zip(live, vectors) if now[ref] == doc]
-            gone = [ref for ref, doc in now.items() if doc is None]
-            with self._engine.begin() as connection:
-                deleted = self._store(connection, writes, gone)
-                for kind, ref_id in [ref for ref, _, _ in writes] + gone:
+        refs = self._claimed()
+        if not refs:
+            return 0, 0
+        try:
+            live = [(ref, doc) for ref, doc in self._documents_of(refs).items() if doc is not None]
+            vectors = self._embedded(live)
+            with self._held():
+                now = self._documents_of(refs)
+                writes = [(ref, doc, vector) for (ref, doc), vector in zip(live, vectors) if now[ref] == doc]
+                gone = [ref for ref, doc in now.items() if doc is None]
+                with self._engine.begin() as connection:
+                    deleted = self._store(connection, writes, gone)
+                    for kind, ref_id in [ref for ref, _, _ in writes] + gone:
+                        connection.execute(
+                            text("DELETE FROM search_queue WHERE kind = :kind AND ref_id = :ref AND reembed = TRUE"),
+                            {"kind": kind, "ref": ref_id},
+                        )
+        finally:
+            with self._engine.begin() as connection:  # what is left, changed meanwhile, may be taken again at once
+                for kind, ref_id in refs:
                     connection.execute(
-                        text("DELETE FROM search_queue WHERE kind = :kind AND ref_id = :ref AND reembed = TRUE"),
+                        text("UPDATE search_queue SET claimed_until = NULL WHERE kind = :kind AND ref_id = :ref AND reembed = TRUE"),
                         {"kind": kind, "ref": ref_id},
                     )
         self._discard(deleted)
         return len(refs), len(writes) + len(gone)
+
+    def _claimed(self) -> list[tuple[str, int]]:
+        """Claim the newest documents queued to be embedded (up to `BATCH_SIZE`) that no process has claimed, for
+        `CLAIM_SECONDS`: a claim of a process that stopped mid-batch lapses."""
+        now = _wall_clock()
+        with self._held(), self._engine.begin() as connection:
+            queued = connection.execute(
+                # Newest first: a text just stored or edited is not left behind a backlog of hours.
+                text(
+                    "SELECT kind, ref_id FROM search_queue WHERE reembed = TRUE "
+                    "AND (claimed_until IS NULL OR claimed_until < :now) ORDER BY id DESC LIMIT :n"
+                ),
+                {"now": now, "n": BATCH_SIZE},
+            ).all()
+            refs = list(dict.fromkeys((kind, ref_id) for kind, ref_id in queued))
+            for kind, ref_id in refs:  # every entry of the document: it may be queued twice (a rebuild)
+                connection.execute(
+                    text("UPDATE search_queue SET claimed_until = :until WHERE kind = :kind AND ref_id = :ref AND reembed = TRUE"),
+                    {"until": now + CLAIM_SECONDS, "kind": kind, "ref": ref_id},
+                )
+        return refs
 
     def _documents_of(self, refs: list[tuple[str, int]]) -> dict[tuple[str, int], Document | None]:
         """What to index for each (kind, id); None for what is gone or removed."""
