@@ -6,7 +6,8 @@ with ``--allow-pinned``. The client sees what the whole workspace may read and, 
 with ``--conversation C``, that conversation's own memos too, exactly as a prompt in C
 would (the domain's visibility rule decides); then, like the bot's tools in C, it may not
 change a memo that C shares with a wider audience. The database is shared with the running bot
-(WAL, busy timeout): the bot sees a change at its next prompt.
+(WAL, busy timeout): the bot sees a change at its next prompt. Like the bot, the server keeps
+the search index up to date in the background (an `IndexWorker`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.llm.memo_messages import error_message
+from myao2.infrastructure.search.setup import IndexWorker
 from myao2.preview import PreviewError, Previewer
 
 T = TypeVar("T")
@@ -390,11 +392,18 @@ def run_mcp_command(config: Config, args: argparse.Namespace) -> int:
         app = build_application(config, engine, clock, bot.user_id if bot else "")
         scope = Scope(args.conversation, args.allow_pinned)
         server = build_server(app, scope, bot, token, config.mcp.host, config.mcp.port)
-        if not args.http:
-            server.run("stdio")
-            return 0
-        print(f"myao2 mcp: serving on http://{config.mcp.host}:{config.mcp.port}/mcp", file=sys.stderr, flush=True)
-        server.run("streamable-http", host=config.mcp.host, port=config.mcp.port)
+        # Texts changed here, or by the bot while only this server runs, are embedded in the background, as the bot
+        # does (one process's batch is never embedded by another); only the memos' vectors are loaded for searching.
+        indexer = IndexWorker(app.index, engine, warm=["memo"])
+        indexer.start()
+        try:
+            if not args.http:
+                server.run("stdio")
+                return 0
+            print(f"myao2 mcp: serving on http://{config.mcp.host}:{config.mcp.port}/mcp", file=sys.stderr, flush=True)
+            server.run("streamable-http", host=config.mcp.host, port=config.mcp.port)
+        finally:
+            indexer.stop()
     finally:
         engine.dispose()
     return 0

@@ -21,6 +21,10 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from myao2.domain.memo import MemoDraft, Origin
+from myao2.infrastructure.clock import SystemClock
+from myao2.infrastructure.db.engine import open_database
+from myao2.infrastructure.db.memo_store import SqlMemoStore
 from tests.e2e.conftest import ALICE, GENERAL, ROOT, START_SECONDS, BotProcess, free_port, wait_until
 from tests.e2e.test_mentions import prompt_text, replies_in
 from tests.fakes import PROXY_VARIABLES
@@ -233,3 +237,29 @@ def test_a_memo_added_while_the_bot_runs_is_in_its_next_prompt(bot: BotProcess, 
     slack.wait_for(lambda: replies_in(slack, ts), what="the answer")
     assert "standup (priority 5" in prompt_text(llm.requests[0]) and "Standup is at 9:30" in prompt_text(llm.requests[0])
     assert bot.stop() == 0
+
+
+def test_texts_another_process_changes_while_only_the_server_runs_are_embedded_in_the_background(notebook: Notebook) -> None:
+    """A search embeds a few changed texts itself and leaves the rest to the background: the server runs it, as the bot does."""
+    count = 40  # more than a search embeds itself (SEARCH_EMBED_LIMIT)
+
+    def unembedded() -> int:
+        return notebook.rows("SELECT count(*) FROM search_docs WHERE vector IS NULL")[0][0]
+
+    async def session() -> None:
+        async with Client(notebook.stdio()) as client:
+            data(await client.call_tool("search_memo", {"query": "anything"}))  # the server is up, its index idle
+            engine = open_database(f"sqlite:///{notebook.database}")
+            try:  # as the bot would, in a process of its own
+                memos = SqlMemoStore(engine, SystemClock())
+                for number in range(count):
+                    memos.add(MemoDraft.create(f"note{number}", f"note number {number}", 3), Origin(None), "test")
+            finally:
+                engine.dispose()
+            found = data(await client.call_tool("search_memo", {"query": "note number 7", "limit": 1}))["memos"]
+            assert [memo["name"] for memo in found] == ["note7"]
+            assert notebook.rows("SELECT count(*) FROM search_docs WHERE kind = 'memo'") == [(count,)]
+            await asyncio.to_thread(wait_until, lambda: unembedded() == 0, 120.0, "the server to embed the memos")
+
+    asyncio.run(session())
+    assert notebook.rows("SELECT count(*) FROM search_queue") == [(0,)]

@@ -39,7 +39,7 @@ class CountingIndex:
             self.synced.notify_all()
         return 0
 
-    def warm(self) -> None:
+    def warm(self, kinds: object = None) -> None:
         pass
 
     def wake_with(self, wake: Callable[[], None]) -> None:

@@ -659,9 +659,9 @@ class SearchIndex:
         documents = max(sum(len(c) for c in self._caches.values()), max(frequencies.values(), default=0))
         return {term: _idf(documents, frequency) for term, frequency in frequencies.items()}
 
-    def warm(self) -> None:
-        """Load every kind's vectors into memory (done on first search otherwise), and cluster those due."""
-        for kind in KINDS:
+    def warm(self, kinds: Iterable[str] = KINDS) -> None:
+        """Load `kinds`' vectors into memory (done on first search otherwise), and cluster those loaded that are due."""
+        for kind in kinds:
             with self._cache_locks[kind]:
                 self._refreshed(kind)
         self._cluster_due()

@@ -6,6 +6,7 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Iterable
 from contextlib import suppress
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.memo_store import SqlMemoStore
 from myao2.infrastructure.db.memory_store import SqlMemoryStore
 from myao2.infrastructure.search.embedders import make_embedder
-from myao2.infrastructure.search.index import SearchIndex
+from myao2.infrastructure.search.index import KINDS, SearchIndex
 
 __all__ = ["IndexProgressLog", "IndexWorker", "SearchIndex", "open_index"]
 
@@ -70,8 +71,12 @@ class IndexWorker:
     stopping in the middle of one loses nothing.
     """
 
-    def __init__(self, index: SearchIndex, engine: Engine, gather_seconds: float = GATHER_SECONDS) -> None:
+    def __init__(
+        self, index: SearchIndex, engine: Engine, gather_seconds: float = GATHER_SECONDS, warm: Iterable[str] = KINDS
+    ) -> None:
         self._index = index
+        self._warm = tuple(warm)
+        """The kinds whose vectors are loaded at start, for the searches to come (a million messages' take a while)."""
         self._engine = engine
         self._gather = gather_seconds
         self._stopped = threading.Event()
@@ -108,9 +113,9 @@ class IndexWorker:
     def _run(self) -> None:
         _into_background()
         try:
-            self._index.warm()  # first: a backlog may take long, and searches meanwhile need the vectors
+            self._index.warm(self._warm)  # first: a backlog may take long, and searches meanwhile need the vectors
             self._index.sync(IndexProgressLog())
-            self._index.warm()
+            self._index.warm(self._warm)
         except Exception:
             logger.exception("search indexing failed; searches will index what they need")
         while self._changed.wait() and not self._stopped.wait(self._gather):
