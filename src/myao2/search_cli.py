@@ -23,6 +23,8 @@ from myao2.infrastructure.db.memo_store import SqlMemoStore
 from myao2.infrastructure.search.setup import open_index
 
 BAR_WIDTH = 30
+WAITING_COUNTED = 10_000
+"""The most documents waiting to be embedded a search counts, to say how many (a million may wait after an upgrade)."""
 
 _ERRORS = {
     "blank_query": "the query is empty",
@@ -48,10 +50,11 @@ def run_search_command(config: Config, args: argparse.Namespace) -> int:
             print(f"Indexed {count} documents.")
             return 0
         status = _search(config, args, Search(index, memos, conversations))
-        waiting = index.pending()
+        waiting = index.pending(at_most=WAITING_COUNTED)
         if waiting:
+            counted = f"{waiting} or more" if waiting >= WAITING_COUNTED else str(waiting)
             print(
-                f"myao2 search: {waiting} documents wait to be embedded (found meanwhile by their keywords and any "
+                f"myao2 search: {counted} documents wait to be embedded (found meanwhile by their keywords and any "
                 "former vector); the running bot embeds them, or `myao2 index sync`",
                 file=sys.stderr,
             )

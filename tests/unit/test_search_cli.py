@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
+from myao2 import search_cli
 from myao2.cli import main
 from myao2.config import load_config
 from myao2.domain.conversation import Channel, ChannelKind, Message
@@ -94,3 +95,18 @@ def test_a_search_leaves_a_backlog_to_index_sync_and_says_so(
     assert captured.out.strip() == "Indexed 3 documents." and "3/3 indexed" in captured.err
     assert run(config_path, "search", "味噌") == 0
     assert "wait to be embedded" not in capsys.readouterr().err
+
+
+def test_a_search_counts_a_large_backlog_only_so_far(
+    config_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After an upgrade a million texts may wait: the search says how many up to a bound, never reading the whole queue."""
+    assert run(config_path, "search", "味噌") == 0  # indexed
+    capsys.readouterr()
+    engine = open_database(load_config(config_path).memory.sqlalchemy_url)
+    with engine.begin() as connection:
+        connection.execute(text("INSERT INTO search_queue (kind, ref_id, reembed) SELECT 'memo', id, TRUE FROM memos"))
+    engine.dispose()
+    monkeypatch.setattr(search_cli, "WAITING_COUNTED", 2)
+    assert run(config_path, "search", "味噌") == 0
+    assert "2 or more documents wait to be embedded" in capsys.readouterr().err

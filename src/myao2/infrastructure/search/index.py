@@ -169,12 +169,15 @@ class SearchIndex:
 
     # -- keeping up with the data ---------------------------------------------
 
-    def pending(self) -> int:
-        """How many documents wait to be indexed or embedded again."""
+    def pending(self, at_most: int | None = None) -> int:
+        """How many documents wait to be indexed or embedded again (counted up to `at_most`: after an upgrade a
+        million may wait, and counting them all reads the whole queue)."""
+        limit = "" if at_most is None else "LIMIT :n"
         with self._engine.connect() as connection:
             return int(
                 connection.execute(
-                    text("SELECT count(*) FROM (SELECT DISTINCT kind, ref_id FROM search_queue) AS queued")
+                    text(f"SELECT count(*) FROM (SELECT DISTINCT kind, ref_id FROM search_queue {limit}) AS queued"),
+                    {"n": at_most},
                 ).scalar_one()
             )
 
