@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from myao2.domain.memo import MemoChanges
 from myao2.infrastructure.search import index as index_module
@@ -261,3 +261,29 @@ def test_a_text_edited_while_its_batch_is_embedded_is_embedded_again_as_edited(w
             text("SELECT text FROM search_docs WHERE kind = 'memo' AND vector IS NOT NULL AND text LIKE '%cocoa%'")
         ).scalars().all()
     assert len(stored) == 1
+
+
+def test_two_processes_claiming_at_the_same_moment_take_different_batches(world: World, database_url: str) -> None:
+    """The bot and `myao2 mcp` on one SQLite file (or replicas) look for unclaimed texts at once: what one reads
+    as unclaimed, the other may not claim too."""
+    elsewhere = World(database_url, SlowEmbedder())
+    taken_elsewhere: list[list[tuple[str, int]]] = []
+    other = threading.Thread(target=lambda: taken_elsewhere.append(elsewhere.index._claimed()))
+    started = False
+
+    def claim_elsewhere(connection, cursor, statement, parameters, context, executemany) -> None:  # type: ignore[no-untyped-def]
+        nonlocal started
+        if not started and "claimed_until IS NULL" in statement:  # read what is unclaimed here, not claimed yet
+            started = True
+            other.start()
+            other.join(2)  # done meanwhile unless it waits for this claim (then it ends once this one commits)
+
+    event.listen(world.engine, "after_cursor_execute", claim_elsewhere)
+    try:
+        taken_here = world.index._claimed()
+    finally:
+        event.remove(world.engine, "after_cursor_execute", claim_elsewhere)
+        other.join(60)
+        elsewhere.close()
+    assert started and len(taken_here) == BATCH_SIZE
+    assert not set(taken_here) & set(taken_elsewhere[0])

@@ -33,6 +33,7 @@ from myao2.domain.conversation import Message
 from myao2.domain.memory import Term, bullet_line
 from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
+from myao2.infrastructure.db.engine import take_write_lock
 from myao2.infrastructure.db.memo_store import SqlMemoStore
 from myao2.infrastructure.db.memory_store import SqlMemoryStore
 from myao2.infrastructure.search.dates import periods
@@ -368,6 +369,7 @@ class SearchIndex:
         `CLAIM_SECONDS`: a claim of a process that stopped mid-batch lapses."""
         now = _wall_clock()
         with self._held(), self._engine.begin() as connection:
+            take_write_lock(connection)  # SQLite: another process must not read these as unclaimed before this commits
             queued = connection.execute(
                 # Newest first: a text just stored or edited is not left behind a backlog of hours.
                 text(
