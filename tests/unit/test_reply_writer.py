@@ -132,6 +132,32 @@ async def test_every_reply_offers_the_same_tools_normalised_once(fake, make_writ
     assert sorted(normalised) == sorted(MEMO_TOOL_NAMES)
 
 
+async def test_a_reply_offers_the_writers_tools_and_no_tool_strands_registers_itself(fake, make_writer, monkeypatch):
+    """Were strands to register tools of its own in every agent (as a sandbox may vend some), the reply agent
+    would still offer the model exactly the writer's tools."""
+    from strands import tool
+    from strands.tools.registry import ToolRegistry
+
+    @tool
+    def shell(command: str) -> str:
+        """Run a shell command."""
+        return command
+
+    initialize = ToolRegistry.initialize_tools
+
+    def vending(self, *args, **kwargs):
+        initialize(self, *args, **kwargs)
+        self.register_tool(shell)
+
+    monkeypatch.setattr(ToolRegistry, "initialize_tools", vending)
+    writer = make_writer()
+    offered = sorted(tool["name"] for tool in writer.prompt(CONTEXT).tools)
+
+    await writer.write(CONTEXT, ORIGIN)
+
+    assert sorted(tool["function"]["name"] for tool in fake.requests[0]["tools"]) == offered
+
+
 async def test_a_configured_system_prompt_replaces_the_rendered_one(fake, make_writer):
     await make_writer(system_prompt="You are a terse bot.").write(CONTEXT, ORIGIN)
 

@@ -358,16 +358,10 @@ class StrandsReplyWriter:
         return self._renderer.render(self.ROLE, "system", context), self._renderer.render(self.ROLE, "query", context)
 
     def _give_tools(self, agent: Agent) -> None:
-        """Hand `agent` the writer's tools, registered once for every reply (`FixedToolRegistry`).
-
-        An agent that came with tools of its own (none do today: strands registers none
-        unasked) gets the writer's tools added to them instead.
-        """
+        """Hand `agent` the writer's tools, registered once for every reply (`FixedToolRegistry`), and them alone:
+        any tool strands registered in it unasked (none today) is not offered to the model."""
         from myao2.infrastructure.llm.tool_registry import FixedToolRegistry
 
-        if agent.tool_registry.registry or agent.tool_registry.dynamic_tools:
-            agent.tool_registry.process_tools(self._tools())
-            return
         if self._registry is None:
             self._registry = FixedToolRegistry(self._tools(), read_only_specs=self._config.provider == "openai")
         agent.tool_registry = self._registry
