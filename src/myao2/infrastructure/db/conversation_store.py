@@ -511,8 +511,9 @@ class SqlConversationStore:
     def _insert(self, model: type[SQLModel], values: dict[str, Any]) -> bool:
         """Insert a row in its own transaction; False when its key is already taken.
 
-        Core statements, and on SQLite and PostgreSQL no exception for a taken key:
-        the hot paths (every message, every claim) skip the ORM's per-row work.
+        A Core statement, and on SQLite and PostgreSQL no exception for a taken key. The hot paths
+        (every message, every claim) use statements built once per dialect instead (`_insert_message`,
+        `_insert_claim`).
         """
         table = _table(model)
         insert_ignoring = INSERT_IGNORING.get(self._engine.dialect.name)

@@ -139,8 +139,8 @@ class VectorCache:
         """Of rows about to be replaced, which are clustered and still nearest their own cluster with their new vector.
 
         Such a row is replaced where it is: re-embedding a text (a new way of embedding, the same
-        model) hardly moves its vector, and moving every re-embedded row to the end would have a
-        search re-cluster the whole collection again and again while a backlog is worked off.
+        model) hardly moves its vector, and moving every re-embedded row to the end would have the
+        background re-cluster the whole collection again and again while a backlog is worked off.
         """
         fitting = np.zeros(len(doc_ids), dtype=bool)
         if self._centroids is None:
