@@ -287,3 +287,38 @@ def test_two_processes_claiming_at_the_same_moment_take_different_batches(world:
         elsewhere.close()
     assert started and len(taken_here) == BATCH_SIZE
     assert not set(taken_here) & set(taken_elsewhere[0])
+
+
+def test_a_change_two_processes_index_at_once_ends_indexed_as_the_text_is_now(database_url: str) -> None:
+    """The bot and `myao2 mcp` on one SQLite file (or replicas) index the same queued change: one read the text
+    before it was edited again, the other after. The text read first must not be the one left indexed."""
+    here, elsewhere = World(database_url, SlowEmbedder()), World(database_url, SlowEmbedder())
+    other = threading.Thread(target=elsewhere.index.catch_up)
+    started = False
+
+    def edited_meanwhile(connection, cursor, statement, parameters, context, executemany) -> None:  # type: ignore[no-untyped-def]
+        nonlocal started
+        if not started and "THEN vector END FROM search_docs" in statement:  # the text read here, not written yet
+            started = True
+            elsewhere.memos.edit("tea", MemoChanges.create(content="alice drinks black coffee"), None, "test")
+            other.start()
+            other.join(2)  # indexed there meanwhile, unless it waits for this process's indexing
+
+    try:
+        here.memo("tea", "alice drinks green tea")
+        here.index.sync()
+        here.memos.edit("tea", MemoChanges.create(content="alice drinks oolong tea"), None, "test")
+        event.listen(here.engine, "after_cursor_execute", edited_meanwhile)
+        try:
+            here.index.catch_up()
+        finally:
+            event.remove(here.engine, "after_cursor_execute", edited_meanwhile)
+            other.join(60)
+        assert started
+        here.index.sync()  # whatever is left queued
+        with here.engine.connect() as connection:
+            indexed = connection.execute(text("SELECT text FROM search_docs WHERE kind = 'memo'")).scalars().all()
+        assert len(indexed) == 1 and "coffee" in indexed[0]
+    finally:
+        here.close()
+        elsewhere.close()

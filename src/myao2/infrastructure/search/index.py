@@ -289,6 +289,8 @@ class SearchIndex:
                 {"n": CHANGES_CHUNK},
             ).all()
         last = {(kind, ref_id): queue_id for queue_id, kind, ref_id in queued}
+        if not last:
+            return _Applied(0, 0, 0)
         documents = self._documents_of(list(last))
         stored = self._stored(list(last))
         writes: list[_Write] = []
@@ -307,13 +309,24 @@ class SearchIndex:
                 later.append(ref)
         writes += [(ref, doc, vector) for (ref, doc), vector in zip(fresh, self._embedded(fresh))]
         with self._engine.begin() as connection:
-            deleted = self._store(connection, writes, [ref for ref, doc in documents.items() if doc is None])
-            for (kind, ref_id), queue_id in last.items():
+            # Another process (the bot and `myao2 mcp` on one SQLite file) may have indexed these changes meanwhile,
+            # from texts read later than these: a change no longer queued is left as it indexed it.
+            take_write_lock(connection)
+            present = set(
+                connection.execute(
+                    text("SELECT id FROM search_queue WHERE id IN :ids").bindparams(bindparam("ids", expanding=True)),
+                    {"ids": list(last.values())},
+                ).scalars()
+            )
+            kept = {ref: queue_id for ref, queue_id in last.items() if queue_id in present}
+            writes = [write for write in writes if write[0] in kept]
+            deleted = self._store(connection, writes, [ref for ref, doc in documents.items() if doc is None and ref in kept])
+            for (kind, ref_id), queue_id in kept.items():
                 connection.execute(
                     text("DELETE FROM search_queue WHERE kind = :kind AND ref_id = :ref AND id <= :last AND reembed = FALSE"),
                     {"kind": kind, "ref": ref_id, "last": queue_id},
                 )
-            for kind, ref_id in later:
+            for kind, ref_id in [ref for ref in later if ref in kept]:
                 connection.execute(
                     text(
                         "INSERT INTO search_queue (kind, ref_id, reembed) SELECT CAST(:kind AS VARCHAR(16)), CAST(:ref AS INTEGER), TRUE "
@@ -322,7 +335,7 @@ class SearchIndex:
                     ),
                     {"kind": kind, "ref": ref_id},
                 )
-            for (kind, ref_id), _ in fresh:  # embedded as it is now: nothing to embed again
+            for (kind, ref_id), _ in [item for item in fresh if item[0] in kept]:  # embedded as it is now: nothing to embed again
                 connection.execute(
                     text("DELETE FROM search_queue WHERE kind = :kind AND ref_id = :ref AND reembed = TRUE"),
                     {"kind": kind, "ref": ref_id},
