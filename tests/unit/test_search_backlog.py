@@ -322,3 +322,17 @@ def test_a_change_two_processes_index_at_once_ends_indexed_as_the_text_is_now(da
     finally:
         here.close()
         elsewhere.close()
+
+
+def test_a_text_queued_again_while_another_process_embeds_it_is_not_claimed_by_a_third(world: World, database_url: str) -> None:
+    """`myao2 index rebuild` queues every text again while the bot embeds a batch: the batch's texts stay the bot's."""
+    taken_there = world.index._claimed()
+    with world.engine.begin() as connection:  # as `rebuild` queues them: every memo, once more
+        connection.execute(text("INSERT INTO search_queue (kind, ref_id, reembed) SELECT 'memo', id, TRUE FROM memos"))
+    elsewhere = World(database_url, SlowEmbedder())
+    try:
+        taken_here = elsewhere.index._claimed()
+    finally:
+        elsewhere.close()
+    assert len(taken_there) == len(taken_here) == BATCH_SIZE
+    assert not set(taken_there) & set(taken_here)

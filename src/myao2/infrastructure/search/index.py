@@ -386,8 +386,11 @@ class SearchIndex:
             queued = connection.execute(
                 # Newest first: a text just stored or edited is not left behind a backlog of hours.
                 text(
-                    "SELECT kind, ref_id FROM search_queue WHERE reembed = TRUE "
-                    "AND (claimed_until IS NULL OR claimed_until < :now) ORDER BY id DESC LIMIT :n"
+                    "SELECT kind, ref_id FROM search_queue q WHERE reembed = TRUE "
+                    "AND (claimed_until IS NULL OR claimed_until < :now) "
+                    # nor one queued again (a rebuild) while another entry of it is claimed
+                    "AND NOT EXISTS (SELECT 1 FROM search_queue c WHERE c.kind = q.kind AND c.ref_id = q.ref_id "
+                    "AND c.reembed = TRUE AND c.claimed_until >= :now) ORDER BY id DESC LIMIT :n"
                 ),
                 {"now": now, "n": BATCH_SIZE},
             ).all()
