@@ -61,8 +61,7 @@ class BotProcess:
     """The bot running as a subprocess with its own config, database and log.
 
     Its SQLite file, when there is none yet at the first start, is a copy of a migrated one
-    (`tests.sqlite`); with `migrated` false, the bot migrates a new file itself, as on its first
-    start anywhere.
+    (`tests.sqlite`); a file already there (an empty one in its place) the bot migrates itself.
     """
 
     def __init__(self, tmp_path: Path, slack: FakeSlack, llm: FakeOpenAI) -> None:
@@ -78,8 +77,6 @@ class BotProcess:
         self.process: subprocess.Popen[bytes] | None = None
         self.clock_shift_file: Path | None = None
         """Set (see `shift_clock`), the bot runs with its clock moved forward by the seconds in this file."""
-        self.migrated = True
-        """Whether a start without an SQLite file begins with a migrated copy (see the class)."""
 
     @property
     def database_url(self) -> str:
@@ -148,7 +145,7 @@ class BotProcess:
 
     def start(self, wait_connected: bool = True) -> BotProcess:
         self.write_config()
-        if self.migrated and "memory.database_url" not in self.settings and not self.database.exists():
+        if "memory.database_url" not in self.settings and not self.database.exists():
             copy_migrated(self.database)
         connections = self.slack.connection_count
         self._log = self.log_path.open("ab")
