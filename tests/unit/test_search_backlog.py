@@ -336,3 +336,49 @@ def test_a_text_queued_again_while_another_process_embeds_it_is_not_claimed_by_a
         elsewhere.close()
     assert len(taken_there) == len(taken_here) == BATCH_SIZE
     assert not set(taken_there) & set(taken_here)
+
+
+def test_a_text_another_process_edits_and_indexes_while_a_batch_is_checked_is_not_written_over(
+    world: World, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bot and `myao2 mcp` on one SQLite file: an edit indexed by the other between this batch's check of its
+    texts and their writing was overwritten by the text embedded, and its queue entries were gone with it."""
+    elsewhere = World(database_url, world.embedder)  # the same model (a fake's vectors are its own)
+    read = world.index._documents_of
+    calls: list[list[tuple[str, int]]] = []
+    edited: list[int] = []
+
+    def edit_after_the_check(refs: list[tuple[str, int]]) -> dict:
+        documents = read(refs)
+        calls.append(refs)
+        if len(calls) == 2:  # the batch's texts checked as they are now: another process edits one and indexes it
+            memo_id = next(ref_id for kind, ref_id in refs if kind == "memo")
+            name = world.memos.by_ids([memo_id])[memo_id].name
+            edited.append(memo_id)
+
+            def edit() -> None:
+                elsewhere.memos.edit(name, MemoChanges.create(content="carol drinks hot cocoa"), None, "test")
+                elsewhere.index.catch_up()
+
+            editing = threading.Thread(target=edit)
+            editing.start()
+            editing.join(1)  # it waits for this batch's write (SQLite's write lock, PostgreSQL's advisory lock)
+            threads.append(editing)
+        return documents
+
+    threads: list[threading.Thread] = []
+    monkeypatch.setattr(world.index, "_documents_of", edit_after_the_check)
+    try:
+        world.index._embed_queued()
+        for thread in threads:
+            thread.join(60)
+        monkeypatch.undo()
+        world.index.sync()
+        with world.engine.connect() as connection:
+            stored = connection.execute(
+                text("SELECT text FROM search_docs WHERE kind = 'memo' AND ref_id = :id"), {"id": edited[0]}
+            ).scalar_one()
+        assert stored.startswith("carol drinks hot cocoa")
+        assert world.memo_names("carol drinks hot cocoa", limit=1) == [world.memos.by_ids(edited)[edited[0]].name]
+    finally:
+        elsewhere.close()

@@ -356,17 +356,19 @@ class SearchIndex:
         try:
             live = [(ref, doc) for ref, doc in self._documents_of(refs).items() if doc is not None]
             vectors = self._embedded(live)
-            with self._held():
+            with self._held(), self._engine.begin() as connection:
+                # SQLite: no other process (the bot and `myao2 mcp` on one file) commits an edit, nor indexes it,
+                # between this reading of the texts and their writing: an older text would be written over it.
+                take_write_lock(connection)
                 now = self._documents_of(refs)
                 writes = [(ref, doc, vector) for (ref, doc), vector in zip(live, vectors) if now[ref] == doc]
                 gone = [ref for ref, doc in now.items() if doc is None]
-                with self._engine.begin() as connection:
-                    deleted = self._store(connection, writes, gone)
-                    for kind, ref_id in [ref for ref, _, _ in writes] + gone:
-                        connection.execute(
-                            text("DELETE FROM search_queue WHERE kind = :kind AND ref_id = :ref AND reembed = TRUE"),
-                            {"kind": kind, "ref": ref_id},
-                        )
+                deleted = self._store(connection, writes, gone)
+                for kind, ref_id in [ref for ref, _, _ in writes] + gone:
+                    connection.execute(
+                        text("DELETE FROM search_queue WHERE kind = :kind AND ref_id = :ref AND reembed = TRUE"),
+                        {"kind": kind, "ref": ref_id},
+                    )
         finally:
             with self._engine.begin() as connection:  # what is left, changed meanwhile, may be taken again at once
                 for kind, ref_id in refs:
