@@ -12,6 +12,7 @@ from sqlalchemy import Engine
 from myao2.infrastructure.db.engine import open_database
 from tests.fakes import PROXY_VARIABLES
 from tests.postgres import PostgresServer, emptied, fresh_database, server_binaries
+from tests.sqlite import copy_migrated
 
 
 @pytest.fixture(autouse=True)
@@ -54,8 +55,15 @@ def engine(database_url: str) -> Iterator[Engine]:
 def new_database(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Callable[[], str]:
     """Makes a fresh database of `database_url`'s kind at each call (for each example of a property test).
 
-    A new SQLite file each time; on PostgreSQL, `database_url` emptied (dispose the engines on it first).
+    A new migrated SQLite file each time (a copy, see `tests.sqlite`); on PostgreSQL, `database_url` emptied
+    (dispose the engines on it first).
     """
     if database_url.startswith("sqlite"):
-        return lambda: f"sqlite:///{tmp_path_factory.mktemp('db') / 'memory.db'}"
+
+        def new_sqlite() -> str:
+            path = tmp_path_factory.mktemp("db") / "memory.db"
+            copy_migrated(path)
+            return f"sqlite:///{path}"
+
+        return new_sqlite
     return lambda: emptied(database_url)

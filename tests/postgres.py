@@ -21,6 +21,7 @@ import pytest
 from sqlalchemy import create_engine, inspect, text
 
 from myao2.infrastructure.db.engine import open_database
+from tests.sqlite import copy_migrated
 
 SERVER_USER = "nobody"
 """initdb refuses to run as root: as root, the cluster belongs to this user."""
@@ -111,11 +112,15 @@ class PostgresServer:
 def fresh_database(request: pytest.FixtureRequest, tmp_path: Path, *, migrated: bool = True) -> Iterator[str]:
     """For a fixture parametrized over "sqlite" and "postgresql": the URL of a new database of that kind.
 
-    The SQLite file does not exist yet (the first open migrates it); the PostgreSQL database
-    is migrated, or empty when `migrated` is false.
+    The SQLite file is a copy of one migrated once (`tests.sqlite`), or not there yet when `migrated`
+    is false (the first open migrates it); the PostgreSQL database is migrated, or empty when `migrated`
+    is false.
     """
     if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'memory.db'}"
+        path = tmp_path / "memory.db"
+        if migrated:
+            copy_migrated(path)
+        yield f"sqlite:///{path}"
         return
     server: PostgresServer = request.getfixturevalue("postgres")
     with server.database(migrated=migrated) as url:

@@ -12,6 +12,8 @@ import tempfile
 import threading
 from pathlib import Path
 
+from sqlalchemy import Engine
+
 from myao2.infrastructure.db.engine import open_database
 
 _template: Path | None = None
@@ -23,6 +25,23 @@ def copy_migrated(target: Path) -> None:
     migrations' own."""
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(_migrated_template(), target)
+
+
+class MigratedCopy:
+    """An engine on a migrated SQLite file of its own, in a temporary folder; `close` disposes of both.
+
+    For tests that need a fresh database many times over (each example of a property test).
+    """
+
+    def __init__(self) -> None:
+        self._folder = tempfile.TemporaryDirectory(prefix="myao2-sqlite-")
+        path = Path(self._folder.name) / "memory.db"
+        copy_migrated(path)
+        self.engine: Engine = open_database(f"sqlite:///{path}")
+
+    def close(self) -> None:
+        self.engine.dispose()
+        self._folder.cleanup()
 
 
 def _migrated_template() -> Path:

@@ -23,7 +23,6 @@ from myao2.application.context import Budget, ContextBuilder, Persona
 from myao2.domain.conversation import Channel, ChannelKind
 from myao2.domain.memo import MemoError, Origin
 from myao2.infrastructure.clock import SystemClock
-from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
 from myao2.infrastructure.llm import memo_messages as say
 from myao2.infrastructure.llm.memo_tools import (
@@ -36,6 +35,7 @@ from myao2.infrastructure.llm.memo_tools import (
 from myao2.infrastructure.llm.phrases import prompt_marks
 from myao2.infrastructure.llm.prompts import PromptRenderer
 from tests.memo_log import assert_log_replays
+from tests.sqlite import MigratedCopy
 
 CONVERSATIONS = {
     "C1": (Origin("C1", channel_private=False, user_id="U1"), ChannelKind.PUBLIC),
@@ -66,8 +66,8 @@ def readable_keys(channel_id: str) -> set[str]:
 class PrivacyMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.engine = open_database("sqlite://")
-        self.store = SqlMemoStore(self.engine, SystemClock())
+        self.database = MigratedCopy()
+        self.store = SqlMemoStore(self.database.engine, SystemClock())
         self.contexts = ContextBuilder(
             self.store, SystemClock(), PERSONA, bot_user_id="UBOT", budget=Budget(4000, 1000), marks=prompt_marks("en")
         )
@@ -77,7 +77,7 @@ class PrivacyMachine(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         self.loop.close()
-        self.engine.dispose()
+        self.database.close()
 
     # -- names and texts ------------------------------------------------------
 

@@ -20,10 +20,10 @@ from myao2.application.notebook import Actor, Notebook
 from myao2.cli import main
 from myao2.domain.memo import MAX_TAG_KINDS, Memo, Visibility
 from myao2.domain.visibility import WORKSPACE, Audience
-from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
 from tests.clocks import ManualClock
 from tests.memo_log import assert_log_replays
+from tests.sqlite import MigratedCopy
 
 DM = Audience("D1")
 WHEN = datetime(2025, 1, 2, tzinfo=timezone.utc)
@@ -31,9 +31,9 @@ WHEN = datetime(2025, 1, 2, tzinfo=timezone.utc)
 
 @pytest.fixture
 def store():
-    engine = open_database("sqlite://")
-    yield SqlMemoStore(engine, ManualClock())
-    engine.dispose()
+    database = MigratedCopy()
+    yield SqlMemoStore(database.engine, ManualClock())
+    database.close()
 
 
 @pytest.fixture

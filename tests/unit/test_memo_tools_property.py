@@ -27,7 +27,6 @@ from myao2.domain.memo import (
     validate_name,
 )
 from myao2.infrastructure.clock import SystemClock
-from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
 from myao2.infrastructure.llm.memo_tools import (
     SCOPE_KEY,
@@ -39,6 +38,7 @@ from myao2.infrastructure.llm.memo_tools import (
     list_memo_tags,
     remove_memo,
 )
+from tests.sqlite import MigratedCopy
 
 ORIGINS = [
     Origin("C1", channel_private=False, user_id="U1"),
@@ -105,17 +105,18 @@ def arguments(
 
 
 class MemoToolsMachine(RuleBasedStateMachine):
-    """One fresh in-memory database per example; every step is checked against it."""
+    """One fresh migrated database per example; every step is checked against it."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.engine = open_database("sqlite://")
+        self.database = MigratedCopy()
+        self.engine = self.database.engine
         self.store = SqlMemoStore(self.engine, SystemClock())
         self.loop = asyncio.new_event_loop()
 
     def teardown(self) -> None:
         self.loop.close()
-        self.engine.dispose()
+        self.database.close()
 
     @initialize(kinds=st.one_of(st.integers(0, MAX_TAG_KINDS), st.integers(17, MAX_TAG_KINDS)))
     def tag_kinds_in_use(self, kinds: int) -> None:
