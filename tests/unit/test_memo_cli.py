@@ -263,11 +263,13 @@ def test_a_memo_added_for_a_conversation_stays_there(config, store, capsys):
         (["remove", "dave-cold"], "no memo named 'dave-cold'\n"),
     ],
 )
-def test_invalid_writes_exit_2_with_the_rule_and_write_nothing(config_path, store, argv, message):
+def test_invalid_writes_exit_2_with_the_rule_and_write_nothing(config, store, capsys, argv, message):
+    """In-process (a refusal takes the same way out as above); the real command's writes: the test before."""
     memos, _ = store
     before = [memos.history(m.name) for m in memos.list(None).memos]
 
-    result = myao2(config_path, *argv)
+    assert run(config, *argv) == 2
 
-    assert (result.returncode, result.stdout, result.stderr) == (2, "", "myao2 memo: " + message)
+    captured = capsys.readouterr()
+    assert (captured.out, captured.err) == ("", "myao2 memo: " + message)
     assert [memos.history(m.name) for m in memos.list(None).memos] == before
