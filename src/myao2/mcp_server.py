@@ -29,7 +29,7 @@ from myao2.application.search import SearchError
 from myao2.composition import Application, build_application
 from myao2.config import Config
 from myao2.domain.conversation import BotIdentity
-from myao2.domain.memo import Memo, MemoError, MemoRevision
+from myao2.domain.memo import MAX_LIST_OFFSET, Memo, MemoError, MemoRevision
 from myao2.domain.visibility import WORKSPACE, WORKSPACE_VIEW, Audience, can_read, can_write, readable_audiences
 from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
@@ -273,7 +273,7 @@ def build_server(  # type: ignore[no-untyped-def]
         tag: Annotated[str | None, Field(description="only memos with this tag")] = None,
         min_priority: Annotated[int, Field(ge=1, le=5, description="only memos of at least this priority")] = 1,
         removed: Annotated[bool, Field(description="list removed memos instead (restore_memo brings one back)")] = False,
-        offset: Annotated[int, Field(ge=0, description="memos to skip, for the next page")] = 0,
+        offset: Annotated[int, Field(ge=0, le=MAX_LIST_OFFSET, description="memos to skip, for the next page")] = 0,
         limit: Annotated[int, Field(ge=1, le=100, description="memos per page")] = 20,
     ) -> dict[str, Any]:
         return await call(lambda: tools.list(tag, min_priority, removed, offset, limit))

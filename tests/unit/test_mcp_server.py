@@ -69,3 +69,10 @@ def test_a_client_started_for_a_dm_cannot_edit_a_workspace_memo_as_the_bots_tool
     assert not failed and edited["priority"] == 5  # its own memos, as ever
     failed, edited = call(app, Scope(), "edit_memo", {"memo_name": "lunch-day", "priority": 4})
     assert not failed and edited["priority"] == 4  # a workspace client writes the workspace's
+
+
+def test_a_list_offset_past_the_largest_is_refused_by_the_tools_schema(app: Application) -> None:  # noqa: F811
+    failed, refusal = call(app, Scope(), "list_memo", {"offset": 10**33})
+    assert failed and "1000000" in refusal and "OverflowError" not in refusal
+    failed, page = call(app, Scope(), "list_memo", {"offset": 1_000_000})
+    assert not failed and page["memos"] == []

@@ -202,8 +202,9 @@ class TestPage:
     def test_window(self) -> None:
         assert validate_page(0, 1) == (0, 1)
         assert validate_page(100, 50) == (100, 50)
+        assert validate_page(1_000_000, 50) == (1_000_000, 50)
 
-    @pytest.mark.parametrize("offset", [-1, True, "0", 1.0])
+    @pytest.mark.parametrize("offset", [-1, 1_000_001, 888888888888888888888888888888888, True, "0", 1.0])
     def test_bad_offset(self, offset: object) -> None:
         with refused("bad_offset"):
             validate_page(offset, 10)

@@ -145,7 +145,7 @@ class TestSchema:
             assert properties["tags"]["items"]["type"] == "string"
         listing = self.schema(list_memo)["properties"]
         assert (listing["limit"]["minimum"], listing["limit"]["maximum"]) == (1, 50)
-        assert listing["offset"]["minimum"] == 0
+        assert (listing["offset"]["minimum"], listing["offset"]["maximum"]) == (0, 1_000_000)
         assert (listing["offset"]["default"], listing["limit"]["default"]) == (0, 10)
 
     def test_descriptions_say_when_to_use_each_tool(self) -> None:
@@ -437,7 +437,8 @@ FAILURES = [
     (edit_memo, {"memo_name": "tanaka"}, "Nothing to change", "変更する項目がありません"),
     (list_memo, {"limit": 0}, "limit must be a whole number from 1 to 50", "limit は1から50まで"),
     (list_memo, {"limit": 51}, "from 1 to 50", "1から50"),
-    (list_memo, {"offset": -1}, "offset must be a whole number, 0 or more", "offset は0以上"),
+    (list_memo, {"offset": -1}, "offset must be a whole number from 0 to 1000000", "offset は0から1000000まで"),
+    (list_memo, {"offset": 10**33}, "offset must be a whole number from 0 to 1000000", "offset は0から1000000まで"),
 ]
 
 WRONG_TYPES = [

@@ -25,6 +25,7 @@ MIN_PRIORITY = 1
 MAX_PRIORITY = 5
 IMPORTANT_PRIORITY = 4
 MAX_LIST_LIMIT = 50
+MAX_LIST_OFFSET = 1_000_000
 MAX_CHANGES_PER_REPLY = 10
 
 
@@ -307,9 +308,9 @@ def check_tag_kinds(new_tags: tuple[str, ...], existing_kinds: set[str]) -> None
 
 
 def validate_page(offset: object, limit: object) -> tuple[int, int]:
-    """A listing window: offset >= 0 and 1 <= limit <= 50."""
-    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-        raise MemoError("bad_offset")
+    """A listing window: 0 <= offset <= 1,000,000 and 1 <= limit <= 50."""
+    if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= MAX_LIST_OFFSET:
+        raise MemoError("bad_offset", limit=MAX_LIST_OFFSET)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST_LIMIT:
         raise MemoError("bad_limit", limit=MAX_LIST_LIMIT)
     return offset, limit

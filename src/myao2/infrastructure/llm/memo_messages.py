@@ -34,7 +34,7 @@ _ERRORS: dict[str, dict[str, str]] = {
             "タグの種類は全部で{limit}種類までなので、新しいタグ（{new}）は追加できません。"
             "既存のタグから選んでください: {existing}"
         ),
-        "bad_offset": "offset は0以上の整数で指定してください。",
+        "bad_offset": "offset は0から{limit}までの整数で指定してください。",
         "bad_limit": "limit は1から{limit}までの整数で指定してください。",
         "nothing_to_change": (
             "変更する項目がありません。content、priority、tags、detail、new_name のどれかを指定してください。"
@@ -78,7 +78,7 @@ _ERRORS: dict[str, dict[str, str]] = {
             "There can be at most {limit} different tags, so the new tags ({new}) cannot be added. "
             "Choose from the existing tags: {existing}"
         ),
-        "bad_offset": "offset must be a whole number, 0 or more.",
+        "bad_offset": "offset must be a whole number from 0 to {limit}.",
         "bad_limit": "limit must be a whole number from 1 to {limit}.",
         "nothing_to_change": (
             "Nothing to change: give at least one of content, priority, tags, detail or new_name."

@@ -23,6 +23,7 @@ from myao2.domain.memo import (
     MAX_CONTENT_LENGTH,
     MAX_DETAIL_LENGTH,
     MAX_LIST_LIMIT,
+    MAX_LIST_OFFSET,
     MAX_NAME_LENGTH,
     MAX_PRIORITY,
     MAX_TAG_LENGTH,
@@ -263,6 +264,8 @@ _publish_bounds(
     detail={"maxLength": MAX_DETAIL_LENGTH},
     new_name=_NAME,
 )
-_publish_bounds(list_memo, offset={"minimum": 0}, limit={"minimum": 1, "maximum": MAX_LIST_LIMIT})
+_publish_bounds(
+    list_memo, offset={"minimum": 0, "maximum": MAX_LIST_OFFSET}, limit={"minimum": 1, "maximum": MAX_LIST_LIMIT}
+)
 
 MEMO_TOOLS = [add_memo, edit_memo, remove_memo, list_memo, get_memo, list_memo_tags]
