@@ -398,12 +398,7 @@ class SqlConversationStore:
             "attempts": 0 if retry_at is None else 1,
             "next_attempt_at": retry_at,
         }
-        dialect = self._engine.dialect.name
-        try:
-            with self._engine.begin() as connection:
-                return connection.execute(_insert_claim(dialect), values).rowcount == 1
-        except IntegrityError:  # a dialect without INSERT ... ON CONFLICT DO NOTHING: the key is taken
-            return False
+        return self._insert(ClaimRow, values)
 
     def next_attempt(
         self, channel_id: str, ts: str, attempts: int, retry_at: datetime, *, holder: str | None = None
@@ -511,22 +506,20 @@ class SqlConversationStore:
     def _insert(self, model: type[SQLModel], values: dict[str, Any]) -> bool:
         """Insert a row in its own transaction; False when its key is already taken.
 
-        A Core statement, and on SQLite and PostgreSQL no exception for a taken key. The hot paths
-        (every message, every claim) use statements built once per dialect instead (`_insert_message`,
-        `_insert_claim`).
+        A Core statement built once per table, columns and dialect (`_insert_ignoring`), the values bound
+        at each run; on SQLite and PostgreSQL no exception for a taken key.
         """
-        table = _table(model)
-        insert_ignoring = INSERT_IGNORING.get(self._engine.dialect.name)
-        if insert_ignoring is None:
-            try:
-                with self._engine.begin() as connection:
-                    connection.execute(insert(table).values(values))
-            except IntegrityError:
-                return False
-            return True
-        with self._engine.begin() as connection:
-            result = connection.execute(insert_ignoring(table).values(values).on_conflict_do_nothing())
-        return result.rowcount == 1
+        dialect = self._engine.dialect.name
+        statement = _insert_ignoring(_table(model), tuple(values), dialect)
+        if dialect in INSERT_IGNORING:
+            with self._engine.begin() as connection:
+                return connection.execute(statement, values).rowcount == 1
+        try:
+            with self._engine.begin() as connection:
+                connection.execute(statement, values)
+        except IntegrityError:
+            return False
+        return True
 
     def _update(self, model: type[SQLModel], where: list[Any], values: dict[str, Any]) -> None:
         with self._engine.begin() as connection:
@@ -633,16 +626,14 @@ def _save_message(connection: Connection, message: Message) -> bool:
 
 
 @lru_cache(maxsize=None)
-def _insert_claim(dialect: str) -> Executable:
-    """The statement of `claim`, built once per dialect: a claim's row, unless its key is taken."""
-    values = {name: bindparam(name, type_=_CLAIMS.c[name].type) for name in _CLAIM_COLUMNS}
+def _insert_ignoring(table: Table, columns: tuple[str, ...], dialect: str) -> Executable:
+    """`_insert`'s statement, built once (building it cost more than running it): a row of `columns`,
+    their values bound at each run, skipped where the dialect can skip a taken key."""
+    values = {name: bindparam(name, type_=table.c[name].type) for name in columns}
     insert_ignoring = INSERT_IGNORING.get(dialect)
     if insert_ignoring is None:
-        return insert(_CLAIMS).values(values)
-    return insert_ignoring(_CLAIMS).values(values).on_conflict_do_nothing()
-
-
-_CLAIM_COLUMNS = ("channel_id", "ts", "claimed_at", "holder", "attempts", "next_attempt_at")
+        return insert(table).values(values)
+    return insert_ignoring(table).values(values).on_conflict_do_nothing()
 
 
 @lru_cache(maxsize=None)
