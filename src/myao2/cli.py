@@ -217,6 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command in (None, "run"):
         start_up.pause_collection()  # before the config and the bot are imported; the bot ends it
     from myao2.config import ConfigError, load_config
+    from myao2.infrastructure.db.engine import DatabaseUnavailable
 
     try:
         # Configured before loading so warnings about the config file are formatted too.
@@ -226,7 +227,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if config.logging.level != "DEBUG":
             for chatty in QUIET_LOGGERS:
                 logging.getLogger(chatty).setLevel(logging.WARNING)
-        return _dispatch(config, args)
+        try:
+            return _dispatch(config, args)
+        except DatabaseUnavailable as exc:
+            raise ConfigError(f"{config.memory.database_key}: cannot open the database ({exc})") from None
     except ConfigError as exc:
         print("myao2: configuration error:", file=sys.stderr)
         for problem in exc.problems:

@@ -227,6 +227,11 @@ class MemoryConfig(_Section):
         """The effective SQLAlchemy URL: ``database_url`` or the SQLite file."""
         return self.database_url or f"sqlite:///{self.database_path}"
 
+    @property
+    def database_key(self) -> str:
+        """The key that names the database: ``memory.database_url`` when set, else ``memory.database_path``."""
+        return "memory.database_url" if self.database_url else "memory.database_path"
+
 
 class LoggingConfig(_Section):
     """Log output."""

@@ -10,9 +10,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 from myao2.cli import main
 from myao2.config import Config, ConfigError
+from myao2.infrastructure.db.engine import open_database
 
 
 class Calls:
@@ -191,3 +193,37 @@ def test_missing_config_file_exits_with_2(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert str(missing) in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("memory", "key"),
+    [
+        ("{database_path: '%(dir)s'}", "memory.database_path"),  # a folder where the file should be
+        ("{database_path: '%(dir)s/not-a-database.db'}", "memory.database_path"),
+        ("{database_path: '%(dir)s/not-a-database.db/memory.db'}", "memory.database_path"),  # its folder is a file
+        ("{database_url: 'postgresql+psycopg://myao2:s3cret-pw@127.0.0.1:1/myao2'}", "memory.database_url"),
+        ("{database_path: '%(dir)s/newer.db'}", "memory.database_path"),  # migrated by a newer myao2
+    ],
+)
+@pytest.mark.parametrize("command", [["memo", "list"], ["stats"], ["run"]])
+def test_a_database_that_cannot_be_opened_exits_with_2_naming_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], memory: str, key: str, command: list[str]
+) -> None:
+    (tmp_path / "not-a-database.db").write_text("hello, not SQLite\n", encoding="utf-8")
+    newer = open_database(f"sqlite:///{tmp_path / 'newer.db'}")
+    with newer.begin() as connection:
+        connection.execute(text("UPDATE alembic_version SET version_num = '9999'"))
+    newer.dispose()
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        "slack: {bot_token: xoxb-1, app_token: xapp-1}\n"
+        "agents: {response: {model_id: m, client_args: {api_key: k}}}\n"
+        f"memory: {memory % {'dir': tmp_path}}\n",
+        encoding="utf-8",
+    )
+
+    assert main(["--config", str(path), *command]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("myao2: configuration error:\n")
+    assert f"  {key}: cannot open the database" in err
+    assert "Traceback" not in err and "s3cret-pw" not in err

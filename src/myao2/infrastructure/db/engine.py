@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, Table, create_engine, event, text
-from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import StaticPool
 from sqlmodel import Session
@@ -35,10 +35,23 @@ A bot storing in SQLite never imports SQLAlchemy's PostgreSQL dialect (40-80 ms 
 (Alembic loads every dialect)."""
 
 
+class DatabaseUnavailable(Exception):
+    """The database cannot be opened or migrated (a folder or another file where it should be, a server that
+    refuses); the message says why, never the URL (it may hold a password)."""
+
+
 def open_database(url: str) -> Engine:
-    """An engine for `url`, with its schema migrated to the newest version."""
-    engine = _create(url)
-    migrate(engine)
+    """An engine for `url`, with its schema migrated to the newest version, or `DatabaseUnavailable`."""
+    try:
+        engine = _create(url)
+    except OSError as exc:  # its folder cannot be made
+        raise DatabaseUnavailable(f"{exc.strerror or type(exc).__name__}: {exc.filename}") from None
+    try:
+        migrate(engine)
+    except DBAPIError as exc:
+        engine.dispose()
+        reason = " ".join(str(exc.orig).split()) or type(exc.orig).__name__
+        raise DatabaseUnavailable(reason) from None
     return engine
 
 
@@ -126,13 +139,17 @@ MIGRATION_LOCK = 0x6D79616F32
 
 
 def migrate(engine: Engine) -> None:
-    """Apply every pending Alembic migration (the version lives in `alembic_version`).
+    """Apply every pending Alembic migration (the version lives in `alembic_version`); `DatabaseUnavailable` for a
+    database a newer myao2 migrated.
 
     A database already at the newest version is left as it is without loading
     Alembic (about 0.15 s of start-up).
     """
-    if _version(engine) == newest_revision():
+    version, newest = _version(engine), newest_revision()
+    if version == newest:
         return
+    if version is not None and version > newest:  # a rollback after a newer myao2 migrated it
+        raise DatabaseUnavailable(f"its schema {version} is newer than this myao2's {newest}: run the newer version")
     from alembic import command
     from alembic.config import Config
 
