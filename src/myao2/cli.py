@@ -24,12 +24,22 @@ _PERIOD = re.compile(r"^\s*(\d+)\s*([mhdw])\s*$")
 _PERIOD_UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
 
+MAX_PERIOD = timedelta(days=36525)
+"""The longest period: 100 years (a longer one reached past year 1, which no date can hold)."""
+
+
 def period(value: str) -> timedelta:
-    """An argparse type: ``30m``, ``12h``, ``7d`` or ``2w``."""
+    """An argparse type: ``30m``, ``12h``, ``7d`` or ``2w``, at most `MAX_PERIOD`."""
     match = _PERIOD.match(value)
     if match is None or int(match.group(1)) == 0:
         raise argparse.ArgumentTypeError("expected a period such as 30m, 12h, 7d or 2w")
-    return timedelta(**{_PERIOD_UNITS[match.group(2)]: int(match.group(1))})
+    try:
+        length = timedelta(**{_PERIOD_UNITS[match.group(2)]: int(match.group(1))})
+    except OverflowError:
+        length = None
+    if length is None or length > MAX_PERIOD:
+        raise argparse.ArgumentTypeError(f"a period of at most 100 years ({MAX_PERIOD.days}d), please")
+    return length
 
 
 def conversation_id(value: str) -> str:

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import TextIO
 
 from myao2.application.context import format_message
-from myao2.application.search import MemoHit, MessageHit, Search, SearchError
+from myao2.application.search import MemoHit, MessageHit, Search, SearchError, parse_before
 from myao2.config import Config, ConfigError
 from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
@@ -91,10 +91,9 @@ def _parse_before(value: str | None, config: Config) -> datetime | None:
     if value is None:
         return None
     try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        raise ConfigError(f"--before: not an ISO date or time: {value!r}") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=config.persona.tzinfo)
+        return parse_before(value, config.persona.tzinfo)
+    except SearchError:
+        raise ConfigError(f"--before: not an ISO date or time (that UTC can hold): {value!r}") from None
 
 
 def _memo_data(hit: MemoHit) -> dict[str, object]:

@@ -70,6 +70,15 @@ def test_refusals_are_explained(config_path: Path, capsys: pytest.CaptureFixture
     assert "--before" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("before", ["9999-12-31T23:59:59-05:00", "0001-01-01", "0001-01-01T00:00+14:00"])
+def test_a_before_no_utc_time_can_hold_is_refused_like_a_malformed_one(
+    config_path: Path, capsys: pytest.CaptureFixture[str], before: str
+) -> None:
+    assert run(config_path, "search", "会議", "--before", before) == 2
+    err = capsys.readouterr().err
+    assert "--before" in err and "Traceback" not in err
+
+
 def test_index_rebuild_shows_progress(config_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run(config_path, "index", "rebuild") == 0
     captured = capsys.readouterr()

@@ -142,7 +142,7 @@ def test_a_price_without_output_is_a_config_error_naming_the_key(
     assert "stats.prices.big.output" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("since", ["7", "soon", "0d", "-1d"])
+@pytest.mark.parametrize("since", ["7", "soon", "0d", "-1d", "999999d", "99999999999d", "9" * 30 + "w"])
 def test_a_malformed_since_exits_2(config_path: Path, since: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         main(["--config", str(config_path), "stats", "--since", since])

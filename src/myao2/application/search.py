@@ -11,7 +11,7 @@ import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone, tzinfo
 from typing import Protocol, TypeVar
 
 from myao2.application import tracing
@@ -268,6 +268,16 @@ def validate(query: object, limit: object) -> tuple[str, int]:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
         raise SearchError("bad_limit", limit=MAX_LIMIT)
     return query.strip(), limit
+
+
+def parse_before(value: str, zone: tzinfo) -> datetime:
+    """An ISO 8601 date or time (one without a time zone is read in `zone`) in UTC, or `SearchError("bad_before")`
+    for anything else, a moment UTC cannot hold (year 1 east of Greenwich, 9999-12-31 west of it) included."""
+    try:
+        moment = datetime.fromisoformat(value.strip())
+        return (moment if moment.tzinfo else moment.replace(tzinfo=zone)).astimezone(timezone.utc)
+    except (ValueError, OverflowError):
+        raise SearchError("bad_before") from None
 
 
 def _seconds(moment: datetime | None) -> float | None:

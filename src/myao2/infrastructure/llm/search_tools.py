@@ -17,7 +17,7 @@ from typing import Any
 from strands import tool
 from strands.types.tools import ToolContext
 
-from myao2.application.search import MAX_LIMIT, MAX_QUERY_LENGTH, Search, SearchError
+from myao2.application.search import MAX_LIMIT, MAX_QUERY_LENGTH, Search, SearchError, parse_before
 from myao2.infrastructure.llm import search_messages as say
 
 SEARCH_KEY = "search_scope"
@@ -86,14 +86,10 @@ async def recall(
 
 
 def _parse_before(before: str | None, zone: tzinfo) -> datetime | None:
-    """An ISO date or time (one without a time zone is read in the persona's), in UTC."""
+    """An ISO date or time (one without a time zone is read in the persona's), in UTC; None when not given."""
     if before is None or not before.strip():
         return None
-    try:
-        moment = datetime.fromisoformat(before.strip())
-        return (moment if moment.tzinfo else moment.replace(tzinfo=zone)).astimezone(timezone.utc)
-    except (ValueError, OverflowError):  # not a date, or one UTC cannot hold (year 1 east of Greenwich)
-        raise SearchError("bad_before") from None
+    return parse_before(before, zone)
 
 
 def _earlier(first: datetime | None, second: datetime | None) -> datetime | None:
