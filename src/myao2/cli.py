@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from myao2 import start_up
+from myao2.domain.conversation import clean_text
 
 if TYPE_CHECKING:
     from myao2.config import Config
@@ -224,6 +225,7 @@ QUIET_LOGGERS = ("alembic", "httpx", "httpx2", "openai", "strands", "slack_bolt"
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line and return the exit status."""
     args = build_parser().parse_args(argv)
+    _clean_arguments(args)
     if args.command in (None, "run"):
         start_up.pause_collection()  # before the config and the bot are imported; the bot ends it
     from myao2.config import ConfigError, load_config
@@ -250,6 +252,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     finally:
         start_up.resume_collection()  # a run that ended before the bot settled (a bad config, say)
+
+
+def _clean_arguments(args: argparse.Namespace) -> None:
+    """Text arguments made what the stores take, as Slack's text is where it enters (`clean_text`): bytes the
+    locale cannot decode reach Python as lone surrogates. Paths (`Path` values) keep their bytes."""
+    for name, value in vars(args).items():
+        if isinstance(value, str):
+            setattr(args, name, clean_text(value))
 
 
 def _dispatch(config: Config, args: argparse.Namespace) -> int:

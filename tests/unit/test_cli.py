@@ -227,3 +227,24 @@ def test_a_database_that_cannot_be_opened_exits_with_2_naming_the_key(
     assert err.startswith("myao2: configuration error:\n")
     assert f"  {key}: cannot open the database" in err
     assert "Traceback" not in err and "s3cret-pw" not in err
+
+
+@pytest.mark.parametrize(
+    ("command", "status"),
+    [
+        (["memo", "show", "lunch\udcff"], 2),  # no such memo
+        (["memo", "add", "lunch", "--content", "ramen \udcff", "--tags", "food\udcff"], 0),
+        (["search", "ramen \udcff", "--memos"], 0),
+        (["memory", "show", "--channel", "C\udcff"], 0),
+        (["memory", "show", "--user", "U\udcff"], 0),
+    ],
+)
+def test_arguments_with_bytes_the_locale_cannot_decode_are_taken_as_text(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str], status: int
+) -> None:
+    # Python hands such bytes over as lone surrogates ("\udcff" for b"\xff"), which no store or model takes.
+    path = tmp_path / "config.yaml"
+    path.write_text(f"memory: {{database_path: '{tmp_path / 'memory.db'}'}}\n", encoding="utf-8")
+
+    assert main(["--config", str(path), *command]) == status
+    assert "Traceback" not in capsys.readouterr().err
