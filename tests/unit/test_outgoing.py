@@ -6,13 +6,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from myao2.application import outgoing
 from myao2.application.agents import ModelUnavailable
 from myao2.application.outgoing import safe_stream, safe_text
 from myao2.application.reply_stream import ReplyDone, ReplyEvent, TextDelta, ToolStarted
 
 ZWSP = "\u200b"
 PIECES = ["<!channel>", "<!here|here>", "<!subteam^S1|@devs>", "@here", "@everyone", "bob@here.io", "<", ">",
-          "!", "@", "chan", "nel", " ", "hi", "\ud800", "<https://x.io|x>", "<@U1>", "\n"]
+          "!", "@", "chan", "nel", " ", "hi", "\ud800", "<https://x.io|x>", "<@U1>", "\n",
+          "メモ", "。", ".", "_", "<!channel|all of us>", "<!subteam^S2|team two>", "@channel"]
 
 
 async def collect(events: list[ReplyEvent], allow: bool = False) -> list[ReplyEvent]:
@@ -89,3 +91,21 @@ async def test_streamed_deltas_add_up_to_the_safe_whole(pieces: list[str], cuts:
 
     assert deltas(out) == safe_text(whole, allow)
     assert out[-1] == ReplyDone(safe_text(whole, allow))
+
+
+async def test_a_long_reply_is_made_safe_in_time_proportional_to_its_length(monkeypatch: pytest.MonkeyPatch) -> None:
+    made_safe: list[int] = []
+    real = outgoing.safe_text
+
+    def counting(text: str, allow: bool) -> str:
+        made_safe.append(len(text))
+        return real(text, allow)
+
+    monkeypatch.setattr(outgoing, "safe_text", counting)
+    pieces = ["ねこ", "が ", "<!here>", " にゃあ。", "see ", "@every", "one ", "ok\n"] * 250  # ~8,000 characters
+
+    out = await collect([*map(TextDelta, pieces), ReplyDone("".join(pieces))])
+
+    whole = "".join(pieces)
+    assert deltas(out) == real(whole, False)
+    assert sum(made_safe) < 10 * len(whole)  # made safe from the start at every delta: ~1,000 times its length
