@@ -180,6 +180,26 @@ async def test_a_dm_fact_is_kept_for_the_dm_and_read_in_a_call_of_its_own_on_the
     assert (fact.conversation_id, fact.audience) == (DM.id, Audience(DM.id))
 
 
+async def test_nothing_said_in_a_channel_the_bot_has_left_reaches_the_model_until_it_joins_again(
+    keeper, writer, profiles, conversations, clock, say
+):
+    say(SECRET, "U1", "I like canary-left cake")
+    say(GENERAL, "U1", "I like ramen")
+    conversations.leave_channel(SECRET.id)  # removed before the round read it
+    await keeper.run()
+    await keeper.run()
+
+    assert writer.calls() == [(False, ["U1"])]
+    assert all("canary" not in line for prompt in writer.prompts for p in prompt.people for line in p.messages)
+    assert [f.text for f in profiles.get("U1").facts] == ["likes ramen"]
+
+    clock.advance(60)
+    conversations.save_channel(SECRET, clock.now())  # invited back: read as before
+    await keeper.run()
+    assert writer.calls()[1:] == [(True, ["U1"])]
+    assert facts(profiles, "U1", SECRET.id) == [("likes ramen", 0, 0.7), ("likes canary-left cake", 0, 0.7)]
+
+
 async def test_a_failed_call_keeps_the_profile_and_reads_the_messages_again(keeper, writer, profiles, say):
     say(GENERAL, "U1", "I like tea")
 

@@ -105,8 +105,10 @@ class ProfileKeeper:
         }
 
     def _channels(self, channel_ids: set[str]) -> dict[str, Channel]:
+        """The stored channels among `channel_ids` the bot is in: nothing more of one it has left is read (the
+        memory job counts its messages as read)."""
         found = {channel_id: self._conversations.get_channel(channel_id) for channel_id in channel_ids}
-        return {channel_id: channel for channel_id, channel in found.items() if channel is not None}
+        return {channel_id: channel for channel_id, channel in found.items() if channel is not None and channel.is_member}
 
     async def _update(
         self,
