@@ -97,6 +97,28 @@ def test_a_channel_turned_private_while_the_bot_was_out_of_it_is_narrowed_when_t
     assert bot.stop() == 0
 
 
+def test_a_channel_turned_private_after_the_bot_was_removed_keeps_what_was_said_there_to_itself_from_the_next_sync(
+    bot: BotProcess, slack: FakeSlack, llm
+) -> None:
+    bot.settings["response.history_sync_interval_seconds"] = 2
+    plan_a_party_in_a_public_channel(bot, slack, llm)
+    slack.remove_member(PLANS, slack.bot_user_id)
+    wait_until(lambda: query(bot, "SELECT left_at FROM channels WHERE id = ?", PLANS) != [(None,)], what="the bot out")
+    slack.convert_to_private(PLANS)  # the bot is not in it: no event, and Slack no longer shows it the channel
+
+    wait_until(lambda: query(bot, "SELECT visibility FROM memos") == [("conversation",)], what="the memo narrowed")
+    assert query(bot, "SELECT kind FROM channels WHERE id = ?", PLANS) == [("private",)]
+    llm.script(
+        ToolCalls([ToolCall("list_memo", {}), ToolCall("recall", {"query": "surprise party for Bob"})]),
+        Text("Nothing planned that I know of."),
+    )
+    public = slack.post_message(GENERAL, BOB, f"<@{slack.bot_user_id}> anything planned for me on Friday?")
+    slack.wait_for(lambda: replies_in(slack, public), what="the reply in #general")
+    for request in llm.requests[-2:]:
+        assert "urprise party" not in prompt_text(request)
+    assert bot.stop() == 0
+
+
 def test_a_channel_the_bot_was_removed_from_is_no_longer_judged_until_it_is_back(
     bot: BotProcess, slack: FakeSlack, llm
 ) -> None:

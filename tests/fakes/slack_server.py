@@ -1336,7 +1336,10 @@ class FakeSlack(LoopbackServer):
         return {"channels": page, "response_metadata": {"next_cursor": cursor}}
 
     def _api_conversations_info(self, params: dict[str, Any]) -> dict[str, Any]:
-        return {"channel": self._channel_object(self._channel_param(params))}
+        ch = self._channel_param(params)
+        if (ch.is_private or ch.is_im or ch.is_mpim) and not self._bot_in(ch):
+            raise _SlackError("channel_not_found")  # as Slack: a bot sees no private conversation it is not in
+        return {"channel": self._channel_object(ch)}
 
     def _api_conversations_members(self, params: dict[str, Any]) -> dict[str, Any]:
         ch = self._channel_param(params)

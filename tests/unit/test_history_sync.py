@@ -204,3 +204,25 @@ async def test_an_edit_during_a_fetch_is_not_undone(
     store.reconcile(fetched, fetched_at)
 
     assert store.get_message("C1", ts).text == "second"
+
+
+@pytest.mark.parametrize(("change", "kind"), [("convert_to_private", "private"), ("share_externally", "shared")])
+async def test_a_public_channel_the_bot_was_removed_from_is_known_to_have_turned_private_or_shared_at_the_next_sync(
+    fake: FakeSlack, store: SqlConversationStore, history: HistorySync, change: str, kind: str
+) -> None:
+    # Removed first, then changed: the bot, no longer a member, gets no event, and a private channel's
+    # conversations.info says channel_not_found to a bot outside it. What was said there while it was public must
+    # stop being the workspace's all the same (the channel lifecycle narrows every channel stored as not public).
+    fake.add_channel("C2", "plans", members=["U1"])
+    fake.add_channel("C3", "still-public", members=["U1"])
+    await history.sync()
+    for channel in ("C2", "C3"):
+        fake.remove_member(channel, fake.bot_user_id)
+    await history.sync()
+    assert not store.get_channel("C2").is_member
+
+    getattr(fake, change)("C2")
+    await history.sync()
+
+    assert store.get_channel("C2") == Channel("C2", "plans", ChannelKind(kind), is_member=False)
+    assert store.get_channel("C3") == Channel("C3", "still-public", ChannelKind.PUBLIC, is_member=False)

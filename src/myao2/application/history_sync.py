@@ -6,8 +6,8 @@ import asyncio
 import logging
 from datetime import datetime, timedelta
 
-from myao2.domain.conversation import Channel, History, Message, Person
-from myao2.domain.ports import ChatPlatform, Clock, ConversationStore
+from myao2.domain.conversation import Channel, ChannelKind, History, Message, Person
+from myao2.domain.ports import ChatPlatform, Clock, ConversationHidden, ConversationStore
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +48,7 @@ class HistorySync:
         listed_at = self._clock.now()
         channels = await self._platform.member_channels()
         await asyncio.to_thread(self._store.leave_channels_except, [c.id for c in channels], listed_at)
+        await self._recheck_left_public()
         for channel in channels:
             fetched_at = self._clock.now()
             try:
@@ -62,6 +63,25 @@ class HistorySync:
                 continue
             new.extend(m for m in stored if m.user_id != self._bot_user_id)
         return new
+
+    async def _recheck_left_public(self) -> None:
+        """Ask again about each public channel the bot is out of: one turned private or shared outside meanwhile
+        sends it no event, and what was said there while it was public must stop being the workspace's (the
+        channel lifecycle narrows every channel stored as not public). Slack shows no private channel to a bot
+        outside it: one hidden counts as private."""
+        for channel in await asyncio.to_thread(self._store.channels):
+            if channel.is_member or channel.kind is not ChannelKind.PUBLIC:
+                continue
+            try:
+                kind = (await self._platform.channel(channel.id)).kind
+            except ConversationHidden:
+                kind = ChannelKind.PRIVATE
+            except Exception as exc:  # noqa: BLE001 - asked again at the next sync
+                logger.warning("channel %s (left) could not be looked up: %s", channel.id, exc)
+                continue
+            if kind is not ChannelKind.PUBLIC:
+                await asyncio.to_thread(self._store.set_channel_kind, channel.id, kind)
+                logger.info("channel %s, which the bot is out of, is %s now", channel.id, kind.value)
 
     def _save(self, channel: Channel, history: History, listed_at: datetime, fetched_at: datetime) -> list[Message]:
         """Store the channel and the messages' authors, reconcile the messages; returns those that were new."""

@@ -400,6 +400,10 @@ class LeaseStore(Protocol):
         ...
 
 
+class ConversationHidden(Exception):
+    """The chat platform does not show a conversation to the bot: a private one it is not in, or one deleted."""
+
+
 class ChatPlatform(Protocol):
     """The chat service the bot lives in (Slack), as the use cases need it."""
 
@@ -421,7 +425,9 @@ class ChatPlatform(Protocol):
         """Who a user id is (cached, refreshed now and then)."""
         ...
 
-    async def channel(self, channel_id: str) -> Channel: ...
+    async def channel(self, channel_id: str) -> Channel:
+        """A conversation as the platform describes it now; `ConversationHidden` if it does not show it to the bot."""
+        ...
 
     async def member_channels(self) -> list[Channel]:
         """Every conversation the bot is a member of."""

@@ -304,10 +304,10 @@ class SqlConversationStore:
             connection.execute(delete(messages).where(*gone))
 
     def channels(self) -> list[Channel]:
-        """Every stored channel."""
+        """Every stored channel, those the bot has left included."""
         with self._engine.connect() as connection:
             rows = connection.execute(_ALL_CHANNELS).all()
-        return [Channel(id=r.id, name=r.name, kind=ChannelKind(r.kind)) for r in rows]
+        return [_to_channel(r) for r in rows]
 
     # -- channels and people -------------------------------------------------
 
@@ -535,7 +535,7 @@ class SqlConversationStore:
 # Statements of the calls every answer makes, built once (building one cost more than running it).
 _CHANNELS, _CLAIMS = ChannelRow.__table__, ClaimRow.__table__  # type: ignore[attr-defined]
 _ONE_CHANNEL = core_select(_CHANNELS).where(_CHANNELS.c.id == bindparam("channel"))
-_ALL_CHANNELS = core_select(_CHANNELS.c.id, _CHANNELS.c.name, _CHANNELS.c.kind)
+_ALL_CHANNELS = core_select(_CHANNELS.c.id, _CHANNELS.c.name, _CHANNELS.c.kind, _CHANNELS.c.left_at)
 _THIS_CLAIM = (_CLAIMS.c.channel_id == bindparam("claim_channel"), _CLAIMS.c.ts == bindparam("claim_ts"))
 _HELD_HERE = (*_THIS_CLAIM, _CLAIMS.c.holder.is_not_distinct_from(bindparam("claim_holder", type_=_CLAIMS.c.holder.type)))
 """The claim, held by `holder` still: one taken over while its holder stalled is no longer changed by it."""

@@ -20,6 +20,7 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 from slack_sdk.web.async_client import AsyncWebClient
 
 from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, History, Person
+from myao2.domain.ports import ConversationHidden
 from myao2.infrastructure.slack import translate
 
 logger = logging.getLogger(__name__)
@@ -181,9 +182,14 @@ class SlackGateway:
         return await asyncio.shield(lookup)
 
     async def channel(self, channel_id: str) -> Channel:
-        response = await self._retrying(
-            "conversations.info", lambda: self._client.conversations_info(channel=channel_id)
-        )
+        try:
+            response = await self._retrying(
+                "conversations.info", lambda: self._client.conversations_info(channel=channel_id)
+            )
+        except SlackApiError as exc:
+            if _error_code(exc) == "channel_not_found":  # Slack's answer for a private channel the bot is not in
+                raise ConversationHidden(channel_id) from None
+            raise
         return await self._to_channel(response["channel"])
 
     async def member_channels(self) -> list[Channel]:
