@@ -58,7 +58,9 @@ class Text:
 
     Streamed, the content goes out in ``pieces`` fragments, ``interval`` seconds
     apart (after ``delay``); with ``fail_after`` the connection is dropped after
-    that many fragments, as a provider failing mid-answer does.
+    that many fragments, as a provider failing mid-answer does; with ``at_once``
+    the whole stream goes out in one write, so the client reads its chunks together
+    (as after a stall).
     """
 
     content: str
@@ -66,6 +68,7 @@ class Text:
     pieces: int = 3
     interval: float = 0.0
     fail_after: int | None = None
+    at_once: bool = False
 
 
 @dataclass
@@ -379,6 +382,10 @@ class FakeOpenAI(LoopbackServer):
         fail_after = reply.fail_after if isinstance(reply, Text) else None
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
+        if isinstance(reply, Text) and reply.at_once:
+            await response.write(b"".join(f"data: {json.dumps(data)}\n\n".encode() for data in chunks) + b"data: [DONE]\n\n")
+            await response.write_eof()
+            return response
         for index, data in enumerate(chunks):
             if fail_after is not None and index > fail_after:
                 if request.transport is not None:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import logging
 import time
@@ -337,6 +338,26 @@ async def test_the_stream_yields_text_as_it_comes_then_the_whole_reply(fake, mak
     assert len(deltas) == 5
     assert "".join(d.text for d in deltas) == "Ramen is the best, and so are you!"
     assert events[-1] == ReplyDone("Ramen is the best, and so are you!")
+
+
+async def test_the_event_loop_gets_a_turn_between_text_deltas_read_together(fake, make_writer):
+    fake.script(Text("Ramen is the best! " * 10, pieces=38, at_once=True))  # 38 pieces of 5 characters
+    turns = 0
+
+    async def count_turns() -> None:
+        nonlocal turns
+        while True:
+            await asyncio.sleep(0)
+            turns += 1
+
+    counting = asyncio.create_task(count_turns())
+    try:
+        seen = [turns async for event in make_writer().stream(CONTEXT, ORIGIN) if isinstance(event, TextDelta)]
+    finally:
+        counting.cancel()
+
+    assert len(seen) == 38
+    assert all(a < b for a, b in zip(seen, seen[1:]))  # other tasks (a Socket Mode ack) run between any two
 
 
 async def test_memo_tool_calls_are_announced_and_completed(fake, make_writer, store):

@@ -327,6 +327,10 @@ class StrandsReplyWriter:
                 if event.get("data"):
                     yield TextDelta(("\n\n" if wrote and after_tools else "") + event["data"])
                     wrote, after_tools = True, False
+                    # The SDK and strands hand over every chunk already read without giving the event loop
+                    # a turn: after a stall, a burst of them (~0.5 ms of CPU each, and the consumer's work
+                    # on top) would hold up everything else, Socket Mode acks included, until it was through.
+                    await asyncio.sleep(0)
                 elif "message" in event:
                     for tool_event in self._tool_events(event["message"], tools):
                         after_tools = True
