@@ -29,14 +29,14 @@ class SlowStore:
         self.fail = 0
         self._lock = threading.Lock()
 
-    def save_message(self, message: Message) -> bool:
+    def save_messages(self, messages: list[Message]) -> list[bool]:
         threading.Event().wait(0.05)
         with self._lock:
             if self.fail:
                 self.fail -= 1
                 raise OSError("disk full")
-            self.saved.append(message)
-        return True
+            self.saved.extend(messages)
+        return [True] * len(messages)
 
     def save_channel(self, channel: Channel, as_of: datetime | None = None) -> None:
         pass
@@ -114,7 +114,7 @@ def test_a_copy_arriving_just_as_the_save_ends_neither_spins_nor_saves_again(hop
             store = SlowStore()
             box, _ = inbox(store)
             late: list[asyncio.Task[None]] = []
-            save = store.save_message
+            save = store.save_messages
 
             def post_after(steps: int) -> None:
                 if steps:
@@ -122,12 +122,12 @@ def test_a_copy_arriving_just_as_the_save_ends_neither_spins_nor_saves_again(hop
                 else:
                     late.append(asyncio.ensure_future(box.message_posted(mention(), None)))
 
-            def save_then_post(message: Message) -> bool:
-                saved = save(message)
+            def save_then_post(messages: list[Message]) -> list[bool]:
+                saved = save(messages)
                 loop.call_soon_threadsafe(post_after, hops)
                 return saved
 
-            store.save_message = save_then_post  # type: ignore[method-assign]
+            store.save_messages = save_then_post  # type: ignore[method-assign]
             await box.message_posted(mention(), None)
             while not late:
                 await asyncio.sleep(0.01)
@@ -202,13 +202,13 @@ def sql_inbox(engine: Engine, delay: float = 0.0) -> tuple[Inbox, SqlConversatio
     """An inbox over a real store whose message saves take `delay` seconds in their worker thread."""
     store = SqlConversationStore(engine, ManualClock(NOW))
     store.save_channel(Channel("C1", "general", ChannelKind.PUBLIC))
-    save = store.save_message
+    save = store.save_messages
 
-    def slow_save(message: Message) -> bool:
+    def slow_save(messages: list[Message]) -> list[bool]:
         threading.Event().wait(delay)
-        return save(message)
+        return save(messages)
 
-    store.save_message = slow_save  # type: ignore[method-assign]
+    store.save_messages = slow_save  # type: ignore[method-assign]
 
     async def answer(message: Message) -> None:
         pass
@@ -236,3 +236,54 @@ async def test_an_edit_arriving_while_its_message_is_being_stored_is_not_lost(en
     await posting
     stored = store.get_message("C1", original.ts)
     assert stored is not None and stored.text == "<@UBOT> lunch at one?"
+
+
+class GatedStore(SlowStore):
+    """Records each group of messages saved; the first save waits in its thread until `gate` is set; a group
+    holding a message whose text is `refused` fails."""
+
+    def __init__(self, refused: str | None = None) -> None:
+        super().__init__()
+        self.groups: list[list[str]] = []
+        self.gate = threading.Event()
+        self._refused = refused
+
+    def save_messages(self, messages: list[Message]) -> list[bool]:
+        self.groups.append([m.text for m in messages])
+        self.gate.wait(10)
+        if any(m.text == self._refused for m in messages):
+            raise ValueError("refused")
+        return super().save_messages(messages)
+
+
+def line(n: int) -> Message:
+    return Message(channel_id="C1", ts=f"1700000000.{n:06d}", user_id="U1", user_name="alice", text=f"line {n}")
+
+
+async def burst_behind_a_save(store: GatedStore) -> list[object]:
+    """Post line 0, then lines 1-3 while line 0 is being saved; what each post came to."""
+    box, _ = inbox(store)
+    first = asyncio.ensure_future(box.message_posted(line(0), None))
+    while not store.groups:  # line 0 is in its worker thread, held at the gate
+        await asyncio.sleep(0.01)
+    rest = [asyncio.ensure_future(box.message_posted(line(n), None)) for n in (1, 2, 3)]
+    for _ in range(20):  # every post reaches its save: none ends before line 0 is committed
+        await asyncio.sleep(0)
+    assert not any(post.done() for post in rest) and store.groups == [["line 0"]]
+    store.gate.set()
+    return await asyncio.gather(first, *rest, return_exceptions=True)
+
+
+async def test_messages_arriving_while_a_save_is_under_way_are_stored_together_next() -> None:
+    store = GatedStore()
+    assert await burst_behind_a_save(store) == [None] * 4
+    assert store.groups == [["line 0"], ["line 1", "line 2", "line 3"]]  # two transactions for four messages
+    assert [m.text for m in store.saved] == ["line 0", "line 1", "line 2", "line 3"]
+
+
+async def test_a_message_that_fails_its_group_fails_alone() -> None:
+    store = GatedStore(refused="line 2")
+    outcomes = await burst_behind_a_save(store)
+    assert outcomes[:2] == [None, None] and isinstance(outcomes[2], ValueError) and outcomes[3] is None
+    assert store.groups[1:] == [["line 1", "line 2", "line 3"], ["line 1"], ["line 2"], ["line 3"]]
+    assert [m.text for m in store.saved] == ["line 0", "line 1", "line 3"]

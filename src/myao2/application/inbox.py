@@ -21,6 +21,78 @@ RECENTLY_STORED = 256
 """Messages remembered as stored: Slack sends a mention twice (message and app_mention), one right after the other."""
 
 
+class GroupedSaves:
+    """Stores messages in a worker thread: those that arrive while a save is under way are stored together next,
+    in one trip to the thread and one transaction, so a burst costs a few commits instead of one each.
+
+    `save` returns a future that ends once its message is committed (or failed), as a save of its own would.
+    A failed group is saved again one message at a time, so one message's failure is never another's.
+    """
+
+    def __init__(self, store: ConversationStore) -> None:
+        self._store = store
+        self._waiting: list[tuple[Message, asyncio.Future[None]]] = []
+        self._writer: asyncio.Future[None] | None = None
+
+    def save(self, message: Message) -> asyncio.Future[None]:
+        saved: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append((message, saved))
+        if self._writer is None:
+            self._writer = asyncio.ensure_future(self._write())
+        return saved
+
+    async def _write(self) -> None:
+        """Store the waiting messages, group after group, until none are left."""
+        try:
+            while self._waiting:
+                group, self._waiting = self._waiting, []
+                try:
+                    failures = await asyncio.to_thread(self._save, [message for message, _ in group])
+                except BaseException as exc:  # cancelled (shutdown), or no worker thread to be had
+                    for _, saved in (*group, *self._waiting):
+                        _fail(saved, exc)
+                    self._waiting = []
+                    raise
+                for (_, saved), failure in zip(group, failures):
+                    if failure is None:
+                        _settle(saved)
+                    else:
+                        _fail(saved, failure)
+        finally:
+            self._writer = None
+
+    def _save(self, messages: list[Message]) -> list[Exception | None]:
+        """What became of each message's save (None: stored, or stored already); in the worker thread."""
+        try:
+            self._store.save_messages(messages)
+            return [None] * len(messages)
+        except Exception as exc:  # noqa: BLE001 - handed to the message's save
+            if len(messages) == 1:
+                return [exc]
+        failures: list[Exception | None] = []
+        for message in messages:
+            try:
+                self._store.save_messages([message])
+                failures.append(None)
+            except Exception as exc:  # noqa: BLE001 - handed to the message's save
+                failures.append(exc)
+        return failures
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _fail(future: asyncio.Future[None], exc: BaseException) -> None:
+    if future.done():
+        return
+    if isinstance(exc, Exception):
+        future.set_exception(exc)
+    else:
+        future.cancel()
+
+
 class Inbox:
     """Ingests events as domain objects; never waits for an answer to be written."""
 
@@ -41,6 +113,7 @@ class Inbox:
         self._answer = answer
         self._spawn = spawn
         self._known_channels: dict[str, ChannelKind] = {}
+        self._saves = GroupedSaves(store)
         self._stored: OrderedDict[tuple[str, str], Message] = OrderedDict()
         self._storing: dict[tuple[str, str], asyncio.Future[None]] = {}
         """Saves under way: the other event of a pair waits for the save instead of making its own."""
@@ -78,7 +151,7 @@ class Inbox:
     async def _save_once(self, key: tuple[str, str], message: Message) -> None:
         """Save `message`; by the time this ends, it is remembered as stored (if it was) and no longer under way."""
         try:
-            await asyncio.to_thread(self._store.save_message, message)
+            await self._saves.save(message)
         finally:
             if self._storing.get(key) is asyncio.current_task():
                 del self._storing[key]

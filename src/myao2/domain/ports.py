@@ -189,6 +189,10 @@ class ConversationStore(Protocol):
         """
         ...
 
+    def save_messages(self, messages: Sequence[Message]) -> list[bool]:
+        """`save_message` for each of `messages`, all in one transaction; which of them were new."""
+        ...
+
     def edit_message(self, channel_id: str, ts: str, text: str) -> bool:
         """Change a stored message's text; False if no such message is stored."""
         ...

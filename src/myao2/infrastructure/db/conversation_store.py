@@ -79,8 +79,11 @@ class SqlConversationStore:
     # -- messages ------------------------------------------------------------
 
     def save_message(self, message: Message) -> bool:
+        return self.save_messages((message,))[0]
+
+    def save_messages(self, messages: Sequence[Message]) -> list[bool]:
         with self._engine.begin() as connection:
-            return _save_message(connection, message)
+            return [_save_message(connection, message) for message in messages]
 
     def edit_message(self, channel_id: str, ts: str, text: str) -> bool:
         with self._engine.begin() as connection:
