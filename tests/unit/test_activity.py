@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterator
 from datetime import datetime
@@ -114,3 +115,40 @@ async def test_a_judgment_row_keeps_no_reason(engine) -> None:
         row = session.exec(select(JudgmentRow)).one()
     assert (row.channel_id, row.outcome, row.confidence) == ("C1", "respond", 0.8)
     assert "secret" not in repr(row)
+
+
+def a_call(tokens: int) -> ModelCall:
+    return ModelCall("response", "fake-model", tokens, tokens, 5, CallOutcome.OK, "end_turn")
+
+
+async def test_model_calls_made_for_a_reply_are_recorded_in_the_trip_that_records_the_post(monkeypatch) -> None:
+    trips: list[object] = []
+    to_thread = asyncio.to_thread
+
+    async def counted(func, /, *args, **kwargs):  # type: ignore[no-untyped-def]
+        trips.append(func)
+        return await to_thread(func, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "to_thread", counted)
+    log, seen = Recorded(), []
+    activity = Activity(log, ManualClock(), watch=seen.append)
+    async with activity.held_for_reply():
+        await activity.model_call(a_call(1))
+        await activity.model_call(a_call(2))
+        assert log.calls == [] and trips == [] and len(seen) == 2  # held, though watched at once
+        await asyncio.to_thread(activity.reply, "C1", ReplyKind.ANSWER)  # the trip storing the post
+    assert log.calls == [a_call(1), a_call(2)] and log.replies == [("C1", ReplyKind.ANSWER)]
+    assert len(trips) == 1
+
+    await activity.model_call(a_call(3))  # outside the block: recorded at once, in a trip of its own
+    assert log.calls[-1] == a_call(3) and len(trips) == 2
+
+
+async def test_model_calls_held_for_a_reply_that_never_came_are_recorded_when_it_fails() -> None:
+    log = Recorded()
+    activity = Activity(log, ManualClock())
+    with pytest.raises(RuntimeError):
+        async with activity.held_for_reply():
+            await activity.model_call(a_call(1))
+            raise RuntimeError("Slack refused the post")
+    assert log.calls == [a_call(1)] and log.replies == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable
+from contextlib import nullcontext
 from datetime import datetime
 
 from myao2.application.activity import Activity
@@ -129,20 +130,22 @@ class Conversations:
         Its text is made safe as `post` makes it, also where a broadcast is split across
         deltas. `answering` marks it as the answer to that message; `started` is told
         its ts as soon as it shows; `stored` is called with it once the reply is stored,
-        in the same worker thread (it may use the stores).
+        in the same worker thread (it may use the stores). The model calls made while it is written are recorded
+        in that trip too.
         """
         if self._publisher is None:
             raise RuntimeError("Conversations was built without a reply publisher")
-        published = await self._publisher.publish(
-            channel,
-            thread_ts,
-            recipient_user_id,
-            safe_stream(reply, self._allow_broadcasts),
-            safe_text(apology, self._allow_broadcasts),
-            answering=answering,
-            started=started,
-        )
-        return await self._remember(channel.id, published.ts, published.text, thread_ts, answering, stored)
+        async with self._activity.held_for_reply() if self._activity is not None else nullcontext():
+            published = await self._publisher.publish(
+                channel,
+                thread_ts,
+                recipient_user_id,
+                safe_stream(reply, self._allow_broadcasts),
+                safe_text(apology, self._allow_broadcasts),
+                answering=answering,
+                started=started,
+            )
+            return await self._remember(channel.id, published.ts, published.text, thread_ts, answering, stored)
 
     async def finish(self, channel_id: str, ts: str, apology: str, answering: str | None = None) -> None:
         """End a reply left half-written (the bot stopped while it streamed) with `apology`."""
