@@ -392,6 +392,24 @@ async def test_a_refused_tool_call_finishes_not_ok(fake, make_writer):
     assert ToolFinished("c1", "get_memo", False) in events
 
 
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        '{"memo_name": "lunch\\ud83c"}',  # half an emoji escaped: JSON decodes it to a lone surrogate
+        '{"name": "lunch", "content": "ramen \\udf5c", "priority": 3}',
+    ],
+)
+async def test_a_lone_surrogate_in_the_models_tool_arguments_still_gets_the_reply(fake, make_writer, store, arguments):
+    # The tool's answer (a refusal quoting the name, or the memo) goes back to the model in the next request,
+    # which the SDK encodes as UTF-8: a lone surrogate there used to fail the whole answer.
+    tool = "get_memo" if "memo_name" in arguments else "add_memo"
+    fake.script(ToolCalls([ToolCall(tool, arguments)]), Text("Done."))
+
+    assert await make_writer(max_retries=0).write(CONTEXT, ORIGIN) == "Done."
+    assert len(fake.requests) == 2
+    assert [m.name for m in store.list(None).memos] == (["lunch"] if tool == "add_memo" else [])
+
+
 async def test_a_model_failing_midway_raises_after_the_text_it_wrote(fake, make_writer):
     fake.script(Text("This answer will break off somewhere in the middle", pieces=6, fail_after=2))
 

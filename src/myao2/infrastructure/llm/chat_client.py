@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from myao2.domain.conversation import clean_text
+
 if TYPE_CHECKING:
     import httpx2
     import openai
@@ -46,14 +48,23 @@ class _Completions:
 
     async def create(self, **request: Any) -> Any:
         """The completion of `request` (the SDK's keyword arguments), a stream of `Fields` chunks when it streams."""
-        from openai import AsyncStream
-        from openai.types.chat import ChatCompletion
-
         options: RequestOptions = {}
         for argument, option in _OPTIONS.items():
             if request.get(argument) is not None:
                 options[option] = request[argument]  # type: ignore[literal-required]
             request.pop(argument, None)
+        try:
+            return await self._post(request, options)
+        except UnicodeEncodeError:
+            # Raised before anything is sent: text UTF-8 cannot hold, a lone surrogate from a model that escaped
+            # half an emoji in its tool arguments (JSON decodes "\ud83c" to one), echoed back in the call or its
+            # result. The request goes out with it replaced, as text from Slack is where it enters.
+            return await self._post(_cleaned(request), options)
+
+    async def _post(self, request: dict[str, Any], options: RequestOptions) -> Any:
+        from openai import AsyncStream
+        from openai.types.chat import ChatCompletion
+
         if not request.get("stream"):
             return await self._client.post("/chat/completions", body=request, options=options, cast_to=ChatCompletion)
         stream: type[AsyncStream[Fields]] = AsyncStream[Fields]
@@ -83,6 +94,17 @@ class Fields:
 
     def __repr__(self) -> str:
         return f"Fields({self._data!r})"
+
+
+def _cleaned(value: Any) -> Any:
+    """`value` (JSON) with its strings cleaned as text from Slack is (`clean_text`)."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, dict):
+        return {_cleaned(key): _cleaned(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_cleaned(item) for item in value]
+    return value
 
 
 def _view(value: Any) -> Any:
