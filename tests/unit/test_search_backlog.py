@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 import numpy as np
@@ -19,6 +20,7 @@ from sqlalchemy import event, text
 
 from myao2.domain.memo import MemoChanges
 from myao2.infrastructure.search import index as index_module
+from myao2.infrastructure.search import vectors
 from myao2.infrastructure.search.index import BATCH_SIZE, SEARCH_EMBED_LIMIT
 from myao2.infrastructure.search.keywords import SYNC_LOCK
 from tests.fakes.embedder import HashEmbedder
@@ -382,3 +384,81 @@ def test_a_text_another_process_edits_and_indexes_while_a_batch_is_checked_is_no
         assert world.memo_names("carol drinks hot cocoa", limit=1) == [world.memos.by_ids(edited)[edited[0]].name]
     finally:
         elsewhere.close()
+
+
+@contextmanager
+def _statements(world: World, starting: str) -> Iterator[list[bool]]:
+    """Collects, for each statement run starting with `starting`, whether it ran as one executemany."""
+    ran: list[bool] = []
+
+    def seen(connection, cursor, statement, parameters, context, executemany) -> None:  # type: ignore[no-untyped-def]
+        if statement.lstrip().startswith(starting):
+            ran.append(executemany)
+
+    event.listen(world.engine, "before_cursor_execute", seen)
+    try:
+        yield ran
+    finally:
+        event.remove(world.engine, "before_cursor_execute", seen)
+
+
+def test_a_batch_is_claimed_and_released_in_one_statement_each(world: World) -> None:
+    """A batch's texts are claimed together and released together (one executemany each), not one statement per text."""
+    with _statements(world, "UPDATE search_queue SET claimed_until") as claims:
+        taken, _ = world.index._embed_queued()
+    assert taken == BATCH_SIZE
+    assert claims == [True, True]  # claimed, released
+    assert world.index.pending() == FILLERS + 1 - BATCH_SIZE
+
+
+def test_the_background_reads_the_vectors_back_once_per_sync_not_after_each_batch(world: World) -> None:
+    """Rows written by the background's batches are read into the loaded vectors once, when `sync` ends: after each
+    batch, the rows it wrote are only counted, and read back only when they could make a clustering due."""
+    world.index.warm(["memo"])
+    with _statements(world, "SELECT id, scope, at, CASE WHEN model") as refreshes:  # a refresh of a kind's vectors
+        world.index.sync()
+    assert len(_embedder(world).batches) >= (FILLERS + 1) // BATCH_SIZE  # eight batches
+    assert len(refreshes) == 1
+    assert world.memo_names("alice drinks beverage", limit=1) == ["tea"]
+
+
+def test_the_background_clusters_a_growing_collection_between_its_batches(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows the background writes that make a clustering due are clustered before its next batch, not only when the
+    whole backlog is done (searches read the rows added since the last clustering exactly)."""
+    monkeypatch.setattr(vectors, "EXACT_ROWS", 5)
+    monkeypatch.setattr(vectors, "_PROBE_MIN", 0)
+    builds = 0
+    build = vectors.Clustering.build
+
+    def counted(clustering: vectors.Clustering) -> None:
+        nonlocal builds
+        builds += 1
+        build(clustering)
+
+    monkeypatch.setattr(vectors.Clustering, "build", counted)
+    world = World(database_url, SlowEmbedder())
+    builds_before_batch: list[int] = []
+    passages = world.embedder.passages
+
+    def embedding(texts: list[str]) -> np.ndarray:
+        builds_before_batch.append(builds)
+        return passages(texts)
+
+    monkeypatch.setattr(world.embedder, "passages", embedding)
+    try:
+        for number in range(10):
+            world.memo(f"note{number}", f"note number {number}")
+        world.index.sync()
+        world.index.warm(["memo"])
+        assert builds == 1
+        for number in range(10, 10 + 3 * BATCH_SIZE):
+            world.memo(f"note{number}", f"note number {number}")
+        builds_before_batch.clear()
+        world.index.sync()
+        assert len(builds_before_batch) == 3
+        assert builds_before_batch[-1] > 1  # clustered again before the last batch
+        assert world.memo_names("note number 40", limit=1) == ["note40"]
+    finally:
+        world.close()

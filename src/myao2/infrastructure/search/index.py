@@ -20,6 +20,7 @@ import logging
 import math
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -121,6 +122,14 @@ class _Applied:
     documents: int
     embedded: int
     deferred: int
+
+
+@dataclass(frozen=True)
+class _Stored:
+    """What a write to the index did: rows written, by kind, and the ids of the documents deleted, by kind."""
+
+    written: Counter[str]
+    deleted: dict[str, list[int]]
 
 
 @dataclass(frozen=True)
@@ -231,7 +240,7 @@ class SearchIndex:
             done += count
             if progress is not None:
                 progress(min(done, total), max(total, done))
-            self._cluster_due()
+            self._cluster_due(written_only=True)
         self._cluster_due()
         return done
 
@@ -320,27 +329,25 @@ class SearchIndex:
             )
             kept = {ref: queue_id for ref, queue_id in last.items() if queue_id in present}
             writes = [write for write in writes if write[0] in kept]
-            deleted = self._store(connection, writes, [ref for ref, doc in documents.items() if doc is None and ref in kept])
-            for (kind, ref_id), queue_id in kept.items():
-                connection.execute(
-                    text("DELETE FROM search_queue WHERE kind = :kind AND ref_id = :ref AND id <= :last AND reembed = FALSE"),
-                    {"kind": kind, "ref": ref_id, "last": queue_id},
-                )
-            for kind, ref_id in [ref for ref in later if ref in kept]:
-                connection.execute(
-                    text(
-                        "INSERT INTO search_queue (kind, ref_id, reembed) SELECT CAST(:kind AS VARCHAR(16)), CAST(:ref AS INTEGER), TRUE "
-                        "WHERE NOT EXISTS "
-                        "(SELECT 1 FROM search_queue WHERE kind = :kind AND ref_id = :ref AND reembed = TRUE)"
-                    ),
-                    {"kind": kind, "ref": ref_id},
-                )
-            for (kind, ref_id), _ in [item for item in fresh if item[0] in kept]:  # embedded as it is now: nothing to embed again
-                connection.execute(
-                    text("DELETE FROM search_queue WHERE kind = :kind AND ref_id = :ref AND reembed = TRUE"),
-                    {"kind": kind, "ref": ref_id},
-                )
-        self._discard(deleted)
+            stored_now = self._store(connection, writes, [ref for ref in kept if documents[ref] is None])
+            _execute_each(
+                connection,
+                "DELETE FROM search_queue WHERE kind = :kind AND ref_id = :ref AND id <= :last AND reembed = FALSE",
+                [{"kind": kind, "ref": ref_id, "last": queue_id} for (kind, ref_id), queue_id in kept.items()],
+            )
+            _execute_each(  # left for the background to embed
+                connection,
+                "INSERT INTO search_queue (kind, ref_id, reembed) SELECT CAST(:kind AS VARCHAR(16)), CAST(:ref AS INTEGER), TRUE "
+                "WHERE NOT EXISTS (SELECT 1 FROM search_queue WHERE kind = :kind AND ref_id = :ref AND reembed = TRUE)",
+                [{"kind": kind, "ref": ref_id} for (kind, ref_id), _, vector in writes if vector is None],
+            )
+            embedded_now = {ref for ref, _ in fresh}
+            _execute_each(  # embedded as it is now: nothing to embed again
+                connection,
+                "DELETE FROM search_queue WHERE kind = :kind AND ref_id = :ref AND reembed = TRUE",
+                [{"kind": kind, "ref": ref_id} for (kind, ref_id), _, _ in writes if (kind, ref_id) in embedded_now],
+            )
+        self._noted(stored_now)
         return _Applied(len(last), len(fresh), len(later))
 
     def _embed_queued(self) -> tuple[int, int]:
@@ -363,20 +370,20 @@ class SearchIndex:
                 now = self._documents_of(refs)
                 writes = [(ref, doc, vector) for (ref, doc), vector in zip(live, vectors) if now[ref] == doc]
                 gone = [ref for ref, doc in now.items() if doc is None]
-                deleted = self._store(connection, writes, gone)
-                for kind, ref_id in [ref for ref, _, _ in writes] + gone:
-                    connection.execute(
-                        text("DELETE FROM search_queue WHERE kind = :kind AND ref_id = :ref AND reembed = TRUE"),
-                        {"kind": kind, "ref": ref_id},
-                    )
+                stored_now = self._store(connection, writes, gone)
+                _execute_each(
+                    connection,
+                    "DELETE FROM search_queue WHERE kind = :kind AND ref_id = :ref AND reembed = TRUE",
+                    [{"kind": kind, "ref": ref_id} for kind, ref_id in [ref for ref, _, _ in writes] + gone],
+                )
         finally:
             with self._engine.begin() as connection:  # what is left, changed meanwhile, may be taken again at once
-                for kind, ref_id in refs:
-                    connection.execute(
-                        text("UPDATE search_queue SET claimed_until = NULL WHERE kind = :kind AND ref_id = :ref AND reembed = TRUE"),
-                        {"kind": kind, "ref": ref_id},
-                    )
-        self._discard(deleted)
+                _execute_each(
+                    connection,
+                    "UPDATE search_queue SET claimed_until = NULL WHERE kind = :kind AND ref_id = :ref AND reembed = TRUE",
+                    [{"kind": kind, "ref": ref_id} for kind, ref_id in refs],
+                )
+        self._noted(stored_now)
         return len(refs), len(writes) + len(gone)
 
     def _claimed(self) -> list[tuple[str, int]]:
@@ -397,11 +404,11 @@ class SearchIndex:
                 {"now": now, "n": BATCH_SIZE},
             ).all()
             refs = list(dict.fromkeys((kind, ref_id) for kind, ref_id in queued))
-            for kind, ref_id in refs:  # every entry of the document: it may be queued twice (a rebuild)
-                connection.execute(
-                    text("UPDATE search_queue SET claimed_until = :until WHERE kind = :kind AND ref_id = :ref AND reembed = TRUE"),
-                    {"until": now + CLAIM_SECONDS, "kind": kind, "ref": ref_id},
-                )
+            _execute_each(  # every entry of the document: it may be queued twice (a rebuild)
+                connection,
+                "UPDATE search_queue SET claimed_until = :until WHERE kind = :kind AND ref_id = :ref AND reembed = TRUE",
+                [{"until": now + CLAIM_SECONDS, "kind": kind, "ref": ref_id} for kind, ref_id in refs],
+            )
         return refs
 
     def _documents_of(self, refs: list[tuple[str, int]]) -> dict[tuple[str, int], Document | None]:
@@ -444,27 +451,31 @@ class SearchIndex:
             for ((kind, _), doc), vector in zip(documents, vectors)
         ]
 
-    def _store(
-        self, connection: Connection, writes: list[_Write], gone: list[tuple[str, int]]
-    ) -> dict[str, list[int]]:
-        """Write documents (with their vector, or none yet) and delete those gone; returns the ids deleted, by kind."""
+    def _store(self, connection: Connection, writes: list[_Write], gone: list[tuple[str, int]]) -> _Stored:
+        """Write documents (with their vector, or none yet) and delete those gone."""
+        written: Counter[str] = Counter()
         for (kind, ref_id), doc, vector in writes:
             model = None if vector is None else self._embedder.model_id
             doc_id = _upsert(connection, kind, ref_id, doc, model, vector)
             self._keywords.write(connection, doc_id, doc.keywords)
+            written[kind] += 1
         deleted: dict[str, list[int]] = {}
         for kind, ref_id in gone:
             doc_id = _delete(connection, kind, ref_id)
             if doc_id is not None:
                 self._keywords.remove(connection, doc_id)
                 deleted.setdefault(kind, []).append(doc_id)
-        return deleted
+        return _Stored(written, deleted)
 
-    def _discard(self, deleted: dict[str, list[int]]) -> None:
-        for kind, doc_ids in deleted.items():
+    def _noted(self, stored: _Stored) -> None:
+        """Once committed: the loaded vectors lose the documents deleted, and count the rows written, which they read
+        at their next refresh."""
+        for kind in set(stored.written) | set(stored.deleted):
             with self._cache_locks[kind]:
-                if kind in self._caches:
-                    self._caches[kind].discard(doc_ids)
+                cache = self._caches.get(kind)
+                if cache is not None:
+                    cache.unread += stored.written[kind]
+                    cache.discard(stored.deleted.get(kind, []))
 
     def _documents(self, kind: str, ids: list[int]) -> dict[int, Document | None]:
         """What to index for each id; None for what is gone or removed."""
@@ -693,12 +704,18 @@ class SearchIndex:
         """Have `wake` called when a search finds work for the background: vectors to cluster (see `sync`)."""
         self._wake = wake
 
-    def _cluster_due(self) -> None:
+    def _cluster_due(self, written_only: bool = False) -> None:
         """Cluster (again) the vectors loaded that are due, holding each kind's lock only to plan and to adopt the
-        clustering: searches meanwhile read the vectors as they are (seconds for a million messages' vectors)."""
+        clustering: searches meanwhile read the vectors as they are (seconds for a million messages' vectors).
+
+        With `written_only` (after each of the background's batches), a kind is read again from the database only
+        when the rows this process wrote since it was last read could make its clustering due (see
+        `VectorCache.unread`): rows other processes wrote are read at the end of `sync`, or by the next search.
+        """
         for kind in KINDS:
             with self._cache_locks[kind]:
-                if kind not in self._caches:
+                cache = self._caches.get(kind)
+                if cache is None or (written_only and not cache.clustering_due(cache.unread)):
                     continue
                 cache = self._refreshed(kind)
                 clustering = cache.plan_clustering()
@@ -749,6 +766,7 @@ class SearchIndex:
             loaded.sort(key=lambda row: row.seq)
         cache.put(loaded, len(loaded))
         cache.seq = max(cache.seq, newest)
+        cache.unread = 0
         self._caches[kind] = cache
         return cache
 
@@ -849,6 +867,12 @@ def _rows(connection: Connection, keywords: KeywordTable, doc_ids: list[int]) ->
         return {}
     rows: list[DocumentRow] = keywords.rows(connection, doc_ids)
     return {row[0]: (row[1], row[2], row[3], row[4], row[5]) for row in rows}
+
+
+def _execute_each(connection: Connection, statement: str, rows: list[dict[str, object]]) -> None:
+    """Run `statement` with each row of parameters, in one call (executemany); nothing when there is none."""
+    if rows:
+        connection.execute(text(statement), rows)
 
 
 def _upsert(

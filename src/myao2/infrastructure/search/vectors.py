@@ -56,6 +56,9 @@ class VectorCache:
 
     def __init__(self, dim: int | None = None) -> None:
         self.seq = 0
+        self.unread = 0
+        """Rows this process wrote to the database since they were last read into this cache (kept by the index):
+        that many rows at most are added at the next refresh."""
         self._dim = dim
         self._size = 0
         self._matrix = np.zeros((0, dim or 0), dtype=np.float32)
@@ -221,12 +224,17 @@ class VectorCache:
                 break
         return slices
 
-    def clustering_due(self) -> bool:
+    def clustering_due(self, added: int = 0) -> bool:
         """Whether the rows should be clustered (again): a large collection not clustered yet, or one a quarter
-        of whose rows were added since (searches read those exactly); or clusters of one grown small to drop."""
-        if len(self._positions) <= EXACT_ROWS:
-            return self._centroids is not None
-        return self._centroids is None or self._size - self._clustered > self._clustered // 4
+        of whose rows were added since (searches read those exactly); or clusters of one grown small to drop.
+
+        With `added`, whether they may be once up to that many rows more are put (rows new or moved to the end).
+        """
+        if len(self._positions) <= EXACT_ROWS and self._centroids is not None:
+            return True
+        if len(self._positions) + added <= EXACT_ROWS:
+            return False
+        return self._centroids is None or self._size + added - self._clustered > self._clustered // 4
 
     def plan_clustering(self) -> Clustering | None:
         """A clustering of the live rows as they are, to `build` holding nothing and then `adopt`; None when
