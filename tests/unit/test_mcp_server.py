@@ -54,6 +54,12 @@ def test_search_finds_a_dm_memo_only_for_a_client_started_for_that_dm(app: Appli
     assert not failed and found["memos"][0]["name"] == "surprise"
 
 
+def test_a_search_holding_half_an_emoji_is_searched_as_cleaned(app: Application) -> None:  # noqa: F811
+    # A client's JSON may escape a lone surrogate ("\\ud83c"), which neither the embedder nor the database takes.
+    failed, found = call(app, Scope(), "search_memo", {"query": "lunch \ud83c", "limit": 5})
+    assert not failed and [m["name"] for m in found["memos"]][:1] == ["lunch-day"]
+
+
 def test_a_client_started_for_a_dm_cannot_edit_a_workspace_memo_as_the_bots_tools_there_cannot(
     app: Application,  # noqa: F811
 ) -> None:

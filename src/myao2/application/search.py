@@ -15,7 +15,7 @@ from datetime import datetime, timezone, tzinfo
 from typing import Protocol, TypeVar
 
 from myao2.application import tracing
-from myao2.domain.conversation import Channel, Message, ts_to_datetime
+from myao2.domain.conversation import Channel, Message, clean_text, ts_to_datetime
 from myao2.domain.memo import Memo
 from myao2.domain.memory import Bullet, Digest, Memory
 from myao2.domain.visibility import Audience, can_read
@@ -260,9 +260,11 @@ class Search:
 
 
 def validate(query: object, limit: object) -> tuple[str, int]:
-    """A query of 1-500 characters and a limit of 1-20, or a `SearchError`."""
+    """A query of 1-500 characters and a limit of 1-20, or a `SearchError`; the query cleaned as text from Slack is
+    (a model's or a client's lone surrogate, which neither the database nor the embedder takes)."""
     if not isinstance(query, str) or not query.strip():
         raise SearchError("blank_query")
+    query = clean_text(query)
     if len(query) > MAX_QUERY_LENGTH:
         raise SearchError("query_too_long", limit=MAX_QUERY_LENGTH)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
