@@ -72,7 +72,11 @@ def run(mentions: int, chars: int, concurrent: int = 10) -> None:
 
 
 def _finished_stream(slack: FakeSlack, ts: str) -> dict[str, Any] | None:
-    return next((s for s in slack.streams if s["thread_ts"] == ts and not s["streaming"]), None)
+    return _finished(slack.streams, ts)
+
+
+def _finished(streams: list[dict[str, Any]], ts: str) -> dict[str, Any] | None:
+    return next((s for s in streams if s["thread_ts"] == ts and not s["streaming"]), None)
 
 
 def _sequential(slack: FakeSlack, llm: _TimedModel, mentions: int, words: str) -> None:
@@ -99,7 +103,9 @@ def _concurrent(slack: FakeSlack, streams: int) -> None:
     acked_before = len(slack.ack_latencies)
     posted = [slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> all at once {i}") for i in range(streams)]
     chatter = 0
-    while not all(_finished_stream(slack, ts) for ts in posted):
+    # One copy of the streams per look: the fake Slack shares this process (and its GIL), and copying them
+    # for each of the answers took long enough to delay its reading of the acks being measured.
+    while not all(_finished(streams, ts) for streams in [slack.streams] for ts in posted):
         slack.post_message(GENERAL, BOB, f"meanwhile, line {chatter}")
         chatter += 1
         time.sleep(0.1)
