@@ -11,15 +11,22 @@ first token to the first words in the thread (chat.startStream arriving at the
 fake; goal <= 0.5 s) and the Web API calls of the streamed answer, scaled to
 1,000 characters (goal <= ~10). Then K answers stream at once while plain
 messages keep arriving, and it prints the latency of the bot's Socket Mode acks
-(goal p99 <= 20 ms). Both fakes run in this process, on one clock.
+(goal p99 <= 20 ms). The fake Slack runs in this process; the fake model in a
+child process of its own, so that writing K streams (~40% of a core in all)
+does not hold the GIL the fake Slack needs to read the acks it times.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -29,6 +36,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tests.e2e.conftest import ALICE, BOB, GENERAL, BotProcess  # noqa: E402
+from tests.fakes import PROXY_VARIABLES  # noqa: E402
 from tests.fakes.openai_server import FakeOpenAI, Text  # noqa: E402
 from tests.fakes.slack_server import FakeSlack  # noqa: E402
 
@@ -39,36 +47,90 @@ STREAM_METHODS = ("chat.startStream", "chat.appendStream", "chat.stopStream")
 
 
 class _TimedModel(FakeOpenAI):
-    """The fake model, noting when each streamed answer's first token goes out."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.first_tokens: list[float] = []
+    """The fake model, reporting on stdout when each streamed answer's first token goes out."""
 
     async def _stream(self, request, body, reply):  # type: ignore[no-untyped-def]
-        self.first_tokens.append(time.time())  # the role chunk and the first piece go out now
+        _line({"first_token": time.time()})  # the role chunk and the first piece go out now
         return await super()._stream(request, body, reply)
+
+
+def _line(data: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(data) + "\n")
+    sys.stdout.flush()
+
+
+def _answer(chars: int) -> str:
+    return (" ".join(f"word{i:04d}" for i in range(chars // 9 + 1)))[:chars]
+
+
+def serve_model(chars: int) -> None:
+    """Child mode: serve the slowly writing fake model until SIGTERM."""
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    words, interval = _answer(chars), WRITING_SECONDS / PIECES
+    with _TimedModel(api_key="sk-e2e-secret-key") as llm:
+        llm.set_responder(lambda request: Text(words, delay=FIRST_TOKEN_SECONDS, pieces=PIECES, interval=interval))
+        _line({"base_url": llm.base_url})
+        while not stop.wait(0.5):
+            pass
+
+
+class _ModelProcess:
+    """The parent's handle on the fake model child: its URL, and when each streamed answer's first token went out."""
+
+    def __init__(self, chars: int) -> None:
+        env = {k: v for k, v in os.environ.items() if k not in PROXY_VARIABLES}
+        env["PYTHONPATH"] = str(ROOT)
+        self.process = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "--serve-model", "--chars", str(chars)],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.process.stdout is not None
+        self.base_url: str = json.loads(self.process.stdout.readline())["base_url"]
+        self.first_tokens: list[float] = []
+        threading.Thread(target=self._read, name="model-events", daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for raw in self.process.stdout:
+            self.first_tokens.append(json.loads(raw)["first_token"])
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
 
 
 def run(mentions: int, chars: int, concurrent: int = 10) -> None:
     """Start the bot against the slow model and print the streaming figures."""
-    words = (" ".join(f"word{i:04d}" for i in range(chars // 9 + 1)))[:chars]
-    interval = WRITING_SECONDS / PIECES
-    with FakeSlack(bot_name="myao") as slack, _TimedModel(api_key="sk-e2e-secret-key") as llm:
-        slack.add_user(ALICE, "alice", display_name="Alice")
-        slack.add_user(BOB, "bob", display_name="Bob")
-        slack.add_channel(GENERAL, "general", members=[ALICE, BOB])
-        llm.set_responder(lambda request: Text(words, delay=FIRST_TOKEN_SECONDS, pieces=PIECES, interval=interval))
-        with tempfile.TemporaryDirectory(prefix="myao2-bench-") as tmp:
-            bot = BotProcess(Path(tmp), slack, llm)
-            bot.settings.update({"response.check_interval_seconds": 3600, "response.history_sync_interval_seconds": 3600})
-            bot.start()
-            try:
-                _sequential(slack, llm, mentions, words)
-                if concurrent:
-                    _concurrent(slack, concurrent)
-            finally:
-                bot.stop()
+    words = _answer(chars)
+    llm = _ModelProcess(chars)
+    try:
+        with FakeSlack(bot_name="myao") as slack:
+            slack.add_user(ALICE, "alice", display_name="Alice")
+            slack.add_user(BOB, "bob", display_name="Bob")
+            slack.add_channel(GENERAL, "general", members=[ALICE, BOB])
+            with tempfile.TemporaryDirectory(prefix="myao2-bench-") as tmp:
+                bot = BotProcess(Path(tmp), slack, llm)  # type: ignore[arg-type]  # reads only base_url
+                bot.settings.update(
+                    {"response.check_interval_seconds": 3600, "response.history_sync_interval_seconds": 3600}
+                )
+                bot.start()
+                try:
+                    _sequential(slack, llm, mentions, words)
+                    if concurrent:
+                        _concurrent(slack, concurrent)
+                finally:
+                    bot.stop()
+    finally:
+        llm.stop()
 
 
 def _finished_stream(slack: FakeSlack, ts: str) -> dict[str, Any] | None:
@@ -79,7 +141,7 @@ def _finished(streams: list[dict[str, Any]], ts: str) -> dict[str, Any] | None:
     return next((s for s in streams if s["thread_ts"] == ts and not s["streaming"]), None)
 
 
-def _sequential(slack: FakeSlack, llm: _TimedModel, mentions: int, words: str) -> None:
+def _sequential(slack: FakeSlack, llm: _ModelProcess, mentions: int, words: str) -> None:
     delays, visible, calls = [], [], []
     for i in range(mentions):
         ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> story {i}, please")
@@ -124,7 +186,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mentions", type=int, default=3)
     parser.add_argument("--chars", type=int, default=1000)
     parser.add_argument("--concurrent", type=int, default=10, help="answers streaming at once (0: skip)")
+    parser.add_argument("--serve-model", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.serve_model:
+        serve_model(args.chars)
+        return 0
     run(args.mentions, args.chars, args.concurrent)
     return 0
 
