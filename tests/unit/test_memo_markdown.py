@@ -101,6 +101,9 @@ def test_a_file_written_by_hand_takes_defaults_and_tolerates_crlf_and_a_bom():
     assert (draft.content, draft.priority, draft.tags, draft.detail) == ("Standup at 10:00", 3, (), None)
 
 
+BAD_CONVERSATION = "conversation must be one conversation's id, such as C123 (one word, no control characters)"
+
+
 @pytest.mark.parametrize(
     ("text", "problem"),
     [
@@ -116,6 +119,10 @@ def test_a_file_written_by_hand_takes_defaults_and_tolerates_crlf_and_a_bom():
         ("---\nname: x\nvisibility: conversation\n---\nhi\n",
          "visibility: conversation needs the conversation's id (conversation: C123)"),
         ("---\nname: x\npinned: maybe\n---\nhi\n", "pinned must be true or false"),
+        # YAML's escapes reach what the file's UTF-8 cannot hold: a lone surrogate no store takes, a line break
+        ('---\nname: x\nvisibility: conversation\nconversation: "D\\ud800"\n---\nhi\n', BAD_CONVERSATION),
+        ('---\nname: x\nvisibility: conversation\nconversation: "D1\\nD2"\n---\nhi\n', BAD_CONVERSATION),
+        ("---\nname: x\nvisibility: conversation\nconversation: D1 D2\n---\nhi\n", BAD_CONVERSATION),
     ],
 )
 def test_malformed_files_say_what_is_wrong(text, problem):

@@ -150,7 +150,14 @@ def _audience(front: dict[str, object]) -> Audience:
         raise MemoFileError("conversation is only for a memo with visibility: conversation")
     if visibility is Visibility.CONVERSATION and not (isinstance(conversation, str) and conversation.strip()):
         raise MemoFileError("visibility: conversation needs the conversation's id (conversation: C123)")
+    if isinstance(conversation, str) and not _ONE_WORD.fullmatch(conversation.strip()):
+        # YAML's escapes reach what no store takes (a lone surrogate) and what no id holds (a line break)
+        raise MemoFileError("conversation must be one conversation's id, such as C123 (one word, no control characters)")
     return memo_audience(visibility, conversation.strip() if isinstance(conversation, str) else None)
+
+
+_ONE_WORD = re.compile(r"[^\s\x00-\x1f\x7f-\x9f\ud800-\udfff]+")
+"""A conversation's id as a file may name it: no white space, control character or lone surrogate."""
 
 
 def _split_body(lines: list[str]) -> tuple[str, str | None]:
