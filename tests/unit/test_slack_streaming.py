@@ -85,6 +85,28 @@ async def test_a_1000_character_answer_streams_in_about_ten_calls(fake, publishe
     assert published.ts == stream["ts"] and published.text == story.strip()
 
 
+@pytest.mark.parametrize("first", ["", "Here it is: ", "only at the end"])
+async def test_text_longer_than_a_stream_call_takes_arriving_at_once_is_sent_in_pieces(fake, publisher_for, first):
+    # A model (or a proxy) may hand over a long answer in one delta, or only whole at the end; Slack refuses a
+    # stream call's text over 12,000 characters (msg_too_long), which failed the answer (and its retries) into
+    # the apology.
+    parent = fake.post_message("C1", "U1", "paste the whole log <@UBOT>")
+    long = "".join(f"line {i:05d}\n" for i in range(2500))  # 27,500 characters
+    if first == "only at the end":  # a memo task started the stream; the text comes whole with the end
+        answer = long
+        reply = events(ToolStarted("c1", "get_memo", "Read memo: log"), ToolFinished("c1", "get_memo", True),
+                       ReplyDone(answer.strip()))
+    else:
+        answer = first + long
+        reply = events(*([TextDelta(first)] if first else []), TextDelta(long), ReplyDone(answer.strip()))
+
+    published = await publisher_for().publish(GENERAL, parent, "U1", reply, APOLOGY)
+
+    [stream] = fake.streams
+    assert not stream["streaming"] and fake.messages("C1")[-1]["text"].strip() == answer.strip()
+    assert published.text == answer.strip()
+
+
 async def test_the_first_words_go_out_with_the_first_delta(fake, publisher_for):
     parent = fake.post_message("C1", "U1", "hi <@UBOT>")
     gate = asyncio.Event()

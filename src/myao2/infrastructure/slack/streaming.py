@@ -40,6 +40,8 @@ FLUSH_SECONDS = 1.0
 """...or until the oldest unsent text is this old."""
 REFUSALS = frozenset({"not_allowed", "feature_not_enabled", "unknown_method", "method_deprecated"})
 """Errors of chat.startStream meaning this workspace does not take streamed messages."""
+STREAM_TEXT_LIMIT = 12_000
+"""The most characters of text one stream call takes (Slack answers msg_too_long beyond): more is sent in pieces."""
 TOP_LEVEL_REFUSALS = frozenset({"invalid_arguments", "thread_ts_required", "missing_argument"})
 """Errors of a top-level chat.startStream (a DM answered inline) meaning only threads stream."""
 
@@ -200,16 +202,27 @@ class _Stream:
         return True
 
     async def _send(self, chunks: list[dict[str, Any]]) -> bool:
-        """Send the buffered text and `chunks`: startStream the first time, then appendStream.
+        """Send the buffered text and `chunks`: startStream the first time, then appendStream (more calls for text
+        longer than one takes).
 
         False when Slack refused to start a stream; other failures of the first call
         raise, later ones leave the message to be completed by chat.update.
         """
-        text = self._buffer.lstrip() if self._ts is None else self._buffer
-        if text:
-            chunks = [{"type": "markdown_text", "text": text}, *chunks]
-        if not chunks:
-            return True
+        if self._ts is None:
+            self._buffer = self._buffer.lstrip()
+        while len(self._buffer) > STREAM_TEXT_LIMIT:  # a long text handed over at once
+            piece, self._buffer = self._buffer[:STREAM_TEXT_LIMIT], self._buffer[STREAM_TEXT_LIMIT:]
+            if not await self._call([{"type": "markdown_text", "text": piece}]):
+                return False
+        if self._buffer:
+            chunks = [{"type": "markdown_text", "text": self._buffer}, *chunks]
+        if chunks and not await self._call(chunks):
+            return False
+        self._buffer = ""
+        return True
+
+    async def _call(self, chunks: list[dict[str, Any]]) -> bool:
+        """startStream with `chunks` the first time, then appendStream; False when Slack refused to start it."""
         if self._ts is None:
             try:
                 response = await self._client.chat_startStream(
@@ -232,8 +245,6 @@ class _Stream:
             except SlackApiError as exc:
                 logger.warning("streamed reply %s stopped taking text (%s)", self._ts, exc.response.get("error"))
                 self._broken = True
-                return True
-        self._buffer = ""
         return True
 
     def _recipients(self) -> dict[str, str]:
@@ -247,6 +258,9 @@ class _Stream:
         assert self._ts is not None
         text = (self._written + tail).strip()
         rest = self._buffer + tail
+        while len(rest) > STREAM_TEXT_LIMIT and not self._broken:
+            await self._call([{"type": "markdown_text", "text": rest[:STREAM_TEXT_LIMIT]}])
+            rest = rest[STREAM_TEXT_LIMIT:]
         chunks: list[dict[str, Any]] = [{"type": "markdown_text", "text": rest}] if rest else []
         if not self._broken:
             try:
