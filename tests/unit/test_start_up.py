@@ -7,6 +7,7 @@ import gc
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -102,3 +103,35 @@ def test_a_bot_storing_in_sqlite_never_loads_sqlalchemys_postgresql_dialect(tmp_
     open_database(f"sqlite:///{tmp_path / 'memory.db'}").dispose()  # migrated here: Alembic loads every dialect
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert result.stdout.strip() == "False"
+
+
+def test_the_first_model_call_imports_nothing_of_the_http_stack_and_starts_no_process() -> None:
+    """What the SDK's HTTP stack does at its first use (anyio's event loop backend; ``uname -p`` for the
+    platform header) is done while the model libraries load, not on the event loop at the first answer."""
+    code = (
+        "import asyncio, subprocess, sys\n"
+        "from tests.fakes.openai_server import FakeOpenAI, Text\n"
+        "from myao2.config import AgentConfig, AgentsConfig\n"
+        "from myao2.infrastructure.llm.agents import ModelClients, import_model_libraries\n"
+        "import_model_libraries()\n"
+        "started = []\n"
+        "popen = subprocess.Popen.__init__\n"
+        "subprocess.Popen.__init__ = lambda self, *args, **kwargs: started.append(args) or popen(self, *args, **kwargs)\n"
+        "async def first_call(url):\n"
+        "    config = AgentConfig(model_id='m', client_args={'base_url': url, 'api_key': 'k'}, max_retries=0)\n"
+        "    clients = ModelClients(AgentsConfig(response=config))\n"
+        "    await clients.load()\n"
+        "    before = set(sys.modules)\n"
+        "    async for _ in clients.model('response').stream([{'role': 'user', 'content': [{'text': 'hi'}]}]):\n"
+        "        pass\n"
+        "    await clients.close()\n"
+        "    return sorted(set(sys.modules) - before)\n"
+        "with FakeOpenAI() as fake:\n"
+        "    fake.script(Text('hello', pieces=3))\n"
+        "    imported = asyncio.run(first_call(fake.base_url))\n"
+        "stack = ('anyio', 'httpx2', 'httpcore2', 'h11', 'openai', 'platform')\n"
+        "print([name for name in imported if name.split('.')[0] in stack], len(started))\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True, cwd=root)
+    assert result.stdout.strip() == "[] 0"

@@ -16,6 +16,7 @@ import concurrent.futures
 import importlib.util
 import json
 import logging
+import platform
 import threading
 import time
 from collections.abc import Sequence
@@ -679,12 +680,20 @@ def load_model_libraries() -> concurrent.futures.Future[None]:
 
 
 def import_model_libraries() -> None:
-    """Import openai, strands and the tools (about 1 s of CPU) and create strands' tracer.
+    """Import openai, strands and the tools (about 1 s of CPU), create strands' tracer, and do what the
+    first model call would otherwise do on the event loop, or wait for.
 
     Strands' tracer, made on first use, instruments threading for OpenTelemetry
     (context carried into every thread-pool task); without tracing that only costs
     CPU on every `asyncio.to_thread`, so it is undone then.
+
+    anyio, under the SDK's HTTP client, imports its event loop backend and streams when
+    first run (~35 ms of CPU, on the loop at the first model call). The SDK names the
+    platform in its first request's headers: `platform.platform()` runs ``uname -p`` and
+    scans the interpreter's binary for its libc (~35 ms, which the first call waited
+    for); the standard library keeps the answer.
     """
+    import anyio
     import openai  # noqa: F401
     import strands.models.openai  # noqa: F401
     import strands.types.exceptions  # noqa: F401
@@ -700,6 +709,8 @@ def import_model_libraries() -> None:
     instrumentor = ThreadingInstrumentor()
     if not tracing.enabled() and instrumentor.is_instrumented_by_opentelemetry:
         instrumentor.uninstrument()
+    anyio.run(anyio.sleep, 0)
+    platform.platform()
 
 
 def model_errors() -> tuple[type[BaseException], ...]:
