@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import Engine
 
 from myao2.application.inbox import Inbox
+from myao2.application.mention import ClaimAhead, Claimed
 from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Message
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from tests.clocks import ManualClock
@@ -58,18 +59,51 @@ def mention(text: str = "<@UBOT> hello") -> Message:
     )
 
 
-def inbox(store: SlowStore) -> tuple[Inbox, list[tuple[Message, int]]]:
-    answered: list[tuple[Message, int]] = []
-    spawned: list[asyncio.Task[None]] = []
+class Answers:
+    """Records the messages handed on (with how many messages were stored then), and the claims made ahead, in
+    the trip that stored them (with how many trips to a worker thread had been made by then)."""
 
-    async def answer(message: Message) -> None:
-        answered.append((message, len(store.saved)))
+    def __init__(self, store: SlowStore) -> None:
+        self.answered: list[tuple[Message, int]] = []
+        self.claimed: list[tuple[Message, int, int]] = []
+        self.taken_up: list[Message] = []
+        self.trips = 0
+        self._store = store
+        self._reserved: set[str] = set()
+
+    async def __call__(self, message: Message) -> None:
+        self.answered.append((message, len(self._store.saved)))
+
+    def claim_ahead(self, message: Message) -> ClaimAhead | None:
+        if message.ts in self._reserved:
+            return None
+        self._reserved.add(message.ts)
+
+        def claim() -> Claimed:
+            self.claimed.append((message, len(self._store.saved), self.trips))
+            return Claimed(True)
+
+        return ClaimAhead(claim, lambda: self._reserved.discard(message.ts))
+
+    async def take_up(self, message: Message, claimed: Claimed) -> None:
+        assert claimed.claimed
+        self.taken_up.append(message)
+
+
+def answers_of(store: SlowStore) -> tuple[Inbox, Answers]:
+    answers = Answers(store)
+    spawned: list[asyncio.Task[None]] = []
 
     def spawn(work: Coroutine[Any, Any, None]) -> None:
         spawned.append(asyncio.ensure_future(work))
 
-    box = Inbox(store=cast(Any, store), chat=cast(Any, Chat()), bot=BOT, answer=answer, spawn=spawn, clock=ManualClock(NOW))
-    return box, answered
+    box = Inbox(store=cast(Any, store), chat=cast(Any, Chat()), bot=BOT, answer=answers, spawn=spawn, clock=ManualClock(NOW))
+    return box, answers
+
+
+def inbox(store: SlowStore) -> tuple[Inbox, list[tuple[Message, int]]]:
+    box, answers = answers_of(store)
+    return box, answers.answered
 
 
 async def test_a_mention_arriving_twice_at_once_is_stored_once_and_answered_after_it_is_stored() -> None:
@@ -287,3 +321,41 @@ async def test_a_message_that_fails_its_group_fails_alone() -> None:
     assert outcomes[:2] == [None, None] and isinstance(outcomes[2], ValueError) and outcomes[3] is None
     assert store.groups[1:] == [["line 1", "line 2", "line 3"], ["line 1"], ["line 2"], ["line 3"]]
     assert [m.text for m in store.saved] == ["line 0", "line 1", "line 3"]
+
+
+def counting_trips(monkeypatch: pytest.MonkeyPatch, answers: Answers) -> None:
+    to_thread = asyncio.to_thread
+
+    async def counted(func, /, *args, **kwargs):  # type: ignore[no-untyped-def]
+        answers.trips += 1
+        return await to_thread(func, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "to_thread", counted)
+
+
+async def test_a_mention_in_a_known_channel_is_claimed_in_the_trip_that_stores_it(monkeypatch) -> None:
+    store = SlowStore()
+    box, answers = answers_of(store)
+    await box.channel_changed("C1")  # its kind is known from now on
+    counting_trips(monkeypatch, answers)
+    await asyncio.gather(box.message_posted(mention(), None), box.message_posted(mention(), None))  # the pair
+    await asyncio.sleep(0)
+    assert answers.trips == 1 and store.saved == [mention()]
+    assert answers.claimed == [(mention(), 1, 1)]  # once it was stored, in that trip
+    assert answers.taken_up == [mention()]
+    assert answers.answered == [(mention(), 1)]  # the pair's other event, handed on as ever: refused as claimed here
+
+
+async def test_a_claim_ahead_whose_save_failed_is_not_made_and_the_other_event_claims_as_usual() -> None:
+    store = SlowStore()
+    box, answers = answers_of(store)
+    await box.channel_changed("C1")
+    store.fail = 1
+    results = await asyncio.gather(
+        box.message_posted(mention(), None), box.message_posted(mention(), None), return_exceptions=True
+    )
+    await asyncio.sleep(0)
+    assert isinstance(results[0], OSError) and results[1] is None
+    assert answers.claimed == [] and answers.taken_up == []
+    assert answers.answered == [(mention(), 1)]  # handed on once stored, to claim it in a trip of its own
+    assert answers.claim_ahead(mention()) is not None  # the failed save's claim was dropped

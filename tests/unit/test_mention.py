@@ -189,6 +189,32 @@ async def test_a_mention_is_answered_once_in_its_thread_and_settled(world: World
     assert await world.retry_after(3600) == 0
 
 
+async def test_a_mention_claimed_ahead_is_answered_once_and_settled(world: World) -> None:
+    message = world.mention()
+    ahead = world.answer.claim_ahead(message)
+    assert ahead is not None and world.answer.claim_ahead(message) is None  # the other event of the pair
+    claimed = await asyncio.to_thread(ahead.claim)  # in the trip that stored it
+    assert claimed.claimed and claimed.channel == Channel("C1", "general")
+    await world.answer(message)  # the other event of the pair, handed on as ever
+    await world.answer.take_up(message, claimed)
+    assert world.chat.posts == [("C1", "answer 1", message.ts, message.ts)]
+    assert await world.retry_after(3600) == 0
+
+
+async def test_a_claim_ahead_that_failed_is_raised_by_take_up_and_may_be_made_again(world: World) -> None:
+    message = world.mention()
+    ahead = world.answer.claim_ahead(message)
+    assert ahead is not None
+    claim = world.store.claim
+    world.store.claim = lambda *args, **kwargs: (_ for _ in ()).throw(OSError("disk full"))  # type: ignore[method-assign]
+    claimed = await asyncio.to_thread(ahead.claim)
+    world.store.claim = claim  # type: ignore[method-assign]
+    with pytest.raises(OSError):
+        await world.answer.take_up(message, claimed)
+    await world.answer(message)  # a redelivery claims it after all
+    assert world.chat.posts == [("C1", "answer 1", message.ts, message.ts)]
+
+
 async def test_a_failed_post_is_retried_when_due_after_checking_slack(world: World) -> None:
     message = world.mention()
     world.chat.fail_posts = 1

@@ -8,14 +8,26 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import suppress
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
+from myao2.application.mention import ClaimAhead, Claimed
 from myao2.domain.conversation import BotIdentity, ChannelKind, Message, mentions_in
 from myao2.domain.ports import ChatPlatform, Clock, ConversationStore
 
 logger = logging.getLogger(__name__)
 
 Spawn = Callable[[Coroutine[Any, Any, None]], None]
+Then = Callable[[], object]
+
+
+class Answering(Protocol):
+    """Answers messages addressed to the bot (`AnswerMention`)."""
+
+    def __call__(self, message: Message) -> Awaitable[None]: ...
+
+    def claim_ahead(self, message: Message) -> ClaimAhead | None: ...
+
+    def take_up(self, message: Message, claimed: Claimed) -> Awaitable[None]: ...
 
 RECENTLY_STORED = 256
 """Messages remembered as stored: Slack sends a mention twice (message and app_mention), one right after the other."""
@@ -31,12 +43,14 @@ class GroupedSaves:
 
     def __init__(self, store: ConversationStore) -> None:
         self._store = store
-        self._waiting: list[tuple[Message, asyncio.Future[None]]] = []
+        self._waiting: list[tuple[Message, Then | None, asyncio.Future[object]]] = []
         self._writer: asyncio.Future[None] | None = None
 
-    def save(self, message: Message) -> asyncio.Future[None]:
-        saved: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiting.append((message, saved))
+    def save(self, message: Message, then: Then | None = None) -> asyncio.Future[object]:
+        """Store `message`; `then`, if given, is called in the same trip once it is committed, and its result is the
+        future's (which is None otherwise)."""
+        saved: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        self._waiting.append((message, then, saved))
         if self._writer is None:
             self._writer = asyncio.ensure_future(self._write())
         return saved
@@ -47,44 +61,52 @@ class GroupedSaves:
             while self._waiting:
                 group, self._waiting = self._waiting, []
                 try:
-                    failures = await asyncio.to_thread(self._save, [message for message, _ in group])
+                    outcomes = await asyncio.to_thread(self._save, [(message, then) for message, then, _ in group])
                 except BaseException as exc:  # cancelled (shutdown), or no worker thread to be had
-                    for _, saved in (*group, *self._waiting):
+                    for *_, saved in (*group, *self._waiting):
                         _fail(saved, exc)
                     self._waiting = []
                     raise
-                for (_, saved), failure in zip(group, failures):
+                for (*_, saved), (result, failure) in zip(group, outcomes):
                     if failure is None:
-                        _settle(saved)
+                        _settle(saved, result)
                     else:
                         _fail(saved, failure)
         finally:
             self._writer = None
 
-    def _save(self, messages: list[Message]) -> list[Exception | None]:
-        """What became of each message's save (None: stored, or stored already); in the worker thread."""
+    def _save(self, group: list[tuple[Message, Then | None]]) -> list[tuple[object, Exception | None]]:
+        """What became of each message's save: its `then`'s result, or the failure; in the worker thread."""
         try:
-            self._store.save_messages(messages)
-            return [None] * len(messages)
+            self._store.save_messages([message for message, _ in group])
+            return [_then(then) for _, then in group]
         except Exception as exc:  # noqa: BLE001 - handed to the message's save
-            if len(messages) == 1:
-                return [exc]
-        failures: list[Exception | None] = []
-        for message in messages:
+            if len(group) == 1:
+                return [(None, exc)]
+        outcomes: list[tuple[object, Exception | None]] = []
+        for message, then in group:
             try:
                 self._store.save_messages([message])
-                failures.append(None)
             except Exception as exc:  # noqa: BLE001 - handed to the message's save
-                failures.append(exc)
-        return failures
+                outcomes.append((None, exc))
+            else:
+                outcomes.append(_then(then))
+        return outcomes
 
 
-def _settle(future: asyncio.Future[None]) -> None:
+def _then(then: Then | None) -> tuple[object, Exception | None]:
+    try:
+        return (None if then is None else then()), None
+    except Exception as exc:  # noqa: BLE001 - handed to the message's save
+        return None, exc
+
+
+def _settle(future: asyncio.Future[object], result: object) -> None:
     if not future.done():
-        future.set_result(None)
+        future.set_result(result)
 
 
-def _fail(future: asyncio.Future[None], exc: BaseException) -> None:
+def _fail(future: asyncio.Future[object], exc: BaseException) -> None:
     if future.done():
         return
     if isinstance(exc, Exception):
@@ -102,7 +124,7 @@ class Inbox:
         store: ConversationStore,
         chat: ChatPlatform,
         bot: BotIdentity,
-        answer: Callable[[Message], Awaitable[None]],
+        answer: Answering,
         spawn: Spawn,
         clock: Clock,
     ) -> None:
@@ -115,7 +137,7 @@ class Inbox:
         self._known_channels: dict[str, ChannelKind] = {}
         self._saves = GroupedSaves(store)
         self._stored: OrderedDict[tuple[str, str], Message] = OrderedDict()
-        self._storing: dict[tuple[str, str], asyncio.Future[None]] = {}
+        self._storing: dict[tuple[str, str], asyncio.Future[object]] = {}
         """Saves under way: the other event of a pair waits for the save instead of making its own."""
         self._early_edits: OrderedDict[tuple[str, str], str] = OrderedDict()
         """Edits of messages not stored yet (the edit's event came first): the text their save stores."""
@@ -130,34 +152,47 @@ class Inbox:
         """Store a message (new or redelivered) and hand it on if it is for the bot.
 
         A message just stored (or being stored) as it is now is not written again.
+        In a channel whose kind is known, a message for the bot is claimed in the trip that stores it.
         """
-        await self._save(message)
-        kind = self._known_channels.get(message.channel_id) or await self._learn_channel(
-            message.channel_id, kind
-        )
+        known = self._known_channels.get(message.channel_id)
+        ahead = self._answer.claim_ahead(message) if known and self.addressed_to_bot(message, known) else None
+        try:
+            claimed = await self._save(message, None if ahead is None else ahead.claim)
+        except BaseException:
+            if ahead is not None:
+                ahead.drop()
+            raise
+        if isinstance(claimed, Claimed):
+            self._spawn(self._answer.take_up(message, claimed))
+            return
+        if ahead is not None:  # stored already: claimed as it is otherwise
+            ahead.drop()
+        kind = known or await self._learn_channel(message.channel_id, kind)
         if self.addressed_to_bot(message, kind):
             self._spawn(self._answer(message))
 
-    async def _save(self, message: Message) -> None:
+    async def _save(self, message: Message, then: Then | None = None) -> object:
+        """Store `message` unless stored as it is; what `then` returned, if it was called (once it was stored)."""
         key = (message.channel_id, message.ts)
         await self._settled(key)
         if (edited := self._early_edits.pop(key, None)) is not None:
             message = replace(message, text=edited, mentions=mentions_in(edited))
         if self._stored.get(key) == message:
-            return
-        saving = self._storing[key] = asyncio.ensure_future(self._save_once(key, message))
-        await asyncio.shield(saving)
+            return None
+        saving = self._storing[key] = asyncio.ensure_future(self._save_once(key, message, then))
+        return await asyncio.shield(saving)
 
-    async def _save_once(self, key: tuple[str, str], message: Message) -> None:
+    async def _save_once(self, key: tuple[str, str], message: Message, then: Then | None) -> object:
         """Save `message`; by the time this ends, it is remembered as stored (if it was) and no longer under way."""
         try:
-            await self._saves.save(message)
+            result = await self._saves.save(message, then)
         finally:
             if self._storing.get(key) is asyncio.current_task():
                 del self._storing[key]
         self._stored[key] = message
         if len(self._stored) > RECENTLY_STORED:
             self._stored.popitem(last=False)
+        return result
 
     async def _settled(self, key: tuple[str, str]) -> None:
         """Wait for the save of message `key` under way, if any (failed or not)."""

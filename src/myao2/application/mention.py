@@ -46,6 +46,24 @@ class MentionSettings:
     apology: str
 
 
+@dataclass(frozen=True)
+class Claimed:
+    """What became of a claim made ahead (`AnswerMention.claim_ahead`): made or refused (with the channel as
+    stored, if it could be read), or failed."""
+
+    claimed: bool
+    channel: Channel | None = None
+    error: Exception | None = None
+
+
+@dataclass(frozen=True)
+class ClaimAhead:
+    """A claim to make in a worker thread (`claim`, which never raises), or to `drop` if it is not made."""
+
+    claim: Callable[[], Claimed]
+    drop: Callable[[], object]
+
+
 class AnswerMention:
     """Takes up a message addressed to the bot and sees that it is answered exactly once.
 
@@ -98,6 +116,32 @@ class AnswerMention:
         if claimed:
             await self._attempt(message, 1, fresh=True, channel=channel)
 
+    def claim_ahead(self, message: Message) -> ClaimAhead | None:
+        """The claim of a message that just arrived, for the worker thread's trip that stores it; None when it is
+        claimed here already. Once the claim is made, `take_up` answers; if it is not made, `ClaimAhead.drop`."""
+        key = (message.channel_id, message.ts)
+        if not self._reserve(key):
+            return None
+        retry_at = self._settings.retries.retry_at(self._clock.now(), 1)
+
+        def claim() -> Claimed:
+            try:
+                if not self._store.claim(message.channel_id, message.ts, retry_at, holder=self._replica):
+                    return Claimed(False)
+                return Claimed(True, self._stored_channel(message.channel_id))
+            except Exception as exc:  # noqa: BLE001 - raised by `take_up`, as a claim's failure is by `__call__`
+                return Claimed(False, error=exc)
+
+        return ClaimAhead(claim, lambda: self._claimed.pop(key, None))
+
+    async def take_up(self, message: Message, claimed: Claimed) -> None:
+        """Answer a message whose `claim_ahead` claim was made."""
+        if claimed.error is not None:
+            self._claimed.pop((message.channel_id, message.ts), None)  # not claimed after all
+            raise claimed.error
+        if claimed.claimed:
+            await self._attempt(message, 1, fresh=True, channel=claimed.channel)
+
     async def catch_up(self) -> int:
         """Take up what is owed: messages for the bot never claimed, and answers due again.
 
@@ -148,11 +192,8 @@ class AnswerMention:
         Claimed, `then` is called in the claim's worker thread (it may use the stores) and its result returned.
         """
         key = (message.channel_id, message.ts)
-        if key in self._claimed:
+        if not self._reserve(key):
             return False, None
-        self._claimed[key] = None  # the other event of the pair, arriving meanwhile, is refused
-        if len(self._claimed) > RECENT_CLAIMS:
-            self._claimed.popitem(last=False)
         retry_at = self._settings.retries.retry_at(self._clock.now(), 1)
 
         def claim() -> tuple[bool, T | None]:
@@ -165,6 +206,15 @@ class AnswerMention:
         except BaseException:
             self._claimed.pop(key, None)  # not claimed after all: a redelivery may try again
             raise
+
+    def _reserve(self, key: tuple[str, str]) -> bool:
+        """Note that message `key` is being claimed here; False if it was claimed (or is being claimed) here already."""
+        if key in self._claimed:
+            return False
+        self._claimed[key] = None  # the other event of the pair, arriving meanwhile, is refused
+        if len(self._claimed) > RECENT_CLAIMS:
+            self._claimed.popitem(last=False)
+        return True
 
     def _stored_channel(self, channel_id: str) -> Channel | None:
         """The channel as stored, or None (not stored, or not readable now): the attempt then looks it up again."""
