@@ -117,14 +117,14 @@ async def main() -> None:
             writer=writer,
             clock=clock,
             persona=PERSONA,
-            settings=MemorySettings(timedelta(hours=24), thread_memory_days=7, batch_max_tokens=6000),
+            settings=MemorySettings(timedelta(hours=24), thread_memory_days=7, batch_max_tokens=6000, cut=prompt_marks("en").cut),
             profiles=ProfileKeeper(
                 conversations=store,
                 profiles=profiles,
                 writer=writer,
                 clock=clock,
                 persona=PERSONA,
-                batch_max_tokens=6000,
+                batch_max_tokens=6000, cut=prompt_marks("en").cut,
             ),
         )
         contexts = ContextBuilder(

@@ -134,6 +134,7 @@ def build_application(
             clock=clock,
             persona=persona,
             batch_max_tokens=config.memory.batch_max_tokens,
+            cut=prompt_marks(persona.language).cut,
         ),
     )
     retention = RetentionJob(
@@ -190,6 +191,7 @@ def memory_settings(config: Config) -> MemorySettings:
         short_term_window=timedelta(hours=memory.short_term_window_hours),
         thread_memory_days=memory.thread_memory_days,
         batch_max_tokens=memory.batch_max_tokens,
+        cut=prompt_marks(config.persona.language).cut,
     )
 
 

@@ -11,6 +11,7 @@ from myao2.application.memory_job import MemoryJob
 from myao2.domain.conversation import Message
 from myao2.domain.memory import Bullet, Memory, Scope, Term
 from myao2.domain.visibility import WORKSPACE
+from myao2.infrastructure.llm.phrases import prompt_marks
 from tests.unit.test_memory_job import (  # noqa: F401 (fixtures)
     GENERAL,
     PERSONA,
@@ -37,7 +38,7 @@ def profiles(engine, clock) -> SqlProfileStore:
 def job(conversations, memories, profiles, clock) -> MemoryJob:
     keeper = ProfileKeeper(
         conversations=conversations, profiles=profiles, writer=FakeProfiles(), clock=clock, persona=PROFILE_PERSONA,
-        batch_max_tokens=2000,
+        batch_max_tokens=2000, cut=prompt_marks("en").cut,
     )
     return MemoryJob(
         conversations=conversations, memories=memories, writer=FakeWriter(), clock=clock, persona=PERSONA,
@@ -117,7 +118,7 @@ async def test_a_message_deleted_while_the_model_learns_from_it_teaches_nothing(
 
     keeper = ProfileKeeper(
         conversations=conversations, profiles=profiles, writer=DeletingWriter(), clock=clock,
-        persona=PROFILE_PERSONA, batch_max_tokens=2000,
+        persona=PROFILE_PERSONA, batch_max_tokens=2000, cut=prompt_marks("en").cut,
     )
     say(GENERAL, "I like tea")
     await keeper.run()
@@ -174,7 +175,7 @@ def editing_keeper(conversations, profiles, clock) -> tuple[ProfileKeeper, list]
 
     keeper = ProfileKeeper(
         conversations=conversations, profiles=profiles, writer=EditingWriter(), clock=clock,
-        persona=PROFILE_PERSONA, batch_max_tokens=2000,
+        persona=PROFILE_PERSONA, batch_max_tokens=2000, cut=prompt_marks("en").cut,
     )
     return keeper, edited
 

@@ -19,6 +19,7 @@ from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.forget import forget_person
 from myao2.infrastructure.db.memory_store import SqlMemoryStore
+from myao2.infrastructure.llm.phrases import prompt_marks
 from tests.clocks import ManualClock
 
 PERSONA = Persona("myao", "", "en", ZoneInfo("UTC"))
@@ -26,7 +27,7 @@ GENERAL = Channel("C1", "general")
 RANDOM = Channel("C2", "random")
 SECRET = Channel("G1", "secret", ChannelKind.PRIVATE)
 DM = Channel("D1", "alice", ChannelKind.IM)
-SETTINGS = MemorySettings(short_term_window=timedelta(hours=24), thread_memory_days=7, batch_max_tokens=2000)
+SETTINGS = MemorySettings(short_term_window=timedelta(hours=24), thread_memory_days=7, batch_max_tokens=2000, cut=prompt_marks("en").cut)
 TS = re.compile(r"^(?:\S+ )?ts=([\d.,]+)")
 
 
@@ -158,6 +159,19 @@ async def test_one_run_makes_workspace_channel_and_thread_memories_then_a_quiet_
 
     assert again.calls == 0
     assert len(writer.calls) == 2
+
+
+async def test_a_message_longer_than_a_call_may_read_is_cut_to_the_batch_budget_with_a_marker(job, writer, say):
+    # Slack takes 40,000 characters in a message; read whole, one would make a call many times the budget (a
+    # model with a small context refuses it every round, and the channel's memory never moves past it).
+    say(GENERAL, "lunch at noon")
+    say(GENERAL, "word " * 20_000)  # 100,000 characters, about 25,000 tokens
+
+    await job.run()
+
+    lines = [line for p in writer.prompts if p.channel == GENERAL for line in p.material]
+    assert len(lines) == 2 and lines[0].endswith("lunch at noon")
+    assert estimate_tokens(lines[1]) <= SETTINGS.batch_max_tokens and "more characters left out" in lines[1]
 
 
 async def test_a_new_message_in_one_channel_redoes_only_that_channel_and_the_workspace(job, writer, memories, say):

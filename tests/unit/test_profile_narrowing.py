@@ -14,6 +14,7 @@ from myao2.domain.profile import NewFact
 from myao2.domain.visibility import WORKSPACE, Audience
 from myao2.infrastructure.db.memo_store import SqlMemoStore
 from myao2.infrastructure.db.memory_store import SqlMemoryStore
+from myao2.infrastructure.llm.phrases import prompt_marks
 from tests.unit.test_profiles import (  # noqa: F401 (fixtures)
     DAY,
     GENERAL,
@@ -73,7 +74,7 @@ async def test_a_fact_citing_a_message_of_the_channel_is_narrowed_whichever_chan
 
     keeper = ProfileKeeper(
         conversations=conversations, profiles=profiles, writer=FakeWriter(blended), clock=clock, persona=PERSONA,
-        batch_max_tokens=2000,
+        batch_max_tokens=2000, cut=prompt_marks("en").cut,
     )
     say(RANDOM, "ualice", "a trip soon")
     say(GENERAL, "ualice", "to the canary islands")
@@ -99,7 +100,7 @@ async def test_a_fact_learnt_with_the_channels_words_in_sight_is_narrowed_whatev
 
     keeper = ProfileKeeper(
         conversations=conversations, profiles=profiles, writer=FakeWriter(mixed_up), clock=clock, persona=PERSONA,
-        batch_max_tokens=2000,
+        batch_max_tokens=2000, cut=prompt_marks("en").cut,
     )
     say(GENERAL, "ualice", "the canary-merger is on")
     say(RANDOM, "ubob", "busy week")
@@ -123,7 +124,7 @@ async def test_a_fact_heard_with_two_channels_that_turn_private_is_kept_for_neit
 
     keeper = ProfileKeeper(
         conversations=conversations, profiles=profiles, writer=FakeWriter(blended), clock=clock, persona=PERSONA,
-        batch_max_tokens=2000,
+        batch_max_tokens=2000, cut=prompt_marks("en").cut,
     )
     say(RANDOM, "ualice", "a trip soon")
     say(GENERAL, "ualice", "to the canary islands")
@@ -165,7 +166,7 @@ async def test_a_channel_turning_private_while_the_model_learns_keeps_what_it_le
 
     keeper = ProfileKeeper(
         conversations=conversations, profiles=profiles, writer=RacingWriter(), clock=clock, persona=PERSONA,
-        batch_max_tokens=2000,
+        batch_max_tokens=2000, cut=prompt_marks("en").cut,
     )
     say(GENERAL, "ualice", "I like canary-opera")
     await keeper.run()
@@ -212,7 +213,7 @@ async def test_a_person_forgotten_while_the_model_learns_about_them_gets_no_prof
 
     keeper = ProfileKeeper(
         conversations=conversations, profiles=profiles, writer=ForgettingWriter(), clock=clock, persona=PERSONA,
-        batch_max_tokens=2000,
+        batch_max_tokens=2000, cut=prompt_marks("en").cut,
     )
     say(GENERAL, "ualice", "I like canary-opera")
     say(GENERAL, "ubob", "I like tea")

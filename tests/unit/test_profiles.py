@@ -15,6 +15,7 @@ from myao2.composition import memory_budgets
 from myao2.config import Config
 from myao2.domain.conversation import Channel, ChannelKind, Message
 from myao2.domain.profile import Confirmation, NewFact, Profile
+from myao2.domain.tokens import estimate_tokens
 from myao2.domain.visibility import WORKSPACE, Audience
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.memo_store import SqlMemoStore
@@ -91,7 +92,7 @@ def writer() -> FakeWriter:
 @pytest.fixture
 def keeper(conversations, profiles, writer, clock) -> ProfileKeeper:
     return ProfileKeeper(
-        conversations=conversations, profiles=profiles, writer=writer, clock=clock, persona=PERSONA, batch_max_tokens=2000
+        conversations=conversations, profiles=profiles, writer=writer, clock=clock, persona=PERSONA, batch_max_tokens=2000, cut=prompt_marks("en").cut
     )
 
 
@@ -200,6 +201,15 @@ async def test_nothing_said_in_a_channel_the_bot_has_left_reaches_the_model_unti
     assert facts(profiles, "U1", SECRET.id) == [("likes ramen", 0, 0.7), ("likes canary-left cake", 0, 0.7)]
 
 
+async def test_a_message_longer_than_a_call_may_read_is_cut_to_the_batch_budget_with_a_marker(keeper, writer, say):
+    say(GENERAL, "U1", "I like " + "ramen " * 20_000)  # 120,000 characters
+
+    await keeper.run()
+
+    [line] = writer.prompts[0].people[0].messages
+    assert estimate_tokens(line) <= 2000 and "more characters left out" in line
+
+
 async def test_a_failed_call_keeps_the_profile_and_reads_the_messages_again(keeper, writer, profiles, say):
     say(GENERAL, "U1", "I like tea")
 
@@ -229,7 +239,7 @@ async def test_facts_may_only_cite_the_messages_read(keeper, writer, profiles, s
 
 async def test_a_long_backlog_is_read_a_batch_per_round(conversations, profiles, writer, clock, say):
     keeper = ProfileKeeper(
-        conversations=conversations, profiles=profiles, writer=writer, clock=clock, persona=PERSONA, batch_max_tokens=100
+        conversations=conversations, profiles=profiles, writer=writer, clock=clock, persona=PERSONA, batch_max_tokens=100, cut=prompt_marks("en").cut
     )
     for i in range(12):
         say(GENERAL, "U1", f"I like thing number {i}")

@@ -17,6 +17,7 @@ from myao2.domain.memory import RetentionPolicy, Stage
 from myao2.domain.visibility import Audience
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.memory_store import SqlMemoryStore
+from myao2.infrastructure.llm.phrases import prompt_marks
 from tests.clocks import ManualClock
 
 PERSONA = Persona("myao", "", "en", ZoneInfo("UTC"))
@@ -422,7 +423,7 @@ async def test_raw_text_stays_until_the_memory_job_has_read_it_even_when_only_it
     channels, people = FakeWriter(down), FakeProfiles(down)
     keeper = ProfileKeeper(
         conversations=conversations, profiles=SqlProfileStore(engine, clock), writer=people, clock=clock,
-        persona=MEMORY_PERSONA, batch_max_tokens=2000,
+        persona=MEMORY_PERSONA, batch_max_tokens=2000, cut=prompt_marks("en").cut,
     )
     memory_job = MemoryJob(
         conversations=conversations, memories=memories, writer=channels, clock=clock,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import date, datetime, timedelta, timezone
 
@@ -25,7 +25,7 @@ from myao2.application import tracing
 from myao2.application.agents import MemoryPrompt, MemoryUpdate, MemoryWriter, ModelUnavailable
 from myao2.application.context import Persona, format_message
 from myao2.application.profiles import ProfileKeeper
-from myao2.domain.budget import fit_items
+from myao2.domain.budget import cut_text, fit_items
 from myao2.domain.conversation import Channel, ChannelChanges, Message, ts_to_datetime
 from myao2.domain.memory import WORKSPACE_SCOPE, Bullet, Draft, Memory, Scope, Term
 from myao2.domain.ports import Clock, ConversationStore, MemoryStore
@@ -42,7 +42,9 @@ class MemorySettings:
     short_term_window: timedelta
     thread_memory_days: float
     batch_max_tokens: int
-    """The most message text one model call reads; a longer backlog takes several calls."""
+    """The most message text one model call reads; a longer backlog takes several calls, a longer message is cut."""
+    cut: Callable[[int], str]
+    """Ends a message cut to the batch budget, given how many characters were left out (the persona's language)."""
 
 
 @dataclass(frozen=True)
@@ -343,7 +345,8 @@ class MemoryJob:
 
     def _line(self, message: Message) -> str:
         where = f" (thread {message.thread_ts})" if message.thread_ts and message.thread_ts != message.ts else ""
-        return f"ts={message.ts}{where} {format_message(message, self._persona.timezone, {})}"
+        line = f"ts={message.ts}{where} {format_message(message, self._persona.timezone, {})}"
+        return cut_text(line, self._settings.batch_max_tokens, self._settings.cut)
 
     def _apply(
         self, backlog: _Backlog, threads: Sequence[Memory], update: MemoryUpdate, heard: tuple[str, ...]

@@ -14,12 +14,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from myao2.application.agents import ModelUnavailable, PersonMaterial, PersonUpdate, ProfilePrompt, ProfileWriter
 from myao2.application.context import Persona, format_message
-from myao2.domain.budget import fit_items
+from myao2.domain.budget import cut_text, fit_items
 from myao2.domain.conversation import Channel, Message, ts_to_datetime
 from myao2.domain.ports import Clock, ConversationStore, ProfileStore
 from myao2.domain.profile import Confirmation, Fact, NewFact, Profile, audience_key
@@ -54,13 +54,16 @@ class ProfileKeeper:
         clock: Clock,
         persona: Persona,
         batch_max_tokens: int,
+        cut: Callable[[int], str],
     ) -> None:
+        """`cut` ends a message cut to `batch_max_tokens`, given how many characters were left out."""
         self._conversations = conversations
         self._profiles = profiles
         self._writer = writer
         self._clock = clock
         self._persona = persona
         self._batch_max_tokens = batch_max_tokens
+        self._cut = cut
 
     async def run(self) -> ProfileRound:
         """One round: one model call per audience whose turn it is for someone with new messages."""
@@ -199,7 +202,8 @@ class ProfileKeeper:
 
     def _line(self, message: Message, channels: dict[str, Channel]) -> str:
         channel = channels[message.channel_id]
-        return f"ts={message.ts} #{channel.name} {format_message(message, self._persona.timezone, {})}"
+        line = f"ts={message.ts} #{channel.name} {format_message(message, self._persona.timezone, {})}"
+        return cut_text(line, self._batch_max_tokens, self._cut)
 
 
 def _within(messages: Sequence[Message], max_tokens: int) -> list[Message]:
