@@ -68,11 +68,15 @@ def _show_profile(config: Config, user_id: str, channel: str | None, as_json: bo
 
 def _forget(config: Config, user_id: str, confirmed: bool) -> int:
     if not confirmed:
-        answer = input(
-            f"Delete every message of {user_id}, their profile, the memos taken from them and the notes made from "
-            "their words? "
-            "This cannot be undone. [y/N] "
-        )
+        try:
+            answer = input(
+                f"Delete every message of {user_id}, their profile, the memos taken from them and the notes made "
+                "from their words? "
+                "This cannot be undone. [y/N] "
+            )
+        except EOFError:  # nobody to answer (a script, no terminal): a no
+            print("\nNothing deleted. (No answer came: --yes confirms without asking.)")
+            return 1
         if answer.strip().lower() not in ("y", "yes"):
             print("Nothing deleted.")
             return 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from datetime import date
 
 import pytest
@@ -103,6 +104,18 @@ def test_forget_asks_first_and_a_no_deletes_nothing(config, monkeypatch, capsys)
 
     assert every_text(config) == before
     assert "Nothing deleted." in capsys.readouterr().out
+
+
+def test_forget_without_anyone_to_answer_the_prompt_deletes_nothing(config, monkeypatch, capsys):
+    # stdin at its end (a script, cron, `docker exec` without -i): no answer is a no, not a traceback
+    before = every_text(config)
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+
+    assert forget(config, "--user", "UALICE") == 1
+
+    assert every_text(config) == before
+    captured = capsys.readouterr()
+    assert "Nothing deleted." in captured.out and "--yes" in captured.out
 
 
 def test_forget_after_a_yes_at_the_prompt(config, monkeypatch):
