@@ -388,6 +388,30 @@ class PromptsConfig(_Section):
     template_dir: ConfigPath | None = None
     """A folder of Jinja templates that override the shipped ones."""
 
+    @field_validator("template_dir")
+    @classmethod
+    def _readable_templates(cls, value: Path | None) -> Path | None:
+        """An existing folder whose templates all parse: a broken one, found only when a prompt was rendered,
+        made every answer the apology."""
+        if value is None:
+            return None
+        if not value.is_dir():
+            raise ValueError(f"no such folder: {value}")
+        from jinja2 import Environment, TemplateSyntaxError
+
+        parser = Environment()
+        for path in sorted(value.rglob("*.j2")):
+            name = path.relative_to(value).as_posix()
+            try:
+                parser.parse(path.read_text(encoding="utf-8"))
+            except UnicodeDecodeError:
+                raise ValueError(f"{name}: not UTF-8 text") from None
+            except OSError as exc:
+                raise ValueError(f"{name}: cannot be read ({exc.strerror})") from None
+            except TemplateSyntaxError as exc:
+                raise ValueError(f"{name} line {exc.lineno}: {exc.message}") from None
+        return value
+
 
 class WebFetchConfig(_Section):
     """The web_fetch tool: reads one web page as Markdown."""

@@ -218,6 +218,7 @@ def test_relative_paths_resolve_against_the_config_folder(
 ) -> None:
     folder = tmp_path / "conf"
     folder.mkdir()
+    (tmp_path / "tpl").mkdir()
     write_config(folder, "memory: {database_path: db/m.db}\nprompts: {template_dir: ../tpl}\n")
     monkeypatch.chdir(tmp_path)
 
@@ -225,6 +226,31 @@ def test_relative_paths_resolve_against_the_config_folder(
 
     assert config.memory.database_path == folder.resolve() / "db" / "m.db"
     assert config.prompts.template_dir == tmp_path.resolve() / "tpl"
+
+
+@pytest.mark.parametrize(
+    ("files", "expected"),
+    [
+        (None, "prompts.template_dir: no such folder: "),  # a typo: the shipped templates were used unnoticed
+        ({"en/response_query.j2": "{% if context %}unclosed"}, "prompts.template_dir: en/response_query.j2 line 1: "),
+        ({"ja/judgment_system.j2": "ok", "ja/x.j2": "{{ oops }"}, "prompts.template_dir: ja/x.j2 line 1: "),
+        ({"en/memory_query.j2": b"\xff\xfe"}, "prompts.template_dir: en/memory_query.j2: not UTF-8 text"),
+    ],
+)
+def test_a_template_folder_that_is_missing_or_holds_a_broken_template_is_a_config_error(
+    tmp_path: Path, files: dict[str, str | bytes] | None, expected: str
+) -> None:
+    # Found only when a prompt was rendered, a broken template made every answer the apology.
+    folder = tmp_path / "tpl"
+    for name, source in (files or {}).items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        data = source if isinstance(source, bytes) else source.encode()
+        (folder / name).write_bytes(data)
+
+    with pytest.raises(ConfigError) as excinfo:
+        load_text(tmp_path, "prompts: {template_dir: tpl}")
+
+    assert str(excinfo.value).startswith(expected)
 
 
 def test_absolute_paths_are_kept(tmp_path: Path) -> None:
