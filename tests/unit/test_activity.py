@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 
 import pytest
+from sqlalchemy import event
 from sqlmodel import Session, select
 
 from myao2.application.activity import Activity
@@ -16,7 +17,7 @@ from myao2.domain.activity import CallOutcome, JudgmentOutcome, ModelCall, Reply
 from myao2.domain.judgment import Judgment
 from myao2.infrastructure.db.activity_store import SqlActivityLog
 from myao2.infrastructure.db.memo_store import SqlMemoStore
-from myao2.infrastructure.db.tables import JudgmentRow, ModelCallRow
+from myao2.infrastructure.db.tables import JudgmentRow, ModelCallRow, ReplyRow
 from myao2.infrastructure.llm.agents import ModelClients, StrandsReplyWriter
 from myao2.infrastructure.llm.prompts import PromptRenderer
 from tests.clocks import ManualClock
@@ -46,7 +47,10 @@ class Recorded:
     def judgment(self, channel_id: str, outcome: JudgmentOutcome, confidence: float, at: datetime) -> None:
         self.judgments.append((channel_id, outcome, confidence))
 
-    def reply(self, channel_id: str, kind: ReplyKind, at: datetime) -> None:
+    def reply(
+        self, channel_id: str, kind: ReplyKind, at: datetime, calls: Sequence[tuple[ModelCall, datetime]] = ()
+    ) -> None:
+        self.calls.extend(call for call, _ in calls)
         self.replies.append((channel_id, kind))
 
 
@@ -152,3 +156,19 @@ async def test_model_calls_held_for_a_reply_that_never_came_are_recorded_when_it
             await activity.model_call(a_call(1))
             raise RuntimeError("Slack refused the post")
     assert log.calls == [a_call(1)] and log.replies == []
+
+
+async def test_a_post_and_the_model_calls_held_for_it_are_stored_in_one_transaction(engine) -> None:
+    commits: list[object] = []
+    event.listen(engine, "commit", commits.append)
+    activity = Activity(SqlActivityLog(engine), ManualClock())
+    async with activity.held_for_reply():
+        await activity.model_call(a_call(1))
+        await activity.model_call(a_call(2))
+        await asyncio.to_thread(activity.reply, "C1", ReplyKind.ANSWER)
+    assert len(commits) == 1
+    with Session(engine) as session:
+        calls = session.exec(select(ModelCallRow).order_by(ModelCallRow.id)).all()
+        replies = session.exec(select(ReplyRow)).all()
+    assert [(c.input_tokens, c.outcome) for c in calls] == [(1, "ok"), (2, "ok")]
+    assert [(r.channel_id, r.kind) for r in replies] == [("C1", "answer")]

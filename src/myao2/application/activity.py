@@ -41,8 +41,8 @@ class Activity:
 
     @asynccontextmanager
     async def held_for_reply(self) -> AsyncIterator[None]:
-        """Within, model calls are recorded with the post `reply` records next, in its worker thread's trip
-        rather than one each; any not recorded so when the block ends (no post: it failed) are recorded then."""
+        """Within, model calls are recorded with the post `reply` records next, in its worker thread's trip and
+        transaction rather than one each; any not recorded so when the block ends (no post: it failed) are recorded then."""
         held: list[tuple[ModelCall, datetime]] = []
         token = _held_calls.set(held)
         try:
@@ -61,12 +61,12 @@ class Activity:
         """Record a post of the bot's, and the model calls held for it; synchronous: called in the worker thread
         that stores the post."""
         held = _held_calls.get()
+        calls: list[tuple[ModelCall, datetime]] = []
         if held:
             count = len(held)
             calls = held[:count]
             del held[:count]  # one made meanwhile on the event loop stays held
-            self._write_calls(calls)
-        self._write(self._log.reply, channel_id, kind, self._clock.now())
+        self._write(self._log.reply, channel_id, kind, self._clock.now(), calls)
 
     def _write_calls(self, calls: list[tuple[ModelCall, datetime]]) -> None:
         for call, at in calls:

@@ -449,4 +449,8 @@ class ActivityLog(Protocol):
 
     def judgment(self, channel_id: str, outcome: JudgmentOutcome, confidence: float, at: datetime) -> None: ...
 
-    def reply(self, channel_id: str, kind: ReplyKind, at: datetime) -> None: ...
+    def reply(
+        self, channel_id: str, kind: ReplyKind, at: datetime, calls: Sequence[tuple[ModelCall, datetime]] = ()
+    ) -> None:
+        """A post of the bot's, with the model calls made for it (each with its time), in one transaction."""
+        ...
