@@ -5,6 +5,8 @@ from __future__ import annotations
 import sqlite3
 import time
 
+import pytest
+
 from tests.e2e.conftest import ALICE, GENERAL, BotProcess, wait_until
 from tests.fakes.openai_server import Text, ToolCall, ToolCalls
 from tests.fakes.slack_server import FakeSlack
@@ -167,4 +169,21 @@ def test_a_crash_mid_stream_is_ended_after_restart_not_answered_twice(bot: BotPr
     with sqlite3.connect(bot.database) as db:
         assert db.execute("SELECT answer_ts FROM claims WHERE ts = ? AND settled_at IS NOT NULL",
                           (ts,)).fetchone() == (stream["ts"],)
+    assert bot.stop() == 0
+
+
+@pytest.mark.parametrize("landed", [False, True])
+def test_an_append_failing_once_still_ends_the_stream_with_the_whole_text(
+    bot: BotProcess, slack: FakeSlack, llm, landed: bool
+) -> None:
+    bot.start()
+    llm.script(Text(STORY, pieces=20, interval=0.1))
+    slack.inject_server_error("chat.appendStream", 500, after=landed)  # Slack failing (after the work, or before)
+    ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> tell me a long story")
+
+    slack.wait_for(lambda: finished(slack, ts), timeout=30, what="the stream to be stopped, not left open")
+    slack.wait_for(lambda: slack.messages(GENERAL)[-1]["text"] == STORY, timeout=30, what="the whole text")
+    [stream] = streams_in(slack, ts)
+    assert len([m for m in slack.messages(GENERAL) if m.get("user") == slack.bot_user_id]) == 1
+    assert wait_until(lambda: stored_bot_messages(bot), what="the stored reply") == [(stream["ts"], STORY)]
     assert bot.stop() == 0

@@ -24,7 +24,7 @@ from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.web.async_client import AsyncWebClient
 
 from myao2.domain.conversation import BotIdentity
-from myao2.infrastructure.slack.gateway import SlackAuthError, SlackGateway
+from myao2.infrastructure.slack.gateway import SlackAuthError, SlackGateway, error_code
 
 logger = logging.getLogger(__name__)
 
@@ -143,7 +143,7 @@ class SocketMode:
                 self._client.apps_connections_open(app_token=self._app_token), CONNECT_TIMEOUT_SECONDS
             )
         except SlackApiError as exc:
-            error = _error_code(exc)
+            error = error_code(exc)
             if error in APP_TOKEN_ERRORS:
                 raise AppTokenRejected(_app_token_help(error)) from None
             raise
@@ -203,19 +203,10 @@ class SocketMode:
             logger.warning("could not acknowledge envelope %s: %s", ack["envelope_id"], describe(exc))
 
 
-def _error_code(exc: SlackApiError) -> str | None:
-    """The `error` of a Web API failure; None when the answer was not Slack's JSON (a 5xx page)."""
-    response = exc.response
-    try:
-        return response.get("error")  # type: ignore[no-any-return]
-    except AttributeError:
-        return None
-
-
 def describe(exc: BaseException) -> str:
     """One line about a failure, without a traceback."""
     if isinstance(exc, SlackApiError):
-        code = _error_code(exc)
+        code = error_code(exc)
         status = getattr(exc.response, "status_code", None) or getattr(exc.response, "status", None)
         return f"Slack answered {code or 'an error'} (HTTP {status})"
     text = str(exc).strip()

@@ -97,7 +97,7 @@ class SlackGateway:
         try:
             response = await self._client.auth_test()
         except SlackApiError as exc:
-            error = _error_code(exc)
+            error = error_code(exc)
             if error in AUTH_ERRORS:
                 raise SlackAuthError(_auth_help(error)) from None
             raise
@@ -158,7 +158,7 @@ class SlackGateway:
                 lambda: self._client.reactions_add(channel=channel_id, timestamp=ts, name=emoji.strip(":")),
             )
         except SlackApiError as exc:
-            error = _error_code(exc)
+            error = error_code(exc)
             if error != "already_reacted":
                 logger.warning("could not react :%s: to %s/%s: %s", emoji, channel_id, ts, error)
         except (SlackClientError, aiohttp.ClientError, TimeoutError) as exc:
@@ -187,7 +187,7 @@ class SlackGateway:
                 "conversations.info", lambda: self._client.conversations_info(channel=channel_id)
             )
         except SlackApiError as exc:
-            if _error_code(exc) == "channel_not_found":  # Slack's answer for a private channel the bot is not in
+            if error_code(exc) == "channel_not_found":  # Slack's answer for a private channel the bot is not in
                 raise ConversationHidden(channel_id) from None
             raise
         return await self._to_channel(response["channel"])
@@ -279,7 +279,7 @@ class SlackGateway:
             response = await self._retrying("users.info", lambda: self._client.users_info(user=user_id))
             person = translate.to_person(response["user"])
         except SlackApiError as exc:
-            if _error_code(exc) != "user_not_found":
+            if error_code(exc) != "user_not_found":
                 raise
             person = Person(user_id=user_id, display_name=user_id)
         self._people[user_id] = (time.monotonic() + self._ttl, person)
@@ -297,7 +297,7 @@ def _transient(exc: Exception) -> bool:
     """A failure worth retrying: Slack overloaded or rate limiting, or the connection failed."""
     if isinstance(exc, SlackApiError):
         status = exc.response.status_code
-        return status >= 500 or status == 429 or _error_code(exc) in TRANSIENT_ERRORS
+        return status >= 500 or status == 429 or error_code(exc) in TRANSIENT_ERRORS
     return isinstance(exc, (aiohttp.ClientError, TimeoutError, SlackClientError))
 
 
@@ -313,11 +313,11 @@ def _retry_after(exc: Exception) -> float:
 
 def _describe(exc: Exception) -> str:
     if isinstance(exc, SlackApiError):
-        return f"HTTP {exc.response.status_code} {_error_code(exc)}"
+        return f"HTTP {exc.response.status_code} {error_code(exc)}"
     return type(exc).__name__
 
 
-def _error_code(exc: SlackApiError) -> str | None:
+def error_code(exc: SlackApiError) -> str | None:
     """The Web API error code; None when the body was not JSON (an HTML error page)."""
     data = exc.response.data
     return data.get("error") if isinstance(data, dict) else None

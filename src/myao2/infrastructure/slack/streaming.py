@@ -30,7 +30,7 @@ from myao2.application.reply_stream import (
 )
 from myao2.domain.conversation import Channel, ChannelKind
 from myao2.domain.ports import ChatPlatform
-from myao2.infrastructure.slack.gateway import answer_metadata
+from myao2.infrastructure.slack.gateway import answer_metadata, error_code
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ class SlackReplyPublisher:
                 metadata=answer_metadata(answering) if answering else None,
             )
         except SlackApiError as exc:  # already stopped, or expired: Slack shows what it had
-            logger.warning("could not stop the unfinished reply %s: %s", ts, exc.response.get("error"))
+            logger.warning("could not stop the unfinished reply %s: %s", ts, error_code(exc))
 
     def _refused(self, error: str, top_level: bool) -> bool:
         """Whether `error` from chat.startStream means falling back; remembered and logged once."""
@@ -229,7 +229,7 @@ class _Stream:
                     channel=self._channel.id, thread_ts=self._thread_ts, chunks=chunks, **self._recipients()
                 )
             except SlackApiError as exc:
-                if self._owner._refused(exc.response.get("error", ""), self._thread_ts is None):
+                if self._owner._refused(error_code(exc) or "", self._thread_ts is None):
                     return False
                 raise
             self._ts = response["ts"]
@@ -243,7 +243,7 @@ class _Stream:
             try:
                 await self._client.chat_appendStream(channel=self._channel.id, ts=self._ts, chunks=chunks)
             except SlackApiError as exc:
-                logger.warning("streamed reply %s stopped taking text (%s)", self._ts, exc.response.get("error"))
+                logger.warning("streamed reply %s stopped taking text (%s)", self._ts, error_code(exc))
                 self._broken = True
         return True
 
@@ -261,15 +261,14 @@ class _Stream:
         while len(rest) > STREAM_TEXT_LIMIT and not self._broken:
             await self._call([{"type": "markdown_text", "text": rest[:STREAM_TEXT_LIMIT]}])
             rest = rest[STREAM_TEXT_LIMIT:]
-        chunks: list[dict[str, Any]] = [{"type": "markdown_text", "text": rest}] if rest else []
-        if not self._broken:
-            try:
-                await self._client.chat_stopStream(
-                    channel=self._channel.id, ts=self._ts, chunks=chunks, metadata=self._metadata
-                )
+        # A broken stream lost some text: it is stopped without more, and its whole text set by chat.update.
+        chunks: list[dict[str, Any]] = [{"type": "markdown_text", "text": rest}] if rest and not self._broken else []
+        try:
+            await self._client.chat_stopStream(channel=self._channel.id, ts=self._ts, chunks=chunks, metadata=self._metadata)
+            if not self._broken:
                 return PublishedReply(self._ts, text)
-            except SlackApiError as exc:
-                logger.warning("streamed reply %s could not be stopped (%s)", self._ts, exc.response.get("error"))
+        except SlackApiError as exc:
+            logger.warning("streamed reply %s could not be stopped (%s)", self._ts, error_code(exc))
         await self._client.chat_update(channel=self._channel.id, ts=self._ts, text=text, metadata=self._metadata)
         return PublishedReply(self._ts, text)
 
@@ -281,7 +280,7 @@ class _Stream:
         try:
             await self._client.chat_delete(channel=self._channel.id, ts=self._ts)
         except SlackApiError as exc:
-            logger.warning("could not take back the withdrawn reply %s: %s", self._ts, exc.response.get("error"))
+            logger.warning("could not take back the withdrawn reply %s: %s", self._ts, error_code(exc))
 
     async def _post(self, text: str) -> PublishedReply:
         ts = await self._owner._chat.post(self._channel.id, text.strip(), self._thread_ts, self._answering)
