@@ -90,7 +90,10 @@ def build_app(
         # assistant-thread helpers (say, set_status) bolt builds for each event.
         attaching_function_token_enabled=False,
         attaching_conversation_kwargs_enabled=False,
-        process_before_response=False,
+        # Over Socket Mode an event is acknowledged as it arrives (`SocketMode`) and handled in a task of its own,
+        # so bolt runs the listener in that task rather than in one more it would start for each event. Over HTTP
+        # bolt's response is the acknowledgement: it goes before the listener runs.
+        process_before_response=not http,
     )
     recent = RecentEvents()
 
