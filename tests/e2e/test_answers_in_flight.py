@@ -1,0 +1,103 @@
+"""Answers in flight: a kill at each step of a streamed answer, Slack refusing some of its calls, mentions together."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+from tests.e2e.conftest import ALICE, BOB, GENERAL, BotProcess, wait_until
+from tests.e2e.test_answers_exactly_once import QUICK_RETRIES, answers_to, mention, settled
+from tests.e2e.test_streaming import STORY, finished, streams_in
+from tests.fakes.openai_server import FakeOpenAI, Text, ToolCall, ToolCalls
+from tests.fakes.slack_server import FakeSlack
+
+
+def bot_messages(slack: FakeSlack, channel: str = GENERAL) -> list[dict]:
+    return [m for m in slack.messages(channel) if m.get("user") == slack.bot_user_id]
+
+
+def test_sigkill_after_the_stream_stopped_but_before_it_was_recorded_gives_one_answer(
+    bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
+) -> None:
+    bot.settings.update(QUICK_RETRIES)
+    llm.script(Text("The one and only answer.", pieces=3))
+    llm.set_responder(lambda request: Text("A second answer that must not appear."))
+    bot.start()
+    slack.inject_delay("chat.stopStream", 30)  # Slack stops the stream, the bot never hears back
+    ts = mention(slack)
+    slack.wait_for(lambda: finished(slack, ts), timeout=30, what="the stream stopped")
+    bot.kill()
+
+    bot.start()
+    wait_until(lambda: settled(bot, ts), timeout=30, what="the claim settled")
+    time.sleep(2.5)  # a retry round more: room for a second answer to show up
+    [stream] = streams_in(slack, ts)
+    assert settled(bot, ts) == stream["ts"]
+    assert [m["text"] for m in bot_messages(slack)] == ["The one and only answer."]
+    assert len(llm.requests) == 1
+    assert bot.stop() == 0
+
+
+def test_sigkill_after_a_memo_was_added_but_before_the_answer_ends_gives_one_memo_and_one_message(
+    bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
+) -> None:
+    bot.settings.update(QUICK_RETRIES)
+    add = ToolCalls([ToolCall("add_memo", {"name": "alice-birthday", "content": "May 3", "priority": 4})])
+    llm.script(add, Text("never delivered", delay=60))
+    llm.set_responder(lambda request: Text("A second answer that must not appear."))
+    bot.start()
+    ts = mention(slack, "my birthday is May 3")
+
+    def memos() -> list[tuple]:
+        with sqlite3.connect(bot.database) as db:
+            return db.execute("SELECT name, content FROM memos").fetchall()
+
+    wait_until(memos, timeout=30, what="the memo committed")
+    llm.wait_for_requests(2, timeout=30)
+    bot.kill()
+
+    bot.start()
+    wait_until(lambda: settled(bot, ts), timeout=30, what="the claim settled")
+    time.sleep(2.5)
+    assert memos() == [("alice-birthday", "May 3")]
+    [message] = bot_messages(slack)
+    assert message["text"].endswith("Could you ask me again in a little while?")
+    assert "second answer" not in message["text"]
+    assert [s["streaming"] for s in slack.streams] == [False]
+    assert bot.stop() == 0
+
+
+def test_appends_rate_limited_are_waited_out_and_the_answer_ends_whole(
+    bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
+) -> None:
+    bot.start()
+    llm.script(Text(STORY, pieces=20, interval=0.1))
+    slack.inject_rate_limit("chat.appendStream", times=2, retry_after=1)
+    slack.inject_rate_limit("chat.stopStream", times=1, retry_after=1)
+    ts = mention(slack, "tell me a long story")
+
+    slack.wait_for(lambda: finished(slack, ts), timeout=30, what="the stream stopped")
+    assert [m["text"] for m in bot_messages(slack)] == [STORY]
+    assert wait_until(lambda: settled(bot, ts), what="the claim settled")
+    assert bot.stop() == 0
+
+
+def test_mentions_together_in_one_thread_and_across_threads_while_the_model_is_slow_are_each_answered_once(
+    bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
+) -> None:
+    bot.settings.update(QUICK_RETRIES)
+    llm.set_responder(lambda request: Text("Answer.", delay=1.5, pieces=3, interval=0.2))
+    bot.start()
+    first = mention(slack, "one")
+    other = mention(slack, "elsewhere", user=BOB)
+    asked = [first, other]
+    for n in range(3):
+        asked.append(slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> more {n}", thread_ts=first))
+        asked.append(slack.post_message(GENERAL, BOB, f"<@{slack.bot_user_id}> again {n}", thread_ts=other))
+
+    wait_until(lambda: all(settled(bot, ts) for ts in asked), timeout=90, what="every mention settled")
+    time.sleep(3)  # retry rounds more: room for a second answer to show up
+    assert {ts: len(answers_to(slack, ts)) for ts in asked} == {ts: 1 for ts in asked}
+    assert len(bot_messages(slack)) == len(asked)
+    assert not [s for s in slack.streams if s["streaming"]]
+    assert bot.stop() == 0
