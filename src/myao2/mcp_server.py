@@ -29,7 +29,7 @@ from myao2.application.search import SearchError
 from myao2.composition import Application, build_application
 from myao2.config import Config
 from myao2.domain.conversation import BotIdentity
-from myao2.domain.memo import MAX_LIST_OFFSET, Memo, MemoError, MemoRevision
+from myao2.domain.memo import MAX_LIST_OFFSET, Memo, MemoError, MemoRevision, lookup_name
 from myao2.domain.visibility import WORKSPACE, WORKSPACE_VIEW, Audience, can_read, can_write, readable_audiences
 from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
@@ -102,12 +102,12 @@ class NotebookTools:
         }
 
     def get(self, name: str) -> dict[str, Any]:
-        memo = self._app.memos.get(name, self._scope.reader)
+        memo = self._seen(name)
         return self._data(memo, self._pinned())
 
     def markdown(self, name: str) -> str:
         """The memo as `myao2 memo export` writes it."""
-        memo = self._app.memos.get(name, self._scope.reader)
+        memo = self._seen(name)
         return render_memo(memo, pinned=memo.name in self._pinned())
 
     def names(self) -> list[str]:
@@ -141,10 +141,12 @@ class NotebookTools:
         return {"removed": memo.name, "revision": memo.revision}
 
     def restore(self, name: str) -> dict[str, Any]:
+        name = lookup_name(name)
         memo = self._nearest(lambda audience: self._notebook.restore(name, audience=audience))
         return self._data(memo, self._pinned())
 
     def history(self, name: str) -> dict[str, Any]:
+        name = lookup_name(name)
         revisions = self._nearest(lambda audience: self._app.memos.history(name, audience=audience))
         return {"revisions": [_revision(r) for r in revisions]}
 
@@ -163,8 +165,8 @@ class NotebookTools:
         return shown.to_json()
 
     def _seen(self, name: str) -> Memo:
-        """The live memo `name` means for this client."""
-        return self._app.memos.get(name, self._scope.reader)
+        """The live memo `name` means for this client (a name no memo could bear: an unknown memo)."""
+        return self._app.memos.get(lookup_name(name), self._scope.reader)
 
     def _nearest(self, work: Callable[[Audience], T]) -> T:
         """`work` for the nearest audience this client reads where it is not refused (as a name

@@ -60,6 +60,15 @@ def test_a_search_holding_half_an_emoji_is_searched_as_cleaned(app: Application)
     assert not failed and [m["name"] for m in found["memos"]][:1] == ["lunch-day"]
 
 
+def test_a_name_no_memo_could_bear_is_an_unknown_memo_for_every_tool(app: Application) -> None:  # noqa: F811
+    # half an emoji escaped in the client's JSON: SQL cannot take it, and the answer was the codec's error
+    for tool in ("get_memo", "memo_history", "restore_memo", "remove_memo", "edit_memo"):
+        arguments = {"memo_name": "lunch-day\ud83c", **({"priority": 2} if tool == "edit_memo" else {})}
+        failed, refusal = call(app, Scope(), tool, arguments)
+        assert failed and "codec" not in refusal and "surrogate" not in refusal, (tool, refusal)
+        assert 'no memo named "lunch-day\ufffd"' in refusal, (tool, refusal)
+
+
 def test_a_client_started_for_a_dm_cannot_edit_a_workspace_memo_as_the_bots_tools_there_cannot(
     app: Application,  # noqa: F811
 ) -> None:

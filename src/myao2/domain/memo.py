@@ -12,6 +12,7 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
+from myao2.domain.conversation import clean_text
 from myao2.domain.visibility import Audience, can_read
 
 MAX_NAME_LENGTH = 32
@@ -243,6 +244,15 @@ def validate_name(value: object) -> str:
     if len(name) > MAX_NAME_LENGTH:
         raise MemoError("name_too_long", limit=MAX_NAME_LENGTH, length=len(name))
     return name
+
+
+def lookup_name(value: object) -> str:
+    """A name asked for, as memos bear it; one that no memo could bear is simply unknown (and named so as text no
+    store refuses: it may hold a lone surrogate, from JSON escaping half an emoji)."""
+    try:
+        return validate_name(value)
+    except MemoError:
+        raise MemoError("unknown_name", name=clean_text(value if isinstance(value, str) else str(value))) from None
 
 
 def validate_content(value: object) -> str:

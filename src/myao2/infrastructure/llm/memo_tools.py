@@ -35,7 +35,7 @@ from myao2.domain.memo import (
     MemoDraft,
     MemoError,
     Origin,
-    validate_name,
+    lookup_name,
     validate_page,
 )
 from myao2.domain.ports import MemoStore
@@ -122,7 +122,7 @@ async def edit_memo(
         changes = MemoChanges.create(
             content=content, priority=priority, tags=tags, detail=detail, new_name=new_name
         )
-        name = _lookup_name(memo_name)
+        name = lookup_name(memo_name)
         memo = await _change(scope, lambda: scope.store.edit(name, changes, scope.origin, "tool:edit_memo"))
     except MemoError as error:
         return _refused(error, scope)
@@ -138,7 +138,7 @@ async def remove_memo(memo_name: str, *, tool_context: ToolContext) -> _Reply:
     """
     scope = _scope(tool_context)
     try:
-        name = _lookup_name(memo_name)
+        name = lookup_name(memo_name)
         memo = await _change(scope, lambda: scope.store.remove(name, scope.origin, "tool:remove_memo"))
     except MemoError as error:
         return _refused(error, scope)
@@ -185,7 +185,7 @@ async def get_memo(memo_name: str, *, tool_context: ToolContext) -> _Reply:
     scope = _scope(tool_context)
     try:
         memo = await asyncio.to_thread(
-            scope.store.get, _lookup_name(memo_name), scope.origin.channel_id
+            scope.store.get, lookup_name(memo_name), scope.origin.channel_id
         )
     except MemoError as error:
         return _refused(error, scope)
@@ -216,14 +216,6 @@ async def _change(scope: MemoToolScope, write: Callable[[], Memo]) -> Memo:
     except BaseException:
         scope.budget.give_back()
         raise
-
-
-def _lookup_name(memo_name: str) -> str:
-    """The name as memos bear it; one that no memo could bear is simply unknown."""
-    try:
-        return validate_name(memo_name)
-    except MemoError:
-        raise MemoError("unknown_name", name=memo_name) from None
 
 
 def _refused(error: MemoError, scope: MemoToolScope) -> dict[str, Any]:
