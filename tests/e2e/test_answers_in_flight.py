@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 
 from tests.e2e.conftest import ALICE, BOB, GENERAL, BotProcess, wait_until
 from tests.e2e.test_answers_exactly_once import QUICK_RETRIES, answers_to, mention, settled
 from tests.e2e.test_streaming import STORY, finished, streams_in
-from tests.fakes.openai_server import FakeOpenAI, Text, ToolCall, ToolCalls
+from tests.fakes.openai_server import FakeOpenAI, Raw, Text, ToolCall, ToolCalls
 from tests.fakes.slack_server import FakeSlack
 
 
@@ -99,5 +100,55 @@ def test_mentions_together_in_one_thread_and_across_threads_while_the_model_is_s
     time.sleep(3)  # retry rounds more: room for a second answer to show up
     assert {ts: len(answers_to(slack, ts)) for ts in asked} == {ts: 1 for ts in asked}
     assert len(bot_messages(slack)) == len(asked)
+    assert not [s for s in slack.streams if s["streaming"]]
+    assert bot.stop() == 0
+
+
+def sse(*deltas: dict, finish: str | None = "stop") -> str:
+    """Chat completion chunks as an event stream, without the closing `[DONE]`."""
+    chunks = [{"index": 0, "delta": delta, "finish_reason": None} for delta in deltas]
+    if finish:
+        chunks.append({"index": 0, "delta": {}, "finish_reason": finish})
+    return "".join(
+        "data: " + json.dumps({"id": "chatcmpl-raw", "object": "chat.completion.chunk", "created": 0, "model": "fake",
+                               "choices": [choice]}) + "\n\n"
+        for choice in chunks
+    )
+
+
+def test_a_model_stream_closed_without_done_still_gives_the_answer(
+    bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
+) -> None:
+    bot.start()
+    llm.script(Raw(sse({"role": "assistant", "content": "Hello "}, {"content": "there."})))
+    ts = mention(slack)
+    slack.wait_for(lambda: finished(slack, ts), timeout=30, what="the stream stopped")
+    assert [m["text"] for m in bot_messages(slack)] == ["Hello there."]
+    assert bot.stop() == 0
+
+
+def test_a_model_stream_going_silent_without_done_ends_the_answer_within_the_timeout(
+    bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
+) -> None:
+    bot.start()
+    llm.script(Raw(sse({"role": "assistant", "content": "Hello "}, {"content": "there."}, finish=None), hold_open=120))
+    ts = mention(slack)
+    slack.wait_for(lambda: finished(slack, ts), timeout=60, what="the stream stopped")
+    [message] = bot_messages(slack)
+    assert message["text"].startswith("Hello there.")
+    assert wait_until(lambda: settled(bot, ts), what="the claim settled")
+    assert bot.stop() == 0
+
+
+def test_malformed_json_in_the_model_stream_gets_the_apology(bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI) -> None:
+    bot.start()
+    llm.script(Raw(sse({"role": "assistant", "content": "Hel"}, finish=None) + 'data: {"id": "x", "choices": [{"del\n\n'
+                   + "data: [DONE]\n\n"))
+    ts = mention(slack)
+    slack.wait_for(lambda: finished(slack, ts) or [p for p in slack.posted if p["method"] == "chat.postMessage"],
+                   timeout=30, what="the answer ended")
+    [message] = bot_messages(slack)
+    assert message["text"].endswith("Could you ask me again in a little while?")
+    assert wait_until(lambda: settled(bot, ts), what="the claim settled")
     assert not [s for s in slack.streams if s["streaming"]]
     assert bot.stop() == 0

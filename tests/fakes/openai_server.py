@@ -101,7 +101,17 @@ class Error:
     delay: float = 0.0
 
 
-Reply = Union[Text, ToolCalls, Error]
+@dataclass
+class Raw:
+    """A 200 event stream of exactly ``body`` (malformed JSON, no ``[DONE]``...); then the connection is held
+    open ``hold_open`` seconds without a byte more before it is closed."""
+
+    body: str
+    hold_open: float = 0.0
+    delay: float = 0.0
+
+
+Reply = Union[Text, ToolCalls, Error, Raw]
 BAD_KEY = Error(401, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key")
 Responder = Callable[[dict[str, Any]], Union[Reply, str]]
 
@@ -264,6 +274,8 @@ class FakeOpenAI(LoopbackServer):
             await asyncio.sleep(reply.delay)
         if isinstance(reply, Error):
             return self._error_response(reply)
+        if isinstance(reply, Raw):
+            return await self._raw(request, reply)
         if body.get("stream"):
             return await self._stream(request, body, reply)
         return web.json_response(self._completion(body, reply))
@@ -341,6 +353,15 @@ class FakeOpenAI(LoopbackServer):
             "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
             "usage": self._usage(body, completion_text),
         }
+
+    @staticmethod
+    async def _raw(request: web.Request, reply: Raw) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        await response.write(reply.body.encode())
+        await asyncio.sleep(reply.hold_open)
+        await response.write_eof()
+        return response
 
     async def _stream(self, request: web.Request, body: dict[str, Any], reply: Text | ToolCalls) -> web.StreamResponse:
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
