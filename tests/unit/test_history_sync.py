@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from myao2.application.history_sync import HistorySync
+from myao2.application.history_sync import LEFT_CHANNELS_ASKED_PER_SYNC, HistorySync
 from myao2.domain.conversation import Channel, ChannelKind, Message, Person
 from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
@@ -226,3 +226,29 @@ async def test_a_public_channel_the_bot_was_removed_from_is_known_to_have_turned
 
     assert store.get_channel("C2") == Channel("C2", "plans", ChannelKind(kind), is_member=False)
     assert store.get_channel("C3") == Channel("C3", "still-public", ChannelKind.PUBLIC, is_member=False)
+
+
+async def test_public_channels_the_bot_is_out_of_are_asked_about_a_few_per_sync_in_turn(
+    fake: FakeSlack, store: SqlConversationStore, history: HistorySync
+) -> None:
+    # A workspace may leave the bot in hundreds of archived or abandoned channels: asking about each at every sync
+    # would run into Slack's rate limits. Each is asked about in turn, a bounded number per sync.
+    left = [f"C{n:03d}" for n in range(LEFT_CHANNELS_ASKED_PER_SYNC + 5)]
+    for channel in left:
+        fake.add_channel(channel, channel.lower(), members=["U1"])
+    await history.sync()
+    for channel in left:
+        fake.remove_member(channel, fake.bot_user_id)
+    await history.sync()
+    fake.convert_to_private(left[-1])
+
+    asked: list[str] = []
+    for _ in range(2):
+        calls = len(fake.web_calls)
+        await history.sync()
+        infos = [params.get("channel") for method, params in fake.web_calls[calls:] if method == "conversations.info"]
+        assert len(infos) <= LEFT_CHANNELS_ASKED_PER_SYNC
+        asked += infos
+
+    assert set(left) <= set(asked)
+    assert store.get_channel(left[-1]).kind is ChannelKind.PRIVATE

@@ -12,6 +12,11 @@ from myao2.domain.ports import ChatPlatform, Clock, ConversationHidden, Conversa
 logger = logging.getLogger(__name__)
 
 
+LEFT_CHANNELS_ASKED_PER_SYNC = 20
+"""The most public channels the bot is out of that one sync asks Slack about (in turn): a workspace may leave it in
+hundreds of archived ones, and Slack limits conversations.info to about 50 calls a minute."""
+
+
 class HistorySync:
     """Keeps the store in step with what was said in the bot's channels during the last `max_age_seconds`.
 
@@ -36,6 +41,8 @@ class HistorySync:
         self._bot_user_id = bot_user_id
         self._max_age = timedelta(seconds=max_age_seconds)
         self._limit = limit
+        self._last_asked = ""
+        """The id of the left public channel asked about last: the next sync's turn goes on after it."""
 
     async def sync(self) -> list[Message]:
         """Fetch and store recent history; returns the messages by others that were not stored yet.
@@ -68,10 +75,14 @@ class HistorySync:
         """Ask again about each public channel the bot is out of: one turned private or shared outside meanwhile
         sends it no event, and what was said there while it was public must stop being the workspace's (the
         channel lifecycle narrows every channel stored as not public). Slack shows no private channel to a bot
-        outside it: one hidden counts as private."""
-        for channel in await asyncio.to_thread(self._store.channels):
-            if channel.is_member or channel.kind is not ChannelKind.PUBLIC:
-                continue
+        outside it: one hidden counts as private. At most `LEFT_CHANNELS_ASKED_PER_SYNC` of them, in turn."""
+        stored = await asyncio.to_thread(self._store.channels)
+        left = sorted((c for c in stored if not c.is_member and c.kind is ChannelKind.PUBLIC), key=lambda c: c.id)
+        later = [c for c in left if c.id > self._last_asked]
+        turn = (later + [c for c in left if c.id <= self._last_asked])[:LEFT_CHANNELS_ASKED_PER_SYNC]
+        if turn:
+            self._last_asked = turn[-1].id
+        for channel in turn:
             try:
                 kind = (await self._platform.channel(channel.id)).kind
             except ConversationHidden:
