@@ -152,3 +152,18 @@ def test_malformed_json_in_the_model_stream_gets_the_apology(bot: BotProcess, sl
     assert wait_until(lambda: settled(bot, ts), what="the claim settled")
     assert not [s for s in slack.streams if s["streaming"]]
     assert bot.stop() == 0
+
+
+def test_a_model_writing_without_end_is_cut_at_what_one_slack_message_holds(
+    bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
+) -> None:
+    bot.start()
+    endless = "la " * 30_000  # 90,000 characters, more than a Slack message's 40,000, in 600 pieces
+    llm.script(Text(endless, pieces=600, interval=0.01))
+    ts = mention(slack, "sing")
+    slack.wait_for(lambda: finished(slack, ts), timeout=60, what="the stream stopped")
+    [message] = bot_messages(slack)
+    assert message["text"].startswith("la la") and message["text"].endswith("Could you ask me again in a little while?")
+    assert len(message["text"]) <= 40_000
+    assert wait_until(lambda: settled(bot, ts), what="the claim settled")
+    assert bot.stop() == 0

@@ -6,17 +6,17 @@ import asyncio
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine
-from contextlib import suppress
+from contextlib import aclosing, suppress
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
 from myao2.application import tracing
-from myao2.application.agents import ReplyWriter
+from myao2.application.agents import ModelUnavailable, ReplyWriter
 from myao2.application.context import ContextBuilder, StoredContext
 from myao2.application.conversations import Conversations
 from myao2.application.locks import KeyedLocks
-from myao2.application.reply_stream import ReplyDone, ReplyStream, ReplyWithdrawn
+from myao2.application.reply_stream import ReplyDone, ReplyStream, ReplyWithdrawn, TextDelta
 from myao2.domain.answers import RetryPolicy
 from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Message
 from myao2.domain.memo import Origin
@@ -28,6 +28,9 @@ RECENT_CLAIMS = 1024
 """Claims remembered in memory; a claim is never undone, so a remembered one needs no query."""
 REACTION_HEAD_START_SECONDS = 1.0
 """How long an answer waits for its reaction to land first; a slow or failing reaction never holds it longer."""
+ANSWER_MAX_CHARS = 39_000
+"""The most text of an answer read from the model: a Slack message keeps 40,000 characters, the apology ends
+one cut here. A model writing on without end (a loop) is stopped there."""
 
 Spawn = Callable[[Coroutine[Any, Any, None]], None]
 T = TypeVar("T")
@@ -351,10 +354,16 @@ class AnswerMention:
             user_id=message.user_id,
             message_ts=message.ts,
         )
-        async for event in self._writer.stream(context, origin):
-            if not reaction.done():
-                await asyncio.wait({reaction}, timeout=REACTION_HEAD_START_SECONDS)
-            yield event
+        written = 0
+        async with aclosing(self._writer.stream(context, origin)) as events:  # type: ignore[type-var]
+            async for event in events:
+                if isinstance(event, TextDelta):
+                    written += len(event.text)
+                    if written > ANSWER_MAX_CHARS:
+                        raise ModelUnavailable(f"the answer passed {ANSWER_MAX_CHARS} characters: cut short")
+                if not reaction.done():
+                    await asyncio.wait({reaction}, timeout=REACTION_HEAD_START_SECONDS)
+                yield event
 
     async def _while_held(self, message: Message, reply: ReplyStream) -> ReplyStream:
         """`reply`, withdrawn if another replica took the answer over meanwhile (this one stalled for longer
