@@ -167,3 +167,22 @@ def test_a_model_writing_without_end_is_cut_at_what_one_slack_message_holds(
     assert len(message["text"]) <= 40_000
     assert wait_until(lambda: settled(bot, ts), what="the claim settled")
     assert bot.stop() == 0
+
+
+def test_a_channel_archived_before_the_answer_is_given_up_once_not_retried(
+    bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
+) -> None:
+    bot.settings.update(QUICK_RETRIES)
+    llm.set_responder(lambda request: Text("Nobody will read this."))
+    bot.start()
+    for method in ("chat.startStream", "chat.postMessage"):
+        slack.inject_error(method, "is_archived", times=1000)  # archived between the mention and its answer
+    ts = mention(slack)
+    wait_until(lambda: "given up" in bot.log(), timeout=30, what="the answer given up")
+    attempts = [m for m, _ in slack.web_calls if m in ("chat.startStream", "chat.postMessage")]
+    time.sleep(5)  # several retry rounds: room for another attempt
+    assert [m for m, _ in slack.web_calls if m in ("chat.startStream", "chat.postMessage")] == attempts
+    assert len(attempts) == 1 and len(llm.requests) == 1
+    with sqlite3.connect(bot.database) as db:
+        assert db.execute("SELECT settled_at IS NOT NULL FROM claims WHERE ts = ?", (ts,)).fetchone() == (1,)
+    assert bot.stop() == 0

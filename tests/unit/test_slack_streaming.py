@@ -19,6 +19,7 @@ from myao2.application.reply_stream import (
     ToolStarted,
 )
 from myao2.domain.conversation import Channel, ChannelKind
+from myao2.domain.ports import ConversationClosed
 from myao2.infrastructure.slack.gateway import ANSWER_EVENT, SlackGateway, make_web_client
 from myao2.infrastructure.slack.streaming import SlackReplyPublisher, StreamSettings
 from tests.fakes.slack_server import FakeSlack
@@ -313,11 +314,12 @@ async def test_finish_ends_a_stream_left_open_with_the_apology(fake, publisher_f
     assert not fake.streams[0]["streaming"]
 
 
-async def test_a_slack_error_starting_the_stream_raises_and_posts_nothing(fake, publisher_for):
+@pytest.mark.parametrize(("error", "raised"), [("invalid_chunks", SlackApiError), ("is_archived", ConversationClosed)])
+async def test_a_slack_error_starting_the_stream_raises_and_posts_nothing(fake, publisher_for, error, raised):
     parent = fake.post_message("C1", "U1", "hi <@UBOT>")
-    fake.inject_error("chat.startStream", "channel_not_found")
+    fake.inject_error("chat.startStream", error)
 
-    with pytest.raises(SlackApiError):
+    with pytest.raises(raised):
         await publisher_for().publish(GENERAL, parent, "U1", events(TextDelta("a"), ReplyDone("a")), APOLOGY)
 
     assert fake.posted == [] and fake.streams == []

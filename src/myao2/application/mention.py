@@ -20,7 +20,7 @@ from myao2.application.reply_stream import ReplyDone, ReplyStream, ReplyWithdraw
 from myao2.domain.answers import RetryPolicy
 from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Message
 from myao2.domain.memo import Origin
-from myao2.domain.ports import ChatPlatform, Clock, ConversationStore
+from myao2.domain.ports import ChatPlatform, Clock, ConversationClosed, ConversationStore
 
 logger = logging.getLogger(__name__)
 
@@ -257,6 +257,9 @@ class AnswerMention:
             raise
         except ReplyWithdrawn:
             self._given_up(message)
+        except ConversationClosed as exc:  # no attempt can post there: settled unanswered
+            logger.warning("answer to %s/%s given up: Slack takes no post there (%s)", *key, exc)
+            await asyncio.to_thread(self._store.settle, *key, None, holder=self._replica)
         except Exception as exc:  # noqa: BLE001 - the claim stays open: it is taken up again when due
             logger.warning(
                 "answer to %s/%s failed (attempt %d), to be taken up again: %r",

@@ -345,8 +345,9 @@ class ConversationStore(Protocol):
         """The ts of an answer that started showing but was never settled (the bot stopped meanwhile)."""
         ...
 
-    def settle(self, channel_id: str, ts: str, answer_ts: str, *, holder: str | None = None) -> bool:
-        """The answer is in Slack as `answer_ts`: the message is never taken up again.
+    def settle(self, channel_id: str, ts: str, answer_ts: str | None, *, holder: str | None = None) -> bool:
+        """The answer is in Slack as `answer_ts` (None: given up, the conversation takes no post): the message is
+        never taken up again.
 
         False, and nothing recorded, when the answer is no longer `holder`'s (another replica took it over).
         """
@@ -406,6 +407,10 @@ class LeaseStore(Protocol):
 
 class ConversationHidden(Exception):
     """The chat platform does not show a conversation to the bot: a private one it is not in, or one deleted."""
+
+
+class ConversationClosed(Exception):
+    """The chat platform takes no post from the bot in a conversation: archived, deleted, or the bot is out of it."""
 
 
 class ChatPlatform(Protocol):

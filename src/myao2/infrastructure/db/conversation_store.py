@@ -440,7 +440,7 @@ class SqlConversationStore:
                 )
             ).first()
 
-    def settle(self, channel_id: str, ts: str, answer_ts: str, *, holder: str | None = None) -> bool:
+    def settle(self, channel_id: str, ts: str, answer_ts: str | None, *, holder: str | None = None) -> bool:
         values = {"claim_channel": channel_id, "claim_ts": ts, "answer": answer_ts, "at": self._clock.now(), "claim_holder": holder}
         with self._engine.begin() as connection:
             return connection.execute(_SETTLE, values).rowcount == 1

@@ -20,7 +20,7 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 from slack_sdk.web.async_client import AsyncWebClient
 
 from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, History, Person
-from myao2.domain.ports import ConversationHidden
+from myao2.domain.ports import ConversationClosed, ConversationHidden
 from myao2.infrastructure.slack import translate
 
 logger = logging.getLogger(__name__)
@@ -35,6 +35,8 @@ MEMBER_CHANNEL_TYPES = "public_channel,private_channel,mpim,im"
 RETRY_DELAYS = (0.5, 1.0, 2.0)
 """Waits (seconds, with jitter) before retrying a Web API call that failed for a passing reason."""
 TRANSIENT_ERRORS = frozenset({"internal_error", "fatal_error", "service_unavailable", "request_timeout", "ratelimited"})
+CLOSED_ERRORS = frozenset({"is_archived", "channel_is_archived", "channel_not_found", "not_in_channel"})
+"""Errors of a post meaning the conversation takes none from the bot now (`ConversationClosed`)."""
 ANSWER_EVENT = "myao2_answer"
 """The message metadata event type that marks a post as the bot's answer to a message."""
 AUTH_ERRORS = frozenset({"invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired"})
@@ -121,9 +123,12 @@ class SlackGateway:
         async def send() -> str:
             return (await self._client.chat_postMessage(**arguments))["ts"]
 
-        return await self._retrying(
-            "chat.postMessage", send, landed=lambda: self.answer_ts(channel_id, answering, thread_ts)
-        )
+        try:
+            return await self._retrying(
+                "chat.postMessage", send, landed=lambda: self.answer_ts(channel_id, answering, thread_ts)
+            )
+        except SlackApiError as exc:
+            raise closed_or(exc) from None
 
     async def answer_ts(self, channel_id: str, ts: str, thread_ts: str | None) -> str | None:
         """The bot's post marked as the answer to `ts`, searched after `ts` in the thread or the channel."""
@@ -315,6 +320,12 @@ def _describe(exc: Exception) -> str:
     if isinstance(exc, SlackApiError):
         return f"HTTP {exc.response.status_code} {error_code(exc)}"
     return type(exc).__name__
+
+
+def closed_or(exc: SlackApiError) -> Exception:
+    """`ConversationClosed` when `exc` says the conversation takes no post from the bot, else `exc`."""
+    code = error_code(exc)
+    return ConversationClosed(code) if code in CLOSED_ERRORS else exc
 
 
 def error_code(exc: SlackApiError) -> str | None:

@@ -30,7 +30,7 @@ from myao2.application.reply_stream import (
 )
 from myao2.domain.conversation import Channel, ChannelKind
 from myao2.domain.ports import ChatPlatform
-from myao2.infrastructure.slack.gateway import answer_metadata, error_code
+from myao2.infrastructure.slack.gateway import answer_metadata, closed_or, error_code
 
 logger = logging.getLogger(__name__)
 
@@ -231,7 +231,7 @@ class _Stream:
             except SlackApiError as exc:
                 if self._owner._refused(error_code(exc) or "", self._thread_ts is None):
                     return False
-                raise
+                raise closed_or(exc) from None
             self._ts = response["ts"]
             if self._started is not None:
                 try:
