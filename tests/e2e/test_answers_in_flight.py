@@ -186,3 +186,19 @@ def test_a_channel_archived_before_the_answer_is_given_up_once_not_retried(
     with sqlite3.connect(bot.database) as db:
         assert db.execute("SELECT settled_at IS NOT NULL FROM claims WHERE ts = ?", (ts,)).fetchone() == (1,)
     assert bot.stop() == 0
+
+
+def test_a_model_calling_tools_without_end_is_stopped_at_its_cap_with_the_apology(
+    bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
+) -> None:
+    bot.settings["agents.response.max_tool_cycles"] = 4
+    llm.set_responder(lambda request: ToolCalls([ToolCall("list_memo_tags", {})]))
+    bot.start()
+    ts = mention(slack, "what do you know?")
+    slack.wait_for(lambda: finished(slack, ts) or bot_messages(slack), timeout=60, what="the answer ended")
+    assert wait_until(lambda: settled(bot, ts), timeout=30, what="the claim settled")
+    [message] = bot_messages(slack)
+    assert message["text"].endswith("Could you ask me again in a little while?")
+    assert len(llm.requests) == 4
+    assert not [s for s in slack.streams if s["streaming"]]
+    assert bot.stop() == 0
