@@ -8,7 +8,7 @@ import time
 
 from tests.e2e.conftest import ALICE, BOB, GENERAL, BotProcess, wait_until
 from tests.e2e.test_answers_exactly_once import QUICK_RETRIES, answers_to, mention, settled
-from tests.e2e.test_streaming import STORY, finished, streams_in
+from tests.e2e.test_streaming import STORY, finished, recorded_answer, streams_in
 from tests.fakes.openai_server import FakeOpenAI, Raw, Text, ToolCall, ToolCalls
 from tests.fakes.slack_server import FakeSlack
 
@@ -201,4 +201,25 @@ def test_a_model_calling_tools_without_end_is_stopped_at_its_cap_with_the_apolog
     assert message["text"].endswith("Could you ask me again in a little while?")
     assert len(llm.requests) == 4
     assert not [s for s in slack.streams if s["streaming"]]
+    assert bot.stop() == 0
+
+
+def test_a_stream_left_open_by_a_crash_is_ended_even_when_slack_fails_the_first_stop(
+    bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
+) -> None:
+    bot.settings.update(QUICK_RETRIES)
+    llm.script(Text("This answer is cut short by a crash, sadly", pieces=20, interval=0.5))
+    llm.set_responder(lambda request: Text("A second answer that must not appear."))
+    bot.start()
+    ts = mention(slack, "tell me something")
+    slack.wait_for(lambda: streams_in(slack, ts), timeout=30, what="the stream to start")
+    wait_until(lambda: recorded_answer(bot, ts), what="the stream's ts recorded")
+    bot.kill()
+
+    slack.inject_server_error("chat.stopStream", 503)  # the restarted bot's first try to end it
+    bot.start()
+    slack.wait_for(lambda: finished(slack, ts), timeout=30, what="the unfinished stream to be ended")
+    wait_until(lambda: settled(bot, ts), timeout=30, what="the claim settled")
+    [message] = bot_messages(slack)
+    assert message["text"].startswith("Thi") and message["text"].endswith("Could you ask me again in a little while?")
     assert bot.stop() == 0

@@ -271,7 +271,7 @@ class SlackGateway:
                 return await call()
             except Exception as exc:  # noqa: BLE001 - classified just below
                 delay = next(delays, None)
-                if delay is None or not _transient(exc):
+                if delay is None or not transient(exc):
                     raise
                 wait = max(delay * random.uniform(0.8, 1.2), _retry_after(exc))
                 logger.warning("Slack %s failed (%s); retrying in %.1f s", what, _describe(exc), wait)
@@ -298,7 +298,7 @@ class SlackGateway:
         return channel
 
 
-def _transient(exc: Exception) -> bool:
+def transient(exc: Exception) -> bool:
     """A failure worth retrying: Slack overloaded or rate limiting, or the connection failed."""
     if isinstance(exc, SlackApiError):
         status = exc.response.status_code

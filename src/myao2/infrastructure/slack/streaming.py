@@ -30,7 +30,7 @@ from myao2.application.reply_stream import (
 )
 from myao2.domain.conversation import Channel, ChannelKind
 from myao2.domain.ports import ChatPlatform
-from myao2.infrastructure.slack.gateway import answer_metadata, closed_or, error_code
+from myao2.infrastructure.slack.gateway import answer_metadata, closed_or, error_code, transient
 
 logger = logging.getLogger(__name__)
 
@@ -99,8 +99,10 @@ class SlackReplyPublisher:
                 chunks=[{"type": "markdown_text", "text": f"\n\n{apology}"}],
                 metadata=answer_metadata(answering) if answering else None,
             )
-        except SlackApiError as exc:  # already stopped, or expired: Slack shows what it had
-            logger.warning("could not stop the unfinished reply %s: %s", ts, error_code(exc))
+        except SlackApiError as exc:
+            if transient(exc):
+                raise  # Slack failed to stop it now: the next attempt tries again
+            logger.warning("could not stop the unfinished reply %s: %s", ts, error_code(exc))  # stopped, or expired
 
     def _refused(self, error: str, top_level: bool) -> bool:
         """Whether `error` from chat.startStream means falling back; remembered and logged once."""
