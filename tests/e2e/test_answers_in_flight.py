@@ -223,3 +223,26 @@ def test_a_stream_left_open_by_a_crash_is_ended_even_when_slack_fails_the_first_
     [message] = bot_messages(slack)
     assert message["text"].startswith("Thi") and message["text"].endswith("Could you ask me again in a little while?")
     assert bot.stop() == 0
+
+
+def test_sigterm_while_an_answer_streams_leaves_no_stream_open_and_one_answer_after_restart(
+    bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
+) -> None:
+    bot.settings.update(QUICK_RETRIES)
+    llm.script(Text("This answer is longer than the grace period lets it be", pieces=30, interval=0.5))
+    llm.set_responder(lambda request: Text("A second answer that must not appear."))
+    bot.start()
+    ts = mention(slack, "tell me something")
+    slack.wait_for(lambda: streams_in(slack, ts), timeout=30, what="the stream to start")
+    wait_until(lambda: recorded_answer(bot, ts), what="the stream's ts recorded")
+    assert bot.stop() == 0
+    stopped_at_exit = finished(slack, ts)
+
+    bot.start()
+    wait_until(lambda: settled(bot, ts), timeout=30, what="the claim settled")
+    time.sleep(2.5)
+    [message] = bot_messages(slack)
+    assert message["text"].startswith("Thi") and message["text"].endswith("Could you ask me again in a little while?")
+    assert "second answer" not in message["text"] and message["text"].count("Could you ask me again") == 1
+    assert stopped_at_exit, "the bot exited with its answer's stream still open"
+    assert bot.stop() == 0

@@ -8,6 +8,7 @@ turns it off) the whole reply is posted with chat.postMessage instead, as before
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -148,7 +149,28 @@ class _Stream:
         """Stream the reply; None when Slack refused to start a stream (nothing was shown yet).
 
         A failure of the reply ends the message with the apology; a Slack error raises.
+        Cancelled (the bot is stopping), a message already showing is ended with the apology too.
         """
+        try:
+            return await self._run(reply, apology)
+        except asyncio.CancelledError:
+            if self._ts is not None and not self._broken:
+                await self._stop_on_cancel(apology)
+            raise
+
+    async def _stop_on_cancel(self, apology: str) -> None:
+        """End the message with what is buffered and the apology, rather than leave it open while the bot is down
+        (the attempt after the restart then finds it stopped, and records it)."""
+        tail = self._buffer + apology_tail(self._written, apology)
+        try:
+            await self._client.chat_stopStream(
+                channel=self._channel.id, ts=self._ts, chunks=[{"type": "markdown_text", "text": tail}],
+                metadata=self._metadata,
+            )
+        except Exception as exc:  # noqa: BLE001 - the attempt after the restart ends it
+            logger.warning("could not end the reply %s as the bot stopped: %r", self._ts, exc)
+
+    async def _run(self, reply: ReplyStream, apology: str) -> PublishedReply | None:
         final = ""
         failed = False
         events = aiter(reply)
