@@ -23,7 +23,7 @@ counted against the bot. Everything stays on 127.0.0.1. Figures:
 
 CPU is read from /proc/<pid>/stat (utime + stime, every thread of the bot). The
 search index worker (its thread and the embedding engine's, named ``search-index``)
-embeds every stored message and memo in the background at a lower CPU priority; its
+embeds every stored message and memo in the background; its
 CPU is shown apart, and the per-mention and per-message targets are for the rest.
 The bot's periodic jobs are pushed out of the run (`BOT_SETTINGS`). On a busy machine
 the figures move by a few ms: run it more than once.

@@ -88,7 +88,7 @@ def test_each_commit_wakes_the_idle_worker_to_sync(database_url: str) -> None:
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="thread names and priorities of their own are Linux's")
-def test_the_worker_thread_is_named_and_at_lower_priority_for_the_system_too(tmp_path: Path) -> None:
+def test_the_worker_thread_is_named_and_runs_at_the_process_priority(tmp_path: Path) -> None:
     engine = open_database(f"sqlite:///{tmp_path / 'w.db'}")
     index = CountingIndex()
     worker = IndexWorker(index, engine)  # type: ignore[arg-type]
@@ -97,7 +97,8 @@ def test_the_worker_thread_is_named_and_at_lower_priority_for_the_system_too(tmp
         index.wait_syncs(1)
         named = [task for task in Path("/proc/self/task").iterdir() if (task / "comm").read_text().strip() == THREAD_NAME]
         assert len(named) == 1
-        assert os.getpriority(os.PRIO_PROCESS, int(named[0].name)) > os.getpriority(os.PRIO_PROCESS, os.getpid())
+        # Not lowered: starved on a busy machine while holding the GIL or the index, it held up answers.
+        assert os.getpriority(os.PRIO_PROCESS, int(named[0].name)) == os.getpriority(os.PRIO_PROCESS, os.getpid())
     finally:
         worker.stop()
         engine.dispose()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import threading
 from collections.abc import Iterable
@@ -28,8 +27,6 @@ GATHER_SECONDS = 0.5
 """How long the index worker lets changes gather after the first one, so a burst is one batch."""
 _COMMITTED = "myao2.committed"
 """Marks a pooled connection whose transaction committed: the "commit" event comes before the commit is done."""
-INDEX_NICENESS = 10  # added to the process's own niceness, as `nice` does
-"""How much lower than the process the index worker's CPU priority is."""
 THREAD_NAME = "search-index"
 """The index worker's thread name, also in `top -H` and `ps -L` (bench/mention_latency.py tells its CPU apart by it)."""
 
@@ -66,9 +63,9 @@ class IndexWorker:
     indexes what was queued, after a short pause that gathers a burst into one batch, and
     embeds every text waiting for it (a backlog of hours after a model change). Changes
     other processes make are indexed with the next ones made here, and a search applies
-    the changes it needs first anyway (see `SearchIndex.catch_up`). The thread runs at a lower CPU priority: embedding
-    gives way to the event loop. A batch is one transaction, so a process
-    stopping in the middle of one loses nothing.
+    the changes it needs first anyway (see `SearchIndex.catch_up`). The thread runs at the process's CPU
+    priority: a lowered one was starved on a busy machine while it held the GIL or the index, and answers
+    waited for it. A batch is one transaction, so a process stopping in the middle of one loses nothing.
     """
 
     def __init__(
@@ -111,7 +108,7 @@ class IndexWorker:
             self._changed.set()
 
     def _run(self) -> None:
-        _into_background()
+        _name_thread()
         try:
             self._index.warm(self._warm)  # first: a backlog may take long, and searches meanwhile need the vectors
             self._index.sync(IndexProgressLog())
@@ -126,17 +123,10 @@ class IndexWorker:
                 logger.exception("search indexing failed; retrying with the next change")
 
 
-def _into_background() -> None:
-    """Lower the calling thread's CPU priority and give it its name in `top -H` and `ps -L`.
-
-    Threads it starts afterwards (the embedding engine's) inherit both. Linux only: elsewhere a
-    thread has neither of its own.
-    """
+def _name_thread() -> None:
+    """Give the calling thread its name in `top -H` and `ps -L` (Linux only); threads it starts inherit it."""
     if sys.platform != "linux":
         return
     native_id = threading.get_native_id()
-    with suppress(OSError):
-        own = os.getpriority(os.PRIO_PROCESS, native_id)
-        os.setpriority(os.PRIO_PROCESS, native_id, min(19, own + INDEX_NICENESS))
     with suppress(OSError):
         Path(f"/proc/self/task/{native_id}/comm").write_text(THREAD_NAME, encoding="ascii")
