@@ -125,15 +125,14 @@ class AnswerMention:
         key = (message.channel_id, message.ts)
         if not self._reserve(key):
             return None
-        retry_at = self._settings.retries.retry_at(self._clock.now(), 1)
+        claim_in_store = self._claim_in_store(message, lambda: self._stored_channel(message.channel_id))
 
         def claim() -> Claimed:
             try:
-                if not self._store.claim(message.channel_id, message.ts, retry_at, holder=self._replica):
-                    return Claimed(False)
-                return Claimed(True, self._stored_channel(message.channel_id))
+                made, channel = claim_in_store()
             except Exception as exc:  # noqa: BLE001 - raised by `take_up`, as a claim's failure is by `__call__`
                 return Claimed(False, error=exc)
+            return Claimed(made, channel)
 
         return ClaimAhead(claim, lambda: self._claimed.pop(key, None))
 
@@ -197,6 +196,15 @@ class AnswerMention:
         key = (message.channel_id, message.ts)
         if not self._reserve(key):
             return False, None
+        try:
+            return await asyncio.to_thread(self._claim_in_store(message, then))
+        except BaseException:
+            self._claimed.pop(key, None)  # not claimed after all: a redelivery may try again
+            raise
+
+    def _claim_in_store(self, message: Message, then: Callable[[], T] | None) -> Callable[[], tuple[bool, T | None]]:
+        """The store's claim of `message` (due again after the first retry delay), for a worker thread: whether it
+        was made and, if so, what `then` (called in the same thread) returned."""
         retry_at = self._settings.retries.retry_at(self._clock.now(), 1)
 
         def claim() -> tuple[bool, T | None]:
@@ -204,11 +212,7 @@ class AnswerMention:
                 return False, None
             return True, None if then is None else then()
 
-        try:
-            return await asyncio.to_thread(claim)
-        except BaseException:
-            self._claimed.pop(key, None)  # not claimed after all: a redelivery may try again
-            raise
+        return claim
 
     def _reserve(self, key: tuple[str, str]) -> bool:
         """Note that message `key` is being claimed here; False if it was claimed (or is being claimed) here already."""
