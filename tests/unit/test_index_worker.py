@@ -17,12 +17,11 @@ from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
-from myao2.infrastructure.search import vectors
 from myao2.infrastructure.search.index import SearchIndex
 from myao2.infrastructure.search.setup import THREAD_NAME, IndexWorker
 from tests.e2e.conftest import wait_until
 from tests.fakes.embedder import HashEmbedder
-from tests.unit.test_search_index import World
+from tests.unit.test_search_index import World, counted_clusterings
 
 
 class CountingIndex:
@@ -135,17 +134,7 @@ def test_a_worker_stopped_before_it_started_never_starts(tmp_path: Path) -> None
 def test_a_search_leaves_clustering_to_the_background_and_wakes_it(database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Clustering a million vectors takes seconds: a search reads the rows added since the last clustering exactly,
     and wakes the background to cluster them again (it may not be woken otherwise: another process may have indexed them)."""
-    monkeypatch.setattr(vectors, "EXACT_ROWS", 5)
-    monkeypatch.setattr(vectors, "_PROBE_MIN", 0)
-    builds = 0
-    build = vectors.Clustering.build
-
-    def counted(clustering: vectors.Clustering) -> None:
-        nonlocal builds
-        builds += 1
-        build(clustering)
-
-    monkeypatch.setattr(vectors.Clustering, "build", counted)
+    builds = counted_clusterings(monkeypatch)
     world = World(database_url)
     woken = threading.Event()
     world.index.wake_with(woken.set)
@@ -154,13 +143,13 @@ def test_a_search_leaves_clustering_to_the_background_and_wakes_it(database_url:
             world.memo(f"note{number}", f"note number {number}")
         world.index.sync()
         world.index.warm()
-        assert builds == 1 and not woken.is_set()
+        assert len(builds) == 1 and not woken.is_set()
         for number in range(10, 20):  # as many again, indexed by the search itself
             world.memo(f"note{number}", f"note number {number}")
         assert world.memo_names("note number 15", limit=1) == ["note15"]
-        assert builds == 1 and woken.is_set()
+        assert len(builds) == 1 and woken.is_set()
         world.index.sync()  # what the woken worker does
-        assert builds == 2
+        assert len(builds) == 2
         assert world.memo_names("note number 15", limit=1) == ["note15"]
     finally:
         world.close()

@@ -20,11 +20,10 @@ from sqlalchemy import event, text
 
 from myao2.domain.memo import MemoChanges
 from myao2.infrastructure.search import index as index_module
-from myao2.infrastructure.search import vectors
 from myao2.infrastructure.search.index import BATCH_SIZE, SEARCH_EMBED_LIMIT
 from myao2.infrastructure.search.keywords import SYNC_LOCK
 from tests.fakes.embedder import HashEmbedder
-from tests.unit.test_search_index import START, IndexFollowsTheData, World
+from tests.unit.test_search_index import START, IndexFollowsTheData, World, counted_clusterings
 
 FILLERS = 120
 
@@ -427,23 +426,13 @@ def test_the_background_clusters_a_growing_collection_between_its_batches(
 ) -> None:
     """Rows the background writes that make a clustering due are clustered before its next batch, not only when the
     whole backlog is done (searches read the rows added since the last clustering exactly)."""
-    monkeypatch.setattr(vectors, "EXACT_ROWS", 5)
-    monkeypatch.setattr(vectors, "_PROBE_MIN", 0)
-    builds = 0
-    build = vectors.Clustering.build
-
-    def counted(clustering: vectors.Clustering) -> None:
-        nonlocal builds
-        builds += 1
-        build(clustering)
-
-    monkeypatch.setattr(vectors.Clustering, "build", counted)
+    builds = counted_clusterings(monkeypatch)
     world = World(database_url, SlowEmbedder())
     builds_before_batch: list[int] = []
     passages = world.embedder.passages
 
     def embedding(texts: list[str]) -> np.ndarray:
-        builds_before_batch.append(builds)
+        builds_before_batch.append(len(builds))
         return passages(texts)
 
     monkeypatch.setattr(world.embedder, "passages", embedding)
@@ -452,7 +441,7 @@ def test_the_background_clusters_a_growing_collection_between_its_batches(
             world.memo(f"note{number}", f"note number {number}")
         world.index.sync()
         world.index.warm(["memo"])
-        assert builds == 1
+        assert len(builds) == 1
         for number in range(10, 10 + 3 * BATCH_SIZE):
             world.memo(f"note{number}", f"note number {number}")
         builds_before_batch.clear()

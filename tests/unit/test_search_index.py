@@ -24,6 +24,7 @@ from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
 from myao2.infrastructure.search import index as index_module
+from myao2.infrastructure.search import vectors
 from myao2.infrastructure.search.index import SearchIndex, keyword_bonus
 from myao2.infrastructure.search.keywords import keyword_table
 from myao2.infrastructure.search.text import content_terms, fts_query, terms
@@ -76,6 +77,22 @@ def world(database_url: str) -> Iterator[World]:
     world = World(database_url)
     yield world
     world.close()
+
+
+def counted_clusterings(monkeypatch: pytest.MonkeyPatch) -> list[None]:
+    """Collections past 5 rows are clustered and searched through their clusters; the list returned gains an entry
+    per clustering built."""
+    monkeypatch.setattr(vectors, "EXACT_ROWS", 5)
+    monkeypatch.setattr(vectors, "_PROBE_MIN", 0)
+    builds: list[None] = []
+    build = vectors.Clustering.build
+
+    def counted(clustering: vectors.Clustering) -> None:
+        builds.append(None)
+        build(clustering)
+
+    monkeypatch.setattr(vectors.Clustering, "build", counted)
+    return builds
 
 
 # -- keyword terms -----------------------------------------------------------------
