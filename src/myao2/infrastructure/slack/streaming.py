@@ -234,15 +234,22 @@ class _Stream:
         """
         if self._ts is None:
             self._buffer = self._buffer.lstrip()
-        while len(self._buffer) > STREAM_TEXT_LIMIT:  # a long text handed over at once
-            piece, self._buffer = self._buffer[:STREAM_TEXT_LIMIT], self._buffer[STREAM_TEXT_LIMIT:]
-            if not await self._call([{"type": "markdown_text", "text": piece}]):
-                return False
+        if not await self._send_pieces():
+            return False
         if self._buffer:
             chunks = [{"type": "markdown_text", "text": self._buffer}, *chunks]
         if chunks and not await self._call(chunks):
             return False
         self._buffer = ""
+        return True
+
+    async def _send_pieces(self) -> bool:
+        """Send the buffered text but its last piece in pieces one call takes (a long text handed over at once);
+        False when Slack refused to start the stream."""
+        while len(self._buffer) > STREAM_TEXT_LIMIT:
+            piece, self._buffer = self._buffer[:STREAM_TEXT_LIMIT], self._buffer[STREAM_TEXT_LIMIT:]
+            if not await self._call([{"type": "markdown_text", "text": piece}]):
+                return False
         return True
 
     async def _call(self, chunks: list[dict[str, Any]]) -> bool:
@@ -281,10 +288,9 @@ class _Stream:
         """Stop the stream with what is still buffered plus `tail`; the stored text is all of it."""
         assert self._ts is not None
         text = (self._written + tail).strip()
-        rest = self._buffer + tail
-        while len(rest) > STREAM_TEXT_LIMIT and not self._broken:
-            await self._call([{"type": "markdown_text", "text": rest[:STREAM_TEXT_LIMIT]}])
-            rest = rest[STREAM_TEXT_LIMIT:]
+        self._buffer += tail
+        await self._send_pieces()  # the stream has started: nothing is refused
+        rest = self._buffer
         # A broken stream lost some text: it is stopped without more, and its whole text set by chat.update.
         chunks: list[dict[str, Any]] = [{"type": "markdown_text", "text": rest}] if rest and not self._broken else []
         try:
