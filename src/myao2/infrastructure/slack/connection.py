@@ -24,7 +24,7 @@ from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.web.async_client import AsyncWebClient
 
 from myao2.domain.conversation import BotIdentity
-from myao2.infrastructure.slack.gateway import SlackAuthError, SlackGateway, error_code
+from myao2.infrastructure.slack.gateway import SlackAuthError, SlackGateway, describe, error_code
 
 logger = logging.getLogger(__name__)
 
@@ -201,16 +201,6 @@ class SocketMode:
             await ws.send_str(json.dumps(ack))
         except (ConnectionError, RuntimeError) as exc:
             logger.warning("could not acknowledge envelope %s: %s", ack["envelope_id"], describe(exc))
-
-
-def describe(exc: BaseException) -> str:
-    """One line about a failure, without a traceback."""
-    if isinstance(exc, SlackApiError):
-        code = error_code(exc)
-        status = getattr(exc.response, "status_code", None) or getattr(exc.response, "status", None)
-        return f"Slack answered {code or 'an error'} (HTTP {status})"
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _app_token_help(error: str) -> str:

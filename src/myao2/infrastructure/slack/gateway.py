@@ -274,7 +274,7 @@ class SlackGateway:
                 if delay is None or not transient(exc):
                     raise
                 wait = max(delay * random.uniform(0.8, 1.2), _retry_after(exc))
-                logger.warning("Slack %s failed (%s); retrying in %.1f s", what, _describe(exc), wait)
+                logger.warning("Slack %s failed (%s); retrying in %.1f s", what, describe(exc), wait)
             await asyncio.sleep(wait)
             if landed is not None and (found := await landed()) is not None:
                 return found
@@ -316,10 +316,14 @@ def _retry_after(exc: Exception) -> float:
     return 0.0
 
 
-def _describe(exc: Exception) -> str:
+def describe(exc: BaseException) -> str:
+    """One line about a failure, without a traceback."""
     if isinstance(exc, SlackApiError):
-        return f"HTTP {exc.response.status_code} {error_code(exc)}"
-    return type(exc).__name__
+        code = error_code(exc)
+        status = getattr(exc.response, "status_code", None) or getattr(exc.response, "status", None)
+        return f"Slack answered {code or 'an error'} (HTTP {status})"
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def closed_or(exc: SlackApiError) -> Exception:
