@@ -7,9 +7,12 @@ import time
 
 import pytest
 
-from tests.e2e.conftest import ALICE, BOB, GENERAL, BotProcess, wait_until
+from tests.e2e.conftest import ALICE, BOB, GENERAL, ON_BOTH_DATABASES, BotProcess, wait_until
 from tests.e2e.test_autonomous import FAST, WAIT, judgment, judgments, responder
+from tests.e2e.test_memory import memories
 from tests.e2e.test_mentions import prompt_text, replies_in
+from tests.e2e.test_search import tool_results
+from tests.fakes.memory_model import is_memory_request, remember
 from tests.fakes.openai_server import Text, ToolCall, ToolCalls
 from tests.fakes.slack_server import FakeSlack
 
@@ -169,4 +172,53 @@ def test_what_the_bot_learnt_about_someone_in_a_channel_turned_private_leaves_ev
     wait_until(lambda: query(bot, "SELECT kind FROM channels WHERE id = ?", PLANS) == [("private",)], what="#plans private")
     wait_until(lambda: f'"audience": "{PLANS}"' in query(bot, "SELECT facts FROM profiles")[0][0], what="the fact narrowed")
     assert "canary-opera" not in general_prompt()
+    assert bot.stop() == 0
+
+
+@ON_BOTH_DATABASES
+def test_a_public_channel_the_bot_was_removed_from_is_neither_news_nor_recalled_elsewhere_until_it_is_back(
+    bot: BotProcess, slack: FakeSlack, llm
+) -> None:
+    slack.add_channel(PLANS, "plans", members=[ALICE, BOB])
+
+    def answer(request: dict) -> object:
+        if is_memory_request(request):
+            return remember(request)
+        recalls = any(t["function"]["name"] == "recall" for t in request.get("tools") or [])
+        if recalls and not tool_results(request):
+            return ToolCalls([ToolCall("recall", {"query": "canary-plans launch moves"})])
+        return Text("Sure thing.")
+
+    llm.set_responder(answer)
+    bot.settings["memory.update_interval_seconds"] = 0.5
+    bot.start()
+    slack.post_message(PLANS, ALICE, "canary-plans the launch moves to June")
+    wait_until(
+        lambda: all(memories(bot).get((f"channel:{PLANS}", term)) for term in ("long", "short")),
+        what="#plans remembered",
+    )
+
+    def asked_in_general() -> tuple[str, str]:
+        """The prompt of a mention in #general, and what recall told the model there."""
+        seen = len(llm.requests)
+        ts = slack.post_message(GENERAL, BOB, f"<@{slack.bot_user_id}> any news on the launch?")
+        slack.wait_for(lambda: replies_in(slack, ts), what="the reply in #general")
+        answering = [r for r in llm.requests[seen:] if not is_memory_request(r) and "any news on the launch?" in prompt_text(r)]
+        first, second = answering[:2]
+        return prompt_text(first), "\n".join(tool_results(second))
+
+    prompt, recalled = asked_in_general()
+    assert "#plans: - " in prompt  # other public channels' news
+    assert "#plans" in recalled and "canary-plans" in recalled  # its message and its memory
+
+    slack.remove_member(PLANS, slack.bot_user_id)
+    wait_until(lambda: bot.rows("SELECT left_at FROM channels WHERE id = :id", id=PLANS) != [(None,)], what="the bot out")
+    prompt, recalled = asked_in_general()
+    assert "#plans" not in prompt
+    assert "#plans" not in recalled
+
+    slack.add_member(PLANS, slack.bot_user_id)
+    wait_until(lambda: bot.rows("SELECT left_at FROM channels WHERE id = :id", id=PLANS) == [(None,)], what="the bot back")
+    prompt, recalled = asked_in_general()
+    assert "#plans: - " in prompt and "#plans" in recalled
     assert bot.stop() == 0

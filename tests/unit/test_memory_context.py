@@ -12,6 +12,7 @@ from myao2.config import Config
 from myao2.domain.conversation import Channel, ChannelKind, Message
 from myao2.domain.memory import WORKSPACE_SCOPE, Bullet, Memory, Scope, Term
 from myao2.domain.visibility import WORKSPACE, Audience
+from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
 from myao2.infrastructure.db.memory_store import SqlMemoryStore
@@ -52,7 +53,7 @@ def stores(database_url):
             memory(Scope(DM.id), Term.SHORT, Audience(DM.id), "canary-dm-short", label="#alice"),
         ]
     )
-    yield SqlMemoStore(engine, clock), memories, SqlProfileStore(engine, clock), clock
+    yield SqlMemoStore(engine, clock), memories, SqlProfileStore(engine, clock), clock, SqlConversationStore(engine, clock)
     engine.dispose()
 
 
@@ -60,7 +61,7 @@ DEFAULT_BUDGETS = memory_budgets(Config())
 
 
 def builder(stores, budgets: MemoryBudgets = DEFAULT_BUDGETS, with_memories: bool = True) -> ContextBuilder:
-    memos, memories, profiles, clock = stores
+    memos, memories, profiles, clock, conversations = stores
     return ContextBuilder(
         memos,
         clock,
@@ -68,7 +69,7 @@ def builder(stores, budgets: MemoryBudgets = DEFAULT_BUDGETS, with_memories: boo
         bot_user_id="UBOT",
         budget=Budget(6000, 1000),
         marks=prompt_marks("en"),
-        absorbed=Absorbed(memories, profiles, budgets) if with_memories else None,
+        absorbed=Absorbed(memories, profiles, budgets, conversations) if with_memories else None,
     )
 
 
@@ -98,6 +99,21 @@ async def test_a_public_channel_prompt_holds_nothing_of_private_memories(stores,
     assert "general-short news" in text
 
 
+async def test_a_channel_the_bot_has_left_is_no_news_elsewhere_until_it_joins_again(stores):
+    conversations = stores[4]
+    conversations.save_channel(GENERAL)
+    conversations.save_channel(RANDOM)
+
+    async def news() -> tuple[str, ...]:
+        return (await builder(stores).build(GENERAL, reply(GENERAL))).memory.elsewhere.lines
+
+    assert await news() == ("#random: - [2025-01-02] random-short news",)
+    conversations.leave_channel(RANDOM.id)
+    assert await news() == ()
+    conversations.save_channel(RANDOM)  # invited back
+    assert await news() == ("#random: - [2025-01-02] random-short news",)
+
+
 async def test_a_private_conversation_sees_its_own_memory_and_nothing_of_other_channels(stores):
     secret = await builder(stores).build(SECRET, reply(SECRET))
     dm = await builder(stores).build(DM, reply(DM))
@@ -113,7 +129,7 @@ async def test_a_private_conversation_sees_its_own_memory_and_nothing_of_other_c
 
 
 async def test_sections_are_trimmed_at_whole_bullets_oldest_first_with_a_marker(stores):
-    _, memories, _, _ = stores
+    _, memories, _, _, _ = stores
     texts = [f"fact number {i} " + "x" * 40 for i in range(20)]
     memories.save([memory(WORKSPACE_SCOPE, Term.LONG, WORKSPACE, *texts)])
 
@@ -141,7 +157,7 @@ async def test_a_conversation_s_digests_reach_its_prompt_within_their_budget_old
 
     from myao2.domain.memory import Digest, Stage
 
-    _, memories, _, _ = stores
+    _, memories, _, _, _ = stores
     for day in range(6):
         memories.save_digest(
             Digest(GENERAL.id, DAY + timedelta(days=day), Stage.DIGEST, WORKSPACE, (f"digest of day {day} " * 8,), "1.0", "2.0")

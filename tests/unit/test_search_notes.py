@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
 
-from myao2.application.search import Search
-from myao2.domain.conversation import Channel, ChannelKind
+from myao2.application.search import Search, SearchError
+from myao2.domain.conversation import Channel, ChannelKind, Message
 from myao2.domain.memory import Bullet, Digest, Memory, Scope, Stage, Term
 from myao2.domain.visibility import WORKSPACE, Audience
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
@@ -148,3 +148,27 @@ def test_deleted_digests_leave_the_index(notes: Notes) -> None:
     assert notes.found("canary-gone", "C1") == []
     with notes.engine.connect() as connection:
         assert connection.execute(text("SELECT count(*) FROM search_docs WHERE text LIKE '%canary-gone%'")).scalar_one() == 0
+
+
+def test_nothing_of_a_channel_the_bot_has_left_is_recalled_elsewhere_until_it_joins_again(notes: Notes) -> None:
+    notes.digest("C1", 0, "canary-left the launch moves to June")
+    bullets = (Bullet(1, "canary-left Alice adopted a cat", START.date(), (ts(START + timedelta(hours=1)),)),)
+    notes.memories.save([Memory(Scope("C1"), Term.LONG, WORKSPACE, bullets, label="#c1")])
+    notes.conversations.save_message(Message("C1", ts(START + timedelta(hours=2)), "U1", "canary-left ramen at noon", "Alice"))
+    notes.digest("C2", 0, "the launch moves to July")
+
+    def recalled(reader: str | None) -> tuple[list[str], list[str], str | None]:
+        found = notes.search.notes("canary-left launch cat", reader, None, None, 20)
+        messages = notes.search.messages("canary-left ramen", reader, None, None, 20)
+        try:
+            named = notes.search.channel_named("c1", reader)
+        except SearchError:
+            named = None
+        return sorted(h.label for h in found), [m.message.channel_id for m in messages], named
+
+    assert recalled("C2") == (["#c1", "#c1", "#c2"], ["C1"], "C1")
+    notes.conversations.leave_channel("C1")
+    assert recalled("C2") == (["#c2"], [], None)
+    assert recalled(None) == (["#c1", "#c1", "#c2"], ["C1"], "C1")  # a person's own view (the command line)
+    notes.conversations.save_channel(Channel("C1", "c1"))  # invited back
+    assert recalled("C2") == (["#c1", "#c1", "#c2"], ["C1"], "C1")

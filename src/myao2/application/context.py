@@ -16,9 +16,9 @@ from myao2.domain.budget import cut_text, fit_items
 from myao2.domain.conversation import MENTION, Channel, Message
 from myao2.domain.memo import IMPORTANT_PRIORITY, Memo
 from myao2.domain.memory import WORKSPACE_SCOPE, Memory, Scope, Term, bullet_line, digest_line
-from myao2.domain.ports import Clock, MemoryStore, MemoStore, ProfileStore
+from myao2.domain.ports import Clock, ConversationStore, MemoryStore, MemoStore, ProfileStore
 from myao2.domain.tokens import estimate_tokens
-from myao2.domain.visibility import Audience, can_read, shows_elsewhere
+from myao2.domain.visibility import Audience, can_read, can_read_from, shows_elsewhere
 
 IMPORTANT_MEMO_LIMIT = 20
 RECENT_MEMO_LIMIT = 5
@@ -63,6 +63,8 @@ class Absorbed:
     memories: MemoryStore
     profiles: ProfileStore
     budgets: MemoryBudgets
+    conversations: ConversationStore
+    """Which channels the bot is in: nothing of one it has left is news elsewhere."""
 
 
 @dataclass(frozen=True)
@@ -270,10 +272,12 @@ class ContextBuilder:
         thread = readable(Scope(channel.id, thread_ts), Term.SHORT) if thread_ts else None
         elsewhere = MemorySection()
         if shows_elsewhere(Audience.of(channel.id, channel.is_private)):
+            sources = {c.id: c for c in self._absorbed.conversations.channels()}
             lines = [
                 f"{memory.label}: {bullet_line(b)}"
                 for memory in memories.channels(Term.SHORT)
-                if memory.scope.channel_id != channel.id and can_read(channel.id, memory.audience)
+                if memory.scope.channel_id != channel.id
+                and can_read_from(channel.id, memory.audience, sources.get(memory.scope.channel_id or ""))
                 for b in memory.active
             ]
             elsewhere = _fit_lines(lines, budgets.elsewhere)

@@ -18,7 +18,7 @@ from myao2.application import tracing
 from myao2.domain.conversation import Channel, Message, clean_text, ts_to_datetime
 from myao2.domain.memo import Memo
 from myao2.domain.memory import Bullet, Digest, Memory
-from myao2.domain.visibility import Audience, can_read
+from myao2.domain.visibility import Audience, can_read, can_read_from
 
 MAX_QUERY_LENGTH = 500
 MAX_LIMIT = 20
@@ -179,7 +179,7 @@ class Search:
                 return False
             known = channels.get(scope)
             # A channel the bot has not stored is taken as private: it is never shown elsewhere.
-            return can_read(reader, Audience.of(scope, known.is_private if known else True))
+            return can_read_from(reader, Audience.of(scope, known.is_private if known else True), known)
 
         hits = self._index.search("message", text, readable, _seconds(before), count)
         messages = self._conversations.messages_by_ids([hit.ref_id for hit in hits])
@@ -212,13 +212,17 @@ class Search:
 
         readable = _kept_for(reader)
         seconds = _seconds(before)
-        wanted = count if channel is None else count * 4  # some are of other channels
+        channels = {c.id: c for c in self._conversations.channels()}
+        # The index knows a note's audience, not its channel: some found may be of other channels, or of one the
+        # bot has left.
+        sifted = channel is not None or not all(c.is_member for c in channels.values())
+        wanted = count * 4 if sifted else count
         hits: list[NoteHit] = []
         found = self._index.search("digest", text, readable, seconds, wanted)
         digests = self._notes.digests_by_ids([hit.ref_id for hit in found])
         for hit in found:
             digest = digests.get(hit.ref_id)
-            if digest is None or not can_read(reader, digest.audience):
+            if digest is None or not can_read_from(reader, digest.audience, channels.get(digest.channel_id)):
                 continue
             if (channel is not None and digest.channel_id != channel) or (
                 seconds is not None and float(digest.last_ts) > seconds
@@ -229,7 +233,7 @@ class Search:
         memories = self._notes.memories_by_ids([hit.ref_id for hit in found])
         for hit in found:
             memory = memories.get(hit.ref_id)
-            if memory is None or not can_read(reader, memory.audience):
+            if memory is None or not can_read_from(reader, memory.audience, channels.get(memory.scope.channel_id or "")):
                 continue
             if channel is not None and memory.scope.channel_id != channel:
                 continue
@@ -252,8 +256,8 @@ class Search:
         """
         wanted = name.strip().lstrip("#")
         for channel in self._conversations.channels():
-            if wanted in (channel.id, channel.name) and can_read(
-                reader, Audience.of(channel.id, channel.is_private)
+            if wanted in (channel.id, channel.name) and can_read_from(
+                reader, Audience.of(channel.id, channel.is_private), channel
             ):
                 return channel.id
         raise SearchError("unknown_channel")

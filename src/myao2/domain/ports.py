@@ -288,6 +288,10 @@ class ConversationStore(Protocol):
 
     def get_channel(self, channel_id: str) -> Channel | None: ...
 
+    def channels(self) -> list[Channel]:
+        """Every stored channel, those the bot has left included."""
+        ...
+
     def active_channels(self, since: datetime) -> list[Channel]:
         """Stored channels the bot is a member of with a message posted after `since`."""
         ...

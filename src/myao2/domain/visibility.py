@@ -6,13 +6,17 @@ Text from a public channel belongs to the workspace; text from a private channel
 a DM, a group DM or a channel shared outside the workspace belongs to that
 conversation alone. A reader is a conversation (what a prompt, a tool result or a
 refusal there may contain) or a person's own view (`None`: the command line, which
-sees everything). Every reader of stored text asks this module, and nothing else.
+sees everything). What was said in a conversation the bot has left or been removed
+from is shown in no conversation until it joins again (`can_read_from`). Every reader
+of stored text asks this module, and nothing else.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+from myao2.domain.conversation import Channel
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,17 @@ conversation's own (e.g. an MCP client started without a conversation). No conve
 def can_read(reader: str | None, audience: Audience) -> bool:
     """Whether text kept for `audience` may be shown in conversation `reader` (None: a person's own view)."""
     return reader is None or audience.conversation_id is None or audience.conversation_id == reader
+
+
+def can_read_from(reader: str | None, audience: Audience, source: Channel | None) -> bool:
+    """Whether text kept for `audience`, taken from what was said in conversation `source`, may be shown in
+    conversation `reader` (None: a person's own view, which sees everything).
+
+    As `can_read`, and nothing of a conversation the bot has left or been removed from reaches a conversation
+    until the bot joins it again. `source` is None for text of no one conversation (the workspace memory) or of
+    one never stored: then only its audience counts.
+    """
+    return can_read(reader, audience) and (reader is None or source is None or source.is_member)
 
 
 def readable_audiences(reader: str) -> tuple[Audience, Audience]:
