@@ -187,3 +187,28 @@ def test_an_append_failing_once_still_ends_the_stream_with_the_whole_text(
     assert len([m for m in slack.messages(GENERAL) if m.get("user") == slack.bot_user_id]) == 1
     assert wait_until(lambda: stored_bot_messages(bot), what="the stored reply") == [(stream["ts"], STORY)]
     assert bot.stop() == 0
+
+
+def test_a_broken_stream_that_cannot_be_updated_either_is_followed_by_its_lost_text_and_the_apology(
+    bot: BotProcess, slack: FakeSlack, llm
+) -> None:
+    bot.settings["response.answer_retry_seconds"] = [1, 1, 1]  # a failed attempt would be taken up again at once
+    bot.start()
+    llm.script(Text(STORY, pieces=20, interval=0.1))
+    slack.inject_error("chat.appendStream", "message_not_in_streaming_state", times=100)  # the stream expired
+    slack.inject_error("chat.update", "cant_update_message", times=100)
+    ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> tell me a long story")
+
+    slack.wait_for(lambda: [p for p in slack.posted if p["method"] == "chat.postMessage"], timeout=30, what="the rest")
+    [stream] = streams_in(slack, ts)
+    wait_until(
+        lambda: bot.rows("SELECT answer_ts FROM claims WHERE ts = :ts AND settled_at IS NOT NULL", ts=ts) == [(stream["ts"],)],
+        what="the answer settled",
+    )
+    time.sleep(4)  # retry rounds more: room for a second answer or a stray apology to show up
+    shown, rest = [m for m in slack.messages(GENERAL) if m.get("user") == slack.bot_user_id]
+    assert shown["ts"] == stream["ts"] and STORY.startswith(shown["text"]) and shown["text"]
+    assert rest["thread_ts"] == ts and "metadata" not in rest
+    assert rest["text"] == STORY[len(shown["text"]) :].strip() + "\n\nSorry, I can't seem to think straight right now. Could you ask me again in a little while?"
+    assert len(streams_in(slack, ts)) == 1 and finished(slack, ts)
+    assert bot.stop() == 0

@@ -11,6 +11,7 @@ from slack_sdk.errors import SlackApiError
 
 from myao2.application.agents import ModelUnavailable
 from myao2.application.reply_stream import (
+    PublishedReply,
     ReplyDone,
     ReplyEvent,
     ReplyWithdrawn,
@@ -246,6 +247,40 @@ async def test_a_stream_that_stops_taking_text_is_completed_by_update(fake, publ
 
     assert fake.posted[-1]["method"] == "chat.update" and fake.messages("C1")[-1]["text"] == text
     assert published.ts == fake.streams[0]["ts"]
+
+
+@pytest.mark.parametrize("failure", ["cant_update_message", "internal_error"])
+async def test_a_broken_stream_whose_update_fails_still_gets_its_lost_text_and_the_apology_in_the_thread(
+    fake, publisher_for, failure
+):
+    parent = fake.post_message("C1", "U1", "hi <@UBOT>")
+    fake.inject_error("chat.appendStream", "message_not_in_streaming_state", times=5)
+    fake.inject_error("chat.update", failure, times=5)  # past the retries of a passing failure
+    text = "x" * 150 + "y" * 150
+
+    published = await publisher_for().publish(GENERAL, parent, "U1", events(*deltas(text, 150), ReplyDone(text)),
+                                              APOLOGY)
+
+    [stream] = fake.streams
+    shown, rest = fake.messages("C1")[-2:]
+    assert published == PublishedReply(stream["ts"], "x" * 150) and shown["ts"] == stream["ts"]
+    assert shown["text"] == "x" * 150  # what the stream took before it broke
+    assert rest["text"] == "y" * 150 + "\n\nSorry!" and rest["thread_ts"] == parent
+    assert "metadata" not in rest  # not a second answer: the streamed message is the answer
+    assert [p["method"] for p in fake.posted].count("chat.postMessage") == 1
+
+
+async def test_a_broken_stream_whose_update_fails_once_gets_the_whole_text_by_update(fake, publisher_for):
+    parent = fake.post_message("C1", "U1", "hi <@UBOT>")
+    fake.inject_error("chat.appendStream", "message_not_in_streaming_state", times=5)
+    fake.inject_server_error("chat.update", 500)
+    text = "x" * 150 + "y" * 150
+
+    published = await publisher_for().publish(GENERAL, parent, "U1", events(*deltas(text, 150), ReplyDone(text)),
+                                              APOLOGY)
+
+    assert fake.messages("C1")[-1]["text"] == text == published.text
+    assert "chat.postMessage" not in [p["method"] for p in fake.posted]
 
 
 async def test_a_dm_answer_streams_top_level_without_recipients(fake, publisher_for):

@@ -124,7 +124,7 @@ class SlackGateway:
             return (await self._client.chat_postMessage(**arguments))["ts"]
 
         try:
-            return await self._retrying(
+            return await retrying(
                 "chat.postMessage", send, landed=lambda: self.answer_ts(channel_id, answering, thread_ts)
             )
         except SlackApiError as exc:
@@ -138,7 +138,7 @@ class SlackGateway:
         else:
             arguments = {"channel": channel_id, "oldest": ts, "limit": PAGE_SIZE}
             fetch = self._client.conversations_history
-        response = await self._retrying(
+        response = await retrying(
             "answer lookup", lambda: fetch(**arguments, include_all_metadata=True)
         )
         async for page in response:
@@ -158,7 +158,7 @@ class SlackGateway:
     async def react(self, channel_id: str, ts: str, emoji: str) -> None:
         """Add a reaction; failures are only logged, a reaction being a courtesy."""
         try:
-            await self._retrying(
+            await retrying(
                 "reactions.add",
                 lambda: self._client.reactions_add(channel=channel_id, timestamp=ts, name=emoji.strip(":")),
             )
@@ -188,7 +188,7 @@ class SlackGateway:
 
     async def channel(self, channel_id: str) -> Channel:
         try:
-            response = await self._retrying(
+            response = await retrying(
                 "conversations.info", lambda: self._client.conversations_info(channel=channel_id)
             )
         except SlackApiError as exc:
@@ -217,7 +217,7 @@ class SlackGateway:
         raws = {raw["ts"]: raw for raw in top_level}
         for parent in top_level:
             if parent.get("reply_count"):
-                replies = await self._retrying(
+                replies = await retrying(
                     "conversations.replies",
                     lambda ts=parent["ts"]: self._client.conversations_replies(
                         channel=channel_id, ts=ts, oldest=oldest, limit=PAGE_SIZE
@@ -244,7 +244,7 @@ class SlackGateway:
     async def _history(self, channel_id: str, oldest: str, limit: int) -> tuple[list[dict[str, Any]], bool]:
         """Up to `limit` top-level messages after `oldest`, newest first, and whether more were left."""
         found: list[dict[str, Any]] = []
-        response = await self._retrying(
+        response = await retrying(
             "conversations.history",
             lambda: self._client.conversations_history(channel=channel_id, oldest=oldest, limit=min(limit, PAGE_SIZE)),
         )
@@ -254,34 +254,9 @@ class SlackGateway:
                 return found[:limit], len(found) > limit or bool(page.get("has_more"))
         return found, False
 
-    async def _retrying(
-        self,
-        what: str,
-        call: Callable[[], Awaitable[T]],
-        landed: Callable[[], Awaitable[T | None]] | None = None,
-    ) -> T:
-        """`call()`, retried with backoff while it fails for a passing reason (5xx, 429, a dropped connection).
-
-        A 429 waits at least its Retry-After. Before each retry, `landed()` may return
-        what the failed call achieved after all, which is then returned instead.
-        """
-        delays = iter(RETRY_DELAYS)
-        while True:
-            try:
-                return await call()
-            except Exception as exc:  # noqa: BLE001 - classified just below
-                delay = next(delays, None)
-                if delay is None or not transient(exc):
-                    raise
-                wait = max(delay * random.uniform(0.8, 1.2), _retry_after(exc))
-                logger.warning("Slack %s failed (%s); retrying in %.1f s", what, describe(exc), wait)
-            await asyncio.sleep(wait)
-            if landed is not None and (found := await landed()) is not None:
-                return found
-
     async def _look_up(self, user_id: str) -> Person:
         try:
-            response = await self._retrying("users.info", lambda: self._client.users_info(user=user_id))
+            response = await retrying("users.info", lambda: self._client.users_info(user=user_id))
             person = translate.to_person(response["user"])
         except SlackApiError as exc:
             if error_code(exc) != "user_not_found":
@@ -296,6 +271,31 @@ class SlackGateway:
             other = await self.person(info["user"])
             channel = dataclasses.replace(channel, name=other.display_name)
         return channel
+
+
+async def retrying(
+    what: str,
+    call: Callable[[], Awaitable[T]],
+    landed: Callable[[], Awaitable[T | None]] | None = None,
+) -> T:
+    """`call()`, retried with backoff while it fails for a passing reason (5xx, 429, a dropped connection).
+
+    A 429 waits at least its Retry-After. Before each retry, `landed()` may return
+    what the failed call achieved after all, which is then returned instead.
+    """
+    delays = iter(RETRY_DELAYS)
+    while True:
+        try:
+            return await call()
+        except Exception as exc:  # noqa: BLE001 - classified just below
+            delay = next(delays, None)
+            if delay is None or not transient(exc):
+                raise
+            wait = max(delay * random.uniform(0.8, 1.2), _retry_after(exc))
+            logger.warning("Slack %s failed (%s); retrying in %.1f s", what, describe(exc), wait)
+        await asyncio.sleep(wait)
+        if landed is not None and (found := await landed()) is not None:
+            return found
 
 
 def transient(exc: Exception) -> bool:

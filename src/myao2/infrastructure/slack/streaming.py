@@ -31,7 +31,7 @@ from myao2.application.reply_stream import (
 )
 from myao2.domain.conversation import Channel, ChannelKind
 from myao2.domain.ports import ChatPlatform
-from myao2.infrastructure.slack.gateway import answer_metadata, closed_or, error_code, transient
+from myao2.infrastructure.slack.gateway import answer_metadata, closed_or, error_code, retrying, transient
 
 logger = logging.getLogger(__name__)
 
@@ -140,6 +140,7 @@ class _Stream:
         self._started = started
         self._ts: str | None = None
         self._written = ""  # everything sent or buffered
+        self._taken = ""  # the text the stream took (what the message shows)
         self._buffer = ""  # text not sent yet
         self._since = 0.0  # when the oldest buffered text came
         self._tasks: dict[str, str] = {}  # call id -> title, for the tasks shown
@@ -199,7 +200,7 @@ class _Stream:
             tail = "" if self._written.strip() else final
         if self._ts is None:  # nothing shown yet (only blank text, or a failure before any)
             return await self._post(self._written + tail)
-        return await self._stop(tail)
+        return await self._stop(tail, "" if failed else apology)
 
     async def _show(self, event: object) -> bool:
         """Send what `event` adds to the message; False when Slack refused to start the stream."""
@@ -264,6 +265,7 @@ class _Stream:
                     return False
                 raise closed_or(exc) from None
             self._ts = response["ts"]
+            self._taken += _text_of(chunks)
             if self._started is not None:
                 try:
                     await self._started(self._ts)
@@ -276,6 +278,8 @@ class _Stream:
             except SlackApiError as exc:
                 logger.warning("streamed reply %s stopped taking text (%s)", self._ts, error_code(exc))
                 self._broken = True
+            else:
+                self._taken += _text_of(chunks)
         return True
 
     def _recipients(self) -> dict[str, str]:
@@ -284,9 +288,14 @@ class _Stream:
             return {}
         return {"recipient_user_id": self._recipient, "recipient_team_id": self._owner._team_id}
 
-    async def _stop(self, tail: str) -> PublishedReply:
-        """Stop the stream with what is still buffered plus `tail`; the stored text is all of it."""
+    async def _stop(self, tail: str, apology: str) -> PublishedReply:
+        """Stop the stream with what is still buffered plus `tail`; the stored text is all of it.
+
+        Should the message not take all of it (a broken stream, whose chat.update fails too), what it lost
+        follows in the thread, with `apology` (empty: `tail` holds it already).
+        """
         assert self._ts is not None
+        ts = self._ts
         text = (self._written + tail).strip()
         self._buffer += tail
         await self._send_pieces()  # the stream has started: nothing is refused
@@ -294,13 +303,36 @@ class _Stream:
         # A broken stream lost some text: it is stopped without more, and its whole text set by chat.update.
         chunks: list[dict[str, Any]] = [{"type": "markdown_text", "text": rest}] if rest and not self._broken else []
         try:
-            await self._client.chat_stopStream(channel=self._channel.id, ts=self._ts, chunks=chunks, metadata=self._metadata)
+            await self._client.chat_stopStream(channel=self._channel.id, ts=ts, chunks=chunks, metadata=self._metadata)
             if not self._broken:
-                return PublishedReply(self._ts, text)
+                return PublishedReply(ts, text)
         except SlackApiError as exc:
-            logger.warning("streamed reply %s could not be stopped (%s)", self._ts, error_code(exc))
-        await self._client.chat_update(channel=self._channel.id, ts=self._ts, text=text, metadata=self._metadata)
-        return PublishedReply(self._ts, text)
+            logger.warning("streamed reply %s could not be stopped (%s)", ts, error_code(exc))
+        try:
+            await retrying(
+                "chat.update",
+                lambda: self._client.chat_update(channel=self._channel.id, ts=ts, text=text, metadata=self._metadata),
+            )
+            return PublishedReply(ts, text)
+        except SlackApiError as exc:
+            logger.warning("streamed reply %s could not be completed (%s): the rest follows it", ts, error_code(exc))
+        return await self._follow(ts, text, apology)
+
+    async def _follow(self, ts: str, text: str, apology: str) -> PublishedReply:
+        """Post what message `ts` did not take of `text`, then `apology`, after it in its thread (not marked as the
+        answer: message `ts` is, as it stands)."""
+        shown = self._taken.strip()
+        lost = text[len(shown) :].strip()
+        if lost:
+            follow = lost + (apology_tail(lost, apology) if apology else "")
+            try:
+                await retrying(
+                    "chat.postMessage",
+                    lambda: self._client.chat_postMessage(channel=self._channel.id, text=follow, thread_ts=self._thread_ts),
+                )
+            except SlackApiError as exc:
+                raise closed_or(exc) from None
+        return PublishedReply(ts, shown)
 
     async def _withdraw(self) -> None:
         """Take back a reply withdrawn as it started showing (another replica answers instead, and this message
@@ -315,6 +347,11 @@ class _Stream:
     async def _post(self, text: str) -> PublishedReply:
         ts = await self._owner._chat.post(self._channel.id, text.strip(), self._thread_ts, self._answering)
         return PublishedReply(ts, text.strip())
+
+
+def _text_of(chunks: list[dict[str, Any]]) -> str:
+    """The text `chunks` add to a streamed message."""
+    return "".join(chunk["text"] for chunk in chunks if chunk["type"] == "markdown_text")
 
 
 def _task(call_id: str, title: str, status: str) -> dict[str, Any]:
