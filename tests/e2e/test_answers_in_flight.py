@@ -8,7 +8,7 @@ import time
 
 from tests.e2e.conftest import ALICE, BOB, GENERAL, BotProcess, wait_until
 from tests.e2e.test_answers_exactly_once import QUICK_RETRIES, answers_to, mention, settled
-from tests.e2e.test_streaming import STORY, finished, recorded_answer, streams_in
+from tests.e2e.test_streaming import STORY, finished, streaming_answer, streams_in
 from tests.fakes.openai_server import FakeOpenAI, Raw, Text, ToolCall, ToolCalls
 from tests.fakes.slack_server import FakeSlack
 
@@ -207,13 +207,7 @@ def test_a_model_calling_tools_without_end_is_stopped_at_its_cap_with_the_apolog
 def test_a_stream_left_open_by_a_crash_is_ended_even_when_slack_fails_the_first_stop(
     bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
 ) -> None:
-    bot.settings.update(QUICK_RETRIES)
-    llm.script(Text("This answer is cut short by a crash, sadly", pieces=20, interval=0.5))
-    llm.set_responder(lambda request: Text("A second answer that must not appear."))
-    bot.start()
-    ts = mention(slack, "tell me something")
-    slack.wait_for(lambda: streams_in(slack, ts), timeout=30, what="the stream to start")
-    wait_until(lambda: recorded_answer(bot, ts), what="the stream's ts recorded")
+    ts = streaming_answer(bot, slack, llm, "This answer is cut short by a crash, sadly", pieces=20)
     bot.kill()
 
     slack.inject_server_error("chat.stopStream", 503)  # the restarted bot's first try to end it
@@ -228,13 +222,7 @@ def test_a_stream_left_open_by_a_crash_is_ended_even_when_slack_fails_the_first_
 def test_sigterm_while_an_answer_streams_leaves_no_stream_open_and_one_answer_after_restart(
     bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
 ) -> None:
-    bot.settings.update(QUICK_RETRIES)
-    llm.script(Text("This answer is longer than the grace period lets it be", pieces=30, interval=0.5))
-    llm.set_responder(lambda request: Text("A second answer that must not appear."))
-    bot.start()
-    ts = mention(slack, "tell me something")
-    slack.wait_for(lambda: streams_in(slack, ts), timeout=30, what="the stream to start")
-    wait_until(lambda: recorded_answer(bot, ts), what="the stream's ts recorded")
+    ts = streaming_answer(bot, slack, llm, "This answer is longer than the grace period lets it be", pieces=30)
     assert bot.stop() == 0
     stopped_at_exit = finished(slack, ts)
 

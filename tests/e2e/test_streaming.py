@@ -8,7 +8,8 @@ import time
 import pytest
 
 from tests.e2e.conftest import ALICE, GENERAL, BotProcess, wait_until
-from tests.fakes.openai_server import Text, ToolCall, ToolCalls
+from tests.e2e.test_answers_exactly_once import QUICK_RETRIES, mention
+from tests.fakes.openai_server import FakeOpenAI, Text, ToolCall, ToolCalls
 from tests.fakes.slack_server import FakeSlack
 
 STORY = " ".join(f"word{i:03d}" for i in range(200)).strip()  # about 1,600 characters
@@ -147,16 +148,22 @@ def recorded_answer(bot: BotProcess, ts: str) -> str | None:
     return row[0] if row else None
 
 
-def test_a_crash_mid_stream_is_ended_after_restart_not_answered_twice(bot: BotProcess, slack: FakeSlack,
-                                                                       llm) -> None:
-    bot.settings["response.answer_retry_seconds"] = [1, 1, 1]
-    bot.settings["memory.replica_lease_seconds"] = 2  # the killed bot's claim passes to its successor 2 s on
-    llm.script(Text("This answer is cut short by a crash, sadly", pieces=20, interval=0.5))
+def streaming_answer(bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI, text: str, pieces: int) -> str:
+    """Start the bot with quick retries and mention it; the mention's ts once its answer, `text` written slowly,
+    streams and is recorded as the answer. Any later model call writes a second answer that must not appear."""
+    bot.settings.update(QUICK_RETRIES)
+    llm.script(Text(text, pieces=pieces, interval=0.5))
     llm.set_responder(lambda request: Text("A second answer that must not appear."))
     bot.start()
-    ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> tell me something")
-    slack.wait_for(lambda: streams_in(slack, ts), timeout=20, what="the stream to start")
+    ts = mention(slack, "tell me something")
+    slack.wait_for(lambda: streams_in(slack, ts), timeout=30, what="the stream to start")
     wait_until(lambda: recorded_answer(bot, ts), what="the stream's ts recorded")
+    return ts
+
+
+def test_a_crash_mid_stream_is_ended_after_restart_not_answered_twice(bot: BotProcess, slack: FakeSlack,
+                                                                       llm) -> None:
+    ts = streaming_answer(bot, slack, llm, "This answer is cut short by a crash, sadly", pieces=20)
     bot.kill()
 
     bot.start()
