@@ -6,7 +6,7 @@ import json
 import sqlite3
 import time
 
-from tests.e2e.conftest import ALICE, BOB, GENERAL, BotProcess, wait_until
+from tests.e2e.conftest import ALICE, BOB, GENERAL, ON_BOTH_DATABASES, BotProcess, wait_until
 from tests.e2e.test_answers_exactly_once import QUICK_RETRIES, answers_to, mention, settled
 from tests.e2e.test_streaming import STORY, finished, streaming_answer, streams_in
 from tests.fakes.openai_server import FakeOpenAI, Raw, Text, ToolCall, ToolCalls
@@ -35,6 +35,38 @@ def test_sigkill_after_the_stream_stopped_but_before_it_was_recorded_gives_one_a
     [stream] = streams_in(slack, ts)
     assert settled(bot, ts) == stream["ts"]
     assert [m["text"] for m in bot_messages(slack)] == ["The one and only answer."]
+    assert len(llm.requests) == 1
+    assert bot.stop() == 0
+
+
+@ON_BOTH_DATABASES
+def test_sigkill_after_slack_started_the_stream_but_before_the_bot_heard_its_ts_gives_one_answer(
+    bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
+) -> None:
+    bot.settings.update(QUICK_RETRIES)
+    llm.script(Text("The first words of an answer cut short", pieces=4))
+    llm.set_responder(lambda request: Text("A second answer that must not appear."))
+    bot.start()
+    slack.inject_delay("chat.startStream", 60)  # Slack starts the stream, the bot never hears its ts
+    ts = mention(slack)
+    slack.wait_for(lambda: streams_in(slack, ts), timeout=30, what="the stream started in Slack")
+    bot.kill()
+
+    bot.start()
+
+    def answer() -> str | None:
+        found = bot.rows("SELECT answer_ts FROM claims WHERE ts = :ts AND settled_at IS NOT NULL", ts=ts)
+        return found[0][0] if found else None
+
+    wait_until(answer, timeout=30, what="the claim settled")
+    time.sleep(2.5)  # a retry round more: room for a second answer to show up
+    [stream] = streams_in(slack, ts)
+    assert not stream["streaming"]
+    assert answer() == stream["ts"]
+    [message] = bot_messages(slack)
+    assert message["ts"] == stream["ts"] and message["text"].startswith("The first")
+    assert message["text"].endswith("Could you ask me again in a little while?")
+    assert [p["ts"] for p in answers_to(slack, ts)] == [stream["ts"]]
     assert len(llm.requests) == 1
     assert bot.stop() == 0
 

@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import Engine, text
 
 from tests.unit.test_migrations import head_revision
+from myao2.domain.answers import Unfinished
 from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Message, Person, ts_to_datetime
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from tests.clocks import ManualClock
@@ -372,16 +373,22 @@ def test_an_answer_claim_is_due_from_its_retry_time_until_settled(store: SqlConv
 def test_an_answer_started_but_never_settled_is_unfinished(store: SqlConversationStore) -> None:
     store.save_message(msg(0, "question"))
     store.claim("C1", ts(0), retry_at=ts_to_datetime(ts(10)))
-    assert store.unfinished_answer("C1", ts(0)) is None
+    assert store.unfinished_answer("C1", ts(0)) == Unfinished(None, showing=False)
 
+    assert store.begin_showing("C1", ts(0))
+    assert store.unfinished_answer("C1", ts(0)) == Unfinished(None, showing=True)  # Slack never told its ts
     store.start_answer("C1", ts(0), ts(1))
-    assert store.unfinished_answer("C1", ts(0)) == ts(1)
+    assert store.unfinished_answer("C1", ts(0)) == Unfinished(ts(1), showing=True)
     assert store.due_answers(ts_to_datetime(ts(10)), ts_to_datetime(ts(-1)))  # still owed
+    assert store.known_answers("C1", [ts(1), ts(2)]) == {ts(1)}
 
     store.settle("C1", ts(0), ts(1))
     store.start_answer("C1", ts(0), ts(2))  # a settled answer is not moved
+    assert not store.begin_showing("C1", ts(0))
     assert store.unfinished_answer("C1", ts(0)) is None
     assert store.unfinished_answer("C9", ts(0)) is None
+    assert store.known_answers("C1", [ts(1), ts(2)]) == {ts(1)}
+    assert store.known_answers("C9", [ts(1)]) == set() and store.known_answers("C1", []) == set()
 
 
 def test_a_claim_without_retry_time_is_never_due(store: SqlConversationStore) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
+from sqlalchemy import Engine
 
 from myao2.application.agents import ModelUnavailable
 from myao2.application.context import Budget, ContextBuilder, Persona, PromptContext
@@ -57,6 +58,9 @@ class FakeChat:
         self.lookups += 1
         return self.answers.get((channel_id, ts))
 
+    async def unmarked_posts(self, channel_id: str, ts: str, thread_ts: str | None) -> list[str]:
+        return []  # every post here is an answer, marked
+
     async def react(self, channel_id: str, ts: str, emoji: str) -> None:
         self.reactions.append(ts)
 
@@ -92,8 +96,9 @@ class WholePublisher:
         self.crash_after_start: str | None = None
         self.finished: list[tuple[str, str, str, str | None]] = []
 
-    async def finish(self, channel_id: str, ts: str, apology: str, *, answering: str | None = None) -> None:
+    async def finish(self, channel_id: str, ts: str, apology: str, *, answering: str | None = None) -> bool:
         self.finished.append((channel_id, ts, apology, answering))
+        return True
 
     async def publish(  # type: ignore[no-untyped-def]
         self, channel, thread_ts, recipient_user_id, reply, apology, *, answering=None, started=None
@@ -112,6 +117,40 @@ class WholePublisher:
         return PublishedReply(await self.chat.post(channel.id, text, thread_ts, answering), text)
 
 
+def answer_mention(
+    engine: Engine, store: SqlConversationStore, chat: Any, publisher: Any, writer: FakeWriter, clock: ManualClock,
+    spawned: list[Coroutine[Any, Any, None]], bot: BotIdentity = BOT,
+) -> AnswerMention:
+    """The use case on these fakes, `spawned` collecting what it starts in the background."""
+    contexts = ContextBuilder(
+        SqlMemoStore(engine, clock),
+        clock,
+        Persona("myao", "", "en", ZoneInfo("UTC")),
+        bot_user_id=bot.user_id,
+        budget=Budget(conversation_tokens=6000, message_tokens=1000),
+        marks=prompt_marks("en"),
+    )
+    return AnswerMention(
+        store=store,
+        chat=chat,
+        contexts=contexts,
+        writer=writer,
+        conversations=Conversations(store, chat, bot, "myao", publisher),
+        bot=bot,
+        clock=clock,
+        spawn=spawned.append,
+        settings=MentionSettings(
+            reaction="eyes",
+            reply_in_thread=True,
+            context_message_limit=30,
+            max_message_age_seconds=86400,
+            catchup_seconds=3600,
+            retries=RETRIES,
+            apology=APOLOGY,
+        ),
+    )
+
+
 class World:
     def __init__(self, tmp_path: Path) -> None:
         self.clock = ManualClock(START)
@@ -121,33 +160,7 @@ class World:
         self.writer = FakeWriter()
         self.publisher = WholePublisher(self.chat)
         self.spawned: list[Coroutine[Any, Any, None]] = []
-        contexts = ContextBuilder(
-            SqlMemoStore(engine, self.clock),
-            self.clock,
-            Persona("myao", "", "en", ZoneInfo("UTC")),
-            bot_user_id=BOT.user_id,
-            budget=Budget(conversation_tokens=6000, message_tokens=1000),
-            marks=prompt_marks("en"),
-        )
-        self.answer = AnswerMention(
-            store=self.store,
-            chat=self.chat,  # type: ignore[arg-type]
-            contexts=contexts,
-            writer=self.writer,
-            conversations=Conversations(self.store, self.chat, BOT, "myao", self.publisher),  # type: ignore[arg-type]
-            bot=BOT,
-            clock=self.clock,
-            spawn=self.spawned.append,
-            settings=MentionSettings(
-                reaction="eyes",
-                reply_in_thread=True,
-                context_message_limit=30,
-                max_message_age_seconds=86400,
-                catchup_seconds=3600,
-                retries=RETRIES,
-                apology=APOLOGY,
-            ),
-        )
+        self.answer = answer_mention(engine, self.store, self.chat, self.publisher, self.writer, self.clock, self.spawned)
         self.store.save_channel(Channel("C1", "general"))
         self.store.save_channel(Channel("D1", "alice", ChannelKind.IM))
 

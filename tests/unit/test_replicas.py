@@ -17,6 +17,7 @@ from sqlalchemy import Engine, event
 from sqlalchemy.exc import DBAPIError
 
 from myao2.application.replicas import Replica
+from myao2.domain.answers import Unfinished
 from myao2.domain.conversation import Message
 from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
@@ -174,7 +175,8 @@ def test_a_replica_whose_claim_was_taken_over_records_nothing_of_its_answer(engi
     assert not store.holds("C1", message.ts, "A")
     assert not store.start_answer("C1", message.ts, "7.0", holder="A")
     assert not store.settle("C1", message.ts, "7.0", holder="A")
-    assert store.unfinished_answer("C1", message.ts) is None
+    assert not store.begin_showing("C1", message.ts, holder="A")
+    assert store.unfinished_answer("C1", message.ts) == Unfinished(None, showing=False)
     assert store.start_answer("C1", message.ts, "8.0", holder="B")
     assert store.settle("C1", message.ts, "8.0", holder="B")
     assert not store.holds("C1", message.ts, "B")  # settled

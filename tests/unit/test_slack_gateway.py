@@ -225,6 +225,27 @@ async def test_an_answer_carries_metadata_and_is_found_after_its_message(fake: F
     assert fake.posted[-1]["metadata"] == {"event_type": "myao2_answer", "event_payload": {"answers": question}}
 
 
+async def test_the_bots_posts_marked_as_no_answer_are_listed_oldest_first(fake: FakeSlack, gateway: SlackGateway) -> None:
+    await gateway.auth()
+    question = fake.post_message("C1", "U1", "<@UBOT> hi", emit=False)
+    early = await gateway.post("C1", "not an answer", question)
+    later = fake.post_message("C1", "U1", "<@UBOT> and?", thread_ts=question, emit=False)
+    unmarked = await gateway.post("C1", "not an answer either", question)
+    await gateway.post("C1", "an answer", question, answering=question)
+    fake.post_message("C1", "U1", "someone else", thread_ts=question, emit=False)
+    started = await gateway._client.chat_startStream(
+        channel="C1", thread_ts=question, recipient_user_id="U1", recipient_team_id="T1", markdown_text="Half"
+    )
+    assert await gateway.unmarked_posts("C1", question, question) == [early, unmarked, started["ts"]]
+    assert await gateway.unmarked_posts("C1", later, question) == [unmarked, started["ts"]]
+
+    await gateway.post("D1", "before", None)
+    in_dm = fake.post_message("D1", "U1", "hi", emit=False)
+    assert await gateway.unmarked_posts("D1", in_dm, None) == []
+    reply = await gateway.post("D1", "hello", None)
+    assert await gateway.unmarked_posts("D1", in_dm, None) == [reply]
+
+
 async def test_an_answer_in_a_dm_is_found_in_the_history(fake: FakeSlack, gateway: SlackGateway) -> None:
     await gateway.auth()
     first = fake.post_message("D1", "U1", "hi", emit=False)

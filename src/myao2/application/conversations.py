@@ -147,11 +147,12 @@ class Conversations:
             )
             return await self._remember(channel.id, published.ts, published.text, thread_ts, answering, stored)
 
-    async def finish(self, channel_id: str, ts: str, apology: str, answering: str | None = None) -> None:
-        """End a reply left half-written (the bot stopped while it streamed) with `apology`."""
+    async def finish(self, channel_id: str, ts: str, apology: str, answering: str | None = None) -> bool:
+        """End a reply left half-written (the bot stopped while it streamed) with `apology`; False when message
+        `ts` was none (see `ReplyPublisher.finish`)."""
         if self._publisher is None:
             raise RuntimeError("Conversations was built without a reply publisher")
-        await self._publisher.finish(channel_id, ts, safe_text(apology, self._allow_broadcasts), answering=answering)
+        return await self._publisher.finish(channel_id, ts, safe_text(apology, self._allow_broadcasts), answering=answering)
 
     async def _remember(
         self,

@@ -287,12 +287,39 @@ class AnswerMention:
     async def _earlier_answer(self, message: Message, reply_thread: str | None) -> str | None:
         """The ts of an answer an earlier attempt showed: one left half-written is ended with the apology."""
         unfinished = await asyncio.to_thread(self._store.unfinished_answer, message.channel_id, message.ts)
-        if unfinished is not None:
+        if unfinished is not None and unfinished.ts is not None:
             await self._conversations.finish(
-                message.channel_id, unfinished, self._settings.apology, answering=message.ts
+                message.channel_id, unfinished.ts, self._settings.apology, answering=message.ts
             )
-            return unfinished
-        return await self._chat.answer_ts(message.channel_id, message.ts, reply_thread)
+            return unfinished.ts
+        answer_ts = await self._chat.answer_ts(message.channel_id, message.ts, reply_thread)
+        if answer_ts is None and unfinished is not None and unfinished.showing:
+            return await self._unheard_answer(message, reply_thread)
+        return answer_ts
+
+    async def _unheard_answer(self, message: Message, reply_thread: str | None) -> str | None:
+        """The ts of an answer an earlier attempt began to stream but never heard the ts of (the bot died, or the
+        call starting the stream timed out, after Slack started it); it is ended with the apology. None: none found.
+
+        chat.startStream takes no metadata, so the stream is told from the bot's other messages by where it is
+        and what it still is: after `message` in its thread, marked as no message's answer, recorded as
+        none's, and still streaming (it takes chat.stopStream, which ends it). A stream Slack already
+        ended (expired) is not taken for it: the answer is then written again, two messages rather than none.
+        """
+        posts = await self._chat.unmarked_posts(message.channel_id, message.ts, reply_thread)
+        known = await asyncio.to_thread(self._store.known_answers, message.channel_id, posts)
+        for ts in posts:
+            if ts in known:
+                continue
+            if await self._conversations.finish(message.channel_id, ts, self._settings.apology, answering=message.ts):
+                logger.warning(
+                    "answer to %s/%s found streaming as %s, its ts never heard: ended with the apology",
+                    message.channel_id,
+                    message.ts,
+                    ts,
+                )
+                return ts
+        return None
 
     async def _publish(
         self,
@@ -314,9 +341,7 @@ class AnswerMention:
             ):
                 raise ReplyWithdrawn
 
-        reply = self._reply(channel, message, attempt, reaction)
-        if self._replica is not None:
-            reply = self._while_held(message, reply)
+        reply = self._showing(message, self._reply(channel, message, attempt, reaction))
         await self._conversations.publish(
             channel,
             reply_thread,
@@ -372,16 +397,25 @@ class AnswerMention:
                     await asyncio.wait({reaction}, timeout=REACTION_HEAD_START_SECONDS)
                 yield event
 
-    async def _while_held(self, message: Message, reply: ReplyStream) -> ReplyStream:
-        """`reply`, withdrawn if another replica took the answer over meanwhile (this one stalled for longer
-        than its lease: that one answers); checked before its first event and again before it is complete,
-        so neither a streamed answer nor one posted whole stays beside the other replica's."""
-        checked = False
+    async def _showing(self, message: Message, reply: ReplyStream) -> ReplyStream:
+        """`reply`, noted in the claim as showing before its first event goes to Slack (a later attempt then
+        looks for a stream whose ts this one never heard, see `_unheard_answer`).
+
+        It is withdrawn if another replica took the answer over meanwhile (this one stalled for longer than its
+        lease: that one answers); checked with that note and, among replicas, again before it is complete, so
+        neither a streamed answer nor one posted whole stays beside the other replica's.
+        """
+        noted = False
         async for event in reply:
-            if not checked or isinstance(event, ReplyDone):
+            if not noted:
+                if not await asyncio.to_thread(
+                    self._store.begin_showing, message.channel_id, message.ts, holder=self._replica
+                ):
+                    raise ReplyWithdrawn
+                noted = True
+            elif isinstance(event, ReplyDone) and self._replica is not None:
                 if not await asyncio.to_thread(self._store.holds, message.channel_id, message.ts, self._replica):
                     raise ReplyWithdrawn
-                checked = True
             yield event
 
     def _settle(self, message: Message, answer_ts: str) -> None:

@@ -85,8 +85,12 @@ class ReplyPublisher(Protocol):
         """
         ...
 
-    async def finish(self, channel_id: str, ts: str, apology: str, *, answering: str | None = None) -> None:
-        """End message `ts`, left half-written when the bot stopped, with `apology` (marked as `answering`'s answer)."""
+    async def finish(self, channel_id: str, ts: str, apology: str, *, answering: str | None = None) -> bool:
+        """End message `ts`, left half-written when the bot stopped, with `apology` (marked as `answering`'s answer).
+
+        False when it was no message left half-written (already ended, expired, or never streamed): it is left
+        as it is.
+        """
         ...
 
 

@@ -38,3 +38,12 @@ class PendingAnswer:
 
     message: Message
     attempts: int
+
+
+@dataclass(frozen=True)
+class Unfinished:
+    """How far an unsettled answer got: `ts`, the message it shows as, once Slack told it; `showing`, whether an
+    attempt began to show it (Slack may then hold a message of it whose ts the bot never heard)."""
+
+    ts: str | None
+    showing: bool

@@ -10,7 +10,7 @@ from myao2.domain.activity import JudgmentOutcome, ModelCall, ReplyKind
 from myao2.domain.conversation import BotIdentity, Channel, ChannelChanges, ChannelKind, History, Message, Person
 from myao2.domain.memory import Digest, Memory, Scope, Term
 from myao2.domain.profile import Profile
-from myao2.domain.answers import PendingAnswer
+from myao2.domain.answers import PendingAnswer, Unfinished
 from myao2.domain.memo import (
     Memo,
     MemoChanges,
@@ -338,6 +338,13 @@ class ConversationStore(Protocol):
         """Whether the answer is unsettled and still `holder`'s (not taken over by another replica meanwhile)."""
         ...
 
+    def begin_showing(self, channel_id: str, ts: str, *, holder: str | None = None) -> bool:
+        """An attempt is about to show the answer (its first words go to Slack next), before Slack tells its ts.
+
+        False, and nothing recorded, when the answer is settled or no longer `holder`'s.
+        """
+        ...
+
     def start_answer(self, channel_id: str, ts: str, answer_ts: str, *, holder: str | None = None) -> bool:
         """The answer shows as `answer_ts` but is still being written (streamed); not settled yet.
 
@@ -345,8 +352,13 @@ class ConversationStore(Protocol):
         """
         ...
 
-    def unfinished_answer(self, channel_id: str, ts: str) -> str | None:
-        """The ts of an answer that started showing but was never settled (the bot stopped meanwhile)."""
+    def unfinished_answer(self, channel_id: str, ts: str) -> Unfinished | None:
+        """How far an answer that was never settled got (the bot stopped, or an attempt failed, meanwhile); None
+        when it is settled (or the message was never claimed)."""
+        ...
+
+    def known_answers(self, channel_id: str, ts: Iterable[str]) -> set[str]:
+        """Which of these messages are recorded as answers (settled or not) of messages of the channel."""
         ...
 
     def settle(self, channel_id: str, ts: str, answer_ts: str | None, *, holder: str | None = None) -> bool:
@@ -430,6 +442,11 @@ class ChatPlatform(Protocol):
 
     async def answer_ts(self, channel_id: str, ts: str, thread_ts: str | None) -> str | None:
         """The ts of the bot's answer to message `ts`, posted in `thread_ts` (None: the channel), if any."""
+        ...
+
+    async def unmarked_posts(self, channel_id: str, ts: str, thread_ts: str | None) -> list[str]:
+        """The ts of the bot's messages after message `ts` in `thread_ts` (None: the channel) that are marked as no
+        message's answer, oldest first: among them a streamed answer whose ts the bot never heard."""
         ...
 
     async def react(self, channel_id: str, ts: str, emoji: str) -> None: ...

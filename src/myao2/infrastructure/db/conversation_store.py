@@ -34,7 +34,7 @@ from sqlalchemy import select as core_select
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, SQLModel, col, select
 
-from myao2.domain.answers import PendingAnswer
+from myao2.domain.answers import PendingAnswer, Unfinished
 from myao2.domain.conversation import (
     BotIdentity,
     Channel,
@@ -427,18 +427,34 @@ class SqlConversationStore:
         with self._engine.connect() as connection:
             return connection.execute(_HELD, {"claim_channel": channel_id, "claim_ts": ts, "claim_holder": holder}).first() is not None
 
+    def begin_showing(self, channel_id: str, ts: str, *, holder: str | None = None) -> bool:
+        values = {"claim_channel": channel_id, "claim_ts": ts, "claim_holder": holder}
+        with self._engine.begin() as connection:
+            return connection.execute(_BEGIN_SHOWING, values).rowcount == 1
+
     def start_answer(self, channel_id: str, ts: str, answer_ts: str, *, holder: str | None = None) -> bool:
         values = {"claim_channel": channel_id, "claim_ts": ts, "answer": answer_ts, "claim_holder": holder}
         with self._engine.begin() as connection:
             return connection.execute(_START_ANSWER, values).rowcount == 1
 
-    def unfinished_answer(self, channel_id: str, ts: str) -> str | None:
+    def unfinished_answer(self, channel_id: str, ts: str) -> Unfinished | None:
         with Session(self._engine) as session:
-            return session.exec(
-                select(ClaimRow.answer_ts).where(
+            row = session.exec(
+                select(ClaimRow.answer_ts, ClaimRow.showing).where(
                     ClaimRow.channel_id == channel_id, ClaimRow.ts == ts, col(ClaimRow.settled_at).is_(None)
                 )
             ).first()
+        return None if row is None else Unfinished(row[0], bool(row[1]))
+
+    def known_answers(self, channel_id: str, ts: Iterable[str]) -> set[str]:
+        wanted = list(ts)
+        if not wanted:
+            return set()
+        with Session(self._engine) as session:
+            rows = session.exec(
+                select(ClaimRow.answer_ts).where(ClaimRow.channel_id == channel_id, col(ClaimRow.answer_ts).in_(wanted))
+            ).all()
+        return {row for row in rows if row is not None}
 
     def settle(self, channel_id: str, ts: str, answer_ts: str | None, *, holder: str | None = None) -> bool:
         values = {"claim_channel": channel_id, "claim_ts": ts, "answer": answer_ts, "at": self._clock.now(), "claim_holder": holder}
@@ -543,6 +559,7 @@ _THIS_CLAIM = (_CLAIMS.c.channel_id == bindparam("claim_channel"), _CLAIMS.c.ts 
 _HELD_HERE = (*_THIS_CLAIM, _CLAIMS.c.holder.is_not_distinct_from(bindparam("claim_holder", type_=_CLAIMS.c.holder.type)))
 """The claim, held by `holder` still: one taken over while its holder stalled is no longer changed by it."""
 _HELD = core_select(_CLAIMS.c.ts).where(*_HELD_HERE, _CLAIMS.c.settled_at.is_(None))
+_BEGIN_SHOWING = update(_CLAIMS).where(*_HELD_HERE, _CLAIMS.c.settled_at.is_(None)).values(showing=True)
 _START_ANSWER = update(_CLAIMS).where(*_HELD_HERE, _CLAIMS.c.settled_at.is_(None)).values(answer_ts=bindparam("answer"))
 _SETTLE = update(_CLAIMS).where(*_HELD_HERE).values(answer_ts=bindparam("answer"), settled_at=bindparam("at"))
 

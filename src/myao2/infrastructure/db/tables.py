@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Column, ForeignKey, Index, Integer, Text, UniqueConstraint
+from sqlalchemy import Boolean, Column, ForeignKey, Index, Integer, Text, UniqueConstraint, false
 from sqlmodel import Field, SQLModel
 
 from myao2.infrastructure.db.types import JSONText, UTCDateTime
@@ -138,6 +138,9 @@ class ClaimRow(SQLModel, table=True):
     next_attempt_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime, nullable=True))
     """When an unsettled answer is taken up again (set when an attempt starts); None: not an answer to retry."""
     answer_ts: str | None = Field(default=None, max_length=32)
+    showing: bool = Field(default=False, sa_column=Column(Boolean, nullable=False, server_default=false()))
+    """An attempt began to show the answer (set before its first words go to Slack); with no `answer_ts`, Slack
+    may hold a message of it whose ts the bot never heard."""
     settled_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime, nullable=True))
     holder: str | None = Field(default=None, max_length=64)
     """The replica whose attempt it is (see `LeaseRow`); None: nobody's (never retried, or released)."""

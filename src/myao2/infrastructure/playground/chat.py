@@ -55,6 +55,9 @@ class PlaygroundChat:
     async def answer_ts(self, channel_id: str, ts: str, thread_ts: str | None) -> str | None:
         return None  # every answer is composed in this process, which records it when it shows
 
+    async def unmarked_posts(self, channel_id: str, ts: str, thread_ts: str | None) -> list[str]:
+        return []  # a reply's ts is made here, never left unheard
+
     async def react(self, channel_id: str, ts: str, emoji: str) -> None:
         return None
 
@@ -138,8 +141,9 @@ class PlaygroundPublisher:
         emit("done", {"ts": ts, "text": text, "time": ts_to_datetime(ts).isoformat()})
         return PublishedReply(ts, text)
 
-    async def finish(self, channel_id: str, ts: str, apology: str, *, answering: str | None = None) -> None:
+    async def finish(self, channel_id: str, ts: str, apology: str, *, answering: str | None = None) -> bool:
         self._emitter(answering)("done", {"ts": ts, "text": apology, "time": ts_to_datetime(ts).isoformat()})
+        return True
 
     def _emitter(self, answering: str | None) -> Listener:
         listener = self._listeners.get(answering or "")

@@ -7,7 +7,7 @@ import dataclasses
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from decimal import Decimal
 from typing import Any, TypeVar
 
@@ -132,6 +132,18 @@ class SlackGateway:
 
     async def answer_ts(self, channel_id: str, ts: str, thread_ts: str | None) -> str | None:
         """The bot's post marked as the answer to `ts`, searched after `ts` in the thread or the channel."""
+        async for raw in self._own_posts_after(channel_id, ts, thread_ts):
+            if _answered(raw) == ts:
+                return str(raw["ts"])
+        return None
+
+    async def unmarked_posts(self, channel_id: str, ts: str, thread_ts: str | None) -> list[str]:
+        """The bot's posts after `ts` in the thread or the channel marked as no message's answer, oldest first."""
+        unmarked = [str(raw["ts"]) async for raw in self._own_posts_after(channel_id, ts, thread_ts) if _answered(raw) is None]
+        return sorted(unmarked, key=Decimal)
+
+    async def _own_posts_after(self, channel_id: str, ts: str, thread_ts: str | None) -> AsyncIterator[dict[str, Any]]:
+        """The bot's messages after `ts` in the thread `thread_ts` (None: the channel), with their metadata."""
         if thread_ts:
             arguments = {"channel": channel_id, "ts": thread_ts, "oldest": ts, "limit": PAGE_SIZE}
             fetch = self._client.conversations_replies
@@ -143,17 +155,8 @@ class SlackGateway:
         )
         async for page in response:
             for raw in page["messages"]:
-                if self._is_answer_to(raw, ts):
-                    return str(raw["ts"])
-        return None
-
-    def _is_answer_to(self, raw: dict[str, Any], ts: str) -> bool:
-        metadata = raw.get("metadata") or {}
-        return (
-            raw.get("bot_id") == self._bot_id
-            and metadata.get("event_type") == ANSWER_EVENT
-            and (metadata.get("event_payload") or {}).get("answers") == ts
-        )
+                if raw.get("bot_id") == self._bot_id:
+                    yield raw
 
     async def react(self, channel_id: str, ts: str, emoji: str) -> None:
         """Add a reaction; failures are only logged, a reaction being a courtesy."""
@@ -336,6 +339,15 @@ def error_code(exc: SlackApiError) -> str | None:
     """The Web API error code; None when the body was not JSON (an HTML error page)."""
     data = exc.response.data
     return data.get("error") if isinstance(data, dict) else None
+
+
+def _answered(raw: dict[str, Any]) -> str | None:
+    """The ts of the message a post is marked as the answer to (see `answer_metadata`), or None."""
+    metadata = raw.get("metadata") or {}
+    if metadata.get("event_type") != ANSWER_EVENT:
+        return None
+    answers = (metadata.get("event_payload") or {}).get("answers")
+    return answers if isinstance(answers, str) else None
 
 
 def _author_name(raw: dict[str, Any], people: dict[str, Person]) -> str:

@@ -91,8 +91,9 @@ class SlackReplyPublisher:
         text = await _whole(reply, apology)
         return PublishedReply(await self._chat.post(channel.id, text, thread_ts, answering), text)
 
-    async def finish(self, channel_id: str, ts: str, apology: str, *, answering: str | None = None) -> None:
-        """Stop a stream left open (the bot stopped while it streamed), ending it with `apology`."""
+    async def finish(self, channel_id: str, ts: str, apology: str, *, answering: str | None = None) -> bool:
+        """Stop a stream left open (the bot stopped while it streamed), ending it with `apology`; False when `ts`
+        is no open stream."""
         try:
             await self._client.chat_stopStream(
                 channel=channel_id,
@@ -103,7 +104,10 @@ class SlackReplyPublisher:
         except SlackApiError as exc:
             if transient(exc):
                 raise  # Slack failed to stop it now: the next attempt tries again
-            logger.warning("could not stop the unfinished reply %s: %s", ts, error_code(exc))  # stopped, or expired
+            # stopped or expired already, or never streamed
+            logger.warning("could not stop the unfinished reply %s: %s", ts, error_code(exc))
+            return False
+        return True
 
     def _refused(self, error: str, top_level: bool) -> bool:
         """Whether `error` from chat.startStream means falling back; remembered and logged once."""

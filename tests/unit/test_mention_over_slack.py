@@ -1,0 +1,144 @@
+"""AnswerMention over the fake Slack's Web API (streamed answers) and a real SQLite store: what Slack did
+while the bot never heard back."""
+
+from __future__ import annotations
+
+from collections.abc import Coroutine
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from myao2.domain.conversation import Channel, Message
+from myao2.infrastructure.db.conversation_store import SqlConversationStore
+from myao2.infrastructure.db.engine import open_database
+from myao2.infrastructure.slack.gateway import SlackGateway, make_web_client
+from myao2.infrastructure.slack.streaming import SlackReplyPublisher, StreamSettings
+from tests.clocks import ManualClock
+from tests.fakes.slack_server import FakeSlack
+from tests.unit.test_mention import APOLOGY, FakeWriter, answer_mention
+
+CALL_TIMEOUT_SECONDS = 1
+
+
+class World:
+    """The use case with its stores on SQLite and Slack behind the Web API client the bot uses (calls time out
+    after `CALL_TIMEOUT_SECONDS`); retries are taken up by moving the clock."""
+
+    def __init__(self, tmp_path: Path, slack: FakeSlack) -> None:
+        self.slack = slack
+        self.clock = ManualClock(datetime.now(timezone.utc))
+        self.engine = open_database(f"sqlite:///{tmp_path}/m.db")
+        self.store = SqlConversationStore(self.engine, self.clock)
+        self.client = make_web_client(slack.bot_token, slack.base_url)
+        self.client.timeout = CALL_TIMEOUT_SECONDS
+        self.gateway = SlackGateway(self.client)
+        self.writer = FakeWriter()
+        self.spawned: list[Coroutine[Any, Any, None]] = []
+        self.store.save_channel(Channel("C1", "general"))
+
+    async def start(self) -> None:
+        bot = await self.gateway.auth()
+        publisher = SlackReplyPublisher(self.client, self.gateway, bot.team_id, StreamSettings())
+        self.answer = answer_mention(
+            self.engine, self.store, self.gateway, publisher, self.writer, self.clock, self.spawned, bot
+        )
+
+    def mention(self) -> Message:
+        return self.mention_in(None)
+
+    def mention_in(self, thread_ts: str | None) -> Message:
+        ts = self.slack.post_message("C1", "U1", "<@UBOT> hello?", thread_ts=thread_ts)
+        message = Message(
+            channel_id="C1",
+            ts=ts,
+            user_id="U1",
+            text="<@UBOT> hello?",
+            user_name="alice",
+            mentions=("UBOT",),
+            thread_ts=thread_ts,
+        )
+        self.store.save_message(message)
+        return message
+
+    async def retry_after(self, seconds: float) -> int:
+        self.clock.advance(seconds)
+        started = await self.answer.catch_up()
+        while self.spawned:
+            await self.spawned.pop(0)
+        return started
+
+
+@pytest.fixture
+async def world(tmp_path: Path) -> Any:
+    with FakeSlack(ack_timeout=None) as slack:
+        slack.add_user("U1", "alice")
+        slack.add_channel("C1", "general", members=["U1"])
+        world = World(tmp_path, slack)
+        await world.start()
+        yield world
+
+
+def answered(world: World, message: Message) -> list[tuple[str | None, bool]]:
+    with world.engine.connect() as connection:
+        return [
+            (row[0], row[1])
+            for row in connection.exec_driver_sql(
+                "SELECT answer_ts, settled_at IS NOT NULL FROM claims WHERE ts = ?", (message.ts,)
+            )
+        ]
+
+
+async def test_a_stream_slack_started_while_the_call_timed_out_is_ended_by_the_retry_not_answered_twice(
+    world: World,
+) -> None:
+    message = world.mention()
+    world.slack.inject_delay("chat.startStream", CALL_TIMEOUT_SECONDS + 2)  # started in Slack, the answer too late
+
+    await world.answer(message)
+    [stream] = world.slack.streams
+    assert stream["streaming"] and answered(world, message) == [(None, False)]  # the ts never heard
+
+    assert await world.retry_after(10) == 1
+    assert [s["ts"] for s in world.slack.streams] == [stream["ts"]]
+    [stopped] = world.slack.streams
+    assert not stopped["streaming"]
+    assert world.slack.messages("C1")[-1]["text"] == f"answer 1\n\n{APOLOGY}"
+    assert world.slack.messages("C1")[-1]["metadata"]["event_payload"] == {"answers": message.ts}
+    assert answered(world, message) == [(stream["ts"], True)]
+    assert world.writer.calls == 1
+    assert await world.retry_after(3600) == 0
+
+
+async def test_a_message_of_the_bot_that_is_no_open_stream_is_not_taken_for_the_answer(world: World) -> None:
+    message = world.mention()
+    unasked = await world.gateway.post("C1", "an unasked remark", message.ts)
+    world.slack.inject_server_error("chat.startStream", 500)  # the first attempt shows nothing
+
+    await world.answer(message)
+    assert world.slack.streams == [] and answered(world, message) == [(None, False)]
+
+    assert await world.retry_after(10) == 1
+    [stream] = world.slack.streams
+    assert not stream["streaming"] and stream["ts"] != unasked
+    assert [m["text"] for m in world.slack.messages("C1")] == ["<@UBOT> hello?", "an unasked remark", "answer 2"]
+    assert answered(world, message) == [(stream["ts"], True)]
+
+
+async def test_another_answer_still_streaming_in_the_thread_is_not_taken_for_the_answer(world: World) -> None:
+    first = world.mention()
+    second = world.mention_in(first.ts)
+    assert world.store.claim("C1", first.ts)
+    other = await world.client.chat_startStream(
+        channel="C1", thread_ts=first.ts, recipient_user_id="U1", recipient_team_id="T1", markdown_text="Still"
+    )
+    assert world.store.start_answer("C1", first.ts, other["ts"])  # the first mention's answer, still streaming
+    world.slack.inject_server_error("chat.startStream", 500)
+
+    await world.answer(second)
+    assert await world.retry_after(10) == 1
+    opened, answer = world.slack.streams
+    assert opened["ts"] == other["ts"] and opened["streaming"]
+    assert not answer["streaming"] and world.slack.messages("C1")[-1]["text"] == "answer 2"
+    assert answered(world, second) == [(answer["ts"], True)]
