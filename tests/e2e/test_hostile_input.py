@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import sqlite3
 
+import pytest
+
 from myao2.domain.tokens import estimate_tokens
-from tests.e2e.conftest import ALICE, BOB, GENERAL, BotProcess
+from tests.e2e.conftest import ALICE, BOB, GENERAL, BotProcess, wait_until
 from tests.e2e.test_mentions import replies_in
 from tests.fakes.openai_server import Text
 from tests.fakes.slack_server import FakeSlack
@@ -16,6 +18,11 @@ OWN_MARK = "★"
 def stored_count(bot: BotProcess, channel: str) -> int:
     with sqlite3.connect(bot.database) as db:
         return db.execute("SELECT count(*) FROM messages WHERE channel_id = ?", (channel,)).fetchone()[0]
+
+
+def stored_bot_texts(bot: BotProcess) -> list[tuple[str]]:
+    with sqlite3.connect(bot.database) as db:
+        return db.execute("SELECT text FROM messages WHERE is_bot").fetchall()
 
 
 def prompt_text(request: dict) -> str:
@@ -134,4 +141,20 @@ def test_a_broadcast_in_the_models_reply_notifies_nobody(bot: BotProcess, slack:
     (posted,) = [p["text"] for p in replies_in(slack, ts)]
     assert posted == "@\u200bchannel pizza is here, @\u200bdevs and @\u200bhere come!"
     assert "<!" not in posted
+    assert bot.stop() == 0
+
+
+@pytest.mark.parametrize("streaming", [True, False])
+def test_half_an_emoji_in_the_models_reply_reaches_slack_and_the_database_cleaned(
+    bot: BotProcess, slack: FakeSlack, llm, streaming: bool
+) -> None:
+    bot.settings["response.streaming"] = streaming
+    bot.start()
+    llm.script(Text("half \ud83d an emoji and \udc00 more"))  # sent as JSON escapes; decoded, lone surrogates
+
+    ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> say something odd")
+
+    slack.wait_for(lambda: replies_in(slack, ts), what="the answer")
+    assert [p["text"] for p in replies_in(slack, ts)] == ["half \ufffd an emoji and \ufffd more"]
+    assert wait_until(lambda: stored_bot_texts(bot), what="the stored answer") == [("half \ufffd an emoji and \ufffd more",)]
     assert bot.stop() == 0
