@@ -11,7 +11,7 @@ import pytest
 from tests.e2e.conftest import ALICE, BOB, GENERAL, ON_BOTH_DATABASES, BotProcess, wait_until
 from tests.e2e.test_mentions import prompt_text, replies_in
 from tests.fakes.memory_model import is_channels_request, is_memory_request, remember
-from tests.fakes.openai_server import Text
+from tests.fakes.openai_server import Text, ToolCall, ToolCalls
 from tests.fakes.slack_server import FakeSlack
 
 ALICE_DM = "DALICE"
@@ -127,4 +127,29 @@ def test_the_first_memory_round_reads_everything_the_start_up_catch_up_brings(
     wait_until(lambda: any(is_channels_request(r) for r in llm.requests), timeout=20, what="the channels' round")
     reading = [prompt_text(r) for r in llm.requests if is_memory_request(r) and "lunch at noon" in prompt_text(r)]
     assert len(reading) == 1 and "merger with acme" in reading[0]  # both channels, in one call
+    assert bot.stop() == 0
+
+
+def test_half_an_emoji_in_the_memory_models_answer_is_remembered_as_text_the_database_takes(
+    bot: BotProcess, slack: FakeSlack, llm
+) -> None:
+    def halved(value: Any) -> Any:
+        """`value` with half an emoji after every note's text (JSON escapes it: "\\ud83c")."""
+        if isinstance(value, dict):
+            return {k: v + " \ud83c" if k == "text" else halved(v) for k, v in value.items()}
+        return [halved(item) for item in value] if isinstance(value, list) else value
+
+    def answer(request: dict[str, Any]):  # type: ignore[no-untyped-def]
+        if not is_memory_request(request):
+            return Text("Sure thing.")
+        calls = remember(request)
+        return ToolCalls([ToolCall(call.name, halved(call.arguments)) for call in calls.calls])
+
+    llm.set_responder(answer)
+    bot.settings["memory.update_interval_seconds"] = 0.5
+    bot.start()
+    slack.post_message(GENERAL, ALICE, "lunch plans at noon")
+
+    wait_until(lambda: memories(bot).get((f"channel:{GENERAL}", "long")), what="the channel's memory made")
+    assert memories(bot)[(f"channel:{GENERAL}", "long")] == ["remembered: lunch plans at noon \ufffd"]
     assert bot.stop() == 0

@@ -147,3 +147,16 @@ async def test_a_digest_is_asked_with_the_day_s_messages_and_the_stage_s_length(
     fake.script(Error(500, "boom", "server_error"))
     with pytest.raises(ModelUnavailable):
         await writer.digest(day)
+
+
+async def test_half_an_emoji_in_the_structured_answer_becomes_text_the_stores_take(fake, writer):
+    # JSON may escape half an emoji ("\ud83c"), which decodes to a lone surrogate: no database stores it.
+    fake.script(
+        ToolCalls(
+            [ToolCall("MemoryUpdateOutput", '{"long_term": [{"text": "lunch \\ud83c ramen", "ts": ["1.0"]}], "short_term": []}')]
+        )
+    )
+
+    (update,) = await writer.update([PROMPT])
+
+    assert update.long_term == (Draft("lunch \ufffd ramen", ("1.0",)),)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from myao2.application import tracing
 from myao2.application.activity import Activity
@@ -56,6 +56,7 @@ from myao2.domain.memo import MAX_CHANGES_PER_REPLY, ChangeBudget, Origin
 from myao2.domain.memory import Draft
 from myao2.domain.profile import Confirmation, NewFact
 from myao2.domain.ports import MemoStore
+from myao2.infrastructure.llm.chat_client import cleaned
 from myao2.infrastructure.llm.phrases import elapsed_phrase, tool_title
 from myao2.infrastructure.llm.prompts import Kind, PromptRenderer
 
@@ -396,7 +397,17 @@ class StrandsReplyWriter:
         return events
 
 
-class JudgmentOutput(BaseModel):
+class ModelOutput(BaseModel):
+    """A model's answer in structure, its strings made text the stores take (`clean_text`): JSON may escape half
+    an emoji ("\\ud83c"), which decodes to a lone surrogate that neither a database nor pydantic's JSON takes."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _clean(cls, data: Any) -> Any:
+        return cleaned(data)
+
+
+class JudgmentOutput(ModelOutput):
     """Your decision about joining the conversation."""
 
     should_respond: bool = Field(description="true to post a reply now, false to stay quiet")
@@ -436,7 +447,7 @@ class StrandsJudge:
         return self._renderer.render(self.ROLE, "system", context), query
 
 
-class BulletOutput(BaseModel):
+class BulletOutput(ModelOutput):
     text: str = Field(description="one short, self-contained sentence")
     ts: list[str] = Field(description="the ts of the messages (or source lines) it comes from")
 
@@ -447,12 +458,12 @@ class LongTermBulletOutput(BulletOutput):
     )
 
 
-class ThreadMemoryOutput(BaseModel):
+class ThreadMemoryOutput(ModelOutput):
     thread_ts: str = Field(description="the thread's ts, as given")
     bullets: list[BulletOutput]
 
 
-class MemoryUpdateOutput(BaseModel):
+class MemoryUpdateOutput(ModelOutput):
     """The update of the memories: new long-term bullets, the short-term memory and thread memories."""
 
     long_term: list[LongTermBulletOutput] = Field(description="only what is new and worth keeping; may be empty")
@@ -460,7 +471,7 @@ class MemoryUpdateOutput(BaseModel):
     threads: list[ThreadMemoryOutput] = Field(default_factory=list, description="one per thread asked for")
 
 
-class DigestOutput(BaseModel):
+class DigestOutput(ModelOutput):
     """The digest of one conversation's day."""
 
     lines: list[str] = Field(description="short lines, each one sentence naming who it is about")
@@ -470,32 +481,32 @@ class ChannelMemoryOutput(MemoryUpdateOutput):
     channel_id: str = Field(description="the channel's channel_id, as given")
 
 
-class ChannelsMemoryOutput(BaseModel):
+class ChannelsMemoryOutput(ModelOutput):
     """The update of each channel's memories: new long-term bullets, the short-term memory and thread memories."""
 
     channels: list[ChannelMemoryOutput] = Field(description="one per channel given")
 
 
-class NewFactOutput(BaseModel):
+class NewFactOutput(ModelOutput):
     text: str = Field(description="one short sentence about the person, e.g. 'prefers short answers'")
     confidence: float = Field(ge=0, le=1, description="how sure the messages make you, from 0 to 1")
     ts: list[str] = Field(description="the ts of the messages it comes from")
     supersedes: list[int] = Field(default_factory=list, description="ids of known facts this one contradicts")
 
 
-class ConfirmationOutput(BaseModel):
+class ConfirmationOutput(ModelOutput):
     id: int = Field(description="the id of the known fact the messages confirm")
     confidence: float = Field(ge=0, le=1, description="how sure you are of the fact now, from 0 to 1")
     ts: list[str] = Field(description="the ts of the messages that confirm it")
 
 
-class PersonUpdateOutput(BaseModel):
+class PersonUpdateOutput(ModelOutput):
     user_id: str = Field(description="the person's user id, as given")
     new_facts: list[NewFactOutput] = Field(default_factory=list, description="only what is new; may be empty")
     confirmed: list[ConfirmationOutput] = Field(default_factory=list, description="known facts said again")
 
 
-class ProfileUpdateOutput(BaseModel):
+class ProfileUpdateOutput(ModelOutput):
     """What the new messages teach about each person: new facts and confirmations of known ones."""
 
     people: list[PersonUpdateOutput] = Field(description="one per person given")

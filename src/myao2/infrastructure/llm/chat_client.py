@@ -59,7 +59,7 @@ class _Completions:
             # Raised before anything is sent: text UTF-8 cannot hold, a lone surrogate from a model that escaped
             # half an emoji in its tool arguments (JSON decodes "\ud83c" to one), echoed back in the call or its
             # result. The request goes out with it replaced, as text from Slack is where it enters.
-            return await self._post(_cleaned(request), options)
+            return await self._post(cleaned(request), options)
 
     async def _post(self, request: dict[str, Any], options: RequestOptions) -> Any:
         from openai import AsyncStream
@@ -96,14 +96,14 @@ class Fields:
         return f"Fields({self._data!r})"
 
 
-def _cleaned(value: Any) -> Any:
+def cleaned(value: Any) -> Any:
     """`value` (JSON) with its strings cleaned as text from Slack is (`clean_text`)."""
     if isinstance(value, str):
         return clean_text(value)
     if isinstance(value, dict):
-        return {_cleaned(key): _cleaned(item) for key, item in value.items()}
+        return {cleaned(key): cleaned(item) for key, item in value.items()}
     if isinstance(value, list):
-        return [_cleaned(item) for item in value]
+        return [cleaned(item) for item in value]
     return value
 
 
