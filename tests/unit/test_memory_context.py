@@ -5,6 +5,7 @@ from datetime import date
 from zoneinfo import ZoneInfo
 
 import pytest
+from sqlalchemy import event
 
 from myao2.application.context import Absorbed, Budget, ContextBuilder, MemoryBudgets, Persona
 from myao2.composition import memory_budgets
@@ -173,3 +174,26 @@ async def test_a_conversation_s_digests_reach_its_prompt_within_their_budget_old
     assert ("older note" in general) if language == "en" else ("古いメモ" in general)
     assert "digest of day" not in random and "canary" not in random and "canary" not in general
     assert "canary-secret-digest" in secret
+
+
+def test_a_prompt_read_together_takes_one_connection_and_each_read_sees_what_was_committed(database_url):
+    engine = open_database(database_url)
+    clock = ManualClock()
+    conversations, memories = SqlConversationStore(engine, clock), SqlMemoryStore(engine, clock)
+    contexts = builder((SqlMemoStore(engine, clock), memories, SqlProfileStore(engine, clock), clock, conversations))
+    checkouts: list[object] = []
+    event.listen(engine, "checkout", lambda *_: checkouts.append(None))
+    try:
+        with conversations.reads_together():
+            messages = [*conversations.channel_messages(GENERAL.id, 30), *reply(GENERAL)]
+            before = contexts.read(GENERAL, messages)
+            reads = len(checkouts)
+            # written over a connection of its own meanwhile (the memory job), and seen by the next read
+            memories.save([memory(Scope(GENERAL.id), Term.LONG, WORKSPACE, "learnt meanwhile")])
+            after = contexts.read(GENERAL, messages)
+    finally:
+        engine.dispose()
+    assert reads == 1  # messages, memos, memories, digests and profiles: one connection (8 before)
+    assert len(checkouts) == 2  # and the save's own
+    assert before[1].channel_long.lines == ()
+    assert any("learnt meanwhile" in line for line in after[1].channel_long.lines)

@@ -368,13 +368,15 @@ class AnswerMention:
         since = self._clock.now() - timedelta(seconds=self._settings.max_message_age_seconds)
 
         def read() -> tuple[list[Message], StoredContext]:
-            """The conversation and what the store adds to it in the prompt, in one trip to a worker thread."""
-            messages = self._conversations.read_messages(
-                message.channel_id, message.thread_ts, self._settings.context_message_limit, since
-            )
-            if message.ts not in {m.ts for m in messages}:
-                messages.append(message)
-            return messages, self._contexts.read(channel, messages)
+            """The conversation and what the store adds to it in the prompt, in one trip to a worker thread, over
+            one database connection."""
+            with self._store.reads_together():
+                messages = self._conversations.read_messages(
+                    message.channel_id, message.thread_ts, self._settings.context_message_limit, since
+                )
+                if message.ts not in {m.ts for m in messages}:
+                    messages.append(message)
+                return messages, self._contexts.read(channel, messages)
 
         messages, stored = await asyncio.to_thread(read)
         context = self._contexts.assemble(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
+from contextlib import AbstractContextManager
 from datetime import date, datetime
 from typing import Protocol
 
@@ -220,6 +221,12 @@ class ConversationStore(Protocol):
 
     def channel_messages(self, channel_id: str, limit: int, since: datetime | None = None) -> list[Message]:
         """The newest `limit` top-level messages of a channel posted after `since`, oldest first."""
+        ...
+
+    def reads_together(self) -> AbstractContextManager[None]:
+        """Within it (in this thread), the reads of every store over this one's database share one connection:
+        for a trip to a worker thread that reads many (a prompt's messages, memos, memories and profiles).
+        Each read still sees what was committed before it."""
         ...
 
     def messages_since(self, channel_id: str, since: datetime) -> list[Message]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from typing import Any
@@ -48,7 +49,7 @@ from myao2.domain.conversation import (
 )
 from myao2.domain.ports import Clock
 from myao2.infrastructure.clock import SystemClock
-from myao2.infrastructure.db.engine import INSERT_IGNORING, take_write_lock
+from myao2.infrastructure.db.engine import INSERT_IGNORING, one_connection, reading, take_write_lock
 from myao2.infrastructure.db.memory_store import bullet_to_json, row_to_memory
 from myao2.infrastructure.db.profile_store import fact_to_json, row_to_profile
 from myao2.infrastructure.db.tables import (
@@ -163,6 +164,9 @@ class SqlConversationStore:
     def thread_messages(self, channel_id: str, thread_ts: str, limit: int) -> list[Message]:
         return self._newest(_THREAD_NEWEST, channel=channel_id, thread=thread_ts, limit=limit)
 
+    def reads_together(self) -> AbstractContextManager[None]:
+        return one_connection(self._engine)
+
     def channel_messages(self, channel_id: str, limit: int, since: datetime | None = None) -> list[Message]:
         if since is None:
             return self._newest(_CHANNEL_NEWEST, channel=channel_id, limit=limit)
@@ -184,14 +188,14 @@ class SqlConversationStore:
             .where(col(MessageRow.channel_id).not_in(left))
             .group_by(MessageRow.channel_id)
         )
-        with self._engine.connect() as connection:
+        with reading(self._engine) as connection:
             rows = connection.execute(query).all()
         return {channel: ChannelChanges(ts, edited) for channel, ts, edited in rows}
 
     def changed_messages(self, channel_id: str, after_ts: str, edited_after: datetime | None) -> list[Message]:
         edited = col(MessageRow.edited_at)
         changed = [MessageRow.ts > after_ts, edited.is_not(None) if edited_after is None else edited > edited_after]
-        with self._engine.connect() as connection:
+        with reading(self._engine) as connection:
             rows = connection.execute(
                 core_select(_table(MessageRow))
                 .where(MessageRow.channel_id == channel_id, or_(*changed))
@@ -205,12 +209,12 @@ class SqlConversationStore:
             .where(col(MessageRow.user_id).is_not(None), col(MessageRow.is_bot).is_(False))
             .group_by(MessageRow.user_id, MessageRow.channel_id)
         )
-        with self._engine.connect() as connection:
+        with reading(self._engine) as connection:
             rows = connection.execute(query).all()
         return {(user, channel): ts for user, channel, ts in rows}
 
     def messages_by(self, user_id: str, channel_ids: Iterable[str], after_ts: str, limit: int) -> list[Message]:
-        with self._engine.connect() as connection:
+        with reading(self._engine) as connection:
             rows = connection.execute(
                 core_select(_table(MessageRow))
                 .where(
@@ -225,7 +229,7 @@ class SqlConversationStore:
 
     def messages_by_ids(self, ids: list[int]) -> dict[int, Message]:
         """The stored messages with these row ids, by id."""
-        with self._engine.connect() as connection:
+        with reading(self._engine) as connection:
             rows = connection.execute(_BY_IDS, {"ids": ids}).all()
         return {row.id: _to_message(row) for row in rows}
 
@@ -239,7 +243,7 @@ class SqlConversationStore:
             "at": message.posted_at,
             "until": _NEVER if until is None else until,
         }
-        with self._engine.connect() as connection:
+        with reading(self._engine) as connection:
             earlier = connection.execute(older, {**values, "n": before}).all() if before > 0 else []
             next_ones = connection.execute(later, {**values, "n": after}).all() if after > 0 else []
         return [*(_to_message(r) for r in reversed(earlier)), message, *(_to_message(r) for r in next_ones)]
@@ -255,12 +259,12 @@ class SqlConversationStore:
         if not ids:
             return {}
         values = {"ids": ids} if until is None else {"ids": ids, "until": until}
-        with self._engine.connect() as connection:
+        with reading(self._engine) as connection:
             rows = connection.execute(_NEIGHBOURS[until is not None], values).all()
         return {row[0]: (row[1], row[2]) for row in rows}
 
     def message_keys_before(self, before: datetime) -> list[tuple[str, str, str | None]]:
-        with self._engine.connect() as connection:
+        with reading(self._engine) as connection:
             rows = connection.execute(
                 core_select(MessageRow.channel_id, MessageRow.ts, MessageRow.thread_ts)
                 .where(col(MessageRow.posted_at) < before)
@@ -269,7 +273,7 @@ class SqlConversationStore:
         return [(channel_id, ts, thread_ts) for channel_id, ts, thread_ts in rows]
 
     def messages_between(self, channel_id: str, start: datetime, end: datetime) -> list[Message]:
-        with self._engine.connect() as connection:
+        with reading(self._engine) as connection:
             rows = connection.execute(
                 core_select(_table(MessageRow))
                 .where(
@@ -283,7 +287,7 @@ class SqlConversationStore:
 
     def active_threads(self, channel_id: str, since: datetime, user_id: str) -> set[str]:
         took_part = func.sum(case((MessageRow.user_id == user_id, 1), else_=0))
-        with self._engine.connect() as connection:
+        with reading(self._engine) as connection:
             rows = connection.execute(
                 core_select(MessageRow.thread_ts)
                 .where(MessageRow.channel_id == channel_id, col(MessageRow.thread_ts).is_not(None))
@@ -308,7 +312,7 @@ class SqlConversationStore:
 
     def channels(self) -> list[Channel]:
         """Every stored channel, those the bot has left included."""
-        with self._engine.connect() as connection:
+        with reading(self._engine) as connection:
             rows = connection.execute(_ALL_CHANNELS).all()
         return [_to_channel(r) for r in rows]
 
@@ -337,7 +341,7 @@ class SqlConversationStore:
         self._leave([col(ChannelRow.id).not_in(list(channel_ids)), col(ChannelRow.updated_at) < as_of])
 
     def get_channel(self, channel_id: str) -> Channel | None:
-        with self._engine.connect() as connection:
+        with reading(self._engine) as connection:
             row = connection.execute(_ONE_CHANNEL, {"channel": channel_id}).first()
         return None if row is None else _to_channel(row)
 
@@ -424,7 +428,7 @@ class SqlConversationStore:
             )
 
     def holds(self, channel_id: str, ts: str, holder: str | None) -> bool:
-        with self._engine.connect() as connection:
+        with reading(self._engine) as connection:
             return connection.execute(_HELD, {"claim_channel": channel_id, "claim_ts": ts, "claim_holder": holder}).first() is not None
 
     def begin_showing(self, channel_id: str, ts: str, *, holder: str | None = None) -> bool:
@@ -546,7 +550,7 @@ class SqlConversationStore:
 
     def _newest(self, query: Executable, **params: object) -> list[Message]:
         """The messages of one of the `_newest` statements below, oldest first."""
-        with self._engine.connect() as connection:
+        with reading(self._engine) as connection:
             rows = connection.execute(query, params).all()
         return [_to_message(r) for r in reversed(rows)]
 

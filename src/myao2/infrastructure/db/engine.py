@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -95,6 +97,38 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyp
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA secure_delete=ON")  # deleted text (retention, forgetting) is overwritten in the file
     cursor.close()
+
+
+_SHARED: ContextVar[Connection | None] = ContextVar("myao2_shared_connection", default=None)
+"""The connection `reading` hands out while `one_connection` holds it (in that thread's context only)."""
+
+
+def reading(engine: Engine) -> AbstractContextManager[Connection]:
+    """A connection to read from (its transaction is rolled back, never committed): the one `one_connection` holds
+    for `engine` in this context, else a pooled one of its own."""
+    shared = _SHARED.get()
+    if shared is not None and shared.engine is engine:
+        return nullcontext(shared)
+    return engine.connect()
+
+
+@contextmanager
+def one_connection(engine: Engine) -> Iterator[None]:
+    """Every `reading` of `engine` made within (in this thread) shares one connection, taken from the pool once:
+    a trip to a worker thread that reads many stores (a prompt's memos, memories and profiles) checks out one,
+    not one per read (~0.1 ms each). Each read still sees what was committed before it (on SQLite nothing begins
+    a transaction for a read; PostgreSQL reads committed), as a connection of its own would. Within one already
+    held, it adds nothing."""
+    shared = _SHARED.get()
+    if shared is not None and shared.engine is engine:
+        yield
+        return
+    with engine.connect() as connection:
+        token = _SHARED.set(connection)
+        try:
+            yield
+        finally:
+            _SHARED.reset(token)
 
 
 _WRITE_LOCK = text("UPDATE alembic_version SET version_num = version_num WHERE 0 = 1")

@@ -8,7 +8,7 @@ from datetime import datetime
 
 from sqlalchemy import Connection, Engine, delete, select, text, update
 
-from myao2.infrastructure.db.engine import INSERT_IGNORING
+from myao2.infrastructure.db.engine import INSERT_IGNORING, reading
 from myao2.infrastructure.db.tables import ClaimRow, LeaseRow
 
 _LEASES, _CLAIMS = LeaseRow.__table__, ClaimRow.__table__  # type: ignore[attr-defined]
@@ -64,7 +64,7 @@ class SqlLeaseStore:
         return {name for name, owner in expired if name == owner}
 
     def alive(self, now: datetime) -> set[str]:
-        with self._engine.connect() as connection:
+        with reading(self._engine) as connection:
             rows = connection.execute(
                 select(_LEASES.c.holder).where(
                     _LEASES.c.name == _LEASES.c.holder, _LEASES.c.expires_at >= now

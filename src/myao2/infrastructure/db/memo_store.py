@@ -38,7 +38,7 @@ from myao2.domain.memo import (
 )
 from myao2.domain.ports import Clock
 from myao2.domain.visibility import Audience, can_write, readable_audiences, view_of
-from myao2.infrastructure.db.engine import INSERT_IGNORING
+from myao2.infrastructure.db.engine import INSERT_IGNORING, reading
 from myao2.infrastructure.db.tables import MemoPinRow, MemoRevisionRow, MemoRow
 
 Audiences = Sequence[Audience] | None
@@ -239,7 +239,7 @@ class SqlMemoStore:
 
     def _rows(self, query: Any, **params: object) -> Sequence[Any]:
         """The Core rows of a read: no ORM session, whose unit of work cost most of a prompt's memo reads."""
-        with self._engine.connect() as connection:
+        with reading(self._engine) as connection:
             return connection.execute(query, params).all()
 
     def by_ids(self, ids: list[int]) -> dict[int, Memo]:

@@ -15,7 +15,7 @@ from myao2.domain.conversation import ChannelKind
 from myao2.domain.memory import Bullet, Digest, Memory, Scope, Stage, Term
 from myao2.domain.ports import Clock
 from myao2.domain.visibility import Audience
-from myao2.infrastructure.db.engine import write_locked
+from myao2.infrastructure.db.engine import reading, write_locked
 from myao2.infrastructure.db.tables import ChannelRow, DigestRow, ExpiredMessageRow, MemoryRow, MessageRow
 
 
@@ -37,7 +37,7 @@ class SqlMemoryStore:
         wanted = {(scope.key, term.value): (scope, term) for scope, term in keys}
         if not wanted:
             return {}
-        with self._engine.connect() as connection:
+        with reading(self._engine) as connection:
             rows = connection.execute(_MEMORIES_BY_KEY, {"keys": list(wanted)}).all()
         return {wanted[(row.scope, row.term)]: row_to_memory(row) for row in rows}
 
@@ -80,7 +80,7 @@ class SqlMemoryStore:
         write_locked(self._engine, write)
 
     def channels(self, term: Term) -> list[Memory]:
-        with self._engine.connect() as connection:
+        with reading(self._engine) as connection:
             rows = connection.execute(_CHANNEL_MEMORIES, {"term": term.value}).all()
         return [row_to_memory(r) for r in rows]
 
@@ -90,7 +90,7 @@ class SqlMemoryStore:
         return [row_to_memory(r) for r in rows]
 
     def digests(self, channel_id: str | None = None) -> list[Digest]:
-        with self._engine.connect() as connection:
+        with reading(self._engine) as connection:
             if channel_id is None:
                 rows = connection.execute(_ALL_DIGESTS).all()
             else:

@@ -13,7 +13,7 @@ from sqlmodel import Session, col, select
 from myao2.domain.ports import Clock
 from myao2.domain.profile import Fact, Profile
 from myao2.domain.visibility import Audience
-from myao2.infrastructure.db.engine import write_locked
+from myao2.infrastructure.db.engine import reading, write_locked
 from myao2.infrastructure.db.memory_store import channel_audiences, read_as_stored, said_in
 from myao2.infrastructure.db.tables import ExpiredMessageRow, MessageRow, ProfileRow
 
@@ -33,7 +33,7 @@ class SqlProfileStore:
         return self.many([user_id]).get(user_id)
 
     def many(self, user_ids: Iterable[str]) -> dict[str, Profile]:
-        with self._engine.connect() as connection:
+        with reading(self._engine) as connection:
             rows = connection.execute(_PROFILES_OF, {"user_ids": list(user_ids)}).all()
         return {row.user_id: row_to_profile(row) for row in rows}
 

@@ -34,7 +34,7 @@ from myao2.domain.conversation import Message
 from myao2.domain.memory import Term, bullet_line
 from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
-from myao2.infrastructure.db.engine import take_write_lock
+from myao2.infrastructure.db.engine import reading, take_write_lock
 from myao2.infrastructure.db.memo_store import SqlMemoStore
 from myao2.infrastructure.db.memory_store import SqlMemoryStore
 from myao2.infrastructure.search.dates import periods
@@ -183,7 +183,7 @@ class SearchIndex:
         """How many documents wait to be indexed or embedded again (counted up to `at_most`: after an upgrade a
         million may wait, and counting them all reads the whole queue)."""
         limit = "" if at_most is None else "LIMIT :n"
-        with self._engine.connect() as connection:
+        with reading(self._engine) as connection:
             return int(
                 connection.execute(
                     text(f"SELECT count(*) FROM (SELECT DISTINCT kind, ref_id FROM search_queue {limit}) AS queued"),
@@ -220,7 +220,7 @@ class SearchIndex:
     def _changes_queued(self) -> bool:
         """Whether a change waits: if none does, a search need not wait for the background's batch under way
         (a batch deletes its changes from the queue as it writes them)."""
-        with self._engine.connect() as connection:
+        with reading(self._engine) as connection:
             return connection.execute(text("SELECT 1 FROM search_queue WHERE reembed = FALSE LIMIT 1")).first() is not None
 
     def sync(self, progress: Progress | None = None) -> int:
@@ -292,7 +292,7 @@ class SearchIndex:
         of words an edit took out would rank an edited text below those sharing part of its words,
         and find it for words it no longer holds).
         """
-        with self._engine.connect() as connection:
+        with reading(self._engine) as connection:
             queued = connection.execute(
                 text("SELECT id, kind, ref_id FROM search_queue WHERE reembed = FALSE ORDER BY id LIMIT :n"),
                 {"n": CHANGES_CHUNK},
@@ -423,7 +423,7 @@ class SearchIndex:
     def _stored(self, refs: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[str, bytes | None]]:
         """The text each (kind, id) is indexed with, and its vector if this model made it."""
         stored: dict[tuple[str, int], tuple[str, bytes | None]] = {}
-        with self._engine.connect() as connection:
+        with reading(self._engine) as connection:
             for kind in KINDS:
                 ids = [ref_id for k, ref_id in refs if k == kind]
                 if not ids:
@@ -539,7 +539,7 @@ class SearchIndex:
     def line_scores(self, query: str, lines: list[str]) -> list[float]:
         """How much of `query`'s keyword weight each line holds, from 0 to 1 (to pick a long document's lines)."""
         query_terms = list(dict.fromkeys(terms(query)))
-        with self._engine.connect() as connection:
+        with reading(self._engine) as connection:
             weights = self._term_weights(self._document_frequencies(connection, query_terms))
         covered = coverage(weights)
         return [covered(fts_document(line)) for line in lines]
@@ -567,7 +567,7 @@ class SearchIndex:
             due = cache.clustering_due()
         if due:  # never here: searches meanwhile read the rows added since the last clustering exactly
             self._wake()
-        with self._engine.connect() as connection:
+        with reading(self._engine) as connection:
             query_terms = (content_terms(query) if kind == "memo" else list(dict.fromkeys(terms(query))))[:MAX_QUERY_TERMS]
             frequencies = self._document_frequencies(connection, query_terms)
             weights = self._term_weights(frequencies)
@@ -636,7 +636,7 @@ class SearchIndex:
         pairs = self._conversations.neighbours(list(scores), until)
         others = {n for pair in pairs.values() for n in pair if n is not None and n not in scores}
         if others:
-            with self._engine.connect() as connection:
+            with reading(self._engine) as connection:
                 doc_ids = connection.execute(
                     text("SELECT id FROM search_docs WHERE kind = 'message' AND ref_id IN :ids").bindparams(
                         bindparam("ids", expanding=True)
@@ -747,7 +747,7 @@ class SearchIndex:
         # keyword ranking looks in every scope the cache knows.
         found = "kind = :kind" if first else "kind || '' = :kind AND seq > :seq"
         loaded: list[StoredVector] = []
-        with self._engine.connect() as connection:
+        with reading(self._engine) as connection:
             result = connection.execute(
                 text(
                     "SELECT id, scope, at, CASE WHEN model = :model THEN vector ELSE :bare END, seq "
