@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
 import logging
 import time
 from collections.abc import Iterator
@@ -408,6 +409,19 @@ async def test_a_lone_surrogate_in_the_models_tool_arguments_still_gets_the_repl
     assert await make_writer(max_retries=0).write(CONTEXT, ORIGIN) == "Done."
     assert len(fake.requests) == 2
     assert [m.name for m in store.list(None).memos] == (["lunch"] if tool == "add_memo" else [])
+
+
+async def test_a_lone_surrogate_in_the_models_tool_arguments_still_gets_the_reply_through_litellm(fake, make_writer):
+    pytest.importorskip("litellm")
+    fake.script(ToolCalls([ToolCall("get_memo", '{"memo_name": "lunch\\ud83c"}')]), Text("Done."))
+    writer = make_writer(
+        provider="litellm", model_id="openai/fake-model", max_retries=0,
+        client_args={"api_base": fake.base_url, "api_key": API_KEY},
+    )
+
+    assert await writer.write(CONTEXT, ORIGIN) == "Done."
+    assert len(fake.requests) == 2
+    assert "lunch\ufffd" in json.dumps(fake.requests[1]["messages"], ensure_ascii=False)
 
 
 async def test_a_model_failing_midway_raises_after_the_text_it_wrote(fake, make_writer):

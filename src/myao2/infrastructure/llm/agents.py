@@ -177,10 +177,10 @@ class ModelClients:
 
         config = self.config(role)
         if config.provider == "litellm":
-            from strands.models.litellm import LiteLLMModel
+            from myao2.infrastructure.llm.litellm_model import EncodableLiteLLMModel
 
             client_args = {"num_retries": config.max_retries, "timeout": config.timeout_seconds, **config.client_args}
-            return LiteLLMModel(client_args=client_args, model_id=config.model_id, params=config.params)
+            return EncodableLiteLLMModel(client_args=client_args, model_id=config.model_id, params=config.params)
         shared = json.dumps(config.client_args, sort_keys=True, default=repr)
         base = self._clients.get(shared)
         if base is None:
