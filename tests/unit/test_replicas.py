@@ -70,7 +70,8 @@ def race(url: str, what: str) -> list[int]:
     racers = [context.Process(target=_race, args=(url, what, i, start, results)) for i in range(RACERS)]
     for process in racers:
         process.start()
-    outcomes = [results.get(timeout=60) for _ in racers]
+    # Generous: each racer is a fresh interpreter importing the project, slow on a busy 2-core machine.
+    outcomes = [results.get(timeout=300) for _ in racers]
     for process in racers:
         process.join(timeout=30)
         assert process.exitcode == 0
