@@ -41,13 +41,18 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture
-def slack() -> Iterator[FakeSlack]:
-    fake = FakeSlack(bot_name="myao")
+def workspace(**options: Any) -> FakeSlack:
+    """The fake Slack of the tests (`options` go to `FakeSlack`): Alice and Bob in #general, not started."""
+    fake = FakeSlack(bot_name="myao", **options)
     fake.add_user(ALICE, "alice", display_name="Alice")
     fake.add_user(BOB, "bob", display_name="Bob")
     fake.add_channel(GENERAL, "general", members=[ALICE, BOB])
-    with fake:
+    return fake
+
+
+@pytest.fixture
+def slack() -> Iterator[FakeSlack]:
+    with workspace() as fake:
         yield fake
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import ALICE, BOB, GENERAL, START_SECONDS, BotProcess, wait_until
+from tests.e2e.conftest import ALICE, BOB, GENERAL, START_SECONDS, BotProcess, wait_until, workspace
 from tests.e2e.test_answers_exactly_once import answers_to
 from tests.e2e.test_autonomous import is_judgment, judgment
 from tests.e2e.test_postgres import rows
@@ -38,11 +38,7 @@ JOBS = ("history", "autonomous", "memory")
 
 @pytest.fixture
 def slack() -> Iterator[FakeSlack]:
-    fake = FakeSlack(bot_name="myao", spread_events=True)
-    fake.add_user(ALICE, "alice", display_name="Alice")
-    fake.add_user(BOB, "bob", display_name="Bob")
-    fake.add_channel(GENERAL, "general", members=[ALICE, BOB])
-    with fake:
+    with workspace(spread_events=True) as fake:
         yield fake
 
 
