@@ -31,6 +31,10 @@ START_SECONDS = 60.0
 """How long the bot process may take to start (imports, migrations, Slack's answers) before a test gives up:
 about 3 s of CPU, which takes over 20 s of wall time on a machine busy with other work."""
 
+CLI_SECONDS = 180.0
+"""How long a `myao2` command may run before a test takes it for hung: `myao2 preview` spends about 5 s of CPU
+(imports, mostly), 20-30 s of wall time at a load of 13 on 2 cores, and past 60 s when busier."""
+
 ON_BOTH_DATABASES = pytest.mark.parametrize("bot", ["sqlite", "postgresql"], indirect=True)
 """Runs a test with the bot storing in its SQLite file, then in a PostgreSQL database."""
 

@@ -25,7 +25,7 @@ from myao2.domain.memo import MemoDraft, Origin
 from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
-from tests.e2e.conftest import ALICE, GENERAL, ROOT, START_SECONDS, BotProcess, free_port, wait_until
+from tests.e2e.conftest import ALICE, CLI_SECONDS, GENERAL, ROOT, START_SECONDS, BotProcess, free_port, wait_until
 from tests.e2e.test_mentions import prompt_text, replies_in
 from tests.fakes import PROXY_VARIABLES
 from tests.fakes.openai_server import Text
@@ -61,7 +61,7 @@ class Notebook:
             env=self.env,
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=CLI_SECONDS,
         )
 
     def stdio(self, *options: str) -> StdioServerParameters:

@@ -6,7 +6,7 @@ import sqlite3
 import subprocess
 import sys
 
-from tests.e2e.conftest import ALICE, GENERAL, BotProcess
+from tests.e2e.conftest import ALICE, CLI_SECONDS, GENERAL, BotProcess
 from tests.e2e.test_mentions import prompt_text, replies_in
 from tests.fakes.openai_server import Text, ToolCall, ToolCalls
 from tests.fakes.slack_server import FakeSlack
@@ -18,7 +18,7 @@ def myao2(bot: BotProcess, *argv: str) -> subprocess.CompletedProcess[str]:
         env=bot.environment(),
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=CLI_SECONDS,
     )
 
 

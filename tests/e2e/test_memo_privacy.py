@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import ALICE, BOB, GENERAL, ON_BOTH_DATABASES, BotProcess
+from tests.e2e.conftest import ALICE, BOB, CLI_SECONDS, GENERAL, ON_BOTH_DATABASES, BotProcess
 from tests.fakes.openai_server import Text, ToolCall, ToolCalls
 from tests.fakes.slack_server import FakeSlack
 
@@ -91,7 +91,7 @@ def test_an_edit_from_any_private_conversation_of_a_workspace_memo_is_refused(
         cwd=bot.tmp_path,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=CLI_SECONDS,
     )
     assert restore.returncode == 0, restore.stderr
     assert bot.rows("SELECT content, removed_at FROM memos") == [("Lunch on Fridays", None)]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import ALICE, GENERAL, BotProcess
+from tests.e2e.conftest import ALICE, CLI_SECONDS, GENERAL, BotProcess
 from tests.e2e.test_memo_privacy import DM, SECRET
 from tests.e2e.test_mentions import prompt_text
 from tests.fakes.openai_server import Text, ToolCall, ToolCalls
@@ -37,7 +37,7 @@ def myao2(config_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
         [sys.executable, "-m", "myao2", "memo", *argv, "--config", str(config_path)],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=CLI_SECONDS,
     )
 
 
@@ -188,7 +188,7 @@ def test_with_the_bot_running_a_dm_memo_stays_out_of_the_shared_export_and_an_im
     def cli(*argv: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "myao2", "memo", *argv, "--config", str(bot.config_path)],
-            env=bot.environment(), capture_output=True, text=True, timeout=60,
+            env=bot.environment(), capture_output=True, text=True, timeout=CLI_SECONDS,
         )
 
     shared, everything = bot.tmp_path / "shared", bot.tmp_path / "everything"

@@ -9,7 +9,7 @@ import time
 import urllib.error
 import urllib.request
 
-from tests.e2e.conftest import ALICE, GENERAL, BotProcess, wait_until
+from tests.e2e.conftest import ALICE, CLI_SECONDS, GENERAL, BotProcess, wait_until
 from tests.e2e.test_autonomous import FAST, judgment, responder
 from tests.e2e.test_mentions import replies_in
 from tests.e2e.test_search import seed
@@ -25,7 +25,7 @@ def stats(bot: BotProcess, *args: str) -> subprocess.CompletedProcess[str]:
         env=bot.environment(),
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=CLI_SECONDS,
     )
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from tests.e2e.conftest import START_SECONDS, BotProcess, free_port, wait_until
+from tests.e2e.conftest import CLI_SECONDS, START_SECONDS, BotProcess, free_port, wait_until
 from tests.fakes.memory_model import is_memory_request, remember
 from tests.fakes.openai_server import Error, FakeOpenAI, Text, ToolCall, ToolCalls
 from tests.fakes.slack_server import FakeSlack
@@ -244,7 +244,7 @@ def test_a_port_in_use_stops_it_naming_the_key(playground: PlaygroundProcess) ->
             env=playground.environment(),
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=CLI_SECONDS,
         )
     assert result.returncode == 2
     assert "playground.port" in result.stderr and "Traceback" not in result.stderr
