@@ -68,6 +68,8 @@ def test_sigkill_after_slack_started_the_stream_but_before_the_bot_heard_its_ts_
     assert message["text"].endswith("Could you ask me again in a little while?")
     assert [p["ts"] for p in answers_to(slack, ts)] == [stream["ts"]]
     assert len(llm.requests) == 1
+    stored = [(stream["ts"], message["text"])]
+    wait_until(lambda: bot.rows("SELECT ts, text FROM messages WHERE user_id = 'UBOT'") == stored, what="its text stored")
     assert bot.stop() == 0
 
 

@@ -176,6 +176,7 @@ def test_a_crash_mid_stream_is_ended_after_restart_not_answered_twice(bot: BotPr
     with sqlite3.connect(bot.database) as db:
         assert db.execute("SELECT answer_ts FROM claims WHERE ts = ? AND settled_at IS NOT NULL",
                           (ts,)).fetchone() == (stream["ts"],)
+    wait_until(lambda: stored_bot_messages(bot) == [(stream["ts"], text)], what="its whole text stored")
     assert bot.stop() == 0
 
 

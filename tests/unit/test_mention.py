@@ -96,9 +96,9 @@ class WholePublisher:
         self.crash_after_start: str | None = None
         self.finished: list[tuple[str, str, str, str | None]] = []
 
-    async def finish(self, channel_id: str, ts: str, apology: str, *, answering: str | None = None) -> bool:
+    async def finish(self, channel_id: str, ts: str, apology: str, *, answering: str | None = None) -> str | None:
         self.finished.append((channel_id, ts, apology, answering))
-        return True
+        return ""  # ended, its text not told
 
     async def publish(  # type: ignore[no-untyped-def]
         self, channel, thread_ts, recipient_user_id, reply, apology, *, answering=None, started=None

@@ -107,6 +107,9 @@ async def test_a_stream_slack_started_while_the_call_timed_out_is_ended_by_the_r
     assert world.slack.messages("C1")[-1]["text"] == f"answer 1\n\n{APOLOGY}"
     assert world.slack.messages("C1")[-1]["metadata"]["event_payload"] == {"answers": message.ts}
     assert answered(world, message) == [(stream["ts"], True)]
+    with world.engine.connect() as connection:
+        stored = connection.exec_driver_sql("SELECT ts, text FROM messages WHERE user_id = 'UBOT'").fetchall()
+    assert stored == [(stream["ts"], f"answer 1\n\n{APOLOGY}")]
     assert world.writer.calls == 1
     assert await world.retry_after(3600) == 0
 

@@ -341,8 +341,8 @@ async def test_finish_ends_a_stream_left_open_with_the_apology(fake, publisher_f
     )
     publisher = publisher_for()
 
-    await publisher.finish("C1", started["ts"], APOLOGY, answering=parent)
-    await publisher.finish("C1", started["ts"], APOLOGY, answering=parent)  # already stopped: only logged
+    assert await publisher.finish("C1", started["ts"], APOLOGY, answering=parent) == f"Half an\n\n{APOLOGY}"
+    assert await publisher.finish("C1", started["ts"], APOLOGY, answering=parent) is None  # already stopped: logged
 
     assert fake.messages("C1")[-1]["text"] == f"Half an\n\n{APOLOGY}"
     assert fake.messages("C1")[-1]["metadata"]["event_payload"] == {"answers": parent}

@@ -147,12 +147,19 @@ class Conversations:
             )
             return await self._remember(channel.id, published.ts, published.text, thread_ts, answering, stored)
 
-    async def finish(self, channel_id: str, ts: str, apology: str, answering: str | None = None) -> bool:
-        """End a reply left half-written (the bot stopped while it streamed) with `apology`; False when message
-        `ts` was none (see `ReplyPublisher.finish`)."""
+    async def finish(
+        self, channel_id: str, ts: str, thread_ts: str | None, apology: str, answering: str | None = None
+    ) -> bool:
+        """End a reply in `thread_ts` left half-written (the bot stopped while it streamed) with `apology`, and store
+        its whole text; False when message `ts` was none (see `ReplyPublisher.finish`)."""
         if self._publisher is None:
             raise RuntimeError("Conversations was built without a reply publisher")
-        return await self._publisher.finish(channel_id, ts, safe_text(apology, self._allow_broadcasts), answering=answering)
+        text = await self._publisher.finish(
+            channel_id, ts, safe_text(apology, self._allow_broadcasts), answering=answering
+        )
+        if text:
+            await self._remember(channel_id, ts, text, thread_ts, answering)
+        return text is not None
 
     async def _remember(
         self,

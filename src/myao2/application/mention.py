@@ -289,7 +289,7 @@ class AnswerMention:
         unfinished = await asyncio.to_thread(self._store.unfinished_answer, message.channel_id, message.ts)
         if unfinished is not None and unfinished.ts is not None:
             await self._conversations.finish(
-                message.channel_id, unfinished.ts, self._settings.apology, answering=message.ts
+                message.channel_id, unfinished.ts, reply_thread, self._settings.apology, answering=message.ts
             )
             return unfinished.ts
         answer_ts = await self._chat.answer_ts(message.channel_id, message.ts, reply_thread)
@@ -311,7 +311,9 @@ class AnswerMention:
         for ts in posts:
             if ts in known:
                 continue
-            if await self._conversations.finish(message.channel_id, ts, self._settings.apology, answering=message.ts):
+            if await self._conversations.finish(
+                message.channel_id, ts, reply_thread, self._settings.apology, answering=message.ts
+            ):
                 logger.warning(
                     "answer to %s/%s found streaming as %s, its ts never heard: ended with the apology",
                     message.channel_id,

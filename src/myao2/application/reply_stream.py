@@ -85,10 +85,11 @@ class ReplyPublisher(Protocol):
         """
         ...
 
-    async def finish(self, channel_id: str, ts: str, apology: str, *, answering: str | None = None) -> bool:
-        """End message `ts`, left half-written when the bot stopped, with `apology` (marked as `answering`'s answer).
+    async def finish(self, channel_id: str, ts: str, apology: str, *, answering: str | None = None) -> str | None:
+        """End message `ts`, left half-written when the bot stopped, with `apology` (marked as `answering`'s answer);
+        returns its whole text as it ends ("" when not told).
 
-        False when it was no message left half-written (already ended, expired, or never streamed): it is left
+        None when it was no message left half-written (already ended, expired, or never streamed): it is left
         as it is.
         """
         ...

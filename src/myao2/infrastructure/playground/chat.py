@@ -141,9 +141,9 @@ class PlaygroundPublisher:
         emit("done", {"ts": ts, "text": text, "time": ts_to_datetime(ts).isoformat()})
         return PublishedReply(ts, text)
 
-    async def finish(self, channel_id: str, ts: str, apology: str, *, answering: str | None = None) -> bool:
+    async def finish(self, channel_id: str, ts: str, apology: str, *, answering: str | None = None) -> str | None:
         self._emitter(answering)("done", {"ts": ts, "text": apology, "time": ts_to_datetime(ts).isoformat()})
-        return True
+        return apology
 
     def _emitter(self, answering: str | None) -> Listener:
         listener = self._listeners.get(answering or "")

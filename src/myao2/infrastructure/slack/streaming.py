@@ -91,11 +91,11 @@ class SlackReplyPublisher:
         text = await _whole(reply, apology)
         return PublishedReply(await self._chat.post(channel.id, text, thread_ts, answering), text)
 
-    async def finish(self, channel_id: str, ts: str, apology: str, *, answering: str | None = None) -> bool:
-        """Stop a stream left open (the bot stopped while it streamed), ending it with `apology`; False when `ts`
-        is no open stream."""
+    async def finish(self, channel_id: str, ts: str, apology: str, *, answering: str | None = None) -> str | None:
+        """Stop a stream left open (the bot stopped while it streamed), ending it with `apology`; its whole text as
+        Slack tells it, None when `ts` is no open stream."""
         try:
-            await self._client.chat_stopStream(
+            response = await self._client.chat_stopStream(
                 channel=channel_id,
                 ts=ts,
                 chunks=[{"type": "markdown_text", "text": f"\n\n{apology}"}],
@@ -106,8 +106,8 @@ class SlackReplyPublisher:
                 raise  # Slack failed to stop it now: the next attempt tries again
             # stopped or expired already, or never streamed
             logger.warning("could not stop the unfinished reply %s: %s", ts, error_code(exc))
-            return False
-        return True
+            return None
+        return str((response.get("message") or {}).get("text") or "")
 
     def _refused(self, error: str, top_level: bool) -> bool:
         """Whether `error` from chat.startStream means falling back; remembered and logged once."""
