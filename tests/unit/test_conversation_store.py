@@ -391,6 +391,29 @@ def test_an_answer_started_but_never_settled_is_unfinished(store: SqlConversatio
     assert store.known_answers("C9", [ts(1)]) == set() and store.known_answers("C1", []) == set()
 
 
+def test_an_answer_another_replica_shows_with_no_ts_yet_is_found_in_its_thread_only(
+    store: SqlConversationStore,
+) -> None:
+    store.save_message(msg(0, "question"))
+    store.save_message(msg(1, "another", thread_ts=ts(0)))
+    store.save_message(msg(2, "a third"))
+    for n in (0, 1, 2):
+        store.claim("C1", ts(n), holder="r2")
+    assert not store.showing_unheard_elsewhere("C1", ts(1), ts(0), holder="r1")  # nothing shows yet
+
+    assert store.begin_showing("C1", ts(0), holder="r2")
+    assert store.showing_unheard_elsewhere("C1", ts(1), ts(0), holder="r1")
+    assert not store.showing_unheard_elsewhere("C1", ts(0), ts(0), holder="r1")  # its own
+    assert not store.showing_unheard_elsewhere("C1", ts(1), ts(0), holder="r2")  # this replica's
+    assert not store.showing_unheard_elsewhere("C1", ts(1), ts(0), holder=None)  # one process
+    assert not store.showing_unheard_elsewhere("C1", ts(1), ts(2), holder="r1")  # another thread
+    assert not store.showing_unheard_elsewhere("C9", ts(1), ts(0), holder="r1")
+    assert store.showing_unheard_elsewhere("C1", ts(1), None, holder="r1")  # top-level: the channel's
+
+    store.start_answer("C1", ts(0), ts(5), holder="r2")
+    assert not store.showing_unheard_elsewhere("C1", ts(1), ts(0), holder="r1")  # its ts is known now
+
+
 def test_a_claim_without_retry_time_is_never_due(store: SqlConversationStore) -> None:
     store.save_message(msg(0, "answered by the autonomous responder"))
     store.claim("C1", ts(0))

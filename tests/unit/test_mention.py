@@ -119,7 +119,7 @@ class WholePublisher:
 
 def answer_mention(
     engine: Engine, store: SqlConversationStore, chat: Any, publisher: Any, writer: FakeWriter, clock: ManualClock,
-    spawned: list[Coroutine[Any, Any, None]], bot: BotIdentity = BOT,
+    spawned: list[Coroutine[Any, Any, None]], bot: BotIdentity = BOT, replica: str | None = None,
 ) -> AnswerMention:
     """The use case on these fakes, `spawned` collecting what it starts in the background."""
     contexts = ContextBuilder(
@@ -148,6 +148,7 @@ def answer_mention(
             retries=RETRIES,
             apology=APOLOGY,
         ),
+        replica=replica,
     )
 
 

@@ -26,8 +26,9 @@ class World:
     """The use case with its stores on SQLite and Slack behind the Web API client the bot uses (calls time out
     after `CALL_TIMEOUT_SECONDS`); retries are taken up by moving the clock."""
 
-    def __init__(self, tmp_path: Path, slack: FakeSlack) -> None:
+    def __init__(self, tmp_path: Path, slack: FakeSlack, replica: str | None = None) -> None:
         self.slack = slack
+        self.replica = replica
         self.clock = ManualClock(datetime.now(timezone.utc))
         self.engine = open_database(f"sqlite:///{tmp_path}/m.db")
         self.store = SqlConversationStore(self.engine, self.clock)
@@ -42,7 +43,7 @@ class World:
         bot = await self.gateway.auth()
         publisher = SlackReplyPublisher(self.client, self.gateway, bot.team_id, StreamSettings())
         self.answer = answer_mention(
-            self.engine, self.store, self.gateway, publisher, self.writer, self.clock, self.spawned, bot
+            self.engine, self.store, self.gateway, publisher, self.writer, self.clock, self.spawned, bot, self.replica
         )
 
     def mention(self) -> Message:
@@ -145,3 +146,31 @@ async def test_another_answer_still_streaming_in_the_thread_is_not_taken_for_the
     assert opened["ts"] == other["ts"] and opened["streaming"]
     assert not answer["streaming"] and world.slack.messages("C1")[-1]["text"] == "answer 2"
     assert answered(world, second) == [(answer["ts"], True)]
+
+
+async def test_another_replicas_answer_streaming_before_it_recorded_its_ts_is_not_taken_for_the_answer(
+    tmp_path: Path,
+) -> None:
+    with FakeSlack(ack_timeout=None) as slack:
+        slack.add_user("U1", "alice")
+        slack.add_channel("C1", "general", members=["U1"])
+        world = World(tmp_path, slack, replica="r1")
+        await world.start()
+        first = world.mention()
+        second = world.mention_in(first.ts)
+        world.slack.inject_server_error("chat.startStream", 500)  # the second's first attempt shows nothing
+        await world.answer(second)
+        assert world.slack.streams == [] and answered(world, second) == [(None, False)]
+        # Replica r2 answers the first mention in the same thread: Slack started its stream, and r2 is about to
+        # record its ts (chat.startStream has answered, start_answer is not written yet) as r1 retries.
+        assert world.store.claim("C1", first.ts, holder="r2")
+        assert world.store.begin_showing("C1", first.ts, holder="r2")
+        other = await world.client.chat_startStream(
+            channel="C1", thread_ts=first.ts, recipient_user_id="U1", recipient_team_id="T1", markdown_text="Still"
+        )
+
+        assert await world.retry_after(10) == 1
+        opened, answer = world.slack.streams
+        assert opened["ts"] == other["ts"] and opened["streaming"]  # r2's answer goes on
+        assert not answer["streaming"] and world.slack.messages("C1")[-1]["text"] == "answer 2"
+        assert answered(world, second) == [(answer["ts"], True)]

@@ -305,7 +305,18 @@ class AnswerMention:
         and what it still is: after `message` in its thread, marked as no message's answer, recorded as
         none's, and still streaming (it takes chat.stopStream, which ends it). A stream Slack already
         ended (expired) is not taken for it: the answer is then written again, two messages rather than none.
+        Nor is any while another replica may be streaming in the thread a message whose ts it has not recorded
+        yet (it has just started): that could be its answer.
         """
+        if await asyncio.to_thread(
+            self._store.showing_unheard_elsewhere, message.channel_id, message.ts, reply_thread, holder=self._replica
+        ):
+            logger.warning(
+                "answer to %s/%s may be streaming unheard, but so may another replica's answer there: written again",
+                message.channel_id,
+                message.ts,
+            )
+            return None  # which stream is whose cannot be told: two messages rather than another's taken
         posts = await self._chat.unmarked_posts(message.channel_id, message.ts, reply_thread)
         known = await asyncio.to_thread(self._store.known_answers, message.channel_id, posts)
         for ts in posts:

@@ -364,6 +364,12 @@ class ConversationStore(Protocol):
         when it is settled (or the message was never claimed)."""
         ...
 
+    def showing_unheard_elsewhere(self, channel_id: str, ts: str, thread_ts: str | None, *, holder: str | None) -> bool:
+        """Whether another replica than `holder` began to show the answer to a message other than `ts` in thread
+        `thread_ts` (None: the channel's top level) and recorded no ts for it yet: a stream of its may be about to
+        be recorded, not to be told from one whose ts was never heard."""
+        ...
+
     def known_answers(self, channel_id: str, ts: Iterable[str]) -> set[str]:
         """Which of these messages are recorded as answers (settled or not) of messages of the channel."""
         ...

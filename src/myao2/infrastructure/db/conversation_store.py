@@ -450,6 +450,34 @@ class SqlConversationStore:
             ).first()
         return None if row is None else Unfinished(row[0], bool(row[1]))
 
+    def showing_unheard_elsewhere(self, channel_id: str, ts: str, thread_ts: str | None, *, holder: str | None) -> bool:
+        if holder is None:
+            return False  # one process: answers in one thread are written one after another
+        in_thread = (
+            col(MessageRow.thread_ts).is_(None)
+            if thread_ts is None
+            else func.coalesce(MessageRow.thread_ts, MessageRow.ts) == thread_ts
+        )
+        with reading(self._engine) as connection:
+            return (
+                connection.execute(
+                    core_select(_CLAIMS.c.ts)
+                    .join(MessageRow, (MessageRow.channel_id == _CLAIMS.c.channel_id) & (MessageRow.ts == _CLAIMS.c.ts))
+                    .where(
+                        _CLAIMS.c.channel_id == channel_id,
+                        _CLAIMS.c.ts != ts,
+                        _CLAIMS.c.showing.is_(True),
+                        _CLAIMS.c.answer_ts.is_(None),
+                        _CLAIMS.c.settled_at.is_(None),
+                        _CLAIMS.c.holder.is_not(None),
+                        _CLAIMS.c.holder != holder,
+                        in_thread,
+                    )
+                    .limit(1)
+                ).first()
+                is not None
+            )
+
     def known_answers(self, channel_id: str, ts: Iterable[str]) -> set[str]:
         wanted = list(ts)
         if not wanted:
