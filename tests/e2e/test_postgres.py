@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 
@@ -35,8 +36,14 @@ def replies_to(slack: FakeSlack, ts: str) -> list[str]:
 
 
 def ready(bot: BotProcess) -> dict:
-    with urllib.request.urlopen(f"http://127.0.0.1:{bot.health_port}/ready", timeout=5) as response:
-        return json.loads(response.read())
+    """/ready's JSON, also when it answers 503 (not ready yet)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{bot.health_port}/ready", timeout=5) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        if error.code != 503:
+            raise
+        return json.loads(error.read())
 
 
 def test_a_mention_is_answered_once_and_its_memo_and_messages_are_stored_in_postgresql(
