@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, event, text
 
 from tests.unit.test_migrations import head_revision
 from myao2.domain.answers import Unfinished
@@ -412,6 +412,35 @@ def test_an_answer_another_replica_shows_with_no_ts_yet_is_found_in_its_thread_o
 
     store.start_answer("C1", ts(0), ts(5), holder="r2")
     assert not store.showing_unheard_elsewhere("C1", ts(1), ts(0), holder="r1")  # its ts is known now
+
+
+def test_writes_together_are_committed_once_or_not_at_all(store: SqlConversationStore, engine: Engine) -> None:
+    store.save_message(msg(0, "question"))
+    store.claim("C1", ts(0), holder="A")
+    commits: list[object] = []
+    event.listen(engine, "commit", commits.append)
+    with pytest.raises(RuntimeError), store.writes_together():  # the process dies before the commit
+        assert store.save_message(msg(1, "the answer", user_id="UBOT", is_bot=True))
+        assert store.settle("C1", ts(0), ts(1), holder="A")
+        raise RuntimeError("killed")
+    assert commits == []
+    assert store.get_message("C1", ts(1)) is None and store.unfinished_answer("C1", ts(0)) == Unfinished(None, False)
+
+    with store.writes_together():
+        assert store.save_message(msg(1, "the answer", user_id="UBOT", is_bot=True))
+        assert not store.settle("C1", ts(0), ts(1), holder="B")  # another replica's: refused, writes nothing
+        assert texts(store.channel_messages("C1", 10)) == ["question", "the answer"]  # its own writes, read within
+    assert len(commits) == 1
+    assert texts(store.channel_messages("C1", 10)) == ["question", "the answer"]  # stored all the same
+    assert store.unfinished_answer("C1", ts(0)) == Unfinished(None, False)
+
+    with store.writes_together():
+        assert not store.save_message(msg(1, "the answer, complete", user_id="UBOT", is_bot=True))
+        assert store.edit_message("C1", ts(1), "the answer, complete")
+        assert store.settle("C1", ts(0), ts(1), holder="A")
+    assert len(commits) == 2
+    assert texts(store.channel_messages("C1", 10)) == ["question", "the answer, complete"]
+    assert store.unfinished_answer("C1", ts(0)) is None
 
 
 def test_a_claim_without_retry_time_is_never_due(store: SqlConversationStore) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import event
 
 from myao2.domain.conversation import Channel, Message
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
@@ -176,3 +177,27 @@ async def test_another_replicas_answer_streaming_before_it_recorded_its_ts_is_no
         assert opened["ts"] == other["ts"] and opened["streaming"]  # r2's answer goes on
         assert not answer["streaming"] and world.slack.messages("C1")[-1]["text"] == "answer 2"
         assert answered(world, second) == [(answer["ts"], True)]
+
+
+async def test_an_answer_is_stored_and_settled_in_one_commit(world: World) -> None:
+    message = world.mention()
+    written: list[str] = []  # the writes to the database and its commits, in order
+
+    def executed(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+        if not statement.startswith("SELECT"):
+            written.append(" ".join(statement.split()[:3]))
+
+    event.listen(world.engine, "before_cursor_execute", executed)
+    event.listen(world.engine, "commit", lambda _: written.append("COMMIT"))
+    await world.answer(message)
+    event.remove(world.engine, "before_cursor_execute", executed)
+
+    [stream] = world.slack.streams
+    assert answered(world, message) == [(stream["ts"], True)]
+    assert world.store.get_message("C1", stream["ts"]).text == "answer 1"  # type: ignore[union-attr]
+    assert written == [
+        "INSERT INTO claims", "COMMIT",  # the claim
+        "UPDATE claims SET", "COMMIT",  # noted as showing, before the stream starts
+        "UPDATE claims SET", "COMMIT",  # the stream's ts, as soon as Slack told it
+        "INSERT INTO messages", "UPDATE claims SET", "COMMIT",  # the answer stored and settled: both or neither
+    ]

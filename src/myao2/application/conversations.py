@@ -130,7 +130,8 @@ class Conversations:
         Its text is made safe as `post` makes it, also where a broadcast is split across
         deltas. `answering` marks it as the answer to that message; `started` is told
         its ts as soon as it shows; `stored` is called with it once the reply is stored,
-        in the same worker thread (it may use the stores). The model calls made while it is written are recorded
+        in the same worker thread and transaction (its writes to the conversation store are committed with the
+        reply's, or none of them is). The model calls made while it is written are recorded
         in that trip too.
         """
         if self._publisher is None:
@@ -170,8 +171,9 @@ class Conversations:
         answering: str | None,
         stored: Callable[[str], None] | None = None,
     ) -> Message:
-        """Record the post in the activity log and store the bot's message, then call `stored`, in one trip to a
-        worker thread; a copy a history sync stored meanwhile (half-written) gets this text."""
+        """Record the post in the activity log, then store the bot's message and call `stored`, in one trip to a
+        worker thread; the message and what `stored` writes in one transaction (a failure to record activity is
+        never theirs: it has its own). A copy a history sync stored meanwhile (half-written) gets this text."""
         reply = Message(
             channel_id=channel_id,
             ts=ts,
@@ -185,10 +187,11 @@ class Conversations:
         def store() -> None:
             if self._activity is not None:
                 self._activity.reply(channel_id, ReplyKind.ANSWER if answering else ReplyKind.UNASKED)
-            if not self._store.save_message(reply):
-                self._store.edit_message(channel_id, ts, text)
-            if stored is not None:
-                stored(ts)
+            with self._store.writes_together():
+                if not self._store.save_message(reply):
+                    self._store.edit_message(channel_id, ts, text)
+                if stored is not None:
+                    stored(ts)
 
         await asyncio.to_thread(store)
         return reply

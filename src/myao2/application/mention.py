@@ -435,7 +435,8 @@ class AnswerMention:
 
     def _settle(self, message: Message, answer_ts: str) -> None:
         """Record that `message` is answered by `answer_ts`: it is never taken up again. Synchronous: called in
-        a worker thread (the one that stores a published answer)."""
+        a worker thread (the one that stores a published answer, in the transaction storing it: a refused settle,
+        the claim taken over, writes nothing, and the answer's message is stored all the same)."""
         if not self._store.settle(message.channel_id, message.ts, answer_ts, holder=self._replica):
             self._given_up(message)
 

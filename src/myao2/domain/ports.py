@@ -229,6 +229,11 @@ class ConversationStore(Protocol):
         Each read still sees what was committed before it."""
         ...
 
+    def writes_together(self) -> AbstractContextManager[None]:
+        """Within it (in this thread), the writes of this store share one transaction, committed once at its end
+        or not at all (if it raises, or the process dies first): for writes a crash must never part."""
+        ...
+
     def messages_since(self, channel_id: str, since: datetime) -> list[Message]:
         """Every message of the channel (threads included) posted after `since`, oldest first."""
         ...

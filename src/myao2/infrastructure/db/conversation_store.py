@@ -1,4 +1,5 @@
-"""The conversation store on SQLModel: what the bot has seen in Slack, one session per call.
+"""The conversation store on SQLModel: what the bot has seen in Slack, one session per call (writes made within
+`writes_together` share one transaction).
 
 Upserts and claims insert first and rely on the table keys to detect an existing row, so
 callers racing from several threads never store a message twice nor claim it twice.
@@ -49,7 +50,14 @@ from myao2.domain.conversation import (
 )
 from myao2.domain.ports import Clock
 from myao2.infrastructure.clock import SystemClock
-from myao2.infrastructure.db.engine import INSERT_IGNORING, one_connection, reading, take_write_lock
+from myao2.infrastructure.db.engine import (
+    INSERT_IGNORING,
+    one_connection,
+    one_transaction,
+    reading,
+    take_write_lock,
+    writing,
+)
 from myao2.infrastructure.db.memory_store import bullet_to_json, row_to_memory
 from myao2.infrastructure.db.profile_store import fact_to_json, row_to_profile
 from myao2.infrastructure.db.tables import (
@@ -83,15 +91,15 @@ class SqlConversationStore:
         return self.save_messages((message,))[0]
 
     def save_messages(self, messages: Sequence[Message]) -> list[bool]:
-        with self._engine.begin() as connection:
+        with writing(self._engine) as connection:
             return [_save_message(connection, message) for message in messages]
 
     def edit_message(self, channel_id: str, ts: str, text: str) -> bool:
-        with self._engine.begin() as connection:
+        with writing(self._engine) as connection:
             return self._edit(connection, channel_id, ts, text)
 
     def delete_message(self, channel_id: str, ts: str) -> None:
-        with self._engine.begin() as connection:
+        with writing(self._engine) as connection:
             self._delete(connection, channel_id, ts)
 
     def reconcile(self, history: History, fetched_at: datetime) -> list[Message]:
@@ -104,7 +112,7 @@ class SqlConversationStore:
         channel_id = history.channel_id
         since = ts_to_datetime(history.complete_after) - timedelta(seconds=1)
         table = _table(MessageRow)
-        with self._engine.begin() as connection:
+        with writing(self._engine) as connection:
             take_write_lock(connection)  # an edit arriving meanwhile is not overwritten by the older fetched text
             rows = connection.execute(
                 core_select(table)
@@ -166,6 +174,9 @@ class SqlConversationStore:
 
     def reads_together(self) -> AbstractContextManager[None]:
         return one_connection(self._engine)
+
+    def writes_together(self) -> AbstractContextManager[None]:
+        return one_transaction(self._engine)
 
     def channel_messages(self, channel_id: str, limit: int, since: datetime | None = None) -> list[Message]:
         if since is None:
@@ -301,7 +312,7 @@ class SqlConversationStore:
             return
         messages = _table(MessageRow)
         gone = messages.c.channel_id == channel_id, messages.c.ts.in_(list(ts))
-        with self._engine.begin() as connection:
+        with writing(self._engine) as connection:
             connection.execute(
                 insert(_table(ExpiredMessageRow)).from_select(
                     ["channel_id", "ts", "user_id"],
@@ -411,7 +422,7 @@ class SqlConversationStore:
         self, channel_id: str, ts: str, attempts: int, retry_at: datetime, *, holder: str | None = None
     ) -> bool:
         claims = _table(ClaimRow)
-        with self._engine.begin() as connection:
+        with writing(self._engine) as connection:
             return connection.execute(
                 update(claims)
                 .where(*_claim_key(channel_id, ts), claims.c.settled_at.is_(None), claims.c.attempts == attempts)
@@ -420,7 +431,7 @@ class SqlConversationStore:
 
     def release(self, channel_id: str, ts: str, now: datetime) -> None:
         claims = _table(ClaimRow)
-        with self._engine.begin() as connection:
+        with writing(self._engine) as connection:
             connection.execute(
                 update(claims)
                 .where(*_claim_key(channel_id, ts), claims.c.settled_at.is_(None), claims.c.attempts > 0)
@@ -433,12 +444,12 @@ class SqlConversationStore:
 
     def begin_showing(self, channel_id: str, ts: str, *, holder: str | None = None) -> bool:
         values = {"claim_channel": channel_id, "claim_ts": ts, "claim_holder": holder}
-        with self._engine.begin() as connection:
+        with writing(self._engine) as connection:
             return connection.execute(_BEGIN_SHOWING, values).rowcount == 1
 
     def start_answer(self, channel_id: str, ts: str, answer_ts: str, *, holder: str | None = None) -> bool:
         values = {"claim_channel": channel_id, "claim_ts": ts, "answer": answer_ts, "claim_holder": holder}
-        with self._engine.begin() as connection:
+        with writing(self._engine) as connection:
             return connection.execute(_START_ANSWER, values).rowcount == 1
 
     def unfinished_answer(self, channel_id: str, ts: str) -> Unfinished | None:
@@ -490,7 +501,7 @@ class SqlConversationStore:
 
     def settle(self, channel_id: str, ts: str, answer_ts: str | None, *, holder: str | None = None) -> bool:
         values = {"claim_channel": channel_id, "claim_ts": ts, "answer": answer_ts, "at": self._clock.now(), "claim_holder": holder}
-        with self._engine.begin() as connection:
+        with writing(self._engine) as connection:
             return connection.execute(_SETTLE, values).rowcount == 1
 
     def due_answers(self, now: datetime, since: datetime, *, holder: str | None = None) -> list[PendingAnswer]:
@@ -555,7 +566,8 @@ class SqlConversationStore:
     # -- helpers -------------------------------------------------------------
 
     def _insert(self, model: type[SQLModel], values: dict[str, Any]) -> bool:
-        """Insert a row in its own transaction; False when its key is already taken.
+        """Insert a row in its own transaction (or the one `writes_together` holds, on SQLite and PostgreSQL);
+        False when its key is already taken.
 
         A Core statement built once per table, columns and dialect (`_insert_ignoring`), the values bound
         at each run; on SQLite and PostgreSQL no exception for a taken key.
@@ -563,7 +575,7 @@ class SqlConversationStore:
         dialect = self._engine.dialect.name
         statement = _insert_ignoring(_table(model), tuple(values), dialect)
         if dialect in INSERT_IGNORING:
-            with self._engine.begin() as connection:
+            with writing(self._engine) as connection:
                 return connection.execute(statement, values).rowcount == 1
         try:
             with self._engine.begin() as connection:
@@ -573,7 +585,7 @@ class SqlConversationStore:
         return True
 
     def _update(self, model: type[SQLModel], where: list[Any], values: dict[str, Any]) -> None:
-        with self._engine.begin() as connection:
+        with writing(self._engine) as connection:
             connection.execute(update(_table(model)).where(*where).values(**values))
 
     def _newest(self, query: Executable, **params: object) -> list[Message]:

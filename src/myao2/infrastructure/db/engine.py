@@ -103,13 +103,43 @@ _SHARED: ContextVar[Connection | None] = ContextVar("myao2_shared_connection", d
 """The connection `reading` hands out while `one_connection` holds it (in that thread's context only)."""
 
 
+_WRITING: ContextVar[Connection | None] = ContextVar("myao2_shared_transaction", default=None)
+"""The connection whose transaction `writing` hands out while `one_transaction` holds it (in that thread's context only)."""
+
+
 def reading(engine: Engine) -> AbstractContextManager[Connection]:
-    """A connection to read from (its transaction is rolled back, never committed): the one `one_connection` holds
-    for `engine` in this context, else a pooled one of its own."""
-    shared = _SHARED.get()
-    if shared is not None and shared.engine is engine:
-        return nullcontext(shared)
+    """A connection to read from (its transaction is rolled back, never committed): the one `one_transaction` or
+    `one_connection` holds for `engine` in this context, else a pooled one of its own."""
+    for held in (_WRITING.get(), _SHARED.get()):
+        if held is not None and held.engine is engine:
+            return nullcontext(held)
     return engine.connect()
+
+
+def writing(engine: Engine) -> AbstractContextManager[Connection]:
+    """A connection in a transaction to write in: the one `one_transaction` holds for `engine` in this context
+    (committed when that ends), else a pooled one with a transaction of its own, committed when the block ends."""
+    held = _WRITING.get()
+    if held is not None and held.engine is engine:
+        return nullcontext(held)
+    return engine.begin()
+
+
+@contextmanager
+def one_transaction(engine: Engine) -> Iterator[None]:
+    """Every `writing` (and `reading`) of `engine` made within (in this thread) shares one connection and one
+    transaction, committed once when the block ends, or rolled back as a whole if it raises: a crash leaves
+    all of those writes or none. Within one already held, it adds nothing."""
+    held = _WRITING.get()
+    if held is not None and held.engine is engine:
+        yield
+        return
+    with engine.begin() as connection:
+        token = _WRITING.set(connection)
+        try:
+            yield
+        finally:
+            _WRITING.reset(token)
 
 
 @contextmanager
