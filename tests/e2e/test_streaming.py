@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tests.e2e.conftest import ALICE, GENERAL, BotProcess, wait_until
+from tests.e2e.conftest import ALICE, GENERAL, START_SECONDS, BotProcess, wait_until
 from tests.e2e.test_answers_exactly_once import QUICK_RETRIES, mention
 from tests.fakes.openai_server import FakeOpenAI, Text, ToolCall, ToolCalls
 from tests.fakes.slack_server import FakeSlack
@@ -35,7 +35,8 @@ def test_a_slow_answer_streams_into_the_thread_while_it_is_written(bot: BotProce
     llm.script(Text(STORY, delay=0.3, pieces=50, interval=0.1))  # first token at 0.3 s, then 5 s of text
     ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> tell me a long story")
 
-    slack.wait_for(lambda: finished(slack, ts), timeout=20, what="the stream to finish")
+    # the first answer after start-up waits for the model libraries: seconds of CPU, like the start-up's
+    slack.wait_for(lambda: finished(slack, ts), timeout=START_SECONDS, what="the stream to finish")
     [stream] = streams_in(slack, ts)
     calls = stream["calls"]
     assert calls[0]["method"] == "chat.startStream" and calls[-1]["method"] == "chat.stopStream"
@@ -87,7 +88,7 @@ def test_a_workspace_refusing_streams_gets_whole_posts_and_one_log_line(bot: Bot
     bot.start()
     llm.set_responder(lambda request: Text("Here is the whole answer."))
     first = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> one")
-    slack.wait_for_posts(1, timeout=20)
+    slack.wait_for_posts(1, timeout=START_SECONDS)  # after the model libraries, loading since start-up
     second = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> two")
     posts = slack.wait_for_posts(2, timeout=20)
 
