@@ -419,10 +419,18 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
         llm.stop()
 
 
+def at_least_one(text: str) -> int:
+    """A count the per-mention and per-message figures divide by."""
+    count = int(text)
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {count}")
+    return count
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mentions", type=int, default=200, help="sequential mentions (default 200)")
-    parser.add_argument("--messages", type=int, default=300, help="plain messages ingested (default 300)")
+    parser.add_argument("--mentions", type=at_least_one, default=200, help="sequential mentions (default 200)")
+    parser.add_argument("--messages", type=at_least_one, default=300, help="plain messages ingested (default 300)")
     parser.add_argument("--concurrent", type=int, default=10, help="simultaneous mentions (default 10)")
     parser.add_argument("--streamed", type=int, default=3, help="sequential streamed answers (default 3)")
     parser.add_argument("--serve-slack", action="store_true", help=argparse.SUPPRESS)
