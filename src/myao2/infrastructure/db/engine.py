@@ -130,16 +130,8 @@ def one_transaction(engine: Engine) -> Iterator[None]:
     """Every `writing` (and `reading`) of `engine` made within (in this thread) shares one connection and one
     transaction, committed once when the block ends, or rolled back as a whole if it raises: a crash leaves
     all of those writes or none. Within one already held, it adds nothing."""
-    held = _WRITING.get()
-    if held is not None and held.engine is engine:
+    with _holding(_WRITING, engine, engine.begin):
         yield
-        return
-    with engine.begin() as connection:
-        token = _WRITING.set(connection)
-        try:
-            yield
-        finally:
-            _WRITING.reset(token)
 
 
 @contextmanager
@@ -149,16 +141,25 @@ def one_connection(engine: Engine) -> Iterator[None]:
     not one per read (~0.1 ms each). Each read still sees what was committed before it (on SQLite nothing begins
     a transaction for a read; PostgreSQL reads committed), as a connection of its own would. Within one already
     held, it adds nothing."""
-    shared = _SHARED.get()
-    if shared is not None and shared.engine is engine:
+    with _holding(_SHARED, engine, engine.connect):
+        yield
+
+
+@contextmanager
+def _holding(
+    held: ContextVar[Connection | None], engine: Engine, opened: Callable[[], AbstractContextManager[Connection]]
+) -> Iterator[None]:
+    """`held` set, within, to a connection to `engine` `opened` once (unless it already holds one to it)."""
+    current = held.get()
+    if current is not None and current.engine is engine:
         yield
         return
-    with engine.connect() as connection:
-        token = _SHARED.set(connection)
+    with opened() as connection:
+        token = held.set(connection)
         try:
             yield
         finally:
-            _SHARED.reset(token)
+            held.reset(token)
 
 
 _WRITE_LOCK = text("UPDATE alembic_version SET version_num = version_num WHERE 0 = 1")
