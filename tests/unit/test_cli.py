@@ -169,7 +169,7 @@ def run_module(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedPr
         env={**environ, **env},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=180,  # a hang guard: starting the command is seconds of CPU, far more wall time on a busy machine
     )
 
 

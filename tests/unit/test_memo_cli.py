@@ -175,7 +175,7 @@ def test_the_command_line_runs_memo_list(config_path, store):
         [sys.executable, "-m", "myao2", "memo", "list", "--config", str(config_path)],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=180,  # a hang guard (see myao2 below)
     )
 
     assert result.returncode == 0, result.stderr
@@ -217,7 +217,7 @@ def myao2(config_path, *argv: str) -> subprocess.CompletedProcess[str]:
         [sys.executable, "-m", "myao2", "memo", *argv, "--config", str(config_path)],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=180,  # a hang guard: starting the command is seconds of CPU, far more wall time on a busy machine
     )
 
 
