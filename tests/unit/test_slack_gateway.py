@@ -11,6 +11,7 @@ from decimal import Decimal
 import pytest
 
 from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Person
+from myao2.domain.ports import ConversationClosed
 from myao2.infrastructure.slack import gateway as gateway_module
 from myao2.infrastructure.slack.gateway import SlackAuthError, SlackGateway, make_web_client
 from tests.fakes.slack_server import FakeSlack
@@ -244,6 +245,20 @@ async def test_the_bots_posts_marked_as_no_answer_are_listed_oldest_first(fake: 
     assert await gateway.unmarked_posts("D1", in_dm, None) == []
     reply = await gateway.post("D1", "hello", None)
     assert await gateway.unmarked_posts("D1", in_dm, None) == [reply]
+
+
+@pytest.mark.parametrize("error", ["not_in_channel", "channel_not_found"])
+async def test_looking_for_an_answer_where_the_bot_can_read_nothing_says_the_conversation_is_closed(
+    fake: FakeSlack, gateway: SlackGateway, error: str
+) -> None:
+    await gateway.auth()
+    question = fake.post_message("C1", "U1", "<@UBOT> hi", emit=False)
+    for method in ("conversations.replies", "conversations.history"):
+        fake.inject_error(method, error)
+    with pytest.raises(ConversationClosed):
+        await gateway.answer_ts("C1", question, question)
+    with pytest.raises(ConversationClosed):
+        await gateway.unmarked_posts("C1", question, None)
 
 
 async def test_an_answer_in_a_dm_is_found_in_the_history(fake: FakeSlack, gateway: SlackGateway) -> None:

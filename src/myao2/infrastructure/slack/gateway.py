@@ -143,20 +143,22 @@ class SlackGateway:
         return sorted(unmarked, key=Decimal)
 
     async def _own_posts_after(self, channel_id: str, ts: str, thread_ts: str | None) -> AsyncIterator[dict[str, Any]]:
-        """The bot's messages after `ts` in the thread `thread_ts` (None: the channel), with their metadata."""
+        """The bot's messages after `ts` in the thread `thread_ts` (None: the channel), with their metadata;
+        `ConversationClosed` when Slack answers that the bot is out of the conversation or it is gone."""
         if thread_ts:
             arguments = {"channel": channel_id, "ts": thread_ts, "oldest": ts, "limit": PAGE_SIZE}
             fetch = self._client.conversations_replies
         else:
             arguments = {"channel": channel_id, "oldest": ts, "limit": PAGE_SIZE}
             fetch = self._client.conversations_history
-        response = await retrying(
-            "answer lookup", lambda: fetch(**arguments, include_all_metadata=True)
-        )
-        async for page in response:
-            for raw in page["messages"]:
-                if raw.get("bot_id") == self._bot_id:
-                    yield raw
+        try:
+            response = await retrying("answer lookup", lambda: fetch(**arguments, include_all_metadata=True))
+            async for page in response:
+                for raw in page["messages"]:
+                    if raw.get("bot_id") == self._bot_id:
+                        yield raw
+        except SlackApiError as exc:  # the bot can read nothing there now: no answer can be posted either
+            raise closed_or(exc) from None
 
     async def react(self, channel_id: str, ts: str, emoji: str) -> None:
         """Add a reaction; failures are only logged, a reaction being a courtesy."""
