@@ -37,7 +37,9 @@ def test_settling_again_freezes_nothing_more(collection: None) -> None:
     frozen = gc.get_freeze_count()
     kept = [[i] for i in range(1000)]
     start_up.settled()
-    assert gc.get_freeze_count() == frozen and kept
+    # Not frozen again: the 1,001 new lists would count. The count may fall meanwhile (frozen objects that
+    # other threads of this process, left by earlier tests, let go), never grow by them.
+    assert gc.get_freeze_count() < frozen + len(kept)
 
 
 def test_a_run_that_ends_at_a_bad_config_leaves_collection_on(collection: None, tmp_path) -> None:
