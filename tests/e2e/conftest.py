@@ -17,7 +17,7 @@ import pytest
 import yaml
 from sqlalchemy import create_engine, text
 
-from tests.fakes import PROXY_VARIABLES
+from tests.fakes import PROXY_VARIABLES, WAIT_SECONDS
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.slack_server import FakeSlack
 from tests.sqlite import copy_migrated
@@ -215,7 +215,7 @@ def bot(request: pytest.FixtureRequest, tmp_path: Path, slack: FakeSlack, llm: F
             process.stop()
 
 
-def wait_until(predicate, timeout: float = 30.0, what: str = "condition"):  # type: ignore[no-untyped-def]
+def wait_until(predicate, timeout: float = WAIT_SECONDS, what: str = "condition"):  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()

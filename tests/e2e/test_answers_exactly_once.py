@@ -32,7 +32,7 @@ def settled(bot: BotProcess, ts: str) -> str | None:
 
 def ready_status(bot: BotProcess) -> int:
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{bot.health_port}/ready", timeout=2) as response:
+        with urllib.request.urlopen(f"http://127.0.0.1:{bot.health_port}/ready", timeout=30) as response:
             return response.status
     except urllib.error.HTTPError as error:
         return error.code
@@ -50,11 +50,11 @@ def test_sigkill_while_the_model_writes_then_restart_gives_one_answer(
     llm.set_responder(lambda request: Text("Here I am."))
     bot.start()
     ts = mention(slack)
-    llm.wait_for_requests(1, timeout=30)
+    llm.wait_for_requests(1)
     bot.kill()
 
     bot.start()
-    slack.wait_for(lambda: answers_to(slack, ts), timeout=20, what="the answer after the restart")
+    slack.wait_for(lambda: answers_to(slack, ts), what="the answer after the restart")
     wait_until(lambda: settled(bot, ts), what="the claim settled")
     time.sleep(2.5)  # a retry round more: room for a second answer to show up
     assert [p["text"] for p in answers_to(slack, ts)] == ["Here I am."]
@@ -77,7 +77,7 @@ def test_sigkill_after_the_post_landed_but_before_it_was_recorded_gives_one_answ
 
     bot.start()
     answer = answers_to(slack, ts)[0]["ts"]
-    wait_until(lambda: settled(bot, ts) == answer, timeout=20, what="the claim settled with the posted answer")
+    wait_until(lambda: settled(bot, ts) == answer, what="the claim settled with the posted answer")
     time.sleep(2.5)
     assert len(answers_to(slack, ts)) == 1 and len(slack.posted) == 1
     assert len(llm.requests) == 1
@@ -91,14 +91,14 @@ def test_sigterm_while_the_model_writes_then_restart_gives_one_answer(
     llm.set_responder(lambda request: Text("Here I am."))
     bot.start()
     ts = mention(slack)
-    llm.wait_for_requests(1, timeout=30)
+    llm.wait_for_requests(1)
     started = time.monotonic()
     assert bot.stop() == 0
     assert time.monotonic() - started < 8
     assert answers_to(slack, ts) == []  # nothing half-posted
 
     bot.start()
-    slack.wait_for(lambda: answers_to(slack, ts), timeout=20, what="the answer after the restart")
+    slack.wait_for(lambda: answers_to(slack, ts), what="the answer after the restart")
     wait_until(lambda: settled(bot, ts), what="the claim settled")
     time.sleep(2.5)
     assert [p["text"] for p in answers_to(slack, ts)] == ["Here I am."]
@@ -109,7 +109,7 @@ def test_sigterm_lets_an_answer_in_progress_finish(bot: BotProcess, slack: FakeS
     llm.script(Text("Just in time.", delay=2))
     bot.start()
     ts = mention(slack)
-    llm.wait_for_requests(1, timeout=30)
+    llm.wait_for_requests(1)
     assert bot.stop() == 0
     assert [p["text"] for p in answers_to(slack, ts)] == ["Just in time."]
     assert settled(bot, ts) == answers_to(slack, ts)[0]["ts"]
@@ -127,7 +127,7 @@ def test_post_failing_once_then_six_429s_gives_one_answer(bot: BotProcess, slack
     slack.inject_error("chat.postMessage", "internal_error")
     slack.inject_rate_limit("chat.postMessage", times=6, retry_after=1)
     ts = mention(slack)
-    slack.wait_for(lambda: answers_to(slack, ts), timeout=30, what="the answer")
+    slack.wait_for(lambda: answers_to(slack, ts), what="the answer")
     wait_until(lambda: settled(bot, ts), what="the claim settled")
     time.sleep(2.5)
     assert [p["text"] for p in slack.posted] == ["Finally through."]
@@ -141,7 +141,7 @@ def test_a_failing_reaction_never_holds_the_answer(bot: BotProcess, slack: FakeS
     bot.start()
     slack.inject_rate_limit("reactions.add", times=20, retry_after=40)  # a reaction stuck for minutes
     ts = mention(slack)
-    slack.wait_for(lambda: answers_to(slack, ts), timeout=30, what="the answer, without its reaction")
+    slack.wait_for(lambda: answers_to(slack, ts), what="the answer, without its reaction")
     assert slack.reactions == []
     assert bot.stop() == 0
 
@@ -156,7 +156,7 @@ def test_a_mention_lost_to_a_users_info_failure_is_answered_by_the_periodic_sync
     time.sleep(1)  # past the start-up sync
     slack.inject_error("users.info", "internal_error", times=4)  # the first lookup and its three retries
     ts = mention(slack, "hi, I am new here", user="UCAROL")
-    slack.wait_for(lambda: answers_to(slack, ts), timeout=20, what="the answer from the periodic sync")
+    slack.wait_for(lambda: answers_to(slack, ts), what="the answer from the periodic sync")
     assert [p["text"] for p in answers_to(slack, ts)] == ["Nice to meet you, Carol."]
     lookups = [params["user"] for name, params in slack.web_calls if name == "users.info"]
     assert lookups.count("UCAROL") >= 5  # the live event's lookup and its retries failed; the sync's did not
@@ -183,7 +183,7 @@ def test_a_replaced_database_turns_ready_to_503_and_old_answers_are_not_repeated
     assert bot.stop() == 0
 
     bot.start()  # a fresh database: the history brings both messages back, unclaimed
-    wait_until(lambda: settled(bot, in_dm) and settled(bot, in_channel), timeout=20, what="both found answered")
+    wait_until(lambda: settled(bot, in_dm) and settled(bot, in_channel), what="both found answered")
     assert settled(bot, in_dm) == answers_to(slack, in_dm)[0]["ts"]
     time.sleep(1)
     assert len(slack.posted) == 2 and len(llm.requests) == 2

@@ -26,11 +26,11 @@ def test_sigkill_after_the_stream_stopped_but_before_it_was_recorded_gives_one_a
     bot.start()
     slack.inject_delay("chat.stopStream", 30)  # Slack stops the stream, the bot never hears back
     ts = mention(slack)
-    slack.wait_for(lambda: finished(slack, ts), timeout=30, what="the stream stopped")
+    slack.wait_for(lambda: finished(slack, ts), what="the stream stopped")
     bot.kill()
 
     bot.start()
-    wait_until(lambda: settled(bot, ts), timeout=30, what="the claim settled")
+    wait_until(lambda: settled(bot, ts), what="the claim settled")
     time.sleep(2.5)  # a retry round more: room for a second answer to show up
     [stream] = streams_in(slack, ts)
     assert settled(bot, ts) == stream["ts"]
@@ -49,7 +49,7 @@ def test_sigkill_after_slack_started_the_stream_but_before_the_bot_heard_its_ts_
     bot.start()
     slack.inject_delay("chat.startStream", 60)  # Slack starts the stream, the bot never hears its ts
     ts = mention(slack)
-    slack.wait_for(lambda: streams_in(slack, ts), timeout=30, what="the stream started in Slack")
+    slack.wait_for(lambda: streams_in(slack, ts), what="the stream started in Slack")
     bot.kill()
 
     bot.start()
@@ -58,7 +58,7 @@ def test_sigkill_after_slack_started_the_stream_but_before_the_bot_heard_its_ts_
         found = bot.rows("SELECT answer_ts FROM claims WHERE ts = :ts AND settled_at IS NOT NULL", ts=ts)
         return found[0][0] if found else None
 
-    wait_until(answer, timeout=30, what="the claim settled")
+    wait_until(answer, what="the claim settled")
     time.sleep(2.5)  # a retry round more: room for a second answer to show up
     [stream] = streams_in(slack, ts)
     assert not stream["streaming"]
@@ -87,12 +87,12 @@ def test_sigkill_after_a_memo_was_added_but_before_the_answer_ends_gives_one_mem
         with sqlite3.connect(bot.database) as db:
             return db.execute("SELECT name, content FROM memos").fetchall()
 
-    wait_until(memos, timeout=30, what="the memo committed")
-    llm.wait_for_requests(2, timeout=30)
+    wait_until(memos, what="the memo committed")
+    llm.wait_for_requests(2)
     bot.kill()
 
     bot.start()
-    wait_until(lambda: settled(bot, ts), timeout=30, what="the claim settled")
+    wait_until(lambda: settled(bot, ts), what="the claim settled")
     time.sleep(2.5)
     assert memos() == [("alice-birthday", "May 3")]
     [message] = bot_messages(slack)
@@ -111,7 +111,7 @@ def test_appends_rate_limited_are_waited_out_and_the_answer_ends_whole(
     slack.inject_rate_limit("chat.stopStream", times=1, retry_after=1)
     ts = mention(slack, "tell me a long story")
 
-    slack.wait_for(lambda: finished(slack, ts), timeout=30, what="the stream stopped")
+    slack.wait_for(lambda: finished(slack, ts), what="the stream stopped")
     assert [m["text"] for m in bot_messages(slack)] == [STORY]
     assert wait_until(lambda: settled(bot, ts), what="the claim settled")
     assert bot.stop() == 0
@@ -130,7 +130,7 @@ def test_mentions_together_in_one_thread_and_across_threads_while_the_model_is_s
         asked.append(slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> more {n}", thread_ts=first))
         asked.append(slack.post_message(GENERAL, BOB, f"<@{slack.bot_user_id}> again {n}", thread_ts=other))
 
-    wait_until(lambda: all(settled(bot, ts) for ts in asked), timeout=90, what="every mention settled")
+    wait_until(lambda: all(settled(bot, ts) for ts in asked), what="every mention settled")
     time.sleep(3)  # retry rounds more: room for a second answer to show up
     assert {ts: len(answers_to(slack, ts)) for ts in asked} == {ts: 1 for ts in asked}
     assert len(bot_messages(slack)) == len(asked)
@@ -156,7 +156,7 @@ def test_a_model_stream_closed_without_done_still_gives_the_answer(
     bot.start()
     llm.script(Raw(sse({"role": "assistant", "content": "Hello "}, {"content": "there."})))
     ts = mention(slack)
-    slack.wait_for(lambda: finished(slack, ts), timeout=30, what="the stream stopped")
+    slack.wait_for(lambda: finished(slack, ts), what="the stream stopped")
     assert [m["text"] for m in bot_messages(slack)] == ["Hello there."]
     assert bot.stop() == 0
 
@@ -167,7 +167,7 @@ def test_a_model_stream_going_silent_without_done_ends_the_answer_within_the_tim
     bot.start()
     llm.script(Raw(sse({"role": "assistant", "content": "Hello "}, {"content": "there."}, finish=None), hold_open=120))
     ts = mention(slack)
-    slack.wait_for(lambda: finished(slack, ts), timeout=60, what="the stream stopped")
+    slack.wait_for(lambda: finished(slack, ts), what="the stream stopped")
     [message] = bot_messages(slack)
     assert message["text"].startswith("Hello there.")
     assert wait_until(lambda: settled(bot, ts), what="the claim settled")
@@ -180,7 +180,7 @@ def test_malformed_json_in_the_model_stream_gets_the_apology(bot: BotProcess, sl
                    + "data: [DONE]\n\n"))
     ts = mention(slack)
     slack.wait_for(lambda: finished(slack, ts) or [p for p in slack.posted if p["method"] == "chat.postMessage"],
-                   timeout=30, what="the answer ended")
+                   what="the answer ended")
     [message] = bot_messages(slack)
     assert message["text"].endswith("Could you ask me again in a little while?")
     assert wait_until(lambda: settled(bot, ts), what="the claim settled")
@@ -195,7 +195,7 @@ def test_a_model_writing_without_end_is_cut_at_what_one_slack_message_holds(
     endless = "la " * 30_000  # 90,000 characters, more than a Slack message's 40,000, in 600 pieces
     llm.script(Text(endless, pieces=600, interval=0.01))
     ts = mention(slack, "sing")
-    slack.wait_for(lambda: finished(slack, ts), timeout=60, what="the stream stopped")
+    slack.wait_for(lambda: finished(slack, ts), what="the stream stopped")
     [message] = bot_messages(slack)
     assert message["text"].startswith("la la") and message["text"].endswith("Could you ask me again in a little while?")
     assert len(message["text"]) <= 40_000
@@ -212,7 +212,7 @@ def test_a_channel_archived_before_the_answer_is_given_up_once_not_retried(
     for method in ("chat.startStream", "chat.postMessage"):
         slack.inject_error(method, "is_archived", times=1000)  # archived between the mention and its answer
     ts = mention(slack)
-    wait_until(lambda: "given up" in bot.log(), timeout=30, what="the answer given up")
+    wait_until(lambda: "given up" in bot.log(), what="the answer given up")
     attempts = [m for m, _ in slack.web_calls if m in ("chat.startStream", "chat.postMessage")]
     time.sleep(5)  # several retry rounds: room for another attempt
     assert [m for m, _ in slack.web_calls if m in ("chat.startStream", "chat.postMessage")] == attempts
@@ -229,8 +229,8 @@ def test_a_model_calling_tools_without_end_is_stopped_at_its_cap_with_the_apolog
     llm.set_responder(lambda request: ToolCalls([ToolCall("list_memo_tags", {})]))
     bot.start()
     ts = mention(slack, "what do you know?")
-    slack.wait_for(lambda: finished(slack, ts) or bot_messages(slack), timeout=60, what="the answer ended")
-    assert wait_until(lambda: settled(bot, ts), timeout=30, what="the claim settled")
+    slack.wait_for(lambda: finished(slack, ts) or bot_messages(slack), what="the answer ended")
+    assert wait_until(lambda: settled(bot, ts), what="the claim settled")
     [message] = bot_messages(slack)
     assert message["text"].endswith("Could you ask me again in a little while?")
     assert len(llm.requests) == 4
@@ -246,8 +246,8 @@ def test_a_stream_left_open_by_a_crash_is_ended_even_when_slack_fails_the_first_
 
     slack.inject_server_error("chat.stopStream", 503)  # the restarted bot's first try to end it
     bot.start()
-    slack.wait_for(lambda: finished(slack, ts), timeout=30, what="the unfinished stream to be ended")
-    wait_until(lambda: settled(bot, ts), timeout=30, what="the claim settled")
+    slack.wait_for(lambda: finished(slack, ts), what="the unfinished stream to be ended")
+    wait_until(lambda: settled(bot, ts), what="the claim settled")
     [message] = bot_messages(slack)
     assert message["text"].startswith("Thi") and message["text"].endswith("Could you ask me again in a little while?")
     assert bot.stop() == 0
@@ -261,7 +261,7 @@ def test_sigterm_while_an_answer_streams_leaves_no_stream_open_and_one_answer_af
     stopped_at_exit = finished(slack, ts)
 
     bot.start()
-    wait_until(lambda: settled(bot, ts), timeout=30, what="the claim settled")
+    wait_until(lambda: settled(bot, ts), what="the claim settled")
     time.sleep(2.5)
     [message] = bot_messages(slack)
     assert message["text"].startswith("Thi") and message["text"].endswith("Could you ask me again in a little while?")

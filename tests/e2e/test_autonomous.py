@@ -72,7 +72,7 @@ def test_lone_question_gets_one_reply_after_the_wait(bot: BotProcess, slack: Fak
     time.sleep(WAIT - 0.4)
     assert slack.posted == [] and llm.requests == [], "nothing may happen before the wait is over"
 
-    slack.wait_for(lambda: slack.posted, timeout=30, what="the autonomous reply")
+    slack.wait_for(lambda: slack.posted, what="the autonomous reply")
     time.sleep(4 * CHECK)  # room for a wrong second reply
     posts = slack.posted
     assert [(p["text"], p["thread_ts"]) for p in posts] == [("Try the place on 5th street!", None)]
@@ -97,7 +97,7 @@ def test_lively_exchange_judged_no_is_not_rejudged_until_someone_posts(
                        (BOB, "unreal"), (ALICE, "haha right")]:
         slack.post_message(GENERAL, user, text)
 
-    slack.wait_for(lambda: judgments(llm), timeout=30, what="the first judgment")
+    slack.wait_for(lambda: judgments(llm), what="the first judgment")
     shown = prompt_text(judgments(llm)[0])
     assert "Alice: did you see the match?" in shown and "Bob: unreal" in shown
     time.sleep(8 * CHECK)
@@ -105,7 +105,7 @@ def test_lively_exchange_judged_no_is_not_rejudged_until_someone_posts(
     assert slack.posted == []
 
     slack.post_message(GENERAL, BOB, "see you at practice")
-    slack.wait_for(lambda: len(judgments(llm)) == 2, timeout=30, what="a judgment of the new state")
+    slack.wait_for(lambda: len(judgments(llm)) == 2, what="a judgment of the new state")
     time.sleep(8 * CHECK)
     assert len(judgments(llm)) == 2
     assert "Bob: see you at practice" in prompt_text(judgments(llm)[1])
@@ -125,7 +125,7 @@ def test_thread_and_top_level_are_judged_and_answered_separately(
     slack.post_message(GENERAL, BOB, "what about the staging db?", thread_ts=parent)
     slack.post_message(GENERAL, BOB, "unrelated: is lunch at noon?")
 
-    slack.wait_for(lambda: len(slack.posted) >= 2, timeout=30, what="two autonomous replies")
+    slack.wait_for(lambda: len(slack.posted) >= 2, what="two autonomous replies")
     time.sleep(4 * CHECK)
     posts = sorted((p["text"], p["thread_ts"]) for p in slack.posted)
     assert posts == [("thread answer", parent), ("top answer", None)]
@@ -162,7 +162,7 @@ def test_invalid_judgment_output_means_no_reply_and_no_storm(
     for channel in (GENERAL, "CDEV", "CQA"):
         slack.post_message(channel, ALICE, "is the coffee machine fixed?")
 
-    slack.wait_for(lambda: len(llm.requests) >= 3, timeout=30, what="a judgment in each channel")
+    slack.wait_for(lambda: len(llm.requests) >= 3, what="a judgment in each channel")
     time.sleep(10 * CHECK)
     calls = Counter(re.search(r"Where: #(\w+)", prompt_text(r)).group(1) for r in llm.requests)
     assert set(calls) == set(INVALID)
@@ -184,7 +184,7 @@ def test_mention_is_answered_during_a_slow_autonomous_reply(bot: BotProcess, sla
     slack.add_channel("CDEV", "dev", members=[ALICE, BOB])
     start(bot)
     slack.post_message(GENERAL, ALICE, "what should we do this weekend?")
-    slack.wait_for(lambda: generations(llm), timeout=30, what="the slow autonomous generation to start")
+    slack.wait_for(lambda: generations(llm), what="the slow autonomous generation to start")
 
     # In another channel: a post in #general would make the slow reply stale, and it would be dropped.
     mention = slack.post_message("CDEV", BOB, f"<@{slack.bot_user_id}> quick one: are you there?")
@@ -192,7 +192,7 @@ def test_mention_is_answered_during_a_slow_autonomous_reply(bot: BotProcess, sla
     answered = next(p for p in slack.posted if p["thread_ts"] == mention)
     assert answered["text"] == "mention answer"
 
-    slack.wait_for(lambda: len(slack.posted) >= 2, timeout=30, what="the slow autonomous reply")
+    slack.wait_for(lambda: len(slack.posted) >= 2, what="the slow autonomous reply")
     assert [(p["text"], p["thread_ts"]) for p in slack.posted] == [("mention answer", mention), ("slow answer", None)]
     assert bot.stop() == 0
 
@@ -214,7 +214,7 @@ def test_never_answers_itself_other_bots_or_excluded_channels(
     slack.post_message("CRANDOM", ALICE, "is anyone here?")
     slack.post_message("CQA", BOB, "what time is the meeting?")  # the control: this one is answered
 
-    slack.wait_for(lambda: slack.posted, timeout=30, what="the answer in #qa")
+    slack.wait_for(lambda: slack.posted, what="the answer in #qa")
     time.sleep(6 * CHECK)
     assert [(p["channel"], p["text"]) for p in slack.posted] == [("CQA", "answer")]
     [asked] = judgments(llm)
@@ -232,9 +232,9 @@ def test_a_reply_made_stale_by_a_new_message_is_not_posted(bot: BotProcess, slac
     llm.set_responder(responder(judge, lambda r: Text("slow answer", delay=3)))
     start(bot)
     slack.post_message(GENERAL, ALICE, "anyone know a good ramen place?")
-    slack.wait_for(lambda: generations(llm), timeout=30, what="the autonomous generation to start")
+    slack.wait_for(lambda: generations(llm), what="the autonomous generation to start")
     slack.post_message(GENERAL, BOB, "try the one by the station")
-    slack.wait_for(lambda: len(judgments(llm)) == 2, timeout=30, what="the new state judged")
+    slack.wait_for(lambda: len(judgments(llm)) == 2, what="the new state judged")
     time.sleep(3)  # the slow reply has been written by now
     assert len(generations(llm)) == 1
     assert slack.posted == []

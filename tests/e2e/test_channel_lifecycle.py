@@ -37,7 +37,7 @@ def plan_a_party_in_a_public_channel(bot: BotProcess, slack: FakeSlack, llm) -> 
         Text("Noted."),
     )
     ts = slack.post_message(PLANS, ALICE, f"<@{slack.bot_user_id}> we plan a surprise party for Bob on Friday")
-    slack.wait_for(lambda: replies_in(slack, ts), timeout=30, what="the reply in #plans")
+    slack.wait_for(lambda: replies_in(slack, ts), what="the reply in #plans")
 
 
 @pytest.mark.parametrize(("change", "kind"), [("convert_to_private", "private"), ("share_externally", "shared")])
@@ -139,7 +139,7 @@ def test_a_channel_the_bot_was_removed_from_is_no_longer_judged_until_it_is_back
 
     slack.add_member(GENERAL, slack.bot_user_id)
     wait_until(lambda: left_at(bot) == [(None,)], what="the bot back in the channel")
-    slack.wait_for(lambda: judgments(llm), timeout=WAIT + 5, what="the conversation judged again")
+    slack.wait_for(lambda: judgments(llm), what="the conversation judged again")
     assert "what a quiet day" in prompt_text(judgments(llm)[0])
     assert bot.stop() == 0
 

@@ -72,7 +72,7 @@ def test_simultaneous_mentions_are_all_answered(bot: BotProcess, slack: FakeSlac
     bot.start()
     llm.set_responder(lambda request: Text("On it!", delay=0.5))
     mentions = [slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> question {i}") for i in range(6)]
-    slack.wait_for(lambda: all(replies_in(slack, ts) for ts in mentions), timeout=20, what="six replies")
+    slack.wait_for(lambda: all(replies_in(slack, ts) for ts in mentions), what="six replies")
     assert all(len(replies_in(slack, ts)) == 1 for ts in mentions)
     assert bot.stop() == 0
 

@@ -35,7 +35,7 @@ def test_a_secret_deleted_while_the_bot_was_down_is_gone_after_the_next_sync(
 
     llm.script(Text("Nothing to see here."))
     ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> what did we say today?")
-    slack.wait_for(lambda: replies_in(slack, ts), timeout=30, what="the reply")  # the first loads the model libraries
+    slack.wait_for(lambda: replies_in(slack, ts), what="the reply")  # the first loads the model libraries
     prompt = prompt_text(llm.requests[-1])
     assert "what did we say today?" in prompt and "[redacted]" in prompt
     assert "7291" not in prompt and "xoxb-live-123" not in prompt
@@ -45,7 +45,7 @@ def test_a_secret_deleted_while_the_bot_was_down_is_gone_after_the_next_sync(
 def ready(bot: BotProcess) -> int | None:
     """/ready's status, or None while the health server does not answer."""
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{bot.health_port}/ready", timeout=2) as response:
+        with urllib.request.urlopen(f"http://127.0.0.1:{bot.health_port}/ready", timeout=30) as response:
             return response.status
     except urllib.error.HTTPError as error:
         return error.code
@@ -63,7 +63,7 @@ def test_slack_unreachable_at_start_up_is_waited_out_then_answers(
     time.sleep(seconds)
     assert bot.process.poll() is None, bot.log()
     slack.set_fault(None)
-    slack.wait_for(lambda: slack.connected, timeout=15, what="the bot to connect once Slack is back")
+    slack.wait_for(lambda: slack.connected, what="the bot to connect once Slack is back")
 
     llm.script(Text("Here now."))
     ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> finally?")
@@ -129,10 +129,10 @@ def test_a_socket_dropped_silently_is_replaced_and_the_mention_in_the_gap_answer
     ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> hello? anyone?")
     assert slack.connection_count == connections  # posted in the gap: its events reach no one
     wait_until(lambda: ready(bot) == 503, timeout=5, what="/ready at 503 while the socket is dead")
-    slack.wait_for(lambda: slack.connection_count > connections and slack.connected, timeout=30, what="a new socket")
+    slack.wait_for(lambda: slack.connection_count > connections and slack.connected, what="a new socket")
     assert time.monotonic() - dropped < 3.5
 
-    slack.wait_for(lambda: replies_in(slack, ts), timeout=15, what="the mention in the gap answered")
+    slack.wait_for(lambda: replies_in(slack, ts), what="the mention in the gap answered")
     wait_until(lambda: ready(bot) == 200, what="/ready back at 200")
     time.sleep(1)
     assert len(replies_in(slack, ts)) == 1

@@ -57,7 +57,7 @@ def test_ten_huge_messages_still_get_a_normal_answer_within_the_budget(
 
     ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> what did Bob paste?")
 
-    slack.wait_for(lambda: replies_in(slack, ts), timeout=20, what="the answer")
+    slack.wait_for(lambda: replies_in(slack, ts), what="the answer")
     assert [p["text"] for p in replies_in(slack, ts)] == ["That is a lot of x."]
     prompt = prompt_text(llm.requests[0])
     conversation = conversation_section(prompt)
@@ -120,12 +120,12 @@ def test_a_message_sqlite_would_refuse_stops_no_sync_and_no_answer(bot: BotProce
     away = slack.post_message("CDEV", ALICE, f"<@{slack.bot_user_id}> did you see this while away?", emit=False)
     llm.set_responder(lambda request: Text("Answered."))
     bot.start()
-    slack.wait_for(lambda: replies_in(slack, away), timeout=20, what="the mention made while away, in a later channel")
+    slack.wait_for(lambda: replies_in(slack, away), what="the mention made while away, in a later channel")
 
     bad = slack.post_message("CRANDOM", ALICE, f"<@{slack.bot_user_id}> what is \udc00 this?")
     other = slack.post_message(GENERAL, BOB, f"<@{slack.bot_user_id}> and me?")
 
-    slack.wait_for(lambda: replies_in(slack, bad) and replies_in(slack, other), timeout=20, what="both answers")
+    slack.wait_for(lambda: replies_in(slack, bad) and replies_in(slack, other), what="both answers")
     prompts = [prompt_text(request) for request in llm.requests]
     assert any("what is \ufffd this?" in prompt and "broken \ufffd emoji" in prompt for prompt in prompts)
     assert bot.stop() == 0

@@ -33,7 +33,7 @@ def send_event(port: int, event: dict, secret: str = SIGNING_SECRET) -> int:
         },
     )
     try:
-        with urllib.request.urlopen(request, timeout=5) as response:
+        with urllib.request.urlopen(request, timeout=30) as response:
             return response.status
     except urllib.error.HTTPError as error:
         return error.code

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import ALICE, BOB, CLI_SECONDS, GENERAL, ON_BOTH_DATABASES, START_SECONDS, BotProcess
+from tests.e2e.conftest import ALICE, BOB, CLI_SECONDS, GENERAL, ON_BOTH_DATABASES, BotProcess
 from tests.fakes.openai_server import Text, ToolCall, ToolCalls
 from tests.fakes.slack_server import FakeSlack
 
@@ -33,8 +33,7 @@ class Talk:
         posts = len(self.slack.posted)
         body = text if channel == DM else f"<@{self.slack.bot_user_id}> {text}"
         self.slack.post_message(channel, ALICE, body)
-        # START_SECONDS: the first answer after start-up waits for the model libraries (seconds of CPU)
-        self.slack.wait_for(lambda: len(self.slack.posted) > posts, timeout=START_SECONDS, what=f"the reply in {channel}")
+        self.slack.wait_for(lambda: len(self.slack.posted) > posts, what=f"the reply in {channel}")
         second = self.llm.requests[seen + 1]
         return [
             m["content"] if isinstance(m["content"], str) else "".join(p.get("text", "") for p in m["content"])

@@ -69,7 +69,7 @@ def test_summaries_reach_the_next_prompt_and_a_dm_memory_never_reaches_a_channel
             )
         )
 
-    wait_until(made, timeout=20, what="the memory job to make every memory")
+    wait_until(made, what="the memory job to make every memory")
     found = memories(bot)
     assert "remembered: the release moves to friday" in found[(f"channel:{GENERAL}", "long")]
     assert found[(f"thread:{GENERAL}:{parent}", "short")] == ["thread talk: I will write the release notes"]
@@ -97,13 +97,13 @@ def test_a_quiet_workspace_costs_no_memory_calls_and_a_restart_redoes_nothing(
 ) -> None:
     bot = memory_bot.start()
     slack.post_message(GENERAL, ALICE, "the release moves to friday")
-    wait_until(lambda: profiled(bot, ALICE), timeout=20, what="the first round, Alice's profile last")
+    wait_until(lambda: profiled(bot, ALICE), what="the first round, Alice's profile last")
     calls = len([r for r in llm.requests if is_memory_request(r)])
     assert bot.stop() == 0
 
     bot.start()
     slack.post_message(GENERAL, BOB, "ok")  # not a change the job has seen yet: one channel + workspace + Bob
-    wait_until(lambda: len([r for r in llm.requests if is_memory_request(r)]) >= calls + 3, timeout=20, what="the round")
+    wait_until(lambda: len([r for r in llm.requests if is_memory_request(r)]) >= calls + 3, what="the round")
     time.sleep(1.5)  # three more rounds with nothing new
     assert len([r for r in llm.requests if is_memory_request(r)]) == calls + 3
     assert memories(bot)[(f"channel:{GENERAL}", "long")] == [
@@ -124,7 +124,7 @@ def test_the_first_memory_round_reads_everything_the_start_up_catch_up_brings(
     slack.post_message(plans, BOB, "the merger with acme is on")
     slack.inject_delay("conversations.history", 1.0, times=2)  # each channel's history arrives a second late
     bot.start()
-    wait_until(lambda: any(is_channels_request(r) for r in llm.requests), timeout=20, what="the channels' round")
+    wait_until(lambda: any(is_channels_request(r) for r in llm.requests), what="the channels' round")
     reading = [prompt_text(r) for r in llm.requests if is_memory_request(r) and "lunch at noon" in prompt_text(r)]
     assert len(reading) == 1 and "merger with acme" in reading[0]  # both channels, in one call
     assert bot.stop() == 0

@@ -86,7 +86,7 @@ def test_llm_500_twice_then_answer(bot: BotProcess, slack: FakeSlack, llm) -> No
     bot.start()
     llm.script(Error(500, "boom"), Error(500, "boom again"), Text("Sorry for the wait, here I am."))
     ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> are you there?")
-    slack.wait_for(lambda: replies_in(slack, ts), timeout=20, what="the reply")
+    slack.wait_for(lambda: replies_in(slack, ts), what="the reply")
     assert [p["text"] for p in replies_in(slack, ts)] == ["Sorry for the wait, here I am."]
     assert len(llm.requests) == 3
     assert bot.stop() == 0
@@ -96,7 +96,7 @@ def test_llm_always_failing_gets_one_apology(bot: BotProcess, slack: FakeSlack, 
     bot.start()
     llm.set_responder(lambda request: Error(500, "down"))
     ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> are you there?")
-    slack.wait_for(lambda: replies_in(slack, ts), timeout=30, what="the apology")
+    slack.wait_for(lambda: replies_in(slack, ts), what="the apology")
     time.sleep(0.5)
     replies = replies_in(slack, ts)
     assert len(replies) == 1 and "Sorry" in replies[0]["text"]
@@ -108,7 +108,7 @@ def test_reconnects_after_the_websocket_drops(bot: BotProcess, slack: FakeSlack,
     bot.start()
     before = slack.connection_count
     slack.disconnect(kind="close")
-    slack.wait_for(lambda: slack.connection_count > before and slack.connected, timeout=15, what="a reconnect")
+    slack.wait_for(lambda: slack.connection_count > before and slack.connected, what="a reconnect")
     llm.script(Text("Back again."))
     ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> still there?")
     slack.wait_for(lambda: replies_in(slack, ts), what="the reply after reconnecting")
@@ -120,7 +120,7 @@ def test_mention_while_stopped_is_answered_after_start(bot: BotProcess, slack: F
     mention = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> did you miss me?", emit=False)
     llm.script(Text("I'm back! Sorry I missed you."))
     bot.start()
-    slack.wait_for(lambda: replies_in(slack, mention), timeout=20, what="the catch-up reply")
+    slack.wait_for(lambda: replies_in(slack, mention), what="the catch-up reply")
     with sqlite3.connect(bot.database) as db:
         stored = {ts for (ts,) in db.execute("SELECT ts FROM messages WHERE channel_id = ?", (GENERAL,))}
     assert {early, mention} <= stored
@@ -150,7 +150,7 @@ def test_health_endpoints(bot: BotProcess) -> None:
 
     def status(path: str) -> int:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{bot.health_port}{path}", timeout=2) as response:
+            with urllib.request.urlopen(f"http://127.0.0.1:{bot.health_port}{path}", timeout=30) as response:
                 return response.status
         except urllib.error.HTTPError as error:
             return error.code

@@ -70,7 +70,7 @@ def test_an_invalid_price_table_exits_2_naming_the_key(bot: BotProcess) -> None:
 def ready(bot: BotProcess) -> tuple[int, dict]:
     """/ready's status and JSON body."""
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{bot.health_port}/ready", timeout=5) as response:
+        with urllib.request.urlopen(f"http://127.0.0.1:{bot.health_port}/ready", timeout=30) as response:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as error:
         return error.code, json.loads(error.read())

@@ -14,6 +14,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from tests.e2e.conftest import CLI_SECONDS, START_SECONDS, BotProcess, free_port, wait_until
+from tests.fakes import WAIT_SECONDS
 from tests.fakes.memory_model import is_memory_request, remember
 from tests.fakes.openai_server import Error, FakeOpenAI, Text, ToolCall, ToolCalls
 from tests.fakes.slack_server import FakeSlack
@@ -30,7 +31,7 @@ CHROMIUM_ARGS = [
 BACKGROUND = (0xA1, 0xC1, 0xE6)
 TEXT = (0x10, 0x10, 0x10)
 
-expect.set_options(timeout=30_000)  # positive waits cost nothing when the event comes
+expect.set_options(timeout=WAIT_SECONDS * 1000)  # positive waits cost nothing when the event comes
 
 
 class PlaygroundProcess(BotProcess):
@@ -84,6 +85,7 @@ def browser() -> Iterator[Browser]:
 @pytest.fixture
 def page(browser: Browser) -> Iterator[Page]:
     context = browser.new_context(viewport={"width": 1280, "height": 800})
+    context.set_default_timeout(WAIT_SECONDS * 1000)  # as expect's: page loads and wait_for_function too
     page = context.new_page()
     yield page
     context.close()

@@ -38,7 +38,7 @@ def replies_to(slack: FakeSlack, ts: str) -> list[str]:
 def ready(bot: BotProcess) -> dict:
     """/ready's JSON, also when it answers 503 (not ready yet)."""
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{bot.health_port}/ready", timeout=5) as response:
+        with urllib.request.urlopen(f"http://127.0.0.1:{bot.health_port}/ready", timeout=30) as response:
             return json.loads(response.read())
     except urllib.error.HTTPError as error:
         if error.code != 503:

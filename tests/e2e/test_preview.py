@@ -10,7 +10,7 @@ import sys
 from datetime import datetime, timedelta
 
 from myao2.application.context import TIME_FORMAT
-from tests.e2e.conftest import ALICE, BOB, CLI_SECONDS, GENERAL, START_SECONDS, BotProcess, wait_until
+from tests.e2e.conftest import ALICE, BOB, CLI_SECONDS, GENERAL, BotProcess, wait_until
 from tests.e2e.test_memo_pins import myao2
 from tests.e2e.test_mentions import replies_in
 from tests.fakes.memory_model import is_channels_request, is_memory_request, remember
@@ -119,7 +119,6 @@ def test_the_memory_preview_is_byte_for_byte_the_memory_call_the_bot_then_makes(
     bot.start()
     request = wait_until(
         lambda: next((r for r in llm.requests[before:] if is_channels_request(r)), None),
-        timeout=START_SECONDS,  # the start-up catch-up comes first
         what="the memory call",
     )
     assert bot.stop() == 0
@@ -147,7 +146,6 @@ def test_the_judgment_preview_is_byte_for_byte_the_judgment_the_bot_then_asks_fo
     bot.start()
     request = wait_until(
         lambda: next((r for r in llm.requests[before:] if _tool_names(r) == ["JudgmentOutput"]), None),
-        timeout=START_SECONDS,
         what="the judgment",
     )
     assert bot.stop() == 0

@@ -26,10 +26,10 @@ def test_the_speakers_profiles_reach_the_prompt_and_a_dm_fact_stays_in_the_dm(
     slack.post_message(GENERAL, ALICE, "I like spicy ramen")
     slack.post_message(GENERAL, BOB, "I like green tea")
     slack.post_message(ALICE_DM, ALICE, "I like canary-dm-cake, but keep it between us")
-    wait_until(lambda: "likes canary-dm-cake" in facts(bot, ALICE), timeout=30, what="Alice's facts learnt")
+    wait_until(lambda: "likes canary-dm-cake" in facts(bot, ALICE), what="Alice's facts learnt")
     slack.post_message(GENERAL, ALICE, "I like spicy ramen")  # said again: a confirmation
     wait_until(
-        lambda: facts(bot, ALICE)["likes spicy ramen"][1] == 1, timeout=30, what="the fact confirmed"
+        lambda: facts(bot, ALICE)["likes spicy ramen"][1] == 1, what="the fact confirmed"
     )
     assert facts(bot, ALICE)["likes canary-dm-cake"] == (ALICE_DM, 0)
     assert facts(bot, ALICE)["likes spicy ramen"] == (None, 1)

@@ -141,7 +141,7 @@ def test_two_replicas_answer_every_mention_once_and_the_survivor_of_a_kill_takes
         mention()
 
     slack.wait_for(
-        lambda: all(answers_to(slack, ts) for ts in mentions), timeout=90, what="an answer to every mention"
+        lambda: all(answers_to(slack, ts) for ts in mentions), what="an answer to every mention"
     )
     time.sleep(LEASE_SECONDS)  # a lease period and retry rounds more: room for a second answer to show up
     assert [len(answers_to(slack, ts)) for ts in mentions] == [1] * len(mentions)
@@ -166,14 +166,14 @@ def test_an_answer_a_killed_replica_left_half_streamed_is_ended_by_the_other_not
     llm.script(Text("This answer is cut short by a crash, sadly", pieces=20, interval=0.5))
     llm.set_responder(lambda request: Text("A second answer that must not appear."))
     names, ts = start_and_mention(replicas, slack)
-    slack.wait_for(lambda: streams_in(slack, ts), timeout=20, what="the stream to start")
+    slack.wait_for(lambda: streams_in(slack, ts), what="the stream to start")
     [(holder,)] = wait_until(
         lambda: rows(database, f"SELECT holder FROM claims WHERE ts = '{ts}' AND answer_ts IS NOT NULL"),
         what="the stream's ts recorded",
     )
     names.pop(str(holder)).kill()  # the replica writing the answer dies mid-stream
 
-    slack.wait_for(lambda: finished(slack, ts), timeout=20, what="the other replica to end the stream")
+    slack.wait_for(lambda: finished(slack, ts), what="the other replica to end the stream")
     time.sleep(LEASE_SECONDS)  # a lease period and retry rounds more: room for a second answer to show up
     [stream] = streams_in(slack, ts)
     text = slack.messages(GENERAL)[-1]["text"]
@@ -193,7 +193,7 @@ def test_a_replica_stalled_beyond_its_lease_gives_the_answer_up_quietly_to_the_o
     names, ts = start_and_mention(replicas, slack)
     wait_until(lambda: llm.requests, what="the model asked for the answer")
     with frozen(names, database, ts) as stalled:  # while the model writes, for longer than its lease
-        slack.wait_for(lambda: answers_to(slack, ts), timeout=30, what="the other replica taking the answer over")
+        slack.wait_for(lambda: answers_to(slack, ts), what="the other replica taking the answer over")
 
     wait_until(
         lambda: "taken over by another replica" in stalled.log() or len(answers_to(slack, ts)) > 1,
@@ -217,7 +217,7 @@ def test_a_replica_stalled_while_writing_an_answer_posted_whole_leaves_no_second
     wait_until(lambda: llm.requests, what="the model asked for the answer")
     time.sleep(1.5)  # its first words written (nothing shows before the whole answer is posted)
     with frozen(names, database, ts) as stalled:  # mid-answer, for longer than its lease
-        slack.wait_for(lambda: "The answer." in str(answers_to(slack, ts)), timeout=30, what="the other replica's answer")
+        slack.wait_for(lambda: "The answer." in str(answers_to(slack, ts)), what="the other replica's answer")
 
     wait_until(lambda: "taken over by another replica" in stalled.log(), what="the stalled replica giving up")
     time.sleep(LEASE_SECONDS)  # room for a second answer to show up

@@ -57,7 +57,7 @@ def test_the_model_finds_a_memo_with_search_memo_and_answers(bot: BotProcess, sl
         Text("You love green tea, Alice!"),
     )
     ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> what do I like to drink?")
-    slack.wait_for(lambda: replies_in(slack, ts), timeout=60, what="the reply")
+    slack.wait_for(lambda: replies_in(slack, ts), what="the reply")
     assert [p["text"] for p in replies_in(slack, ts)] == ["You love green tea, Alice!"]
     results = tool_results(llm.requests[1])
     assert len(results) == 1
@@ -82,7 +82,7 @@ def test_recall_finds_a_japanese_message_from_weeks_ago_by_paraphrase(bot: BotPr
         Text("Bob went skiing in Hokkaido!"),
     )
     ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> where did Bob travel a few weeks ago?")
-    slack.wait_for(lambda: replies_in(slack, ts), timeout=60, what="the reply")
+    slack.wait_for(lambda: replies_in(slack, ts), what="the reply")
     result = tool_results(llm.requests[1])[0]
     matches = [line for line in result.splitlines() if line.startswith("  → ")]
     # Found among the hits (the next message, embedded with it, may come first)
@@ -109,12 +109,12 @@ def test_recall_never_finds_a_private_channel_message_from_a_public_channel(
         Text("It's Phoenix."),
     )
     public = slack.post_message(GENERAL, BOB, f"<@{slack.bot_user_id}> what is the secret project called?")
-    slack.wait_for(lambda: replies_in(slack, public), timeout=60, what="the public reply")
+    slack.wait_for(lambda: replies_in(slack, public), what="the public reply")
     public_result = tool_results(llm.requests[1])[0]
     assert "フェニックス" not in public_result
     assert "プロジェクトの進み具合" in public_result
 
     secret = slack.post_message(SECRET_ROOM, ALICE, f"<@{slack.bot_user_id}> what was the project called again?")
-    slack.wait_for(lambda: replies_in(slack, secret), timeout=60, what="the private reply")
+    slack.wait_for(lambda: replies_in(slack, secret), what="the private reply")
     assert "フェニックス" in tool_results(llm.requests[3])[0]  # the same search inside the room finds it
     assert bot.stop() == 0

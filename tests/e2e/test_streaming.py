@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tests.e2e.conftest import ALICE, GENERAL, START_SECONDS, BotProcess, wait_until
+from tests.e2e.conftest import ALICE, GENERAL, BotProcess, wait_until
 from tests.e2e.test_answers_exactly_once import QUICK_RETRIES, mention
 from tests.fakes.openai_server import FakeOpenAI, Text, ToolCall, ToolCalls
 from tests.fakes.slack_server import FakeSlack
@@ -36,7 +36,7 @@ def test_a_slow_answer_streams_into_the_thread_while_it_is_written(bot: BotProce
     ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> tell me a long story")
 
     # the first answer after start-up waits for the model libraries: seconds of CPU, like the start-up's
-    slack.wait_for(lambda: finished(slack, ts), timeout=START_SECONDS, what="the stream to finish")
+    slack.wait_for(lambda: finished(slack, ts), what="the stream to finish")
     [stream] = streams_in(slack, ts)
     calls = stream["calls"]
     assert calls[0]["method"] == "chat.startStream" and calls[-1]["method"] == "chat.stopStream"
@@ -61,7 +61,7 @@ def test_a_memo_written_while_answering_shows_as_a_task(bot: BotProcess, slack: 
     )
     ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> my birthday is May 3, remember it")
 
-    slack.wait_for(lambda: finished(slack, ts), timeout=20, what="the stream to finish")
+    slack.wait_for(lambda: finished(slack, ts), what="the stream to finish")
     [stream] = streams_in(slack, ts)
     assert [(t["title"], t["status"]) for t in stream["task_history"]] == [
         ("Add memo: alice-birthday", "in_progress"),
@@ -77,7 +77,7 @@ def test_task_display_can_be_turned_off(bot: BotProcess, slack: FakeSlack, llm) 
     llm.script(ToolCalls([ToolCall("get_memo", {"memo_name": "alice-birthday"})]), Text("I don't know yet."))
     ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> when is my birthday?")
 
-    slack.wait_for(lambda: finished(slack, ts), timeout=20, what="the stream to finish")
+    slack.wait_for(lambda: finished(slack, ts), what="the stream to finish")
     assert streams_in(slack, ts)[0]["task_history"] == []
     assert bot.stop() == 0
 
@@ -88,9 +88,9 @@ def test_a_workspace_refusing_streams_gets_whole_posts_and_one_log_line(bot: Bot
     bot.start()
     llm.set_responder(lambda request: Text("Here is the whole answer."))
     first = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> one")
-    slack.wait_for_posts(1, timeout=START_SECONDS)  # after the model libraries, loading since start-up
+    slack.wait_for_posts(1)  # after the model libraries, loading since start-up
     second = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> two")
-    posts = slack.wait_for_posts(2, timeout=20)
+    posts = slack.wait_for_posts(2)
 
     assert [(p["method"], p["thread_ts"], p["text"]) for p in posts] == [
         ("chat.postMessage", first, "Here is the whole answer."),
@@ -107,7 +107,7 @@ def test_streaming_turned_off_posts_whole(bot: BotProcess, slack: FakeSlack, llm
     llm.script(Text("Whole."))
     ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> hi")
 
-    [post] = slack.wait_for_posts(1, timeout=20)
+    [post] = slack.wait_for_posts(1)
     assert (post["method"], post["thread_ts"], post["text"]) == ("chat.postMessage", ts, "Whole.")
     assert "chat.startStream" not in [m for m, _ in slack.web_calls]
     assert bot.stop() == 0
@@ -118,7 +118,7 @@ def test_a_model_failing_midway_ends_the_stream_with_an_apology(bot: BotProcess,
     llm.script(Text("I was just about to tell you that the answer is", pieces=8, interval=0.2, fail_after=4))
     ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> what is the answer?")
 
-    slack.wait_for(lambda: finished(slack, ts), timeout=20, what="the stream to be stopped")
+    slack.wait_for(lambda: finished(slack, ts), what="the stream to be stopped")
     [stream] = streams_in(slack, ts)
     text = slack.messages(GENERAL)[-1]["text"]
     partial, _, apology = text.partition("\n\n")
@@ -136,7 +136,7 @@ def test_a_dm_answer_streams_into_the_conversation_without_recipients(bot: BotPr
     llm.script(Text("Hello in private!", pieces=4))
     slack.post_message("DALICE", ALICE, "hi there")
 
-    slack.wait_for(lambda: finished(slack, None, "DALICE"), timeout=20, what="the DM stream to finish")
+    slack.wait_for(lambda: finished(slack, None, "DALICE"), what="the DM stream to finish")
     [stream] = streams_in(slack, None, "DALICE")
     assert stream["recipient_user_id"] is None and stream["recipient_team_id"] is None
     assert slack.messages("DALICE")[-1]["text"] == "Hello in private!"
@@ -157,7 +157,7 @@ def streaming_answer(bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI, text: s
     llm.set_responder(lambda request: Text("A second answer that must not appear."))
     bot.start()
     ts = mention(slack, "tell me something")
-    slack.wait_for(lambda: streams_in(slack, ts), timeout=30, what="the stream to start")
+    slack.wait_for(lambda: streams_in(slack, ts), what="the stream to start")
     wait_until(lambda: recorded_answer(bot, ts), what="the stream's ts recorded")
     return ts
 
@@ -168,7 +168,7 @@ def test_a_crash_mid_stream_is_ended_after_restart_not_answered_twice(bot: BotPr
     bot.kill()
 
     bot.start()
-    slack.wait_for(lambda: finished(slack, ts), timeout=20, what="the unfinished stream to be ended")
+    slack.wait_for(lambda: finished(slack, ts), what="the unfinished stream to be ended")
     time.sleep(2.5)  # a retry round more: room for a second answer to show up
     [stream] = streams_in(slack, ts)
     text = slack.messages(GENERAL)[-1]["text"]
@@ -190,8 +190,8 @@ def test_an_append_failing_once_still_ends_the_stream_with_the_whole_text(
     slack.inject_server_error("chat.appendStream", 500, after=landed)  # Slack failing (after the work, or before)
     ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> tell me a long story")
 
-    slack.wait_for(lambda: finished(slack, ts), timeout=30, what="the stream to be stopped, not left open")
-    slack.wait_for(lambda: slack.messages(GENERAL)[-1]["text"] == STORY, timeout=30, what="the whole text")
+    slack.wait_for(lambda: finished(slack, ts), what="the stream to be stopped, not left open")
+    slack.wait_for(lambda: slack.messages(GENERAL)[-1]["text"] == STORY, what="the whole text")
     [stream] = streams_in(slack, ts)
     assert len([m for m in slack.messages(GENERAL) if m.get("user") == slack.bot_user_id]) == 1
     assert wait_until(lambda: stored_bot_messages(bot), what="the stored reply") == [(stream["ts"], STORY)]
@@ -208,7 +208,7 @@ def test_a_broken_stream_that_cannot_be_updated_either_is_followed_by_its_lost_t
     slack.inject_error("chat.update", "cant_update_message", times=100)
     ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> tell me a long story")
 
-    slack.wait_for(lambda: [p for p in slack.posted if p["method"] == "chat.postMessage"], timeout=30, what="the rest")
+    slack.wait_for(lambda: [p for p in slack.posted if p["method"] == "chat.postMessage"], what="the rest")
     [stream] = streams_in(slack, ts)
     wait_until(
         lambda: bot.rows("SELECT answer_ts FROM claims WHERE ts = :ts AND settled_at IS NOT NULL", ts=ts) == [(stream["ts"],)],

@@ -49,6 +49,7 @@ from typing import Any, Callable, Union
 
 from aiohttp import web
 
+from tests.fakes import WAIT_SECONDS
 from tests.fakes._server import LoopbackServer, serve_until_signalled
 
 
@@ -222,7 +223,7 @@ class FakeOpenAI(LoopbackServer):
         with self._lock:
             self._responder = responder or default_responder
 
-    def wait_for_requests(self, n: int, timeout: float = 30.0) -> list[dict[str, Any]]:
+    def wait_for_requests(self, n: int, timeout: float = WAIT_SECONDS) -> list[dict[str, Any]]:
         """Block until ``n`` requests arrived; returns all requests so far."""
         deadline = time.monotonic() + timeout
         while True:
@@ -233,7 +234,7 @@ class FakeOpenAI(LoopbackServer):
                 raise TimeoutError(f"timed out after {timeout}s waiting for {n} request(s); got {len(requests)}")
             time.sleep(0.01)
 
-    async def async_wait_for_requests(self, n: int, timeout: float = 30.0) -> list[dict[str, Any]]:
+    async def async_wait_for_requests(self, n: int, timeout: float = WAIT_SECONDS) -> list[dict[str, Any]]:
         """Like ``wait_for_requests`` but for use inside coroutines."""
         deadline = time.monotonic() + timeout
         while len(self.requests) < n:

@@ -66,6 +66,7 @@ from typing import Any, Callable
 
 from aiohttp import WSMsgType, web
 
+from tests.fakes import WAIT_SECONDS
 from tests.fakes._server import LoopbackServer, serve_until_signalled
 
 CONTROL_METHODS = (
@@ -618,7 +619,7 @@ class FakeSlack(LoopbackServer):
 
     # ------------------------------------------------------------------ waiting
 
-    def wait_for(self, predicate: Callable[[], Any], timeout: float = 30.0, what: str | None = None) -> Any:
+    def wait_for(self, predicate: Callable[[], Any], timeout: float = WAIT_SECONDS, what: str | None = None) -> Any:
         """Poll ``predicate`` until it returns a truthy value, which is returned.
 
         Raises TimeoutError describing what was awaited and the recent traffic.
@@ -633,7 +634,7 @@ class FakeSlack(LoopbackServer):
             time.sleep(0.01)
 
     async def async_wait_for(
-        self, predicate: Callable[[], Any], timeout: float = 30.0, what: str | None = None
+        self, predicate: Callable[[], Any], timeout: float = WAIT_SECONDS, what: str | None = None
     ) -> Any:
         """Like ``wait_for`` but sleeps with asyncio, for use inside coroutines."""
         deadline = time.monotonic() + timeout
@@ -645,11 +646,11 @@ class FakeSlack(LoopbackServer):
                 raise TimeoutError(self._timeout_message(predicate, timeout, what))
             await asyncio.sleep(0.01)
 
-    def wait_connected(self, timeout: float = 30.0) -> None:
+    def wait_connected(self, timeout: float = WAIT_SECONDS) -> None:
         """Wait until a Socket Mode client is connected."""
         self.wait_for(lambda: self.connected, timeout, "a Socket Mode connection")
 
-    def wait_for_posts(self, n: int, timeout: float = 30.0) -> list[dict[str, Any]]:
+    def wait_for_posts(self, n: int, timeout: float = WAIT_SECONDS) -> list[dict[str, Any]]:
         """Wait until the bot posted at least ``n`` messages (chat.postMessage, or a stream stopped); returns them."""
 
         def posts() -> list[dict[str, Any]]:
@@ -658,7 +659,7 @@ class FakeSlack(LoopbackServer):
 
         return self.wait_for(posts, timeout, f"{n} posted message(s)")
 
-    def wait_for_acks(self, n: int, timeout: float = 30.0) -> list[str]:
+    def wait_for_acks(self, n: int, timeout: float = WAIT_SECONDS) -> list[str]:
         """Wait until at least ``n`` envelopes were acked; returns the acked ids."""
         return self.wait_for(lambda: len(self.acks) >= n and self.acks, timeout, f"{n} ack(s)")
 
