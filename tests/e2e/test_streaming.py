@@ -198,14 +198,17 @@ def test_an_append_failing_once_still_ends_the_stream_with_the_whole_text(
     assert bot.stop() == 0
 
 
+@pytest.mark.parametrize("post_fails_after_landing", [False, True])
 def test_a_broken_stream_that_cannot_be_updated_either_is_followed_by_its_lost_text_and_the_apology(
-    bot: BotProcess, slack: FakeSlack, llm
+    bot: BotProcess, slack: FakeSlack, llm, post_fails_after_landing: bool
 ) -> None:
     bot.settings["response.answer_retry_seconds"] = [1, 1, 1]  # a failed attempt would be taken up again at once
     bot.start()
     llm.script(Text(STORY, pieces=20, interval=0.1))
     slack.inject_error("chat.appendStream", "message_not_in_streaming_state", times=100)  # the stream expired
     slack.inject_error("chat.update", "cant_update_message", times=100)
+    if post_fails_after_landing:  # the rest is posted, then Slack answers 500: the bot retries the post
+        slack.inject_server_error("chat.postMessage", 500, after=True)
     ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> tell me a long story")
 
     slack.wait_for(lambda: [p for p in slack.posted if p["method"] == "chat.postMessage"], what="the rest")
@@ -217,7 +220,7 @@ def test_a_broken_stream_that_cannot_be_updated_either_is_followed_by_its_lost_t
     time.sleep(4)  # retry rounds more: room for a second answer or a stray apology to show up
     shown, rest = [m for m in slack.messages(GENERAL) if m.get("user") == slack.bot_user_id]
     assert shown["ts"] == stream["ts"] and STORY.startswith(shown["text"]) and shown["text"]
-    assert rest["thread_ts"] == ts and "metadata" not in rest
+    assert rest["thread_ts"] == ts and rest["metadata"]["event_payload"] == {"answers": stream["ts"]}  # not `ts`'s
     assert rest["text"] == STORY[len(shown["text"]) :].strip() + "\n\nSorry, I can't seem to think straight right now. Could you ask me again in a little while?"
     assert len(streams_in(slack, ts)) == 1 and finished(slack, ts)
     assert bot.stop() == 0

@@ -42,12 +42,12 @@ def fake():
 
 @pytest.fixture
 async def publisher_for(fake):
-    clients = []
+    client = make_web_client(fake.bot_token, fake.base_url)
+    gateway = SlackGateway(client)
+    await gateway.auth()  # the bot's own posts are told by its bot id: a retried post is looked up
 
     def make(**settings: bool) -> SlackReplyPublisher:
-        client = make_web_client(fake.bot_token, fake.base_url)
-        clients.append(client)
-        return SlackReplyPublisher(client, SlackGateway(client), "T1", StreamSettings(**settings))
+        return SlackReplyPublisher(client, gateway, "T1", StreamSettings(**settings))
 
     yield make
 
@@ -266,8 +266,27 @@ async def test_a_broken_stream_whose_update_fails_still_gets_its_lost_text_and_t
     assert published == PublishedReply(stream["ts"], "x" * 150) and shown["ts"] == stream["ts"]
     assert shown["text"] == "x" * 150  # what the stream took before it broke
     assert rest["text"] == "y" * 150 + "\n\nSorry!" and rest["thread_ts"] == parent
-    assert "metadata" not in rest  # not a second answer: the streamed message is the answer
+    assert rest["metadata"]["event_payload"] == {"answers": stream["ts"]}  # the rest of it, not a second answer
     assert [p["method"] for p in fake.posted].count("chat.postMessage") == 1
+
+
+async def test_the_lost_text_of_a_broken_stream_is_followed_once_when_its_post_fails_after_slack_stored_it(
+    fake, publisher_for
+):
+    parent = fake.post_message("C1", "U1", "hi <@UBOT>")
+    fake.inject_error("chat.appendStream", "message_not_in_streaming_state", times=5)
+    fake.inject_error("chat.update", "cant_update_message", times=5)
+    fake.inject_server_error("chat.postMessage", 500, after=True)  # stored, then failed: the bot retries
+    text = "x" * 150 + "y" * 150
+
+    published = await publisher_for().publish(GENERAL, parent, "U1", events(*deltas(text, 150), ReplyDone(text)),
+                                              APOLOGY, answering=parent)
+
+    [stream] = fake.streams
+    assert [m["text"] for m in fake.messages("C1")] == ["hi <@UBOT>", "x" * 150, "y" * 150 + "\n\nSorry!"]
+    assert published == PublishedReply(stream["ts"], "x" * 150)
+    rest = fake.messages("C1")[-1]
+    assert rest["metadata"]["event_payload"] == {"answers": stream["ts"]}  # not the answer to `parent`
 
 
 async def test_a_broken_stream_whose_update_fails_once_gets_the_whole_text_by_update(fake, publisher_for):

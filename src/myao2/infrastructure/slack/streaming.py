@@ -323,19 +323,16 @@ class _Stream:
         return await self._follow(ts, text, apology)
 
     async def _follow(self, ts: str, text: str, apology: str) -> PublishedReply:
-        """Post what message `ts` did not take of `text`, then `apology`, after it in its thread (not marked as the
-        answer: message `ts` is, as it stands)."""
+        """Post what message `ts` did not take of `text`, then `apology`, after it in its thread.
+
+        The post is marked as the answer to message `ts` (which stays the answer to the message answered, as it
+        stands), so a post that failed after Slack stored it is found rather than posted again.
+        """
         shown = self._taken.strip()
         lost = text[len(shown) :].strip()
         if lost:
             follow = lost + (apology_tail(lost, apology) if apology else "")
-            try:
-                await retrying(
-                    "chat.postMessage",
-                    lambda: self._client.chat_postMessage(channel=self._channel.id, text=follow, thread_ts=self._thread_ts),
-                )
-            except SlackApiError as exc:
-                raise closed_or(exc) from None
+            await self._owner._chat.post(self._channel.id, follow, self._thread_ts, ts)
         return PublishedReply(ts, shown)
 
     async def _withdraw(self) -> None:
