@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import Engine
 
 from myao2.application.agents import ModelUnavailable
-from myao2.application.context import Budget, ContextBuilder, Persona, PromptContext
+from myao2.application.context import Absorbed, Budget, ContextBuilder, Persona, PromptContext
 from myao2.application.conversations import Conversations
 from myao2.application.mention import AnswerMention, MentionSettings
 from myao2.application.reply_stream import PublishedReply, ReplyDone, ReplyStream, TextDelta
@@ -120,8 +120,10 @@ class WholePublisher:
 def answer_mention(
     engine: Engine, store: SqlConversationStore, chat: Any, publisher: Any, writer: FakeWriter, clock: ManualClock,
     spawned: list[Coroutine[Any, Any, None]], bot: BotIdentity = BOT, replica: str | None = None,
+    absorbed: Absorbed | None = None,
 ) -> AnswerMention:
-    """The use case on these fakes, `spawned` collecting what it starts in the background."""
+    """The use case on these fakes, `spawned` collecting what it starts in the background; its prompts show
+    what `absorbed` holds, if given."""
     contexts = ContextBuilder(
         SqlMemoStore(engine, clock),
         clock,
@@ -129,6 +131,7 @@ def answer_mention(
         bot_user_id=bot.user_id,
         budget=Budget(conversation_tokens=6000, message_tokens=1000),
         marks=prompt_marks("en"),
+        absorbed=absorbed,
     )
     return AnswerMention(
         store=store,

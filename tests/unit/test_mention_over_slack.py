@@ -3,7 +3,11 @@ while the bot never heard back."""
 
 from __future__ import annotations
 
-from collections.abc import Coroutine
+import asyncio
+import re
+from collections.abc import Coroutine, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -11,9 +15,14 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 
+from myao2.application.context import Absorbed
+from myao2.composition import memory_budgets
+from myao2.config import Config
 from myao2.domain.conversation import Channel, Message
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
+from myao2.infrastructure.db.memory_store import SqlMemoryStore
+from myao2.infrastructure.db.profile_store import SqlProfileStore
 from myao2.infrastructure.slack.gateway import SlackGateway, make_web_client
 from myao2.infrastructure.slack.streaming import SlackReplyPublisher, StreamSettings
 from tests.clocks import ManualClock
@@ -28,7 +37,8 @@ class World:
     """The use case with its stores on SQLite and Slack behind the Web API client the bot uses; retries are taken
     up by moving the clock."""
 
-    def __init__(self, tmp_path: Path, slack: FakeSlack, replica: str | None = None) -> None:
+    def __init__(self, tmp_path: Path, slack: FakeSlack, replica: str | None = None, memories: bool = False) -> None:
+        """With `memories`, prompts show the memories and profiles stored, as the bot's do."""
         self.slack = slack
         self.replica = replica
         self.clock = ManualClock(datetime.now(timezone.utc))
@@ -38,13 +48,24 @@ class World:
         self.gateway = SlackGateway(self.client)
         self.writer = FakeWriter()
         self.spawned: list[Coroutine[Any, Any, None]] = []
+        self.absorbed = (
+            Absorbed(
+                SqlMemoryStore(self.engine, self.clock),
+                SqlProfileStore(self.engine, self.clock),
+                memory_budgets(Config()),
+                self.store,
+            )
+            if memories
+            else None
+        )
         self.store.save_channel(Channel("C1", "general"))
 
     async def start(self) -> None:
         bot = await self.gateway.auth()
         publisher = SlackReplyPublisher(self.client, self.gateway, bot.team_id, StreamSettings())
         self.answer = answer_mention(
-            self.engine, self.store, self.gateway, publisher, self.writer, self.clock, self.spawned, bot, self.replica
+            self.engine, self.store, self.gateway, publisher, self.writer, self.clock, self.spawned, bot, self.replica,
+            self.absorbed,
         )
 
     def mention(self) -> Message:
@@ -200,4 +221,77 @@ async def test_an_answer_is_stored_and_settled_in_one_commit(world: World) -> No
         "UPDATE claims SET", "COMMIT",  # noted as showing, before the stream starts
         "UPDATE claims SET", "COMMIT",  # the stream's ts, as soon as Slack told it
         "INSERT INTO messages", "UPDATE claims SET", "COMMIT",  # the answer stored and settled: both or neither
+    ]
+
+
+_TRIP: ContextVar[int] = ContextVar("trip to a worker thread", default=0)
+
+
+@contextmanager
+def trips_to_the_database(world: World, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[list[str]]]:
+    """Within, each trip to a worker thread (`asyncio.to_thread`), with the statements and commits it sent to the
+    database in order (a SELECT named by the table it reads); a statement sent outside a trip is a trip of its own."""
+    trips: list[list[str]] = []
+    to_thread = asyncio.to_thread
+
+    async def counted(func: Any, /, *args: Any, **kwargs: Any) -> Any:
+        trips.append([])
+        _TRIP.set(len(trips))  # copied into the worker thread's context by to_thread
+        return await to_thread(func, *args, **kwargs)
+
+    def sent(what: str) -> None:
+        trip = _TRIP.get()
+        if trip == 0:
+            trips.append([what])
+        else:
+            trips[trip - 1].append(what)
+
+    def executed(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+        words = statement.split()
+        table = re.search(r"\bFROM (\w+)", statement)
+        sent(f"SELECT {table.group(1) if table else '?'}" if words[0] == "SELECT" else " ".join(words[:3]))
+
+    monkeypatch.setattr(asyncio, "to_thread", counted)
+    event.listen(world.engine, "before_cursor_execute", executed)
+    event.listen(world.engine, "commit", sent_commit := lambda _: sent("COMMIT"))
+    try:
+        yield trips
+    finally:
+        event.remove(world.engine, "before_cursor_execute", executed)
+        event.remove(world.engine, "commit", sent_commit)
+
+
+async def test_a_mention_is_answered_in_these_trips_to_the_database_and_no_more(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every statement a mention answered by a replica sends to the database, trip by trip (each costs CPU: a
+    read or a trip more shows here)."""
+    with FakeSlack(ack_timeout=None) as slack:
+        slack.add_user("U1", "alice")
+        slack.add_channel("C1", "general", members=["U1"])
+        world = World(tmp_path, slack, replica="r1", memories=True)
+        await world.start()
+        message = world.mention()
+        with trips_to_the_database(world, monkeypatch) as trips:
+            await world.answer(message)
+
+    [stream] = world.slack.streams
+    assert answered(world, message) == [(stream["ts"], True)]
+    assert trips == [
+        ["INSERT INTO claims", "COMMIT", "SELECT channels"],  # the claim, and the channel for the answer
+        [  # the prompt: the conversation, the memos, memories, digests and profiles
+            "SELECT messages",
+            "SELECT memos",
+            "SELECT memos",
+            "SELECT memos",
+            "SELECT memories",
+            "SELECT channels",
+            "SELECT memories",
+            "SELECT digests",
+            "SELECT profiles",
+        ],
+        ["UPDATE claims SET", "COMMIT"],  # noted as showing, before the stream starts
+        ["UPDATE claims SET", "COMMIT"],  # the stream's ts, as soon as Slack told it
+        ["SELECT claims"],  # still this replica's, before the answer is complete
+        ["INSERT INTO messages", "UPDATE claims SET", "COMMIT"],  # the answer stored and settled
     ]
