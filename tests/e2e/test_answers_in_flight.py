@@ -5,6 +5,10 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from typing import Any
+
+from sqlalchemy import create_engine, text
+from sqlalchemy.pool import NullPool
 
 from tests.e2e.conftest import ALICE, BOB, GENERAL, ON_BOTH_DATABASES, BotProcess, wait_until
 from tests.e2e.test_answers_exactly_once import QUICK_RETRIES, answers_to, mention, settled
@@ -70,6 +74,79 @@ def test_sigkill_after_slack_started_the_stream_but_before_the_bot_heard_its_ts_
     assert len(llm.requests) == 1
     stored = [(stream["ts"], message["text"])]
     wait_until(lambda: bot.rows("SELECT ts, text FROM messages WHERE user_id = 'UBOT'") == stored, what="its text stored")
+    assert bot.stop() == 0
+
+
+class ClaimsLock:
+    """The bot's claims locked against its writes from another connection (`take`, then `release`).
+
+    In SQLite the whole database is locked: the bot's write waits out its busy timeout, then fails. In
+    PostgreSQL the claim rows are: the bot's write waits on them until `drop_waiting` drops its connection.
+    """
+
+    def __init__(self, bot: BotProcess) -> None:
+        self._url = bot.database_url
+        self._held: Any = None
+
+    def take(self) -> None:
+        if self._url.startswith("sqlite"):
+            self._held = sqlite3.connect(self._url.removeprefix("sqlite:///"), isolation_level=None,
+                                         check_same_thread=False)
+            self._held.execute("BEGIN IMMEDIATE")
+        else:
+            self._held = create_engine(self._url, poolclass=NullPool).connect()
+            self._held.execute(text("SELECT ts FROM claims FOR UPDATE"))
+
+    def drop_waiting(self) -> None:
+        """Drop the bot's connection whose write waits on the lock (PostgreSQL; in SQLite the write fails alone)."""
+        if self._url.startswith("sqlite"):
+            return
+        waiting = "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+        admin = create_engine(self._url, poolclass=NullPool, isolation_level="AUTOCOMMIT")
+        with admin.connect() as connection:
+            pid = wait_until(lambda: connection.execute(text(waiting)).scalar(), what="the bot's write to wait")
+            connection.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+        admin.dispose()
+
+    def release(self) -> None:
+        if self._held is not None:
+            self._held.rollback()
+            self._held.close()
+            self._held = None
+
+
+@ON_BOTH_DATABASES
+def test_an_answer_whose_showing_cannot_be_noted_is_answered_by_a_retry_not_with_the_apology(
+    bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
+) -> None:
+    bot.settings.update(QUICK_RETRIES)
+    lock = ClaimsLock(bot)
+    replies = iter(["An answer that must not appear.", "The one and only answer."])
+
+    def respond(request: dict) -> Text:
+        if len(llm.requests) == 1:  # before its first words reach the bot, which notes in the claim that it shows
+            lock.take()
+        return Text(next(replies))
+
+    llm.set_responder(respond)
+    bot.start()
+    try:
+        ts = mention(slack)
+        lock.drop_waiting()
+        wait_until(lambda: "could not note the answer as showing" in bot.log(), timeout=30, what="the attempt failed")
+    finally:
+        lock.release()
+
+    def answer() -> str | None:
+        found = bot.rows("SELECT answer_ts FROM claims WHERE ts = :ts AND settled_at IS NOT NULL", ts=ts)
+        return found[0][0] if found else None
+
+    wait_until(answer, timeout=30, what="the claim settled")
+    time.sleep(2.5)  # a retry round more: room for a second answer to show up
+    [message] = bot_messages(slack)
+    assert message["text"] == "The one and only answer." and answer() == message["ts"]
+    assert [p["ts"] for p in answers_to(slack, ts)] == [message["ts"]]
+    assert len(llm.requests) == 2
     assert bot.stop() == 0
 
 

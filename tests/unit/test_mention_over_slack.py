@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import event
+from sqlalchemy.exc import OperationalError
 
 from myao2.application.context import Absorbed
 from myao2.composition import memory_budgets
@@ -198,6 +199,26 @@ async def test_another_replicas_answer_streaming_before_it_recorded_its_ts_is_no
         assert opened["ts"] == other["ts"] and opened["streaming"]  # r2's answer goes on
         assert not answer["streaming"] and world.slack.messages("C1")[-1]["text"] == "answer 2"
         assert answered(world, second) == [(answer["ts"], True)]
+
+
+async def test_an_answer_whose_showing_note_fails_to_be_written_is_retried_not_apologised_for(world: World) -> None:
+    message = world.mention()
+    begin_showing = world.store.begin_showing
+
+    def locked(*args: Any, **kwargs: Any) -> bool:
+        world.store.begin_showing = begin_showing  # type: ignore[method-assign]
+        raise OperationalError("UPDATE claims", {}, Exception("database is locked"))
+
+    world.store.begin_showing = locked  # type: ignore[method-assign]
+    await world.answer(message)
+    assert world.slack.streams == [] and world.slack.posted == []  # nothing shown: the attempt failed
+    assert answered(world, message) == [(None, False)]
+
+    assert await world.retry_after(10) == 1
+    [stream] = world.slack.streams
+    assert [m["text"] for m in world.slack.messages("C1")] == ["<@UBOT> hello?", "answer 2"]
+    assert answered(world, message) == [(stream["ts"], True)]
+    assert await world.retry_after(3600) == 0
 
 
 async def test_an_answer_is_stored_and_settled_in_one_commit(world: World) -> None:

@@ -16,7 +16,7 @@ from myao2.application.agents import ModelUnavailable, ReplyWriter
 from myao2.application.context import ContextBuilder, StoredContext
 from myao2.application.conversations import Conversations
 from myao2.application.locks import KeyedLocks
-from myao2.application.reply_stream import ReplyDone, ReplyStream, ReplyWithdrawn, TextDelta
+from myao2.application.reply_stream import ReplyDeferred, ReplyDone, ReplyStream, ReplyWithdrawn, TextDelta
 from myao2.domain.answers import RetryPolicy
 from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Message
 from myao2.domain.memo import Origin
@@ -419,19 +419,27 @@ class AnswerMention:
         It is withdrawn if another replica took the answer over meanwhile (this one stalled for longer than its
         lease: that one answers); checked with that note and, among replicas, again before it is complete, so
         neither a streamed answer nor one posted whole stays beside the other replica's.
+
+        A note that cannot be written (the database locked or unreachable) defers the reply: nothing shows, and
+        the attempt fails, to be taken up again.
         """
         noted = False
-        async for event in reply:
-            if not noted:
-                if not await asyncio.to_thread(
-                    self._store.begin_showing, message.channel_id, message.ts, holder=self._replica
-                ):
-                    raise ReplyWithdrawn
-                noted = True
-            elif isinstance(event, ReplyDone) and self._replica is not None:
-                if not await asyncio.to_thread(self._store.holds, message.channel_id, message.ts, self._replica):
-                    raise ReplyWithdrawn
-            yield event
+        async with aclosing(reply) as events:  # held back, the model's reply ends here, in this task
+            async for event in events:
+                if not noted:
+                    try:
+                        begun = await asyncio.to_thread(
+                            self._store.begin_showing, message.channel_id, message.ts, holder=self._replica
+                        )
+                    except Exception as exc:
+                        raise ReplyDeferred(f"could not note the answer as showing: {exc!r}") from exc
+                    if not begun:
+                        raise ReplyWithdrawn
+                    noted = True
+                elif isinstance(event, ReplyDone) and self._replica is not None:
+                    if not await asyncio.to_thread(self._store.holds, message.channel_id, message.ts, self._replica):
+                        raise ReplyWithdrawn
+                yield event
 
     def _settle(self, message: Message, answer_ts: str) -> None:
         """Record that `message` is answered by `answer_ts`: it is never taken up again. Synchronous: called in

@@ -57,9 +57,18 @@ Started = Callable[[str], Awaitable[None]]
 """Told the ts of a reply as soon as it shows in the conversation."""
 
 
-class ReplyWithdrawn(Exception):
-    """Raised by a reply stream, or by `Started`, to withdraw the reply (another replica answers instead): the
-    publisher shows nothing more of it, not even the apology, and lets the exception through."""
+class ReplyHeldBack(Exception):
+    """Raised by a reply stream (or by `Started`) for the publisher to show nothing more of the reply, not even the
+    apology, and let the exception through: it is withdrawn or deferred."""
+
+
+class ReplyWithdrawn(ReplyHeldBack):
+    """The reply is withdrawn: another replica answers instead."""
+
+
+class ReplyDeferred(ReplyHeldBack):
+    """The reply failed before any of it showed, for a passing reason of the bot's own (its database): the attempt
+    fails, for a later one to answer."""
 
 
 class ReplyPublisher(Protocol):
@@ -80,7 +89,7 @@ class ReplyPublisher(Protocol):
 
         `answering` (a message ts) marks the message as its answer, once it is complete.
         `started` is awaited with the message's ts as soon as it shows. When the stream
-        fails (ModelUnavailable or any other error but `ReplyWithdrawn`), the message
+        fails (ModelUnavailable or any other error but `ReplyHeldBack`), the message
         ends with what was written and `apology`, or is `apology` alone.
         """
         ...

@@ -12,8 +12,8 @@ from myao2.application.agents import ModelUnavailable
 from myao2.application.reply_stream import (
     PublishedReply,
     ReplyDone,
+    ReplyHeldBack,
     ReplyStream,
-    ReplyWithdrawn,
     Started,
     TextDelta,
     ToolFinished,
@@ -127,7 +127,7 @@ class PlaygroundPublisher:
                     emit("tool", {"id": event.call_id, "tool": event.tool, "status": status})
                 elif isinstance(event, ReplyDone):
                     text = event.text
-        except ReplyWithdrawn:
+        except ReplyHeldBack:
             raise
         except ModelUnavailable as exc:
             logger.warning("reply failed: %s", exc)

@@ -21,6 +21,7 @@ from myao2.application.agents import ModelUnavailable
 from myao2.application.reply_stream import (
     PublishedReply,
     ReplyDone,
+    ReplyHeldBack,
     ReplyWithdrawn,
     ReplyStream,
     Started,
@@ -184,7 +185,7 @@ class _Stream:
                 event = await anext(events)
             except StopAsyncIteration:
                 break
-            except ReplyWithdrawn:
+            except ReplyHeldBack:
                 raise
             except ModelUnavailable as exc:
                 logger.warning("reply in %s failed midway: %s", self._channel.id, exc)
@@ -365,7 +366,7 @@ async def _whole(reply: ReplyStream, apology: str) -> str:
         async for event in reply:
             if isinstance(event, ReplyDone):
                 return event.text
-    except ReplyWithdrawn:
+    except ReplyHeldBack:
         raise
     except ModelUnavailable as exc:
         logger.warning("reply failed: %s", exc)
