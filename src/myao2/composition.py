@@ -97,7 +97,7 @@ def build_application(
         bot_user_id=bot_user_id,
         budget=Budget(config.response.conversation_max_tokens, config.response.message_max_tokens),
         marks=prompt_marks(persona.language),
-        absorbed=Absorbed(memories, profiles, memory_budgets(config), conversations),
+        absorbed=Absorbed(memories, profiles, memory_budgets(config)),
     )
     renderer = PromptRenderer(
         persona.language,

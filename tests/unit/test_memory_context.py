@@ -7,6 +7,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from sqlalchemy import event
 
+from myao2.application.channels import ChannelLifecycle
 from myao2.application.context import Absorbed, Budget, ContextBuilder, MemoryBudgets, Persona
 from myao2.composition import memory_budgets
 from myao2.config import Config
@@ -70,7 +71,7 @@ def builder(stores, budgets: MemoryBudgets = DEFAULT_BUDGETS, with_memories: boo
         bot_user_id="UBOT",
         budget=Budget(6000, 1000),
         marks=prompt_marks("en"),
-        absorbed=Absorbed(memories, profiles, budgets, conversations) if with_memories else None,
+        absorbed=Absorbed(memories, profiles, budgets) if with_memories else None,
     )
 
 
@@ -113,6 +114,26 @@ async def test_a_channel_the_bot_has_left_is_no_news_elsewhere_until_it_joins_ag
     assert await news() == ()
     conversations.save_channel(RANDOM)  # invited back
     assert await news() == ("#random: - [2025-01-02] random-short news",)
+
+
+async def test_a_channel_converted_to_private_is_no_news_elsewhere_from_the_next_prompt_on(stores):
+    memos, memories, profiles, _, conversations = stores
+    conversations.save_channel(GENERAL)
+    conversations.save_channel(RANDOM)
+
+    async def refresh(_channel_id: str) -> None:
+        raise AssertionError("the channel is stored")
+
+    lifecycle = ChannelLifecycle(conversations, memos, memories, refresh, profiles=profiles)
+
+    async def news() -> tuple[str, ...]:
+        return (await builder(stores).build(GENERAL, reply(GENERAL))).memory.elsewhere.lines
+
+    assert await news() == ("#random: - [2025-01-02] random-short news",)
+    await lifecycle.became_private(RANDOM.id)
+    assert await news() == ()
+    random = await builder(stores).build(replace(RANDOM, kind=ChannelKind.PRIVATE), reply(RANDOM))
+    assert random.memory.channel_short.lines == ("- [2025-01-02] random-short news",)  # its own still
 
 
 async def test_a_private_conversation_sees_its_own_memory_and_nothing_of_other_channels(stores):

@@ -54,7 +54,6 @@ class World:
                 SqlMemoryStore(self.engine, self.clock),
                 SqlProfileStore(self.engine, self.clock),
                 memory_budgets(Config()),
-                self.store,
             )
             if memories
             else None
@@ -305,9 +304,7 @@ async def test_a_mention_is_answered_in_these_trips_to_the_database_and_no_more(
             "SELECT memos",
             "SELECT memos",
             "SELECT memos",
-            "SELECT memories",
-            "SELECT channels",
-            "SELECT memories",
+            "SELECT memories",  # those of this conversation, and the news from other channels they are in
             "SELECT digests",
             "SELECT profiles",
         ],

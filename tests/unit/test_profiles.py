@@ -254,7 +254,7 @@ async def test_a_long_backlog_is_read_a_batch_per_round(conversations, profiles,
 
 
 @pytest.fixture
-def contexts(engine, clock, profiles, conversations):
+def contexts(engine, clock, profiles):
     def build(people_tokens: int = 400) -> ContextBuilder:
         budgets = replace(memory_budgets(Config()), people=people_tokens)
         return ContextBuilder(
@@ -264,7 +264,7 @@ def contexts(engine, clock, profiles, conversations):
             bot_user_id="UBOT",
             budget=Budget(6000, 1000),
             marks=prompt_marks("en"),
-            absorbed=Absorbed(SqlMemoryStore(engine, clock), profiles, budgets, conversations),
+            absorbed=Absorbed(SqlMemoryStore(engine, clock), profiles, budgets),
         )
 
     return build

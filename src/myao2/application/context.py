@@ -16,7 +16,7 @@ from myao2.domain.budget import cut_text, fit_items
 from myao2.domain.conversation import MENTION, Channel, Message
 from myao2.domain.memo import IMPORTANT_PRIORITY, Memo
 from myao2.domain.memory import WORKSPACE_SCOPE, Memory, Scope, Term, bullet_line, digest_line
-from myao2.domain.ports import Clock, ConversationStore, MemoryStore, MemoStore, ProfileStore
+from myao2.domain.ports import Clock, MemoryStore, MemoStore, ProfileStore
 from myao2.domain.tokens import estimate_tokens
 from myao2.domain.visibility import Audience, can_read, can_read_from, shows_elsewhere
 
@@ -63,8 +63,6 @@ class Absorbed:
     memories: MemoryStore
     profiles: ProfileStore
     budgets: MemoryBudgets
-    conversations: ConversationStore
-    """Which channels the bot is in: nothing of one it has left is news elsewhere."""
 
 
 @dataclass(frozen=True)
@@ -259,7 +257,9 @@ class ContextBuilder:
         keys = [(WORKSPACE_SCOPE, Term.LONG), (Scope(channel.id), Term.SHORT), (Scope(channel.id), Term.LONG)]
         if thread_ts:
             keys.append((Scope(channel.id, thread_ts), Term.SHORT))
-        stored = memories.many(keys)
+        shows_news = shows_elsewhere(Audience.of(channel.id, channel.is_private))
+        read = memories.for_prompt(keys, Term.SHORT if shows_news else None)
+        stored = read.stored
 
         def readable(scope: Scope, term: Term) -> Memory | None:
             memory = stored.get((scope, term))
@@ -271,13 +271,11 @@ class ContextBuilder:
         long_section = _section(readable(Scope(channel.id), Term.LONG), budgets.channel - section_tokens(short_section))
         thread = readable(Scope(channel.id, thread_ts), Term.SHORT) if thread_ts else None
         elsewhere = MemorySection()
-        if shows_elsewhere(Audience.of(channel.id, channel.is_private)):
-            sources = {c.id: c for c in self._absorbed.conversations.channels()}
+        if shows_news:
             lines = [
                 f"{memory.label}: {bullet_line(b)}"
-                for memory in memories.channels(Term.SHORT)
-                if memory.scope.channel_id != channel.id
-                and can_read_from(channel.id, memory.audience, sources.get(memory.scope.channel_id or ""))
+                for memory, source in read.news
+                if memory.scope.channel_id != channel.id and can_read_from(channel.id, memory.audience, source)
                 for b in memory.active
             ]
             elsewhere = _fit_lines(lines, budgets.elsewhere)

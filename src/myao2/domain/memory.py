@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from datetime import date, datetime
 from enum import Enum
 
+from myao2.domain.conversation import Channel
 from myao2.domain.visibility import WORKSPACE, Audience, can_read, may_hold
 
 
@@ -164,6 +165,17 @@ def seen_in(memories: Sequence[Memory], channel: str, thread: str | None) -> lis
     """The memories a conversation's prompts may draw on: the workspace's, the channel's and the thread's, readable there."""
     wanted = {Scope().key, Scope(channel).key} | ({Scope(channel, thread).key} if thread else set())
     return [m for m in memories if m.scope.key in wanted and can_read(channel, m.audience)]
+
+
+@dataclass(frozen=True)
+class PromptMemories:
+    """What a prompt shows of the memories, read at once (`MemoryStore.for_prompt`)."""
+
+    stored: Mapping[tuple[Scope, Term], Memory]
+    """The memories asked for by key."""
+    news: Sequence[tuple[Memory, Channel | None]] = ()
+    """Every channel's memory of the term asked for, by scope, with the channel it is about as stored (None: never
+    stored): whether the bot is still in it is part of who may read it (`can_read_from`)."""
 
 
 def bullet_line(bullet: Bullet) -> str:

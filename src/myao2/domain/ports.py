@@ -9,7 +9,7 @@ from typing import Protocol
 
 from myao2.domain.activity import JudgmentOutcome, ModelCall, ReplyKind
 from myao2.domain.conversation import BotIdentity, Channel, ChannelChanges, ChannelKind, History, Message, Person
-from myao2.domain.memory import Digest, Memory, Scope, Term
+from myao2.domain.memory import Digest, Memory, PromptMemories, Scope, Term
 from myao2.domain.profile import Profile
 from myao2.domain.answers import PendingAnswer, Unfinished
 from myao2.domain.memo import (
@@ -115,10 +115,6 @@ class MemoryStore(Protocol):
 
     def get(self, scope: Scope, term: Term) -> Memory | None: ...
 
-    def many(self, keys: Collection[tuple[Scope, Term]]) -> dict[tuple[Scope, Term], Memory]:
-        """The memories stored under these keys, by key, read at once."""
-        ...
-
     def save(self, memories: Sequence[Memory], *, heard: bool = False, read_at: datetime | None = None) -> None:
         """Store these memories in one transaction: all of them or none.
 
@@ -131,6 +127,11 @@ class MemoryStore(Protocol):
 
     def channels(self, term: Term) -> list[Memory]:
         """Every channel's memory of `term`."""
+        ...
+
+    def for_prompt(self, keys: Collection[tuple[Scope, Term]], news: Term | None) -> PromptMemories:
+        """What a prompt shows of the memories, read at once: those stored under `keys` and, with `news`, every
+        channel's memory of that term with the channel it is about."""
         ...
 
     def all(self) -> list[Memory]: ...

@@ -7,12 +7,12 @@ from dataclasses import replace
 from datetime import date, datetime
 from typing import Any
 
-from sqlalchemy import Engine, Text, bindparam, cast, or_, tuple_
+from sqlalchemy import Engine, Text, and_, bindparam, cast, func, or_, tuple_
 from sqlalchemy import select as core_select
 from sqlmodel import Session, col, select
 
-from myao2.domain.conversation import ChannelKind
-from myao2.domain.memory import Bullet, Digest, Memory, Scope, Stage, Term
+from myao2.domain.conversation import Channel, ChannelKind
+from myao2.domain.memory import Bullet, Digest, Memory, PromptMemories, Scope, Stage, Term
 from myao2.domain.ports import Clock
 from myao2.domain.visibility import Audience
 from myao2.infrastructure.db.engine import reading, write_locked
@@ -31,15 +31,7 @@ class SqlMemoryStore:
         self._clock = clock
 
     def get(self, scope: Scope, term: Term) -> Memory | None:
-        return self.many([(scope, term)]).get((scope, term))
-
-    def many(self, keys: Collection[tuple[Scope, Term]]) -> dict[tuple[Scope, Term], Memory]:
-        wanted = {(scope.key, term.value): (scope, term) for scope, term in keys}
-        if not wanted:
-            return {}
-        with reading(self._engine) as connection:
-            rows = connection.execute(_MEMORIES_BY_KEY, {"keys": list(wanted)}).all()
-        return {wanted[(row.scope, row.term)]: row_to_memory(row) for row in rows}
+        return self.for_prompt([(scope, term)], None).stored.get((scope, term))
 
     def save(self, memories: Sequence[Memory], *, heard: bool = False, read_at: datetime | None = None) -> None:
         now = self._clock.now()
@@ -83,6 +75,24 @@ class SqlMemoryStore:
         with reading(self._engine) as connection:
             rows = connection.execute(_CHANNEL_MEMORIES, {"term": term.value}).all()
         return [row_to_memory(r) for r in rows]
+
+    def for_prompt(self, keys: Collection[tuple[Scope, Term]], news: Term | None) -> PromptMemories:
+        wanted = {(scope.key, term.value): (scope, term) for scope, term in keys}
+        values = {"keys": list(wanted), "news": None if news is None else news.value}
+        with reading(self._engine) as connection:
+            rows = connection.execute(_PROMPT_MEMORIES, values).all()
+        stored: dict[tuple[Scope, Term], Memory] = {}
+        news_read: list[tuple[Memory, Channel | None]] = []
+        for row in rows:
+            memory = row_to_memory(row)
+            if (row.scope, row.term) in wanted:
+                stored[wanted[(row.scope, row.term)]] = memory
+            if row.term == values["news"] and row.scope.startswith(_CHANNEL_SCOPE):
+                source = None if row.source_id is None else Channel(
+                    row.source_id, row.source_name, ChannelKind(row.source_kind), is_member=row.source_left_at is None
+                )
+                news_read.append((memory, source))
+        return PromptMemories(stored, news_read)
 
     def all(self) -> list[Memory]:
         with Session(self._engine) as session:
@@ -259,16 +269,40 @@ def bullet_to_json(bullet: Bullet) -> dict[str, Any]:
 
 
 _MEMORIES = MemoryRow.__table__  # type: ignore[attr-defined]
-_MEMORIES_BY_KEY = core_select(_MEMORIES).where(
-    tuple_(_MEMORIES.c.scope, _MEMORIES.c.term).in_(bindparam("keys", expanding=True))
-)
-"""Memories by (scope, term): a prompt reads several at once, and building this query cost six times running it."""
 _CHANNEL_MEMORIES = (
     core_select(_MEMORIES)
     .where(_MEMORIES.c.scope.startswith("channel:"), _MEMORIES.c.term == bindparam("term"))
     .order_by(_MEMORIES.c.scope)
 )
 """Every channel's memory of one term (a prompt in a public channel shows the others' short-term memories)."""
+_CHANNELS = ChannelRow.__table__  # type: ignore[attr-defined]
+_CHANNEL_SCOPE = "channel:"
+_ABOUT_A_CHANNEL = _MEMORIES.c.scope.startswith(_CHANNEL_SCOPE)
+_PROMPT_MEMORIES = (
+    core_select(
+        _MEMORIES,
+        _CHANNELS.c.id.label("source_id"),
+        _CHANNELS.c.name.label("source_name"),
+        _CHANNELS.c.kind.label("source_kind"),
+        _CHANNELS.c.left_at.label("source_left_at"),
+    )
+    .select_from(
+        _MEMORIES.outerjoin(
+            _CHANNELS,
+            and_(_ABOUT_A_CHANNEL, _CHANNELS.c.id == func.substr(_MEMORIES.c.scope, len(_CHANNEL_SCOPE) + 1)),
+        )
+    )
+    .where(
+        or_(
+            tuple_(_MEMORIES.c.scope, _MEMORIES.c.term).in_(bindparam("keys", expanding=True)),
+            and_(_ABOUT_A_CHANNEL, _MEMORIES.c.term == bindparam("news", type_=_MEMORIES.c.term.type)),
+        )
+    )
+    .order_by(_MEMORIES.c.scope, _MEMORIES.c.term)
+)
+"""The statement of `for_prompt`: the memories by key, and those of every channel of the `news` term (none when it
+is NULL) with the channel each is about (its row in `channels`, if any), in one read; built once (building it cost
+more than running it)."""
 _DIGESTS = DigestRow.__table__  # type: ignore[attr-defined]
 _ALL_DIGESTS = core_select(_DIGESTS).order_by(_DIGESTS.c.channel_id, _DIGESTS.c.day)
 _CHANNEL_DIGESTS = _ALL_DIGESTS.where(_DIGESTS.c.channel_id == bindparam("channel_id"))
