@@ -17,7 +17,7 @@ from myao2.application.context import ContextBuilder, StoredContext
 from myao2.application.conversations import Conversations
 from myao2.application.locks import KeyedLocks
 from myao2.application.reply_stream import ReplyDeferred, ReplyDone, ReplyStream, ReplyWithdrawn, TextDelta
-from myao2.domain.answers import RetryPolicy
+from myao2.domain.answers import PendingAnswer, RetryPolicy
 from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Message
 from myao2.domain.memo import Origin
 from myao2.domain.ports import ChatPlatform, Clock, ConversationClosed, ConversationStore
@@ -152,13 +152,20 @@ class AnswerMention:
         """
         now = self._clock.now()
         since = now - timedelta(seconds=self._settings.catchup_seconds)
-        missed = await asyncio.to_thread(self._store.unclaimed_mentions, self._bot.user_id, since)
+
+        def read() -> tuple[list[Message], list[PendingAnswer]]:
+            """Both in one trip, over one connection: the messages claimed below are due after `now`, never now."""
+            with self._store.reads_together():
+                missed = self._store.unclaimed_mentions(self._bot.user_id, since)
+                return missed, self._store.due_answers(now, since, holder=self._replica)
+
+        missed, due = await asyncio.to_thread(read)
         started = 0
         for message in missed:
             if (await self._claim(message))[0]:
                 self._spawn(self._attempt(message, 1, fresh=False))
                 started += 1
-        for pending in await asyncio.to_thread(self._store.due_answers, now, since, holder=self._replica):
+        for pending in due:
             message, attempt = pending.message, pending.attempts + 1
             if (message.channel_id, message.ts) in self._in_flight:
                 continue  # still being answered here: its attempt outlived its lease

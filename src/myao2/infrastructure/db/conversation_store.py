@@ -165,8 +165,8 @@ class SqlConversationStore:
             connection.execute(insert_ignoring(_table(TombstoneRow)).values(values).on_conflict_do_nothing())
 
     def get_message(self, channel_id: str, ts: str) -> Message | None:
-        with Session(self._engine) as session:
-            row = session.exec(select(MessageRow).where(*_message_key(channel_id, ts))).first()
+        with reading(self._engine) as connection:
+            row = connection.execute(core_select(_MESSAGES).where(*_message_key(channel_id, ts))).first()
         return None if row is None else _to_message(row)
 
     def thread_messages(self, channel_id: str, thread_ts: str, limit: int) -> list[Message]:
@@ -378,11 +378,11 @@ class SqlConversationStore:
             self._update(PersonRow, [PersonRow.user_id == person.user_id], values)
 
     def people(self, user_ids: Iterable[str] | None = None) -> dict[str, Person]:
-        query = select(PersonRow)
+        query = core_select(_table(PersonRow))
         if user_ids is not None:
             query = query.where(col(PersonRow.user_id).in_(list(user_ids)))
-        with Session(self._engine) as session:
-            rows = session.exec(query).all()
+        with reading(self._engine) as connection:
+            rows = connection.execute(query).all()
         return {
             r.user_id: Person(user_id=r.user_id, display_name=r.display_name, is_bot=r.is_bot)
             for r in rows
@@ -453,10 +453,10 @@ class SqlConversationStore:
             return connection.execute(_START_ANSWER, values).rowcount == 1
 
     def unfinished_answer(self, channel_id: str, ts: str) -> Unfinished | None:
-        with Session(self._engine) as session:
-            row = session.exec(
-                select(ClaimRow.answer_ts, ClaimRow.showing).where(
-                    ClaimRow.channel_id == channel_id, ClaimRow.ts == ts, col(ClaimRow.settled_at).is_(None)
+        with reading(self._engine) as connection:
+            row = connection.execute(
+                core_select(_CLAIMS.c.answer_ts, _CLAIMS.c.showing).where(
+                    *_claim_key(channel_id, ts), _CLAIMS.c.settled_at.is_(None)
                 )
             ).first()
         return None if row is None else Unfinished(row[0], bool(row[1]))
@@ -493,11 +493,11 @@ class SqlConversationStore:
         wanted = list(ts)
         if not wanted:
             return set()
-        with Session(self._engine) as session:
-            rows = session.exec(
-                select(ClaimRow.answer_ts).where(ClaimRow.channel_id == channel_id, col(ClaimRow.answer_ts).in_(wanted))
-            ).all()
-        return {row for row in rows if row is not None}
+        with reading(self._engine) as connection:
+            rows = connection.execute(
+                core_select(_CLAIMS.c.answer_ts).where(_CLAIMS.c.channel_id == channel_id, _CLAIMS.c.answer_ts.in_(wanted))
+            ).scalars()
+            return {row for row in rows if row is not None}
 
     def settle(self, channel_id: str, ts: str, answer_ts: str | None, *, holder: str | None = None) -> bool:
         values = {"claim_channel": channel_id, "claim_ts": ts, "answer": answer_ts, "at": self._clock.now(), "claim_holder": holder}
@@ -505,10 +505,10 @@ class SqlConversationStore:
             return connection.execute(_SETTLE, values).rowcount == 1
 
     def due_answers(self, now: datetime, since: datetime, *, holder: str | None = None) -> list[PendingAnswer]:
-        with Session(self._engine) as session:
-            rows = session.exec(
-                select(MessageRow, ClaimRow.attempts)
-                .join(ClaimRow, (ClaimRow.channel_id == MessageRow.channel_id) & (ClaimRow.ts == MessageRow.ts))
+        with reading(self._engine) as connection:
+            rows = connection.execute(
+                core_select(_MESSAGES, _CLAIMS.c.attempts)
+                .join(_CLAIMS, (_CLAIMS.c.channel_id == MessageRow.channel_id) & (_CLAIMS.c.ts == MessageRow.ts))
                 .where(
                     col(ClaimRow.settled_at).is_(None),
                     col(ClaimRow.next_attempt_at) <= now,
@@ -517,12 +517,12 @@ class SqlConversationStore:
                 )
                 .order_by(col(MessageRow.posted_at), col(MessageRow.ts))
             ).all()
-        return [PendingAnswer(_to_message(row), attempts) for row, attempts in rows]
+        return [PendingAnswer(_to_message(row), row.attempts) for row in rows]
 
     def next_due(self, now: datetime, since: datetime, *, holder: str | None = None) -> datetime | None:
-        with Session(self._engine) as session:
-            return session.exec(
-                select(func.min(ClaimRow.next_attempt_at))
+        with reading(self._engine) as connection:
+            return connection.execute(
+                core_select(func.min(_CLAIMS.c.next_attempt_at))
                 .join(MessageRow, (ClaimRow.channel_id == MessageRow.channel_id) & (ClaimRow.ts == MessageRow.ts))
                 .where(
                     col(ClaimRow.settled_at).is_(None),
@@ -530,7 +530,7 @@ class SqlConversationStore:
                     col(MessageRow.posted_at) > since,
                     _free_for(holder, now),
                 )
-            ).one()
+            ).scalar_one()
 
     def claimed(self, channel_id: str, ts: Iterable[str]) -> set[str]:
         with Session(self._engine) as session:
@@ -546,9 +546,9 @@ class SqlConversationStore:
         claimed = exists().where(
             ClaimRow.channel_id == MessageRow.channel_id, ClaimRow.ts == MessageRow.ts
         )
-        with Session(self._engine) as session:
-            rows = session.exec(
-                select(MessageRow)
+        with reading(self._engine) as connection:
+            rows = connection.execute(
+                core_select(_MESSAGES)
                 .where(
                     col(MessageRow.posted_at) > since,
                     col(MessageRow.is_bot).is_(False),
