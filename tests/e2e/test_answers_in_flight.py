@@ -39,6 +39,7 @@ def test_sigkill_after_the_stream_stopped_but_before_it_was_recorded_gives_one_a
     [stream] = streams_in(slack, ts)
     assert settled(bot, ts) == stream["ts"]
     assert [m["text"] for m in bot_messages(slack)] == ["The one and only answer."]
+    assert [p["ts"] for m, p in slack.web_calls if m == "chat.stopStream"] == [stream["ts"]]  # stopped once
     assert len(llm.requests) == 1
     assert bot.stop() == 0
 
@@ -344,4 +345,5 @@ def test_sigterm_while_an_answer_streams_leaves_no_stream_open_and_one_answer_af
     assert message["text"].startswith("Thi") and message["text"].endswith("Could you ask me again in a little while?")
     assert "second answer" not in message["text"] and message["text"].count("Could you ask me again") == 1
     assert stopped_at_exit, "the bot exited with its answer's stream still open"
+    assert [p["ts"] for m, p in slack.web_calls if m == "chat.stopStream"] == [message["ts"]]  # stopped once
     assert bot.stop() == 0

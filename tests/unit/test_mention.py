@@ -263,7 +263,7 @@ async def test_a_retry_ends_an_answer_left_half_streamed_instead_of_answering_ag
 
     assert await world.retry_after(10) == 1
     assert world.publisher.finished == [("C1", "2000000000.000042", APOLOGY, message.ts)]
-    assert world.chat.posts == [] and world.chat.lookups == 0
+    assert world.chat.posts == [] and world.chat.lookups == 1  # not complete in Slack: ended here
     assert await world.retry_after(3600) == 0  # settled with the streamed answer
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Coroutine, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import datetime, timezone
@@ -17,6 +17,7 @@ from sqlalchemy import event
 from sqlalchemy.exc import OperationalError
 
 from myao2.application.context import Absorbed
+from myao2.application.reply_stream import ReplyDone, ReplyEvent, TextDelta
 from myao2.composition import memory_budgets
 from myao2.config import Config
 from myao2.domain.conversation import Channel, Message
@@ -216,6 +217,31 @@ async def test_an_answer_whose_showing_note_fails_to_be_written_is_retried_not_a
     assert await world.retry_after(10) == 1
     [stream] = world.slack.streams
     assert [m["text"] for m in world.slack.messages("C1")] == ["<@UBOT> hello?", "answer 2"]
+    assert answered(world, message) == [(stream["ts"], True)]
+    assert await world.retry_after(3600) == 0
+
+
+async def test_an_answer_cancelled_as_it_streams_is_stopped_once_and_its_retry_settles_it(world: World) -> None:
+    message = world.mention()
+    held = asyncio.Event()
+
+    async def halting(context: Any, origin: Any) -> AsyncIterator[ReplyEvent]:
+        yield TextDelta("The first words")
+        await held.wait()  # the bot is told to stop meanwhile
+        yield ReplyDone("never")
+
+    world.writer.stream = halting  # type: ignore[method-assign]
+    attempt = asyncio.ensure_future(world.answer(message))
+    await world.slack.async_wait_for(lambda: [ts for ts, _ in answered(world, message) if ts], 10, "the ts recorded")
+    attempt.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await attempt
+    [stream] = world.slack.streams
+    assert not stream["streaming"]  # ended with the apology as the bot stopped
+
+    assert await world.retry_after(0) == 1  # the bot back: the answer is due at once
+    assert [method for method, _ in world.slack.web_calls].count("chat.stopStream") == 1
+    assert world.slack.messages("C1")[-1]["text"] == f"The first words\n\n{APOLOGY}"
     assert answered(world, message) == [(stream["ts"], True)]
     assert await world.retry_after(3600) == 0
 

@@ -368,6 +368,22 @@ async def test_finish_ends_a_stream_left_open_with_the_apology(fake, publisher_f
     assert not fake.streams[0]["streaming"]
 
 
+async def test_a_reply_cancelled_while_its_stream_is_stopped_is_stopped_once(fake, publisher_for):
+    parent = fake.post_message("C1", "U1", "hi <@UBOT>")
+    fake.inject_delay("chat.stopStream", 30)  # Slack stops the stream, the bot is stopping before it hears back
+    task = asyncio.ensure_future(
+        publisher_for().publish(GENERAL, parent, "U1", events(TextDelta("Hi"), ReplyDone("Hi")), APOLOGY)
+    )
+    await fake.async_wait_for(lambda: fake.streams and not fake.streams[0]["streaming"], 10, "the stream stopped")
+
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+    assert [method for method, _ in fake.web_calls].count("chat.stopStream") == 1
+    assert fake.messages("C1")[-1]["text"] == "Hi"
+
+
 @pytest.mark.parametrize(("error", "raised"), [("invalid_chunks", SlackApiError), ("is_archived", ConversationClosed)])
 async def test_a_slack_error_starting_the_stream_raises_and_posts_nothing(fake, publisher_for, error, raised):
     parent = fake.post_message("C1", "U1", "hi <@UBOT>")

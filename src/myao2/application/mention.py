@@ -292,17 +292,21 @@ class AnswerMention:
         return self._settings.reply_in_thread and channel.kind is not ChannelKind.IM
 
     async def _earlier_answer(self, message: Message, reply_thread: str | None) -> str | None:
-        """The ts of an answer an earlier attempt showed: one left half-written is ended with the apology."""
+        """The ts of an answer an earlier attempt showed: one left half-written is ended with the apology.
+
+        An answer Slack holds complete (marked as the answer) is taken as it is, also when its stream's ts was
+        recorded: that attempt ended it (or did as it was cut short), and a stream is stopped once.
+        """
         unfinished = await asyncio.to_thread(self._store.unfinished_answer, message.channel_id, message.ts)
-        if unfinished is not None and unfinished.ts is not None:
+        answer_ts = await self._chat.answer_ts(message.channel_id, message.ts, reply_thread)
+        if answer_ts is not None or unfinished is None:
+            return answer_ts
+        if unfinished.ts is not None:
             await self._conversations.finish(
                 message.channel_id, unfinished.ts, reply_thread, self._settings.apology, answering=message.ts
             )
             return unfinished.ts
-        answer_ts = await self._chat.answer_ts(message.channel_id, message.ts, reply_thread)
-        if answer_ts is None and unfinished is not None and unfinished.showing:
-            return await self._unheard_answer(message, reply_thread)
-        return answer_ts
+        return await self._unheard_answer(message, reply_thread) if unfinished.showing else None
 
     async def _unheard_answer(self, message: Message, reply_thread: str | None) -> str | None:
         """The ts of an answer an earlier attempt began to stream but never heard the ts of (the bot died, or the

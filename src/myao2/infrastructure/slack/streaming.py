@@ -95,11 +95,17 @@ class SlackReplyPublisher:
     async def finish(self, channel_id: str, ts: str, apology: str, *, answering: str | None = None) -> str | None:
         """Stop a stream left open (the bot stopped while it streamed), ending it with `apology`; its whole text as
         Slack tells it, None when `ts` is no open stream."""
+        return await self._end(channel_id, ts, f"\n\n{apology}", answering)
+
+    async def _end(self, channel_id: str, ts: str, tail: str, answering: str | None) -> str | None:
+        """Stop stream `ts`, left unfinished, with `tail`, marked as the answer to `answering`: the one way an
+        unfinished stream is stopped, by the attempt cut short as the bot stops (`_Stream`) or by the next one
+        (`finish`). Its whole text as Slack tells it; None when `ts` is no open stream; a passing failure raises."""
         try:
             response = await self._client.chat_stopStream(
                 channel=channel_id,
                 ts=ts,
-                chunks=[{"type": "markdown_text", "text": f"\n\n{apology}"}],
+                chunks=[{"type": "markdown_text", "text": tail}],
                 metadata=answer_metadata(answering) if answering else None,
             )
         except SlackApiError as exc:
@@ -150,29 +156,29 @@ class _Stream:
         self._since = 0.0  # when the oldest buffered text came
         self._tasks: dict[str, str] = {}  # call id -> title, for the tasks shown
         self._broken = False  # the stream stopped taking text (e.g. expired): finish with chat.update
+        self._stopping = False  # its end was sent (`_stop`): cut short now, it is left to the next attempt
 
     async def run(self, reply: ReplyStream, apology: str) -> PublishedReply | None:
         """Stream the reply; None when Slack refused to start a stream (nothing was shown yet).
 
         A failure of the reply ends the message with the apology; a Slack error raises.
-        Cancelled (the bot is stopping), a message already showing is ended with the apology too.
+        Cancelled (the bot is stopping), a message already showing is ended with the apology too, unless its end
+        was sent already: one stream is stopped once.
         """
         try:
             return await self._run(reply, apology)
         except asyncio.CancelledError:
-            if self._ts is not None and not self._broken:
+            if self._ts is not None and not self._broken and not self._stopping:
                 await self._stop_on_cancel(apology)
             raise
 
     async def _stop_on_cancel(self, apology: str) -> None:
         """End the message with what is buffered and the apology, rather than leave it open while the bot is down
-        (the attempt after the restart then finds it stopped, and records it)."""
+        (the attempt after the restart then finds it stopped as the answer, and records it)."""
+        assert self._ts is not None
         tail = self._buffer + apology_tail(self._written, apology)
         try:
-            await self._client.chat_stopStream(
-                channel=self._channel.id, ts=self._ts, chunks=[{"type": "markdown_text", "text": tail}],
-                metadata=self._metadata,
-            )
+            await self._owner._end(self._channel.id, self._ts, tail, self._answering)
         except Exception as exc:  # noqa: BLE001 - the attempt after the restart ends it
             logger.warning("could not end the reply %s as the bot stopped: %r", self._ts, exc)
 
@@ -307,6 +313,7 @@ class _Stream:
         rest = self._buffer
         # A broken stream lost some text: it is stopped without more, and its whole text set by chat.update.
         chunks: list[dict[str, Any]] = [{"type": "markdown_text", "text": rest}] if rest and not self._broken else []
+        self._stopping = True
         try:
             await self._client.chat_stopStream(channel=self._channel.id, ts=ts, chunks=chunks, metadata=self._metadata)
             if not self._broken:
