@@ -8,7 +8,7 @@ import time
 import pytest
 
 from tests.e2e.conftest import ALICE, BOB, GENERAL, ON_BOTH_DATABASES, BotProcess, wait_until
-from tests.e2e.test_autonomous import FAST, WAIT, judgment, judgments, responder
+from tests.e2e.test_autonomous import FAST, judgment, judgments, responder
 from tests.e2e.test_memory import memories
 from tests.e2e.test_mentions import prompt_text, replies_in
 from tests.e2e.test_search import tool_results
@@ -17,6 +17,8 @@ from tests.fakes.openai_server import Text, ToolCall, ToolCalls
 from tests.fakes.slack_server import FakeSlack
 
 PLANS = "CPLANS"
+AWAY = 10.0
+"""The wait before a judgment in the test of a channel the bot was removed from."""
 
 
 def query(bot: BotProcess, sql: str, *params: object) -> list[tuple]:
@@ -126,15 +128,19 @@ def test_a_channel_the_bot_was_removed_from_is_no_longer_judged_until_it_is_back
     bot: BotProcess, slack: FakeSlack, llm
 ) -> None:
     llm.set_responder(responder(lambda request: judgment(False), lambda request: Text("unused")))
-    bot.settings.update(FAST)
+    # The message falls due for a judgment AWAY seconds after it was posted: by then the bot must be out,
+    # its message and its removal stored, which can take longer than FAST's 1.5 s on a busy machine.
+    bot.settings.update({**FAST, "response.min_wait_seconds": AWAY})
     bot.start()
     ts = slack.post_message(GENERAL, ALICE, "what a quiet day")
+    posted = time.monotonic()
     wait_until(lambda: query(bot, "SELECT ts FROM messages WHERE ts = ?", ts), what="the message stored")
     wait_until(lambda: left_at(bot) == [(None,)], what="the channel stored")
     slack.remove_member(GENERAL, slack.bot_user_id)
     wait_until(lambda: left_at(bot) != [(None,)], what="the bot's leaving recorded")
+    assert time.monotonic() - posted < AWAY, "the bot was out only once the message was due: nothing was tested"
 
-    time.sleep(WAIT + 1.5)
+    time.sleep(max(0.0, posted + AWAY + 1.5 - time.monotonic()))  # due, and a few checks more
     assert judgments(llm) == []
 
     slack.add_member(GENERAL, slack.bot_user_id)
