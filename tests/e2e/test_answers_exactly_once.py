@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 import sqlite3
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -106,10 +108,13 @@ def test_sigterm_while_the_model_writes_then_restart_gives_one_answer(
 
 
 def test_sigterm_lets_an_answer_in_progress_finish(bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI) -> None:
-    llm.script(Text("Just in time.", delay=2))
+    written = threading.Event()
+    llm.script(Text("Just in time.", hold=written))
     bot.start()
     ts = mention(slack)
     llm.wait_for_requests(1)
+    bot.process.send_signal(signal.SIGTERM)  # while the model writes: the answer ends within the grace period
+    written.set()
     assert bot.stop() == 0
     assert [p["text"] for p in answers_to(slack, ts)] == ["Just in time."]
     assert settled(bot, ts) == answers_to(slack, ts)[0]["ts"]

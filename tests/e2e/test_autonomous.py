@@ -8,11 +8,12 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 
-from tests.e2e.conftest import ALICE, BOB, GENERAL, BotProcess
+from tests.e2e.conftest import ALICE, BOB, GENERAL, BotProcess, wait_until
 from tests.fakes.openai_server import FakeOpenAI, Reply, Text, ToolCall, ToolCalls
 from tests.fakes.slack_server import FakeSlack
 
@@ -61,6 +62,11 @@ def judgments(llm: FakeOpenAI) -> list[dict]:
 
 def generations(llm: FakeOpenAI) -> list[dict]:
     return [r for r in llm.requests if not is_judgment(r)]
+
+
+def stored(bot: BotProcess, ts: str) -> bool:
+    with sqlite3.connect(bot.database) as db:
+        return db.execute("SELECT count(*) FROM messages WHERE ts = ?", (ts,)).fetchone()[0] > 0
 
 
 def test_lone_question_gets_one_reply_after_the_wait(bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI) -> None:
@@ -175,14 +181,16 @@ def test_invalid_judgment_output_means_no_reply_and_no_storm(
 
 
 def test_mention_is_answered_during_a_slow_autonomous_reply(bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI) -> None:
+    written = threading.Event()
+
     def write(request: dict) -> Text:
         if "quick one" in prompt_text(request):
             return Text("mention answer")
-        return Text("slow answer", delay=5)  # below the 10 s model timeout of the e2e config
+        return Text("slow answer", hold=written)  # written until the mention is answered
 
     llm.set_responder(responder(lambda r: judgment(True), write))
     slack.add_channel("CDEV", "dev", members=[ALICE, BOB])
-    start(bot)
+    start(bot, **{"agents.response.timeout_seconds": 120})  # the slow reply is not cut by the model's timeout
     slack.post_message(GENERAL, ALICE, "what should we do this weekend?")
     slack.wait_for(lambda: generations(llm), what="the slow autonomous generation to start")
 
@@ -192,6 +200,7 @@ def test_mention_is_answered_during_a_slow_autonomous_reply(bot: BotProcess, sla
     answered = next(p for p in slack.posted if p["thread_ts"] == mention)
     assert answered["text"] == "mention answer"
 
+    written.set()
     slack.wait_for(lambda: len(slack.posted) >= 2, what="the slow autonomous reply")
     assert [(p["text"], p["thread_ts"]) for p in slack.posted] == [("mention answer", mention), ("slow answer", None)]
     assert bot.stop() == 0
@@ -229,13 +238,17 @@ def test_a_reply_made_stale_by_a_new_message_is_not_posted(bot: BotProcess, slac
     def judge(request: dict) -> Reply:
         return judgment("by the station" not in prompt_text(request), confidence=0.95)
 
-    llm.set_responder(responder(judge, lambda r: Text("slow answer", delay=3)))
-    start(bot)
+    written = threading.Event()
+    llm.set_responder(responder(judge, lambda r: Text("slow answer", hold=written)))
+    start(bot, **{"agents.response.timeout_seconds": 120})  # the slow reply is not cut by the model's timeout
     slack.post_message(GENERAL, ALICE, "anyone know a good ramen place?")
     slack.wait_for(lambda: generations(llm), what="the autonomous generation to start")
-    slack.post_message(GENERAL, BOB, "try the one by the station")
+    later = slack.post_message(GENERAL, BOB, "try the one by the station")
+    wait_until(lambda: stored(bot, later), what="the new message stored while the reply is written")
+    written.set()
+    # The new state is judged once the stale reply is done with (one consideration at a time per conversation).
     slack.wait_for(lambda: len(judgments(llm)) == 2, what="the new state judged")
-    time.sleep(3)  # the slow reply has been written by now
+    assert "someone spoke while the reply was written" in bot.log()
     assert len(generations(llm)) == 1
     assert slack.posted == []
     assert bot.stop() == 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -188,11 +189,13 @@ def test_an_answer_a_killed_replica_left_half_streamed_is_ended_by_the_other_not
 def test_a_replica_stalled_beyond_its_lease_gives_the_answer_up_quietly_to_the_one_that_took_it_over(
     replicas: list[BotProcess], slack: FakeSlack, llm: FakeOpenAI, database: str
 ) -> None:
-    llm.script(Text("The stalled replica's answer, which must not appear.", delay=2))
+    written = threading.Event()
+    llm.script(Text("The stalled replica's answer, which must not appear.", hold=written))
     llm.set_responder(lambda request: Text("The answer."))
     names, ts = start_and_mention(replicas, slack)
     wait_until(lambda: llm.requests, what="the model asked for the answer")
     with frozen(names, database, ts) as stalled:  # while the model writes, for longer than its lease
+        written.set()  # the answer reaches the replica while it is stopped
         slack.wait_for(lambda: answers_to(slack, ts), what="the other replica taking the answer over")
 
     wait_until(
@@ -211,7 +214,7 @@ def test_a_replica_stalled_while_writing_an_answer_posted_whole_leaves_no_second
     replicas: list[BotProcess], slack: FakeSlack, llm: FakeOpenAI, database: str
 ) -> None:
     slack.refuse_streaming("not_allowed")  # answers are posted once complete
-    llm.script(Text("The stalled replica's answer, which must not appear.", pieces=12, interval=0.4))
+    llm.script(Text("The stalled replica's answer, which must not appear.", pieces=12, interval=0.8))
     llm.set_responder(lambda request: Text("The answer."))
     names, ts = start_and_mention(replicas, slack)
     wait_until(lambda: llm.requests, what="the model asked for the answer")

@@ -61,7 +61,8 @@ class Text:
     apart (after ``delay``); with ``fail_after`` the connection is dropped after
     that many fragments, as a provider failing mid-answer does; with ``at_once``
     the whole stream goes out in one write, so the client reads its chunks together
-    (as after a stall).
+    (as after a stall). With ``hold``, nothing goes out until the test sets the event:
+    an answer the model is writing until something else has happened.
     """
 
     content: str
@@ -70,6 +71,7 @@ class Text:
     interval: float = 0.0
     fail_after: int | None = None
     at_once: bool = False
+    hold: threading.Event | None = None
 
 
 @dataclass
@@ -273,6 +275,9 @@ class FakeOpenAI(LoopbackServer):
         reply = self._next_reply(body)
         if reply.delay:
             await asyncio.sleep(reply.delay)
+        hold = reply.hold if isinstance(reply, Text) else None
+        while hold is not None and not hold.is_set():
+            await asyncio.sleep(0.01)
         if isinstance(reply, Error):
             return self._error_response(reply)
         if isinstance(reply, Raw):

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import urllib.request
 
 import openai
@@ -135,6 +136,19 @@ async def test_delay_does_not_block_other_requests(fake: FakeOpenAI) -> None:
     slow.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await slow
+
+
+async def test_a_held_reply_goes_out_once_released_and_others_pass_meanwhile(fake: FakeOpenAI) -> None:
+    release = threading.Event()
+    fake.set_responder(lambda request: Text("held", hold=release) if request["model"] == "held" else "fast")
+    held = asyncio.create_task(client(fake).chat.completions.create(model="held", messages=MESSAGES))
+    await fake.async_wait_for_requests(1, 5)
+    fast = await client(fake).chat.completions.create(model="fast", messages=MESSAGES)
+    assert fast.choices[0].message.content == "fast"
+    await asyncio.sleep(0.3)
+    assert not held.done(), "the held reply went out before it was released"
+    release.set()
+    assert (await asyncio.wait_for(held, 5)).choices[0].message.content == "held"
 
 
 async def test_strands_agent_calls_tool_then_answers(fake: FakeOpenAI) -> None:
