@@ -221,6 +221,25 @@ async def test_an_answer_whose_showing_note_fails_to_be_written_is_retried_not_a
     assert await world.retry_after(3600) == 0
 
 
+async def test_an_answer_whose_conversation_cannot_be_read_is_retried_not_apologised_for(world: World) -> None:
+    message = world.mention()
+    reads_together = world.store.reads_together
+
+    def dropped() -> Any:
+        world.store.reads_together = reads_together  # type: ignore[method-assign]
+        raise OperationalError("SELECT", {}, Exception("server closed the connection unexpectedly"))
+
+    world.store.reads_together = dropped  # type: ignore[method-assign]
+    await world.answer(message)
+    assert world.slack.posted == [] and world.writer.calls == 0  # nothing shown: the attempt failed
+    assert answered(world, message) == [(None, False)]
+
+    assert await world.retry_after(10) == 1
+    [stream] = world.slack.streams
+    assert [m["text"] for m in world.slack.messages("C1")] == ["<@UBOT> hello?", "answer 1"]
+    assert answered(world, message) == [(stream["ts"], True)]
+
+
 async def test_an_answer_cancelled_as_it_streams_is_stopped_once_and_its_retry_settles_it(world: World) -> None:
     message = world.mention()
     held = asyncio.Event()

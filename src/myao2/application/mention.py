@@ -382,7 +382,8 @@ class AnswerMention:
     ) -> ReplyStream:
         """The answer as the model writes it, or the apology once the attempts are used up.
 
-        Nothing of it is shown before the reaction has landed (or had its head start).
+        Nothing of it is shown before the reaction has landed (or had its head start). A conversation that cannot
+        be read for it defers the reply (see `_showing`).
         """
         if self._settings.retries.apologises(attempt):
             logger.warning("answering %s/%s with an apology after %d attempts", message.channel_id, message.ts, attempt - 1)
@@ -402,10 +403,12 @@ class AnswerMention:
                     messages.append(message)
                 return messages, self._contexts.read(channel, messages)
 
-        messages, stored = await asyncio.to_thread(read)
-        context = self._contexts.assemble(
-            channel, messages, stored, await self._conversations.names(messages), answering=message
-        )
+        try:
+            messages, stored = await asyncio.to_thread(read)
+            names = await self._conversations.names(messages)
+        except Exception as exc:  # the store or Slack, failing before anything shows: a passing failure
+            raise ReplyDeferred(f"could not read the conversation: {exc!r}") from exc
+        context = self._contexts.assemble(channel, messages, stored, names, answering=message)
         origin = Origin(
             channel_id=channel.id,
             channel_private=channel.is_private,

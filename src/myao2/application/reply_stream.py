@@ -67,8 +67,8 @@ class ReplyWithdrawn(ReplyHeldBack):
 
 
 class ReplyDeferred(ReplyHeldBack):
-    """The reply failed before any of it showed, for a passing reason of the bot's own (its database): the attempt
-    fails, for a later one to answer."""
+    """The reply failed before any of it showed, for a passing reason not the model's (the bot's database, or Slack
+    as the conversation is read): the attempt fails, for a later one to answer."""
 
 
 class ReplyPublisher(Protocol):
