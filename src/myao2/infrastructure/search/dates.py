@@ -7,6 +7,7 @@ a year, and relative ones ("last week"), name no period: they are left to the te
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import datetime, timedelta, timezone
 
@@ -28,21 +29,27 @@ _MONTHS = {name: number for number, names in enumerate(_MONTH_NAMES, start=1) fo
 _MONTH = r"(?P<month>" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
 _DAY = r"(?P<day>\d{1,2})(?:st|nd|rd|th)?"
 _YEAR = r"(?P<year>(?:19|20)\d\d)"
-_PATTERNS = [  # the most precise first: a span one of them took is not read again
-    re.compile(rf"\b{_DAY}\s+(?:of\s+)?{_MONTH},?\s*{_YEAR}\b", re.IGNORECASE),
-    re.compile(rf"\b{_MONTH}\s+{_DAY},?\s*{_YEAR}\b", re.IGNORECASE),
-    re.compile(rf"\b{_MONTH},?\s*{_YEAR}\b", re.IGNORECASE),
-    re.compile(rf"\b{_YEAR}[-/](?P<number>\d{{1,2}})(?:[-/](?P<day>\d{{1,2}}))?\b"),
-    re.compile(rf"{_YEAR}\s*年\s*(?:(?P<number>\d{{1,2}})\s*月\s*(?:(?P<day>\d{{1,2}})\s*日)?)?"),
-    re.compile(rf"\b(?:in|of|during|since|from)\s+{_YEAR}\b", re.IGNORECASE),
-]
+
+
+@functools.cache
+def _patterns() -> tuple[re.Pattern[str], ...]:
+    """The date patterns, the most precise first: a span one of them took is not read again. Compiled at the
+    first search, not when the bot imports the search modules to start."""
+    return (
+        re.compile(rf"\b{_DAY}\s+(?:of\s+)?{_MONTH},?\s*{_YEAR}\b", re.IGNORECASE),
+        re.compile(rf"\b{_MONTH}\s+{_DAY},?\s*{_YEAR}\b", re.IGNORECASE),
+        re.compile(rf"\b{_MONTH},?\s*{_YEAR}\b", re.IGNORECASE),
+        re.compile(rf"\b{_YEAR}[-/](?P<number>\d{{1,2}})(?:[-/](?P<day>\d{{1,2}}))?\b"),
+        re.compile(rf"{_YEAR}\s*年\s*(?:(?P<number>\d{{1,2}})\s*月\s*(?:(?P<day>\d{{1,2}})\s*日)?)?"),
+        re.compile(rf"\b(?:in|of|during|since|from)\s+{_YEAR}\b", re.IGNORECASE),
+    )
 
 
 def periods(query: str) -> list[tuple[float, float]]:
     """The periods [start, end) in UTC seconds of the days, months and years `query` names with their year."""
     found: list[tuple[float, float]] = []
     taken: list[tuple[int, int]] = []
-    for pattern in _PATTERNS:
+    for pattern in _patterns():
         for match in pattern.finditer(query):
             if any(start < match.end() and match.start() < end for start, end in taken):
                 continue

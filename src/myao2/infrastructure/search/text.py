@@ -7,22 +7,33 @@ only has to split on the spaces.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 
 # Runs of kanji, hiragana, katakana (with the prolonged sound mark) or hangul, and runs of
 # other letters and digits. Everything else separates terms.
 _CJK = r"\u3005\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
-_RUNS = re.compile(rf"([{_CJK}]+)|([^\W_{_CJK}]+)")
 _MAX_TERMS = 2000
-_HIRAGANA = re.compile(r"[\u3040-\u309f]")
+
+
+# The patterns are compiled at their first use, not at import: the bot imports the search modules to start,
+# and compiling these (a class of the CJK ranges and its complement) costs more than any other of ours.
+@functools.cache
+def _runs() -> re.Pattern[str]:
+    return re.compile(rf"([{_CJK}]+)|([^\W_{_CJK}]+)")
+
+
+@functools.cache
+def _hiragana() -> re.Pattern[str]:
+    return re.compile(r"[\u3040-\u309f]")
 
 
 def terms(text: str) -> list[str]:
     """The keyword terms of `text`, in order: bigrams of CJK runs (a lone character alone), words otherwise."""
     normalized = unicodedata.normalize("NFKC", text).lower()
     found: list[str] = []
-    for match in _RUNS.finditer(normalized):
+    for match in _runs().finditer(normalized):
         cjk, word = match.groups()
         if word is not None:
             found.append(word)
@@ -43,7 +54,7 @@ def content_terms(text: str) -> list[str]:
     that grammar, not the meaning, and is left out.
     """
     found = list(dict.fromkeys(terms(text)))
-    return [term for term in found if not _HIRAGANA.search(term)] or found
+    return [term for term in found if not _hiragana().search(term)] or found
 
 
 def fts_document(text: str) -> str:
