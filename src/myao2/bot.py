@@ -58,10 +58,7 @@ def run_bot(config: Config) -> int:
     finally:
         if traces is not None:
             traces.shutdown()  # sends the spans still waiting
-        # A bot stopped before it settled (Slack unreachable, say) sets start-up's objects aside all the same:
-        # else the interpreter's last collection at exit goes through all of them, which made a SIGTERM take
-        # 3-10 s at a load of 15-19 on 2 cores (0.4-1.1 s with them set aside).
-        start_up.settled()
+        start_up.ending()
 
 
 def check_slack_settings(config: Config) -> None:

@@ -12,6 +12,7 @@ from contextlib import suppress
 
 from aiohttp import web
 
+from myao2 import start_up
 from myao2.application.conversations import Conversations
 from myao2.application.mention import AnswerMention
 from myao2.composition import Application, build_application, mention_settings
@@ -35,7 +36,10 @@ def run_playground(config: Config) -> int:
     """Serve the playground until SIGTERM or SIGINT; returns the process exit status."""
     check_playground_settings(config)
     config.require("agents.response")
-    return asyncio.run(_serve(config))
+    try:
+        return asyncio.run(_serve(config))
+    finally:
+        start_up.ending()
 
 
 def check_playground_settings(config: Config) -> None:

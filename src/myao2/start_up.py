@@ -1,4 +1,5 @@
-"""Garbage collection while the bot starts: none, then the start-up objects set aside for good.
+"""Garbage collection while the bot starts: none, then the start-up objects set aside for good; and as a
+process ends (`ending`).
 
 Start-up creates ~200k objects that live as long as the process (modules, classes,
 the config); collecting them again and again took ~15% of the CPU of starting, and
@@ -24,6 +25,16 @@ def pause_collection() -> None:
 def resume_collection() -> None:
     """Collect garbage again, without setting anything aside (a start-up that ended early)."""
     gc.enable()
+
+
+def ending() -> None:
+    """The process is about to end: every object is set aside (gc.freeze), so that the interpreter's last
+    collection at exit does not go through them all.
+
+    That collection took 3-10 s of wall time at a load of 15-20 on 2 cores (a bot stopped before it
+    settled, the playground), 0.4-1.1 s with everything set aside.
+    """
+    gc.freeze()
 
 
 def settled() -> None:

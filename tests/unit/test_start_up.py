@@ -42,6 +42,13 @@ def test_settling_again_freezes_nothing_more(collection: None) -> None:
     assert gc.get_freeze_count() < frozen + len(kept)
 
 
+def test_ending_sets_every_object_aside(collection: None) -> None:
+    kept = [[i] for i in range(1000)]
+    start_up.ending()
+    assert gc.get_freeze_count() >= len(kept)
+    assert gc.isenabled()
+
+
 def test_a_run_that_ends_at_a_bad_config_leaves_collection_on(collection: None, tmp_path) -> None:
     from myao2 import cli
 
