@@ -74,7 +74,7 @@ def start_and_mention(replicas: list[BotProcess], slack: FakeSlack) -> tuple[dic
     for bot in replicas:
         bot.settings["response.answer_retry_seconds"] = [1, 1, 1]
         bot.start(wait_connected=False)
-    slack.wait_for(lambda: slack.open_connections == 2, timeout=START_SECONDS, what="both replicas connected")
+    slack.wait_for(lambda: slack.open_connections == 2, what="both replicas connected")  # two starts at once
     names = {replica_name(bot): bot for bot in replicas}
     return names, slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> tell me something")
 
@@ -117,7 +117,7 @@ def test_two_replicas_answer_every_mention_once_and_the_survivor_of_a_kill_takes
     for bot in replicas:
         bot.settings.update(REPLICA_SETTINGS)
         bot.start(wait_connected=False)
-    slack.wait_for(lambda: slack.open_connections == 2, timeout=START_SECONDS, what="both replicas connected")
+    slack.wait_for(lambda: slack.open_connections == 2, what="both replicas connected")  # two starts at once
     doomed_name, survivor_name = replica_name(doomed), replica_name(survivor)
 
     mentions: list[str] = []
