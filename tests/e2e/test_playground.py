@@ -114,7 +114,8 @@ def memo_item(page: Page, name: str):  # type: ignore[no-untyped-def]
 def test_a_message_gets_a_streamed_reply_and_the_memo_shows_in_the_panel(playground, llm, page: Page) -> None:
     playground.start()
     answer = "Got it, Alice: your birthday is May 3. I will remember it!"
-    llm.script(add_memo("alice-birthday", "Alice's birthday is May 3", delay=1.0), Text(answer, pieces=8, interval=0.3))
+    # Seen as they happen: the typing dots for the 2 s before the first words, part of the answer for 4 s.
+    llm.script(add_memo("alice-birthday", "Alice's birthday is May 3", delay=2.0), Text(answer, pieces=8, interval=0.6))
     open_chat(page, playground, "play-general")
 
     page.click("#text")
