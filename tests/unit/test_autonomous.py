@@ -22,7 +22,7 @@ from myao2.application.agents import ModelUnavailable
 from myao2.application.autonomous import AutonomousResponder, AutonomySettings
 from myao2.application.context import Budget, ContextBuilder, Persona, PromptContext
 from myao2.application.conversations import Conversations
-from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Message
+from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Message, mentions_in
 from myao2.domain.judgment import Judgment, SkipPolicy, WaitPolicy
 from myao2.domain.memo import Origin
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
@@ -145,7 +145,8 @@ class World:
     ) -> str:
         ts = self.next_ts()
         name = {"UALICE": "Alice", "UBOB": "Bob", "UBOT": "myao"}.get(user, user)
-        self.store.save_message(Message(channel, ts, user, text, name, is_bot=is_bot, thread_ts=thread_ts))
+        message = Message(channel, ts, user, text, name, is_bot=is_bot, thread_ts=thread_ts, mentions=mentions_in(text))
+        self.store.save_message(message)
         return ts
 
     async def check(self, after: float = 0.0) -> int:
@@ -285,10 +286,19 @@ async def test_a_top_level_message_answered_in_its_thread_is_not_a_conversation_
 
 
 async def test_claimed_messages_are_skipped(world: World) -> None:
-    question = world.say("<@UBOT> are you there?")
-    world.store.claim("C1", question)  # taken up as a mention
+    question = world.say("anyone there?")
+    world.store.claim("C1", question)  # taken up by another replica's check
     assert await world.check(after=WAIT) == 0
     assert world.judge.calls == []
+
+
+async def test_a_mention_not_claimed_yet_is_left_to_the_mention_path(world: World) -> None:
+    world.say("<@UBOT> are you there?")  # stored by the history sync, say; the catch-up claims it next
+    world.say("<@UBOT> is the deploy done?", channel="C2", user="BDEPLOY", is_bot=True)
+    with_settings(world, reply_to_bots=True)
+    assert await world.check(after=WAIT) == 1
+    [judged] = world.judged_texts()
+    assert "is the deploy done?" in judged  # another bot mentioning it is judged as before
 
 
 async def test_own_and_other_bots_messages_are_not_answered(world: World) -> None:

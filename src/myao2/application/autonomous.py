@@ -137,9 +137,14 @@ class AutonomousResponder:
         return [c for c in candidates if c[1].ts not in claimed]
 
     def _from_someone_to_answer(self, message: Message) -> bool:
+        """Not the bot's own, nor another bot's unless `reply_to_bots`, nor a person's mention of the bot: that
+        is the mention path's to answer in its thread, also before it is claimed (stored by the history sync
+        until the catch-up that follows claims it; stored from its event until the channel is looked up)."""
         if message.user_id == self._bot.user_id:
             return False
-        return self._settings.reply_to_bots or not message.is_bot
+        if message.is_bot:
+            return self._settings.reply_to_bots
+        return self._bot.user_id not in message.mentions
 
     async def _consider(self, channel: Channel, key: ConversationKey, newest: Message, elapsed: timedelta) -> None:
         attributes = {"slack.channel_id": channel.id, "slack.thread_ts": key.thread_ts, "slack.message_ts": newest.ts}
