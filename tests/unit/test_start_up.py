@@ -70,6 +70,19 @@ def test_the_bot_and_its_model_libraries_load_without_numpy() -> None:
     assert result.stdout.strip() == "[]"
 
 
+def test_the_structured_answer_models_are_built_at_their_first_ask_not_at_start_up() -> None:
+    """Judgments, memories and profiles are asked after start-up; answering a mention uses none of their models."""
+    code = (
+        "import myao2.bot\n"
+        "from myao2.infrastructure.llm import agents\n"
+        "agents.import_model_libraries()\n"
+        "models = [m for m in vars(agents).values() if isinstance(m, type) and issubclass(m, agents.ModelOutput)]\n"
+        "print(len(models), sorted(m.__name__ for m in models if m.__pydantic_complete__))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert result.stdout.strip() == "13 []"
+
+
 async def test_indexing_for_search_starts_a_while_after_the_models_load() -> None:
     """The answers that waited for the models go first; the index worker (numpy, the vectors) comes after."""
     from myao2.bot import INDEX_START_DELAY_SECONDS, Bot

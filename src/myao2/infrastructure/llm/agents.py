@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from myao2.application import tracing
 from myao2.application.activity import Activity
@@ -215,6 +215,8 @@ async def ask_structured(
     Raises `ModelUnavailable` when the model cannot be reached, `NoStructuredAnswer` when it gives no such answer.
     """
     await clients.load()
+    if not output_model.__pydantic_complete__:  # built at its first use (see `ModelOutput`), off the event loop
+        await asyncio.to_thread(output_model.model_rebuild)
     from strands import Agent
     from strands.agent.conversation_manager import NullConversationManager
     from strands.types.exceptions import StructuredOutputException
@@ -399,7 +401,12 @@ class StrandsReplyWriter:
 
 class ModelOutput(BaseModel):
     """A model's answer in structure, its strings made text the stores take (`clean_text`): JSON may escape half
-    an emoji ("\\ud83c"), which decodes to a lone surrogate that neither a database nor pydantic's JSON takes."""
+    an emoji ("\\ud83c"), which decodes to a lone surrogate that neither a database nor pydantic's JSON takes.
+
+    Each is built at its first use (`ask_structured` builds it in a worker thread), not when the bot imports this
+    module to start: answering a mention uses none of them."""
+
+    model_config = ConfigDict(defer_build=True)
 
     @model_validator(mode="before")
     @classmethod
