@@ -279,6 +279,7 @@ def test_a_model_writing_without_end_is_cut_at_what_one_slack_message_holds(
     assert len(message["text"]) <= 40_000
     assert wait_until(lambda: settled(bot, ts), what="the claim settled")
     assert bot.stop() == 0
+    assert "Traceback" not in bot.log()  # the model's stream, closed at the cap, ends without an error logged
 
 
 def test_a_channel_archived_before_the_answer_is_given_up_once_not_retried(

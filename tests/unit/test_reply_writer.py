@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import importlib.util
 import json
 import logging
 import time
 from collections.abc import Iterator
+from contextlib import aclosing
 from datetime import datetime, timezone
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -434,6 +436,48 @@ async def test_a_model_failing_midway_raises_after_the_text_it_wrote(fake, make_
 
     assert seen and all(isinstance(e, TextDelta) for e in seen)
     assert not any(isinstance(e, ReplyDone) for e in seen)
+
+
+async def test_a_stream_closed_early_ends_the_models_stream_in_its_own_task_without_errors(fake, make_writer, caplog):
+    # As a reply held back, or cut at the answer's length cap, is closed: strands' stream attached OpenTelemetry
+    # contexts as it began, and detaches them as it ends; ended by the garbage collector in another task (another
+    # Context) instead, each detach failed and logged an ERROR traceback.
+    fake.script(Text("This answer is closed after its first words", pieces=8, interval=0.05))
+    caplog.set_level(logging.WARNING)
+
+    async with aclosing(make_writer().stream(CONTEXT, ORIGIN)) as events:
+        async for event in events:
+            assert isinstance(event, TextDelta)
+            break
+    gc.collect()
+    await asyncio.sleep(1)  # room for a left-over stream to be finalised (asserting that nothing happens)
+
+    # (aiohttp.server is the fake model's, failing to write to the connection the writer closed)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR and r.name != "aiohttp.server"], caplog.text
+
+
+async def test_a_stream_closed_at_a_tool_call_runs_no_tool(fake, make_writer, store, caplog):
+    memo = {"name": "alice-ramen", "content": "Alice loves ramen", "priority": 3}
+    fake.script(ToolCalls([ToolCall("add_memo", memo)]), Text("Noted!"))
+    caplog.set_level(logging.WARNING)
+
+    async with aclosing(make_writer().stream(CONTEXT, ORIGIN)) as events:
+        async for event in events:
+            if isinstance(event, ToolStarted):
+                break
+    await asyncio.sleep(1)  # room for a tool to run (asserting that none does)
+
+    assert store.list(None).memos == []
+    assert len(fake.requests) == 1
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+
+
+async def test_a_stream_closed_early_does_not_wait_for_a_stalled_model(fake, make_writer):
+    fake.script(Text("Hello there, after a long pause", pieces=2, interval=120))
+    stream = make_writer(timeout_seconds=300).stream(CONTEXT, ORIGIN)
+
+    assert isinstance(await anext(stream), TextDelta)
+    await asyncio.wait_for(stream.aclose(), 30)  # not the 120 s until the model's next piece
 
 
 def test_task_titles_name_the_memo_or_the_search_in_the_persona_language():

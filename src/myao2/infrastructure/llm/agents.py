@@ -19,7 +19,7 @@ import logging
 import platform
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import timedelta
@@ -324,10 +324,10 @@ class StrandsReplyWriter:
         tools: dict[str, str] = {}  # tool use id -> tool name
         wrote = after_tools = False
         result = None
+        events = agent.stream_async(query, invocation_state=state, limits={"turns": self._config.max_tool_cycles})
+        event: dict[str, Any] = {}
         try:
-            async for event in agent.stream_async(
-                query, invocation_state=state, limits={"turns": self._config.max_tool_cycles}
-            ):
+            async for event in events:
                 if event.get("data"):
                     yield TextDelta(("\n\n" if wrote and after_tools else "") + event["data"])
                     wrote, after_tools = True, False
@@ -346,6 +346,8 @@ class StrandsReplyWriter:
         except Exception as exc:  # malformed output from the provider, or a bug
             logger.error("%s agent failed unexpectedly: %s", self.ROLE, type(exc).__name__, exc_info=True)
             raise ModelUnavailable(f"{self.ROLE} agent failed: {type(exc).__name__}") from None
+        finally:
+            await _end(agent, events, event)
         if result is None:
             raise ModelUnavailable(f"{self.ROLE} agent ended without a result")
         if result.stop_reason in _LIMIT_STOPS:
@@ -397,6 +399,29 @@ class StrandsReplyWriter:
                 tool = tools.get(done["toolUseId"], "")
                 events.append(ToolFinished(done["toolUseId"], tool, done.get("status") == "success"))
         return events
+
+
+async def _end(agent: Agent, events: AsyncIterator[Any], last: dict[str, Any]) -> None:
+    """End `events`, the stream of `agent`'s invocation, in this task, should the reply leave it early (held back,
+    cut at the answer's length cap, the bot stopping) at event `last`; a stream that ended already ends at once.
+
+    Closed at an event (`aclose`), strands would leave the streams it reads from (its loop, the model's) to the
+    garbage collector, whose `aclose` runs in a task of its own: that task's Context cannot detach the
+    OpenTelemetry contexts they attached (each logging an ERROR traceback), and those streams, closed in tasks of
+    their own at once, collide ("aclose(): asynchronous generator is already running"). Instead the stream is read
+    on, each step cut short by a timeout at its first wait (for the model, mostly), which ends every stream on the
+    way by an exception, here. After a whole message, strands runs the tools it asks for, or calls the model
+    again: the invocation is cancelled first, so that neither happens. (Not before: cancelled, strands leaves the
+    model's answer unfinished at its next part as the garbage collector's to close.)
+    """
+    while True:
+        if "message" in last:
+            agent.cancel()
+        try:
+            async with asyncio.timeout(0):
+                last = await anext(events)
+        except Exception:  # noqa: BLE001 - the end (StopAsyncIteration), the wait cut short, or a failure: over
+            return
 
 
 class ModelOutput(BaseModel):
