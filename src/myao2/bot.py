@@ -238,6 +238,7 @@ class Bot:
         indexer.stop()
         health.slack_connected = False
         await connection.close()
+        await inbox.close()  # the messages waiting to be stored with the next ones
         await self._tasks.drain(SHUTDOWN_GRACE_SECONDS)
         try:
             await replica.leave()

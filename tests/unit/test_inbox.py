@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Coroutine
-from typing import Any, cast
-
+from dataclasses import replace
 from datetime import datetime, timezone
+from typing import Any, cast
 
 import pytest
 from sqlalchemy import Engine
 
+from myao2.application import inbox as inbox_module
 from myao2.application.inbox import Inbox
 from myao2.application.mention import ClaimAhead, Claimed
 from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Message
@@ -359,3 +360,64 @@ async def test_a_claim_ahead_whose_save_failed_is_not_made_and_the_other_event_c
     assert answers.claimed == [] and answers.taken_up == []
     assert answers.answered == [(mention(), 1)]  # handed on once stored, to claim it in a trip of its own
     assert answers.claim_ahead(mention()) is not None  # the failed save's claim was dropped
+
+
+def written(store: GatedStore) -> GatedStore:
+    store.gate.set()
+    return store
+
+
+async def test_plain_messages_soon_after_a_write_wait_for_the_pace_and_a_mention_takes_them_along(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(inbox_module, "PACE_SECONDS", 60.0)
+    store = written(GatedStore())
+    box, answers = answers_of(store)
+    await box.channel_changed("C1")
+    await box.message_posted(line(0), None)  # none written lately: at once
+    waiting = [asyncio.ensure_future(box.message_posted(line(n), None)) for n in (1, 2)]
+    await asyncio.sleep(0.3)
+    assert store.groups == [["line 0"]] and not any(post.done() for post in waiting)
+    await box.message_posted(mention(), None)
+    await asyncio.gather(*waiting)
+    assert store.groups == [["line 0"], ["line 1", "line 2", "<@UBOT> hello"]]  # one trip, in arrival order
+    assert answers.claimed == [(mention(), 4, answers.trips)]
+
+
+async def test_a_plain_message_waiting_is_written_when_the_pace_has_passed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(inbox_module, "PACE_SECONDS", 0.2)
+    store = written(GatedStore())
+    box, _ = answers_of(store)
+    await box.channel_changed("C1")
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await box.message_posted(line(0), None)
+    await asyncio.wait_for(box.message_posted(line(1), None), 30)
+    assert store.groups == [["line 0"], ["line 1"]]
+    assert loop.time() - started >= 0.2
+
+
+async def test_a_message_whose_channel_is_not_known_yet_is_written_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(inbox_module, "PACE_SECONDS", 60.0)
+    store = written(GatedStore())
+    box, _ = answers_of(store)
+    await box.channel_changed("C1")
+    await box.message_posted(line(0), None)
+    elsewhere = replace(line(1), channel_id="C2")
+    await asyncio.wait_for(box.message_posted(elsewhere, None), 30)  # it may be a DM to the bot
+    assert store.groups == [["line 0"], ["line 1"]]
+
+
+async def test_closing_writes_what_waits_and_every_message_after_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(inbox_module, "PACE_SECONDS", 60.0)
+    store = written(GatedStore())
+    box, _ = answers_of(store)
+    await box.channel_changed("C1")
+    await box.message_posted(line(0), None)
+    waiting = asyncio.ensure_future(box.message_posted(line(1), None))
+    await asyncio.sleep(0.1)
+    assert not waiting.done()
+    await asyncio.wait_for(box.close(), 30)
+    assert waiting.done() and store.groups == [["line 0"], ["line 1"]]
+    await asyncio.wait_for(box.message_posted(line(2), None), 30)
+    assert store.groups[-1] == ["line 2"]

@@ -33,9 +33,18 @@ RECENTLY_STORED = 256
 """Messages remembered as stored: Slack sends a mention twice (message and app_mention), one right after the other."""
 
 
+PACE_SECONDS = 0.05
+"""At most one group of messages is written in this time, unless one of them is wanted at once."""
+
+
 class GroupedSaves:
-    """Stores messages in a worker thread: those that arrive while a save is under way are stored together next,
-    in one trip to the thread and one transaction, so a burst costs a few commits instead of one each.
+    """Stores messages in a worker thread, in groups: one trip to the thread and one transaction for all the
+    messages that arrived since the last group, so a burst costs a few commits instead of one each.
+
+    A group is written at most every `PACE_SECONDS`: a message arriving when none was written for that long is
+    written at once, those arriving sooner wait for the rest of that time (and those arriving during a write,
+    for its end). A message wanted at once (`at_once`: one for the bot, or whose answer waits for it) is written
+    at once with all that waits before it, in arrival order; after `close`, every message is.
 
     `save` returns a future that ends once its message is committed (or failed), as a save of its own would.
     A failed group is saved again one message at a time, so one message's failure is never another's.
@@ -45,22 +54,61 @@ class GroupedSaves:
         self._store = store
         self._waiting: list[tuple[Message, Then | None, asyncio.Future[object]]] = []
         self._writer: asyncio.Future[None] | None = None
+        self._at_once = False
+        """A message waiting is wanted at once."""
+        self._closed = False
+        self._wake: asyncio.Future[None] | None = None
+        """Set while the writer waits for its pace: ending it starts the write."""
+        self._last_write = float("-inf")
 
-    def save(self, message: Message, then: Then | None = None) -> asyncio.Future[object]:
+    def save(self, message: Message, then: Then | None = None, *, at_once: bool = False) -> asyncio.Future[object]:
         """Store `message`; `then`, if given, is called in the same trip once it is committed, and its result is the
-        future's (which is None otherwise)."""
+        future's (which is None otherwise). A message with a `then` is wanted at once, as is one `at_once`."""
         saved: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         self._waiting.append((message, then, saved))
+        if at_once or then is not None:
+            self._hurry()
         if self._writer is None:
             self._writer = asyncio.ensure_future(self._write())
         return saved
+
+    async def close(self) -> None:
+        """Write what waits at once, and from now on every message as it comes; return once what waited is written."""
+        self._closed = True
+        self._hurry()
+        if self._writer is not None:
+            with suppress(BaseException):
+                await asyncio.shield(self._writer)
+
+    def _hurry(self) -> None:
+        self._at_once = True
+        if self._wake is not None:
+            _settle(self._wake, None)
+
+    async def _paced(self) -> None:
+        """Wait, unless a message waiting is wanted at once, until `PACE_SECONDS` after the last write began."""
+        loop = asyncio.get_running_loop()
+        pause = self._last_write + PACE_SECONDS - loop.time()
+        if pause <= 0 or self._at_once or self._closed:
+            return
+        self._wake = loop.create_future()
+        timer = loop.call_later(pause, _settle, self._wake, None)
+        try:
+            await self._wake
+        finally:
+            timer.cancel()
+            self._wake = None
 
     async def _write(self) -> None:
         """Store the waiting messages, group after group, until none are left."""
         try:
             while self._waiting:
-                group, self._waiting = self._waiting, []
+                group: list[tuple[Message, Then | None, asyncio.Future[object]]] = []
                 try:
+                    await self._paced()
+                    group, self._waiting = self._waiting, []
+                    self._at_once = False
+                    self._last_write = asyncio.get_running_loop().time()
                     outcomes = await asyncio.to_thread(self._save, [(message, then) for message, then, _ in group])
                 except BaseException as exc:  # cancelled (shutdown), or no worker thread to be had
                     for *_, saved in (*group, *self._waiting):
@@ -152,12 +200,15 @@ class Inbox:
         """Store a message (new or redelivered) and hand it on if it is for the bot.
 
         A message just stored (or being stored) as it is now is not written again.
-        In a channel whose kind is known, a message for the bot is claimed in the trip that stores it.
+        In a channel whose kind is known, a message for the bot is claimed in the trip that stores it; any other
+        message may wait to be stored with the next ones (`GroupedSaves`), unless it may be for the bot (its
+        channel's kind is not known yet).
         """
         known = self._known_channels.get(message.channel_id)
-        ahead = self._answer.claim_ahead(message) if known and self.addressed_to_bot(message, known) else None
+        for_bot = known is None or self.addressed_to_bot(message, known)
+        ahead = self._answer.claim_ahead(message) if known and for_bot else None
         try:
-            claimed = await self._save(message, None if ahead is None else ahead.claim)
+            claimed = await self._save(message, None if ahead is None else ahead.claim, at_once=for_bot)
         except BaseException:
             if ahead is not None:
                 ahead.drop()
@@ -171,21 +222,22 @@ class Inbox:
         if self.addressed_to_bot(message, kind):
             self._spawn(self._answer(message))
 
-    async def _save(self, message: Message, then: Then | None = None) -> object:
-        """Store `message` unless stored as it is; what `then` returned, if it was called (once it was stored)."""
+    async def _save(self, message: Message, then: Then | None, *, at_once: bool) -> object:
+        """Store `message` unless stored as it is (`at_once`: see `GroupedSaves`); what `then` returned, if it was
+        called (once it was stored)."""
         key = (message.channel_id, message.ts)
         await self._settled(key)
         if (edited := self._early_edits.pop(key, None)) is not None:
             message = replace(message, text=edited, mentions=mentions_in(edited))
         if self._stored.get(key) == message:
             return None
-        saving = self._storing[key] = asyncio.ensure_future(self._save_once(key, message, then))
+        saving = self._storing[key] = asyncio.ensure_future(self._save_once(key, message, then, at_once))
         return await asyncio.shield(saving)
 
-    async def _save_once(self, key: tuple[str, str], message: Message, then: Then | None) -> object:
+    async def _save_once(self, key: tuple[str, str], message: Message, then: Then | None, at_once: bool) -> object:
         """Save `message`; by the time this ends, it is remembered as stored (if it was) and no longer under way."""
         try:
-            result = await self._saves.save(message, then)
+            result = await self._saves.save(message, then, at_once=at_once)
         finally:
             if self._storing.get(key) is asyncio.current_task():
                 del self._storing[key]
@@ -202,6 +254,10 @@ class Inbox:
                 break
             with suppress(Exception):  # a failed save is made again by whoever needs it
                 await asyncio.shield(storing)
+
+    async def close(self) -> None:
+        """Store what waits to be stored at once, and from now on every message as it comes (shutting down)."""
+        await self._saves.close()
 
     async def message_edited(self, channel_id: str, ts: str, text: str) -> None:
         """Change a stored message's text; an edit of one not stored yet is kept for its save."""
