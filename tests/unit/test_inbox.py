@@ -31,14 +31,13 @@ class SlowStore:
         self.fail = 0
         self._lock = threading.Lock()
 
-    def save_messages(self, messages: list[Message]) -> list[bool]:
+    def save_messages(self, messages: list[Message]) -> None:
         threading.Event().wait(0.05)
         with self._lock:
             if self.fail:
                 self.fail -= 1
                 raise OSError("disk full")
             self.saved.extend(messages)
-        return [True] * len(messages)
 
     def save_channel(self, channel: Channel, as_of: datetime | None = None) -> None:
         pass
@@ -157,10 +156,9 @@ def test_a_copy_arriving_just_as_the_save_ends_neither_spins_nor_saves_again(hop
                 else:
                     late.append(asyncio.ensure_future(box.message_posted(mention(), None)))
 
-            def save_then_post(messages: list[Message]) -> list[bool]:
-                saved = save(messages)
+            def save_then_post(messages: list[Message]) -> None:
+                save(messages)
                 loop.call_soon_threadsafe(post_after, hops)
-                return saved
 
             store.save_messages = save_then_post  # type: ignore[method-assign]
             await box.message_posted(mention(), None)
@@ -239,9 +237,9 @@ def sql_inbox(engine: Engine, delay: float = 0.0) -> tuple[Inbox, SqlConversatio
     store.save_channel(Channel("C1", "general", ChannelKind.PUBLIC))
     save = store.save_messages
 
-    def slow_save(messages: list[Message]) -> list[bool]:
+    def slow_save(messages: list[Message]) -> None:
         threading.Event().wait(delay)
-        return save(messages)
+        save(messages)
 
     store.save_messages = slow_save  # type: ignore[method-assign]
 
@@ -283,12 +281,12 @@ class GatedStore(SlowStore):
         self.gate = threading.Event()
         self._refused = refused
 
-    def save_messages(self, messages: list[Message]) -> list[bool]:
+    def save_messages(self, messages: list[Message]) -> None:
         self.groups.append([m.text for m in messages])
         self.gate.wait(10)
         if any(m.text == self._refused for m in messages):
             raise ValueError("refused")
-        return super().save_messages(messages)
+        super().save_messages(messages)
 
 
 def line(n: int) -> Message:

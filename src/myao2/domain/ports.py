@@ -191,8 +191,8 @@ class ConversationStore(Protocol):
         """
         ...
 
-    def save_messages(self, messages: Sequence[Message]) -> list[bool]:
-        """`save_message` for each of `messages`, all in one transaction; which of them were new."""
+    def save_messages(self, messages: Sequence[Message]) -> None:
+        """`save_message` for each of `messages`, all in one transaction; unlike it, tells not which were new."""
         ...
 
     def edit_message(self, channel_id: str, ts: str, text: str) -> bool:

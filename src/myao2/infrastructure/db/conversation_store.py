@@ -88,11 +88,21 @@ class SqlConversationStore:
     # -- messages ------------------------------------------------------------
 
     def save_message(self, message: Message) -> bool:
-        return self.save_messages((message,))[0]
-
-    def save_messages(self, messages: Sequence[Message]) -> list[bool]:
         with writing(self._engine) as connection:
-            return [_save_message(connection, message) for message in messages]
+            return _save_message(connection, message)
+
+    def save_messages(self, messages: Sequence[Message]) -> None:
+        """One statement run for all of `messages` (an executemany): a statement run for each cost more than the
+        insert itself (~0.15 ms of SQLAlchemy's)."""
+        if not messages:
+            return
+        with writing(self._engine) as connection:
+            dialect = connection.dialect.name
+            if dialect in INSERT_IGNORING:
+                connection.execute(_insert_message(dialect), [_message_row(message) for message in messages])
+                return
+            for message in messages:
+                _save_message(connection, message)
 
     def edit_message(self, channel_id: str, ts: str, text: str) -> bool:
         with writing(self._engine) as connection:
