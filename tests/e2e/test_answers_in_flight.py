@@ -88,6 +88,7 @@ class ClaimsLock:
     def __init__(self, bot: BotProcess) -> None:
         self._url = bot.database_url
         self._held: Any = None
+        self._holder: int | None = None
 
     def take(self) -> None:
         if self._url.startswith("sqlite"):
@@ -96,16 +97,21 @@ class ClaimsLock:
             self._held.execute("BEGIN IMMEDIATE")
         else:
             self._held = create_engine(self._url, poolclass=NullPool).connect()
+            self._holder = self._held.execute(text("SELECT pg_backend_pid()")).scalar()
             self._held.execute(text("SELECT ts FROM claims FOR UPDATE"))
 
     def drop_waiting(self) -> None:
         """Drop the bot's connection whose write waits on the lock (PostgreSQL; in SQLite the write fails alone)."""
         if self._url.startswith("sqlite"):
             return
-        waiting = "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+        # Waiting on this lock itself: the bot's other writes may wait meanwhile on that one's transaction (a
+        # channel it inserted, say), and dropping one of those instead left the claim's write waiting.
+        waiting = "SELECT pid FROM pg_stat_activity WHERE :holder = ANY(pg_blocking_pids(pid))"
         admin = create_engine(self._url, poolclass=NullPool, isolation_level="AUTOCOMMIT")
         with admin.connect() as connection:
-            pid = wait_until(lambda: connection.execute(text(waiting)).scalar(), what="the bot's write to wait")
+            pid = wait_until(
+                lambda: connection.execute(text(waiting), {"holder": self._holder}).scalar(), what="the bot's write to wait"
+            )
             connection.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
         admin.dispose()
 
@@ -134,7 +140,7 @@ def test_an_answer_whose_showing_cannot_be_noted_is_answered_by_a_retry_not_with
     try:
         ts = mention(slack)
         lock.drop_waiting()
-        wait_until(lambda: "could not note the answer as showing" in bot.log(), timeout=30, what="the attempt failed")
+        wait_until(lambda: "could not note the answer as showing" in bot.log(), what="the attempt failed")
     finally:
         lock.release()
 
@@ -142,7 +148,7 @@ def test_an_answer_whose_showing_cannot_be_noted_is_answered_by_a_retry_not_with
         found = bot.rows("SELECT answer_ts FROM claims WHERE ts = :ts AND settled_at IS NOT NULL", ts=ts)
         return found[0][0] if found else None
 
-    wait_until(answer, timeout=30, what="the claim settled")
+    wait_until(answer, what="the claim settled")
     time.sleep(2.5)  # a retry round more: room for a second answer to show up
     [message] = bot_messages(slack)
     assert message["text"] == "The one and only answer." and answer() == message["ts"]
