@@ -121,7 +121,9 @@ class TestNamesPerAudience:
         # in the DM the name means the DM's own memo, and is listed once
         assert store.get("surprise", "D1").content == "the party is on friday"
         assert [m.content for m in store.list("D1").memos] == ["the party is on friday"]
-        assert [m.content for m in store.recent("D1", 10, set())] == ["the party is on friday"]
+        assert [m.content for m in store.for_prompt("D1", min_priority=1, important=0, recent=10)[2]] == [
+            "the party is on friday"
+        ]
         assert [m.content for m in store.list("C1").memos] == ["we like surprises"]
 
     def test_a_dm_cannot_take_a_name_it_already_sees(self, store: SqlMemoStore) -> None:

@@ -290,7 +290,7 @@ class TestVisibility:
         assert names(both.list("C2").memos) == ["public"]
         assert both.list("C2").total == 1
         assert [t.tag for t in both.tags("C2")] == ["shared"]
-        assert names(both.recent("C2", 10, set())) == ["public"]
+        assert names(both.for_prompt("C2", min_priority=1, important=0, recent=10)[2]) == ["public"]
         with refused("unknown_name"):
             both.get("secret", "C2")
         with refused("unknown_name"):
@@ -422,10 +422,17 @@ class TestListing:
         assert [(u.tag, u.count) for u in usages] == [("y", 3), ("z", 1), ("x", 1)]
         assert usages[0].last_updated == last.updated_at
 
-    def test_recent_excludes_and_limits(self, store: SqlMemoStore) -> None:
-        for name in ("a", "b", "c", "d"):
-            add(store, name)
-        assert names(store.recent(None, 2, {"d"})) == ["c", "b"]
+    def test_a_prompt_reads_the_pinned_the_first_important_and_the_newest_others(self, store: SqlMemoStore) -> None:
+        for name in ("a", "b", "c", "d", "e"):
+            add(store, name, priority=4 if name in ("a", "c") else 2)
+        store.pin("d", "cli")
+        store.pin("a", "cli")
+        rules, important, recent = store.for_prompt(None, min_priority=4, important=20, recent=2)
+        assert (names(rules), names(important), names(recent)) == (["d", "a"], ["c"], ["e", "b"])
+        add(store, "f", priority=5)
+        store.pin("f", "cli")  # the first important one, and pinned: a rule, and shown once
+        rules, important, recent = store.for_prompt(None, min_priority=4, important=1, recent=3)
+        assert (names(rules), names(important), names(recent)) == (["d", "a", "f"], [], ["e", "c", "b"])
 
 
 class TestSqliteFile:

@@ -346,9 +346,7 @@ async def test_a_mention_is_answered_in_these_trips_to_the_database_and_no_more(
         ["INSERT INTO claims", "COMMIT", "SELECT channels"],  # the claim, and the channel for the answer
         [  # the prompt: the conversation, the memos, memories, digests and profiles
             "SELECT messages",
-            "SELECT memos",
-            "SELECT memos",
-            "SELECT memos",
+            "SELECT memos",  # the pinned, the important and the newest memos
             "SELECT memories",  # those of this conversation, and the news from other channels they are in
             "SELECT digests",
             "SELECT profiles",

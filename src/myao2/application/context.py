@@ -236,15 +236,9 @@ class ContextBuilder:
 
     def _read_memos(self, channel_id: str) -> tuple[tuple[Memo, ...], tuple[Memo, ...], tuple[Memo, ...]]:
         """The pinned memos, then the important and the recent ones other than those."""
-        rules = self._memos.pinned(channel_id)
-        pinned = {m.name for m in rules}
-        important = [
-            m
-            for m in self._memos.list(channel_id, min_priority=IMPORTANT_PRIORITY, limit=IMPORTANT_MEMO_LIMIT).memos
-            if m.name not in pinned
-        ]
-        recent = self._memos.recent(channel_id, RECENT_MEMO_LIMIT, exclude=pinned | {m.name for m in important})
-        return tuple(rules), tuple(important), tuple(recent)
+        return self._memos.for_prompt(
+            channel_id, min_priority=IMPORTANT_PRIORITY, important=IMPORTANT_MEMO_LIMIT, recent=RECENT_MEMO_LIMIT
+        )
 
     def _read_memories(
         self, channel: Channel, thread_ts: str | None, speakers: Sequence[tuple[str, str]]

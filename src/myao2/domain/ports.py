@@ -95,7 +95,13 @@ class MemoStore(Protocol):
 
     def tags(self, channel_id: str | None) -> list[TagUsage]: ...
 
-    def recent(self, channel_id: str | None, limit: int, exclude: set[str]) -> list[Memo]: ...
+    def for_prompt(
+        self, channel_id: str | None, *, min_priority: int, important: int, recent: int
+    ) -> tuple[tuple[Memo, ...], tuple[Memo, ...], tuple[Memo, ...]]:
+        """What a prompt in `channel_id` shows of the memos it may see, read at once: the pinned ones (its rules),
+        oldest pin first; those of the first `important` by priority (then newest first) of at least `min_priority`
+        that are not pinned, in that order; and the newest `recent` of the others."""
+        ...
 
     def history(self, name: str, *, audience: Audience | None = None) -> list[MemoRevision]: ...
 

@@ -15,7 +15,8 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import ColumnElement, Engine, and_, bindparam, exists, false, func, or_
+from sqlalchemy import ColumnElement, Engine, Table, and_, bindparam, cast, exists, false, func, literal, null, or_, union_all
+from sqlalchemy import select as core_select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import aliased
 from sqlalchemy.orm.exc import StaleDataError
@@ -233,9 +234,22 @@ class SqlMemoStore:
         usages.sort(key=lambda u: (-u.count, -u.last_updated.timestamp(), u.tag))
         return usages
 
-    def recent(self, channel_id: str | None, limit: int, exclude: set[str]) -> list[Memo]:
-        rows = self._rows(_recent_query(_audiences(channel_id)), exclude=sorted(exclude), limit=limit)
-        return [_to_memo(r) for r in rows]
+    def for_prompt(
+        self, channel_id: str | None, *, min_priority: int, important: int, recent: int
+    ) -> tuple[tuple[Memo, ...], tuple[Memo, ...], tuple[Memo, ...]]:
+        rows = self._rows(_prompt_query(_audiences(channel_id)), min_priority=min_priority, important=important, recent=recent)
+        parts: dict[int, list[Any]] = {_PINNED: [], _IMPORTANT: [], _RECENT: []}
+        for row in rows:
+            parts[row.part].append(row)
+        parts[_PINNED].sort(key=lambda row: (row.pinned_at, row.id))
+        parts[_IMPORTANT].sort(key=lambda row: (row.priority, row.updated_at, row.id), reverse=True)
+        parts[_RECENT].sort(key=lambda row: (row.updated_at, row.id), reverse=True)
+        pinned = {row.id for row in parts[_PINNED]}
+        return (
+            tuple(_to_memo(row) for row in parts[_PINNED]),
+            tuple(_to_memo(row) for row in parts[_IMPORTANT] if row.id not in pinned),
+            tuple(_to_memo(row) for row in parts[_RECENT]),
+        )
 
     def _rows(self, query: Any, **params: object) -> Sequence[Any]:
         """The Core rows of a read: no ORM session, whose unit of work cost most of a prompt's memo reads."""
@@ -446,11 +460,41 @@ def _count_query(audiences: tuple[Audience, ...] | None, removed: bool) -> Any:
     return select(func.count()).select_from(_list_query(audiences, removed).order_by(None).subquery())
 
 
+_PINNED, _IMPORTANT, _RECENT = 0, 1, 2
+"""The parts of `_prompt_query`."""
+
+
 @lru_cache(maxsize=1024)
-def _recent_query(audiences: tuple[Audience, ...] | None) -> Any:
-    """The newest `limit` memos a reader sees, those named in `exclude` (a list) left out."""
-    query = _seen(select(MemoRow), audiences).where(col(MemoRow.name).not_in(bindparam("exclude", expanding=True)))
-    return query.order_by(col(MemoRow.updated_at).desc(), col(MemoRow.id).desc()).limit(bindparam("limit"))
+def _prompt_query(audiences: tuple[Audience, ...] | None) -> Any:
+    """The statement of `for_prompt` (built once per reader, like `_seen_clause`): the memos a reader sees that are
+    pinned (part `_PINNED`, with their `pinned_at`), among the first `important` of at least `min_priority`
+    by priority then newest first (`_IMPORTANT`), and the newest `recent` of the others (`_RECENT`), each part
+    unordered. A reader sees one memo of a name (see `_seen`), so leaving out memos is leaving out names."""
+    memos: Table = MemoRow.__table__  # type: ignore[attr-defined]
+    seen = _seen_clause(audiences, False, True)
+    newest = (memos.c.updated_at.desc(), memos.c.id.desc())
+    important = (
+        core_select(memos.c.id)
+        .where(seen, memos.c.priority >= bindparam("min_priority"))
+        .order_by(memos.c.priority.desc(), *newest)
+        .limit(bindparam("important"))
+        .correlate(None)
+    )
+    recent = (
+        core_select(memos.c.id)
+        .where(seen, ~exists().where(_PINS.c.memo_id == memos.c.id), memos.c.id.not_in(important))
+        .order_by(*newest)
+        .limit(bindparam("recent"))
+        .correlate(None)
+    )
+    no_pin = cast(null(), _PINS.c.pinned_at.type).label("pinned_at")
+    return union_all(
+        core_select(memos, literal(_PINNED).label("part"), _PINS.c.pinned_at.label("pinned_at"))
+        .select_from(memos.join(_PINS, _PINS.c.memo_id == memos.c.id))
+        .where(seen),
+        core_select(memos, literal(_IMPORTANT).label("part"), no_pin).where(memos.c.id.in_(important)),
+        core_select(memos, literal(_RECENT).label("part"), no_pin).where(memos.c.id.in_(recent)),
+    )
 
 
 @lru_cache(maxsize=1024)
