@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, event, text
+from sqlalchemy import Engine, create_engine, event, text
 
 from tests.unit.test_migrations import head_revision
 from myao2.domain.answers import Unfinished
@@ -492,3 +492,36 @@ def test_the_bot_identity_is_kept_for_what_runs_without_slack(store: SqlConversa
     store.save_identity(BotIdentity(BOT, "B1", "T1"))
     store.save_identity(BotIdentity("UBOT2", None, "T1"))  # a new app: the latest connection counts
     assert store.identity() == BotIdentity("UBOT2", None, "T1")
+
+
+def test_reads_and_writes_over_one_connection_take_one_from_the_pool_and_each_write_commits_as_it_ends(
+    store: SqlConversationStore, engine: Engine
+) -> None:
+    store.save_channel(Channel("C1", "general"))
+    other = create_engine(engine.url)
+    try:
+        reads_and_writes_over_one_connection(store, engine, SqlConversationStore(other))
+    finally:
+        other.dispose()
+
+
+def reads_and_writes_over_one_connection(store: SqlConversationStore, engine: Engine, elsewhere: SqlConversationStore) -> None:
+    """The test above, `elsewhere` another process's view of the database."""
+    checkouts: list[object] = []
+    event.listen(engine, "checkout", lambda *_: checkouts.append(None))
+    with store.one_connection():
+        assert store.get_channel("C1") == Channel("C1", "general")  # a read first: its transaction ends
+        assert store.save_message(msg(0, "question"))
+        assert elsewhere.get_message("C1", ts(0)) is not None  # committed as its write ended
+        assert store.claim("C1", ts(0), holder="A")
+        with pytest.raises(RuntimeError), store.writes_together():
+            assert store.save_message(msg(1, "the answer", user_id="UBOT", is_bot=True))
+            assert store.settle("C1", ts(0), ts(1), holder="A")
+            raise RuntimeError("killed")
+        assert store.unfinished_answer("C1", ts(0)) == Unfinished(None, False)  # rolled back, the rest kept
+        with store.writes_together():
+            assert store.save_message(msg(1, "the answer", user_id="UBOT", is_bot=True))
+            assert store.settle("C1", ts(0), ts(1), holder="A")
+        assert elsewhere.unfinished_answer("C1", ts(0)) is None
+    assert len(checkouts) == 1
+    assert texts(elsewhere.channel_messages("C1", 10)) == ["question", "the answer"]

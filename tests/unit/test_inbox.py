@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Coroutine
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any, cast
@@ -41,6 +42,9 @@ class SlowStore:
 
     def save_channel(self, channel: Channel, as_of: datetime | None = None) -> None:
         pass
+
+    def one_connection(self) -> AbstractContextManager[None]:
+        return nullcontext()
 
 
 class Chat:

@@ -205,7 +205,7 @@ def test_a_prompt_read_together_takes_one_connection_and_each_read_sees_what_was
     checkouts: list[object] = []
     event.listen(engine, "checkout", lambda *_: checkouts.append(None))
     try:
-        with conversations.reads_together():
+        with conversations.one_connection():
             messages = [*conversations.channel_messages(GENERAL.id, 30), *reply(GENERAL)]
             before = contexts.read(GENERAL, messages)
             reads = len(checkouts)

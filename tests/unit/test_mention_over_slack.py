@@ -223,13 +223,13 @@ async def test_an_answer_whose_showing_note_fails_to_be_written_is_retried_not_a
 
 async def test_an_answer_whose_conversation_cannot_be_read_is_retried_not_apologised_for(world: World) -> None:
     message = world.mention()
-    reads_together = world.store.reads_together
+    one_connection = world.store.one_connection
 
     def dropped() -> Any:
-        world.store.reads_together = reads_together  # type: ignore[method-assign]
+        world.store.one_connection = one_connection  # type: ignore[method-assign]
         raise OperationalError("SELECT", {}, Exception("server closed the connection unexpectedly"))
 
-    world.store.reads_together = dropped  # type: ignore[method-assign]
+    world.store.one_connection = dropped  # type: ignore[method-assign]
     await world.answer(message)
     assert world.slack.posted == [] and world.writer.calls == 0  # nothing shown: the attempt failed
     assert answered(world, message) == [(None, False)]

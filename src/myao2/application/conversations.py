@@ -185,13 +185,14 @@ class Conversations:
         )
 
         def store() -> None:
-            if self._activity is not None:
-                self._activity.reply(channel_id, ReplyKind.ANSWER if answering else ReplyKind.UNASKED)
-            with self._store.writes_together():
-                if not self._store.save_message(reply):
-                    self._store.edit_message(channel_id, ts, text)
-                if stored is not None:
-                    stored(ts)
+            with self._store.one_connection():  # the activity's transaction, then the reply's, on one connection
+                if self._activity is not None:
+                    self._activity.reply(channel_id, ReplyKind.ANSWER if answering else ReplyKind.UNASKED)
+                with self._store.writes_together():
+                    if not self._store.save_message(reply):
+                        self._store.edit_message(channel_id, ts, text)
+                    if stored is not None:
+                        stored(ts)
 
         await asyncio.to_thread(store)
         return reply

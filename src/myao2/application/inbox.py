@@ -124,10 +124,12 @@ class GroupedSaves:
             self._writer = None
 
     def _save(self, group: list[tuple[Message, Then | None]]) -> list[tuple[object, Exception | None]]:
-        """What became of each message's save: its `then`'s result, or the failure; in the worker thread."""
+        """What became of each message's save: its `then`'s result, or the failure; in the worker thread. The
+        group's save and the `then`s share one connection; one message at a time, each takes its own."""
         try:
-            self._store.save_messages([message for message, _ in group])
-            return [_then(then) for _, then in group]
+            with self._store.one_connection():
+                self._store.save_messages([message for message, _ in group])
+                return [_then(then) for _, then in group]
         except Exception as exc:  # noqa: BLE001 - handed to the message's save
             if len(group) == 1:
                 return [(None, exc)]

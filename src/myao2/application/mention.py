@@ -155,7 +155,7 @@ class AnswerMention:
 
         def read() -> tuple[list[Message], list[PendingAnswer]]:
             """Both in one trip, over one connection: the messages claimed below are due after `now`, never now."""
-            with self._store.reads_together():
+            with self._store.one_connection():
                 missed = self._store.unclaimed_mentions(self._bot.user_id, since)
                 return missed, self._store.due_answers(now, since, holder=self._replica)
 
@@ -395,7 +395,7 @@ class AnswerMention:
         def read() -> tuple[list[Message], StoredContext]:
             """The conversation and what the store adds to it in the prompt, in one trip to a worker thread, over
             one database connection."""
-            with self._store.reads_together():
+            with self._store.one_connection():
                 messages = self._conversations.read_messages(
                     message.channel_id, message.thread_ts, self._settings.context_message_limit, since
                 )

@@ -230,10 +230,11 @@ class ConversationStore(Protocol):
         """The newest `limit` top-level messages of a channel posted after `since`, oldest first."""
         ...
 
-    def reads_together(self) -> AbstractContextManager[None]:
-        """Within it (in this thread), the reads of every store over this one's database share one connection:
-        for a trip to a worker thread that reads many (a prompt's messages, memos, memories and profiles).
-        Each read still sees what was committed before it."""
+    def one_connection(self) -> AbstractContextManager[None]:
+        """Within it (in this thread), the reads and writes of every store over this one's database share one
+        connection: for a trip to a worker thread that reads many (a prompt's messages, memos, memories and
+        profiles), or writes and reads (a claim and its channel). Each read still sees what was committed before
+        it, and each write is committed as it would be on a connection of its own."""
         ...
 
     def writes_together(self) -> AbstractContextManager[None]:

@@ -11,6 +11,7 @@ from sqlalchemy import Engine, case, func, insert
 from sqlmodel import Session, SQLModel, col, select
 
 from myao2.domain.activity import CallOutcome, JudgmentOutcome, ModelCall, ReplyKind
+from myao2.infrastructure.db.engine import writing
 from myao2.infrastructure.db.tables import JudgmentRow, MemoRow, MessageRow, ModelCallRow, ReplyRow
 
 
@@ -29,14 +30,14 @@ class SqlActivityLog:
     def reply(
         self, channel_id: str, kind: ReplyKind, at: datetime, calls: Sequence[tuple[ModelCall, datetime]] = ()
     ) -> None:
-        with self._engine.begin() as connection:
+        with writing(self._engine) as connection:
             if calls:
                 connection.execute(insert(_CALLS), [_call_row(call, called_at) for call, called_at in calls])
             connection.execute(insert(_REPLIES), {"at": at, "channel_id": channel_id, "kind": kind.value})
 
     def _add(self, row_type: type[SQLModel], /, **values: object) -> None:
         """One row, by a plain INSERT: a session's unit of work cost four times as much CPU."""
-        with self._engine.begin() as connection:
+        with writing(self._engine) as connection:
             connection.execute(insert(row_type.__table__), values)  # type: ignore[attr-defined]
 
 

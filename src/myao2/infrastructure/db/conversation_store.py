@@ -182,7 +182,7 @@ class SqlConversationStore:
     def thread_messages(self, channel_id: str, thread_ts: str, limit: int) -> list[Message]:
         return self._newest(_THREAD_NEWEST, channel=channel_id, thread=thread_ts, limit=limit)
 
-    def reads_together(self) -> AbstractContextManager[None]:
+    def one_connection(self) -> AbstractContextManager[None]:
         return one_connection(self._engine)
 
     def writes_together(self) -> AbstractContextManager[None]:

@@ -100,7 +100,7 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyp
 
 
 _SHARED: ContextVar[Connection | None] = ContextVar("myao2_shared_connection", default=None)
-"""The connection `reading` hands out while `one_connection` holds it (in that thread's context only)."""
+"""The connection `reading` and `writing` use while `one_connection` holds it (in that thread's context only)."""
 
 
 _WRITING: ContextVar[Connection | None] = ContextVar("myao2_shared_transaction", default=None)
@@ -118,10 +118,14 @@ def reading(engine: Engine) -> AbstractContextManager[Connection]:
 
 def writing(engine: Engine) -> AbstractContextManager[Connection]:
     """A connection in a transaction to write in: the one `one_transaction` holds for `engine` in this context
-    (committed when that ends), else a pooled one with a transaction of its own, committed when the block ends."""
+    (committed when that ends), else one of its own, committed when the block ends, on the connection
+    `one_connection` holds (within, `writing` joins it) or a pooled one."""
     held = _WRITING.get()
     if held is not None and held.engine is engine:
         return nullcontext(held)
+    shared = _SHARED.get()
+    if shared is not None and shared.engine is engine:
+        return _holding(_WRITING, engine, lambda: _begun_on(shared))
     return engine.begin()
 
 
@@ -129,18 +133,22 @@ def writing(engine: Engine) -> AbstractContextManager[Connection]:
 def one_transaction(engine: Engine) -> Iterator[None]:
     """Every `writing` (and `reading`) of `engine` made within (in this thread) shares one connection and one
     transaction, committed once when the block ends, or rolled back as a whole if it raises: a crash leaves
-    all of those writes or none. Within one already held, it adds nothing."""
-    with _holding(_WRITING, engine, engine.begin):
+    all of those writes or none; on the connection `one_connection` holds, if it does. Within one already
+    held, it adds nothing."""
+    shared = _SHARED.get()
+    begin = (lambda: _begun_on(shared)) if shared is not None and shared.engine is engine else engine.begin
+    with _holding(_WRITING, engine, begin):
         yield
 
 
 @contextmanager
 def one_connection(engine: Engine) -> Iterator[None]:
-    """Every `reading` of `engine` made within (in this thread) shares one connection, taken from the pool once:
-    a trip to a worker thread that reads many stores (a prompt's memos, memories and profiles) checks out one,
-    not one per read (~0.1 ms each). Each read still sees what was committed before it (on SQLite nothing begins
-    a transaction for a read; PostgreSQL reads committed), as a connection of its own would. Within one already
-    held, it adds nothing."""
+    """Every `reading` and `writing` of `engine` made within (in this thread) shares one connection, taken from
+    the pool once: a trip to a worker thread that reads many stores (a prompt's memos, memories and profiles), or
+    writes and reads (a claim and its channel), checks out one, not one per read or write (~0.1-0.2 ms each).
+    Each read still sees what was committed before it (on SQLite nothing begins a transaction for a read;
+    PostgreSQL reads committed), and each write is committed when its block ends, as on a connection of its own.
+    Within one already held, it adds nothing."""
     with _holding(_SHARED, engine, engine.connect):
         yield
 
@@ -148,18 +156,28 @@ def one_connection(engine: Engine) -> Iterator[None]:
 @contextmanager
 def _holding(
     held: ContextVar[Connection | None], engine: Engine, opened: Callable[[], AbstractContextManager[Connection]]
-) -> Iterator[None]:
+) -> Iterator[Connection]:
     """`held` set, within, to a connection to `engine` `opened` once (unless it already holds one to it)."""
     current = held.get()
     if current is not None and current.engine is engine:
-        yield
+        yield current
         return
     with opened() as connection:
         token = held.set(connection)
         try:
-            yield
+            yield connection
         finally:
             held.reset(token)
+
+
+@contextmanager
+def _begun_on(connection: Connection) -> Iterator[Connection]:
+    """A transaction of its own on `connection`, committed when the block ends (rolled back if it raises). The one
+    its reads began is ended first: it wrote nothing."""
+    if connection.in_transaction():
+        connection.rollback()
+    with connection.begin():
+        yield connection
 
 
 _WRITE_LOCK = text("UPDATE alembic_version SET version_num = version_num WHERE 0 = 1")
