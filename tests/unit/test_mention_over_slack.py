@@ -4,6 +4,7 @@ while the bot never heard back."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import re
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from contextlib import contextmanager
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry import context as otel_context
 from sqlalchemy import event
 from sqlalchemy.exc import OperationalError
 
@@ -238,6 +240,36 @@ async def test_an_answer_whose_conversation_cannot_be_read_is_retried_not_apolog
     [stream] = world.slack.streams
     assert [m["text"] for m in world.slack.messages("C1")] == ["<@UBOT> hello?", "answer 1"]
     assert answered(world, message) == [(stream["ts"], True)]
+
+
+async def test_an_answer_withdrawn_as_it_starts_showing_ends_the_models_stream_in_its_own_task(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The model's stream attaches an OpenTelemetry context as strands' does: left to the garbage collector, it
+    # would be closed in another task, whose Context cannot detach it (an ERROR traceback logged).
+    with FakeSlack(ack_timeout=None) as slack:
+        slack.add_user("U1", "alice")
+        slack.add_channel("C1", "general", members=["U1"])
+        world = World(tmp_path, slack, replica="r1")
+        await world.start()
+        message = world.mention()
+
+        async def traced(context: Any, origin: Any) -> AsyncIterator[ReplyEvent]:
+            token = otel_context.attach(otel_context.set_value("reply", "traced"))
+            try:
+                yield TextDelta("The first words")
+                yield ReplyDone("The first words")
+            finally:
+                otel_context.detach(token)
+
+        world.writer.stream = traced  # type: ignore[method-assign]
+        world.store.start_answer = lambda *args, **kwargs: False  # type: ignore[method-assign]  # r2 took it over
+        await world.answer(message)
+        gc.collect()
+        await asyncio.sleep(0.5)  # room for a left-over stream to be finalised (asserting that nothing happens)
+
+        assert "chat.delete" in [method for method, _ in world.slack.web_calls]  # the answer taken back
+        assert "Failed to detach context" not in caplog.text
 
 
 async def test_an_answer_cancelled_as_it_streams_is_stopped_once_and_its_retry_settles_it(world: World) -> None:

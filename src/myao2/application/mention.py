@@ -365,17 +365,19 @@ class AnswerMention:
             ):
                 raise ReplyWithdrawn
 
-        reply = self._showing(message, self._reply(channel, message, attempt, reaction))
-        await self._conversations.publish(
-            channel,
-            reply_thread,
-            message.user_id,
-            reply,
-            self._settings.apology,
-            answering=message.ts,
-            started=started,
-            stored=lambda answer_ts: self._settle(message, answer_ts),
-        )
+        # Left unfinished (withdrawn as it starts showing, the bot stopping), the reply ends here, in this task.
+        showing = self._showing(message, self._reply(channel, message, attempt, reaction))
+        async with aclosing(showing) as reply:  # type: ignore[type-var]
+            await self._conversations.publish(
+                channel,
+                reply_thread,
+                message.user_id,
+                reply,
+                self._settings.apology,
+                answering=message.ts,
+                started=started,
+                stored=lambda answer_ts: self._settle(message, answer_ts),
+            )
 
     async def _reply(
         self, channel: Channel, message: Message, attempt: int, reaction: asyncio.Future[None]
