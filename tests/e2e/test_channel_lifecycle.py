@@ -177,6 +177,15 @@ def test_what_the_bot_learnt_about_someone_in_a_channel_turned_private_leaves_ev
     slack.convert_to_private(PLANS)
     wait_until(lambda: query(bot, "SELECT kind FROM channels WHERE id = ?", PLANS) == [("private",)], what="#plans private")
     wait_until(lambda: f'"audience": "{PLANS}"' in query(bot, "SELECT facts FROM profiles")[0][0], what="the fact narrowed")
+
+    # The profile facts are narrowed before the memories: the workspace memory, made while #plans was public, still
+    # holds the fact until the narrowing drops it or a memory round saves it again without it (a round that read
+    # it before may still be asking the model). Once it no longer holds it, no round that read it is left.
+    def workspace_memory_without_it() -> bool:
+        texts = memories(bot).get(("workspace", "long"))
+        return texts is not None and not any("canary-opera" in text for text in texts)
+
+    wait_until(workspace_memory_without_it, what="the workspace memory made again without #plans")
     assert "canary-opera" not in general_prompt()
     assert bot.stop() == 0
 

@@ -136,6 +136,21 @@ async def test_a_channel_converted_to_private_is_no_news_elsewhere_from_the_next
     assert random.memory.channel_short.lines == ("- [2025-01-02] random-short news",)  # its own still
 
 
+async def test_a_channel_stored_as_private_is_no_news_elsewhere_while_its_memories_are_not_narrowed_yet(stores):
+    # A conversion stores the channel's new kind first and narrows its memories last: a prompt built in between
+    # (the memory still kept for the workspace) showed what was said there in #general.
+    _, _, _, _, conversations = stores
+    conversations.save_channel(GENERAL)
+    conversations.save_channel(RANDOM)
+
+    async def news() -> tuple[str, ...]:
+        return (await builder(stores).build(GENERAL, reply(GENERAL))).memory.elsewhere.lines
+
+    assert await news() == ("#random: - [2025-01-02] random-short news",)
+    conversations.set_channel_kind(RANDOM.id, ChannelKind.PRIVATE)
+    assert await news() == ()
+
+
 async def test_a_private_conversation_sees_its_own_memory_and_nothing_of_other_channels(stores):
     secret = await builder(stores).build(SECRET, reply(SECRET))
     dm = await builder(stores).build(DM, reply(DM))

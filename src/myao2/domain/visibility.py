@@ -52,10 +52,14 @@ def can_read_from(reader: str | None, audience: Audience, source: Channel | None
     conversation `reader` (None: a person's own view, which sees everything).
 
     As `can_read`, and nothing of a conversation the bot has left or been removed from reaches a conversation
-    until the bot joins it again. `source` is None for text of no one conversation (the workspace memory) or of
-    one never stored: then only its audience counts.
+    until the bot joins it again, nor anything of a channel no longer public (turned private or shared outside)
+    another conversation, whatever audience the text still has (its narrowing may not have reached it yet).
+    `source` is None for text of no one conversation (the workspace memory) or of one never stored: then only
+    its audience counts.
     """
-    return can_read(reader, audience) and (reader is None or source is None or source.is_member)
+    if reader is None or source is None:
+        return can_read(reader, audience)
+    return can_read(reader, audience) and source.is_member and (source.id == reader or not source.is_private)
 
 
 def readable_audiences(reader: str) -> tuple[Audience, Audience]:
