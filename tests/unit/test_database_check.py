@@ -23,7 +23,7 @@ def test_a_replaced_file_fails_the_check_and_logs_once(tmp_path: Path, caplog: p
     shutil.copy(tmp_path / "other.db", path)
     assert "replaced" in check()
     assert check()
-    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    errors = [r for r in caplog.records if r.name == "myao2.infrastructure.db.health" and r.levelno == logging.ERROR]
     assert len(errors) == 1 and "replaced" in errors[0].getMessage()
 
 

@@ -438,12 +438,22 @@ async def test_a_model_failing_midway_raises_after_the_text_it_wrote(fake, make_
     assert not any(isinstance(e, ReplyDone) for e in seen)
 
 
+def forget_earlier_leftovers(caplog) -> None:
+    """Finalise what earlier tests in this process left to the garbage collector, then capture warnings afresh.
+
+    (A task an earlier test's event loop left pending logs "Task was destroyed but it is pending!" when collected.)
+    """
+    gc.collect()
+    caplog.clear()
+    caplog.set_level(logging.WARNING)
+
+
 async def test_a_stream_closed_early_ends_the_models_stream_in_its_own_task_without_errors(fake, make_writer, caplog):
     # As a reply held back, or cut at the answer's length cap, is closed: strands' stream attached OpenTelemetry
     # contexts as it began, and detaches them as it ends; ended by the garbage collector in another task (another
     # Context) instead, each detach failed and logged an ERROR traceback.
     fake.script(Text("This answer is closed after its first words", pieces=8, interval=0.05))
-    caplog.set_level(logging.WARNING)
+    forget_earlier_leftovers(caplog)
 
     async with aclosing(make_writer().stream(CONTEXT, ORIGIN)) as events:
         async for event in events:
@@ -459,7 +469,7 @@ async def test_a_stream_closed_early_ends_the_models_stream_in_its_own_task_with
 async def test_a_stream_closed_at_a_tool_call_runs_no_tool(fake, make_writer, store, caplog):
     memo = {"name": "alice-ramen", "content": "Alice loves ramen", "priority": 3}
     fake.script(ToolCalls([ToolCall("add_memo", memo)]), Text("Noted!"))
-    caplog.set_level(logging.WARNING)
+    forget_earlier_leftovers(caplog)
 
     async with aclosing(make_writer().stream(CONTEXT, ORIGIN)) as events:
         async for event in events:
