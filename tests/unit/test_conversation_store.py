@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, create_engine, event, text
 
-from tests.unit.test_migrations import head_revision
 from myao2.domain.answers import Unfinished
 from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Message, Person, ts_to_datetime
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from tests.clocks import ManualClock
+from tests.stored import stored_message
 from tests.unit.test_migrations import head_revision
 
 BOT = "UBOT"
@@ -96,7 +96,7 @@ def test_save_message_keeps_the_stored_message(store: SqlConversationStore) -> N
     store.edit_message("C1", ts(0), "edited")
     assert store.save_message(msg(0, "first")) is False  # e.g. a history fetched before the edit
 
-    assert store.get_message("C1", ts(0)).text == "edited"
+    assert stored_message(store, "C1", ts(0)).text == "edited"
     assert texts(store.channel_messages("C1", 10)) == ["edited"]
 
 
@@ -113,11 +113,11 @@ def test_same_ts_in_other_channels_are_other_messages(store: SqlConversationStor
     assert store.save_message(msg(0, "one", channel="C1")) is True
     assert store.save_message(msg(0, "two", channel="C2")) is True
 
-    assert store.get_message("C1", ts(0)).text == "one"
-    assert store.get_message("C2", ts(0)).text == "two"
+    assert stored_message(store, "C1", ts(0)).text == "one"
+    assert stored_message(store, "C2", ts(0)).text == "two"
 
 
-def test_get_message_round_trips_every_field(store: SqlConversationStore) -> None:
+def test_a_stored_message_round_trips_every_field(store: SqlConversationStore) -> None:
     message = Message(
         channel_id="C1",
         ts=ts(5, 123),
@@ -130,9 +130,9 @@ def test_get_message_round_trips_every_field(store: SqlConversationStore) -> Non
     )
     store.save_message(message)
 
-    assert store.get_message("C1", ts(5, 123)) == message
-    assert store.get_message("C1", ts(6)) is None
-    assert store.get_message("C9", ts(5, 123)) is None
+    assert stored_message(store, "C1", ts(5, 123)) == message
+    assert stored_message(store, "C1", ts(6)) is None
+    assert stored_message(store, "C9", ts(5, 123)) is None
 
 
 def test_edit_message_updates_text_and_edited_at(
@@ -144,8 +144,8 @@ def test_edit_message_updates_text_and_edited_at(
     assert store.edit_message("C1", ts(0), "fixed")
     assert not store.edit_message("C1", ts(9), "nobody")  # not stored: nothing changed
 
-    assert store.get_message("C1", ts(0)).text == "fixed"
-    assert store.get_message("C1", ts(9)) is None
+    assert stored_message(store, "C1", ts(0)).text == "fixed"
+    assert stored_message(store, "C1", ts(9)) is None
     assert rows(engine, "SELECT edited_at FROM messages") == [("2026-01-02T03:05:05.000000+00:00",)]
 
 
@@ -156,7 +156,7 @@ def test_delete_message_removes_only_that_row(store: SqlConversationStore) -> No
     store.delete_message("C1", ts(1))
     store.delete_message("C1", ts(9))
 
-    assert store.get_message("C1", ts(1)) is None
+    assert stored_message(store, "C1", ts(1)) is None
     assert texts(store.channel_messages("C1", 10)) == ["keep"]
 
 
@@ -168,7 +168,7 @@ def test_a_deleted_message_is_never_stored_again(store: SqlConversationStore) ->
     assert store.save_message(msg(0, "secret")) is False
     assert store.save_message(msg(1, "also secret")) is False
     assert store.save_message(msg(0, "same ts elsewhere", channel="C2")) is True
-    assert store.get_message("C1", ts(0)) is None and store.get_message("C1", ts(1)) is None
+    assert stored_message(store, "C1", ts(0)) is None and stored_message(store, "C1", ts(1)) is None
 
 
 def test_thread_and_channel_messages_are_kept_apart(store: SqlConversationStore) -> None:
@@ -423,7 +423,7 @@ def test_writes_together_are_committed_once_or_not_at_all(store: SqlConversation
         assert store.settle("C1", ts(0), ts(1), holder="A")
         raise RuntimeError("killed")
     assert commits == []
-    assert store.get_message("C1", ts(1)) is None and store.unfinished_answer("C1", ts(0)) == Unfinished(None, False)
+    assert stored_message(store, "C1", ts(1)) is None and store.unfinished_answer("C1", ts(0)) == Unfinished(None, False)
 
     with store.writes_together():
         assert store.save_message(msg(1, "the answer", user_id="UBOT", is_bot=True))
@@ -512,7 +512,7 @@ def reads_and_writes_over_one_connection(store: SqlConversationStore, engine: En
     with store.one_connection():
         assert store.get_channel("C1") == Channel("C1", "general")  # a read first: its transaction ends
         assert store.save_message(msg(0, "question"))
-        assert elsewhere.get_message("C1", ts(0)) is not None  # committed as its write ended
+        assert stored_message(elsewhere, "C1", ts(0)) is not None  # committed as its write ended
         assert store.claim("C1", ts(0), holder="A")
         with pytest.raises(RuntimeError), store.writes_together():
             assert store.save_message(msg(1, "the answer", user_id="UBOT", is_bot=True))

@@ -13,6 +13,7 @@ from myao2.domain.conversation import BotIdentity, Channel, Message, Person, cle
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
 from tests.clocks import ManualClock
+from tests.stored import stored_message
 
 BOT = BotIdentity(user_id="UBOT", bot_id="BBOT", team_id="T1")
 
@@ -89,7 +90,7 @@ async def test_a_post_notifies_nobody_by_default_and_is_stored_as_posted(store) 
 
     assert chat.posts == ["@\u200bchannel @\u200bdevs lunch \ufffd now"]
     assert reply.text == chat.posts[0]
-    assert store.get_message("C1", reply.ts).text == chat.posts[0]
+    assert stored_message(store, "C1", reply.ts).text == chat.posts[0]
 
 
 async def test_broadcasts_go_out_when_allowed(store) -> None:
@@ -124,7 +125,7 @@ async def test_a_published_reply_is_stored_once_with_its_ts_and_final_text(store
     reply = await conversations.publish(Channel("C1", "general"), "1.0", "UALICE", reply_of("Hello!"), "Sorry")
 
     assert (reply.ts, reply.text) == ("5.0", "Hello!")
-    stored = store.get_message("C1", "5.0")
+    stored = stored_message(store, "C1", "5.0")
     assert stored is not None and (stored.text, stored.thread_ts, stored.is_bot) == ("Hello!", "1.0", True)
 
 
@@ -135,7 +136,7 @@ async def test_a_half_written_copy_stored_by_a_sync_gets_the_final_text(store) -
 
     await conversations.publish(Channel("C1", "general"), "1.0", "UALICE", reply_of("Hello!"), "Sorry")
 
-    assert store.get_message("C1", "5.0").text == "Hello!"
+    assert stored_message(store, "C1", "5.0").text == "Hello!"
     assert [m.ts for m in store.thread_messages("C1", "1.0", 10)] == ["1.0", "5.0"]
 
 

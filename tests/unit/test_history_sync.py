@@ -14,6 +14,7 @@ from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.slack.gateway import SlackGateway, make_web_client
 from tests.fakes.slack_server import FakeSlack
+from tests.stored import stored_message
 
 DAY = 86400
 
@@ -61,7 +62,7 @@ async def test_missed_messages_are_stored_with_names_and_threads(
         (own, "bot", "and me"),
     ]
     assert [m.ts for m in store.channel_messages("C1", 10)] == [parent]
-    assert store.get_message("C1", parent).mentions == ("UBOT",)
+    assert stored_message(store, "C1", parent).mentions == ("UBOT",)
     assert store.get_channel("D1") == Channel("D1", "Bob Builder", ChannelKind.IM)
     assert store.people()["U1"] == Person("U1", "Alice")
     assert store.people()["U2"] == Person("U2", "Bob Builder")
@@ -101,7 +102,7 @@ async def test_a_surrogate_message_is_stored_cleaned_and_the_other_channels_too(
     new = await history.sync()
 
     assert {(m.channel_id, m.ts) for m in new} == {("C1", bad), ("D1", dm)}
-    assert store.get_message("C1", bad).text == "broken \ufffd emoji"
+    assert stored_message(store, "C1", bad).text == "broken \ufffd emoji"
 
 
 async def test_a_channel_that_cannot_be_stored_is_skipped_without_quoting_it(
@@ -137,14 +138,14 @@ async def test_a_message_deleted_while_away_is_deleted_from_the_store(
     reply = fake.post_message("C1", "U2", "the key is 1234", thread_ts=parent, emit=False)
     kept = fake.post_message("C1", "U2", "lunch?", emit=False)
     await history.sync()
-    assert store.get_message("C1", secret) is not None
+    assert stored_message(store, "C1", secret) is not None
 
     fake.delete_message("C1", secret, emit=False)
     fake.delete_message("C1", reply, emit=False)
     await history.sync()
 
-    assert store.get_message("C1", secret) is None
-    assert store.get_message("C1", reply) is None
+    assert stored_message(store, "C1", secret) is None
+    assert stored_message(store, "C1", reply) is None
     assert [m.ts for m in store.channel_messages("C1", 10)] == [parent, kept]
 
 
@@ -157,7 +158,7 @@ async def test_a_message_edited_while_away_is_updated(
     fake.edit_message("C1", ts, "token [redacted]", emit=False)
     await history.sync()
 
-    stored = store.get_message("C1", ts)
+    stored = stored_message(store, "C1", ts)
     assert stored.text == "token [redacted]" and stored.mentions == ()
 
 
@@ -174,10 +175,10 @@ async def test_a_sync_leaves_alone_what_it_did_not_read(
     await sync.sync()
     await sync.sync()
 
-    assert store.get_message("C1", old_parent) is not None  # older than the span
-    assert store.get_message("C1", old_reply) is not None  # its thread was not read
+    assert stored_message(store, "C1", old_parent) is not None  # older than the span
+    assert stored_message(store, "C1", old_reply) is not None  # its thread was not read
     assert [m.ts for m in store.channel_messages("C1", 10)] == [old_parent, *cut[-2:]]
-    assert store.get_message("C1", cut[0]) is None and store.get_message("C1", cut[1]) is None  # never stored
+    assert stored_message(store, "C1", cut[0]) is None and stored_message(store, "C1", cut[1]) is None  # never stored
 
 
 async def test_a_deletion_during_a_fetch_is_not_undone(
@@ -189,7 +190,7 @@ async def test_a_deletion_during_a_fetch_is_not_undone(
     store.delete_message("C1", ts)  # the message_deleted event lands while the fetch is on its way
 
     assert store.reconcile(fetched, fetched_at) == []
-    assert store.get_message("C1", ts) is None
+    assert stored_message(store, "C1", ts) is None
 
 
 async def test_an_edit_during_a_fetch_is_not_undone(
@@ -203,7 +204,7 @@ async def test_an_edit_during_a_fetch_is_not_undone(
 
     store.reconcile(fetched, fetched_at)
 
-    assert store.get_message("C1", ts).text == "second"
+    assert stored_message(store, "C1", ts).text == "second"
 
 
 @pytest.mark.parametrize(("change", "kind"), [("convert_to_private", "private"), ("share_externally", "shared")])

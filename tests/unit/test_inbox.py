@@ -19,6 +19,7 @@ from myao2.application.mention import ClaimAhead, Claimed
 from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Message
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from tests.clocks import ManualClock
+from tests.stored import stored_message
 
 BOT = BotIdentity(user_id="UBOT", bot_id="BBOT", team_id="T1")
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
@@ -260,7 +261,7 @@ async def test_an_edit_arriving_before_its_message_is_the_text_stored(engine: En
     original = mention("<@UBOT> lunch at noon?")
     await box.message_edited("C1", original.ts, "lunch at one?")
     await box.message_posted(original, None)
-    stored = store.get_message("C1", original.ts)
+    stored = stored_message(store, "C1", original.ts)
     assert stored is not None and stored.text == "lunch at one?" and stored.mentions == ()
 
 
@@ -271,7 +272,7 @@ async def test_an_edit_arriving_while_its_message_is_being_stored_is_not_lost(en
     await asyncio.sleep(0.1)  # the save is under way in its thread
     await box.message_edited("C1", original.ts, "<@UBOT> lunch at one?")
     await posting
-    stored = store.get_message("C1", original.ts)
+    stored = stored_message(store, "C1", original.ts)
     assert stored is not None and stored.text == "<@UBOT> lunch at one?"
 
 

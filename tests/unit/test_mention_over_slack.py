@@ -31,6 +31,7 @@ from myao2.infrastructure.slack.gateway import SlackGateway, make_web_client
 from myao2.infrastructure.slack.streaming import SlackReplyPublisher, StreamSettings
 from tests.clocks import ManualClock
 from tests.fakes.slack_server import FakeSlack
+from tests.stored import stored_message
 from tests.unit.test_mention import APOLOGY, FakeWriter, answer_mention
 
 CALL_TIMEOUT_SECONDS = 1
@@ -312,7 +313,7 @@ async def test_an_answer_is_stored_and_settled_in_one_commit(world: World) -> No
 
     [stream] = world.slack.streams
     assert answered(world, message) == [(stream["ts"], True)]
-    assert world.store.get_message("C1", stream["ts"]).text == "answer 1"  # type: ignore[union-attr]
+    assert stored_message(world.store, "C1", stream["ts"]).text == "answer 1"  # type: ignore[union-attr]
     assert written == [
         "INSERT INTO claims", "COMMIT",  # the claim
         "UPDATE claims SET", "COMMIT",  # noted as showing, before the stream starts

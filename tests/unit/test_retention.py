@@ -19,6 +19,7 @@ from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.memory_store import SqlMemoryStore
 from myao2.infrastructure.llm.phrases import prompt_marks
 from tests.clocks import ManualClock
+from tests.stored import stored_message
 
 PERSONA = Persona("myao", "", "en", ZoneInfo("UTC"))
 GENERAL = Channel("C1", "general")
@@ -138,12 +139,12 @@ async def test_days_are_digested_then_condensed_from_the_raw_messages_then_their
     [digest] = memories.digests()
     assert digest.stage is Stage.CONDENSED
     assert digest.lines[0] == "condensed: the office moves to Osaka in May"  # from the raw messages
-    assert conversations.get_message(GENERAL.id, said.ts) is not None
+    assert stored_message(conversations, GENERAL.id, said.ts) is not None
 
     clock.advance(7 * DAY)  # day 14
     report = await job.run()
     assert report.deleted == 2
-    assert conversations.get_message(GENERAL.id, said.ts) is None
+    assert stored_message(conversations, GENERAL.id, said.ts) is None
     assert rows_holding(engine, "Osaka in May") == ["digests"]
     assert conversations.save_message(said) is False  # a late history fetch cannot bring it back
 
@@ -156,7 +157,7 @@ async def test_a_model_failure_keeps_the_raw_messages_and_the_next_round_retries
     writer.failing = True
     report = await job.run()
     assert report.failures == 1 and report.deleted == 0
-    assert conversations.get_message(GENERAL.id, said.ts) is not None
+    assert stored_message(conversations, GENERAL.id, said.ts) is not None
     assert memories.digests() == []
 
     writer.failing = False
@@ -213,12 +214,12 @@ async def test_a_thread_the_bot_takes_part_in_keeps_its_messages_until_quiet_for
     say(conversations, clock, GENERAL, "still going", thread_ts=parent.ts)
 
     await job.run()
-    assert conversations.get_message(GENERAL.id, other.ts) is None
-    assert conversations.get_message(GENERAL.id, parent.ts) is not None
+    assert stored_message(conversations, GENERAL.id, other.ts) is None
+    assert stored_message(conversations, GENERAL.id, parent.ts) is not None
 
     clock.advance(DAY)
     await job.run()
-    assert conversations.get_message(GENERAL.id, parent.ts) is None
+    assert stored_message(conversations, GENERAL.id, parent.ts) is None
 
 
 async def test_steps_turned_off_are_skipped(conversations, memories, writer, clock):
@@ -226,11 +227,11 @@ async def test_steps_turned_off_are_skipped(conversations, memories, writer, clo
     job = make_job(conversations, memories, writer, clock, RetentionPolicy(0, 0, 0))
     clock.advance(30 * DAY)
     await job.run()
-    assert writer.prompts == [] and conversations.get_message(GENERAL.id, said.ts) is not None
+    assert writer.prompts == [] and stored_message(conversations, GENERAL.id, said.ts) is not None
 
     only_delete = make_job(conversations, memories, writer, clock, RetentionPolicy(0, 0, 14))
     await only_delete.run()
-    assert writer.prompts == [] and conversations.get_message(GENERAL.id, said.ts) is None
+    assert writer.prompts == [] and stored_message(conversations, GENERAL.id, said.ts) is None
 
 
 def test_the_policy_says_which_stage_is_due_and_when_raw_text_may_go() -> None:
@@ -380,7 +381,7 @@ async def test_a_message_deleted_or_edited_in_slack_leaves_no_trace_in_its_day_s
 
     clock.advance(15 * DAY)
     await job.run()
-    assert conversations.get_message(GENERAL.id, kept.ts) is None
+    assert stored_message(conversations, GENERAL.id, kept.ts) is None
     conversations.delete_message(GENERAL.id, kept.ts)  # deleted in Slack after its text is gone here
     assert memories.digests() == []
 

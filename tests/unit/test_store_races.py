@@ -21,6 +21,7 @@ from myao2.infrastructure.db.forget import forget_person
 from myao2.infrastructure.db.memory_store import SqlMemoryStore
 from myao2.infrastructure.db.profile_store import SqlProfileStore
 from tests.clocks import ManualClock
+from tests.stored import stored_message
 
 T0 = datetime(2026, 3, 1, 12, tzinfo=timezone.utc)
 DAY = date(2026, 3, 1)
@@ -167,7 +168,7 @@ def test_an_edit_arriving_while_a_history_fetch_is_reconciled_is_kept(
     editing = SqlConversationStore(other, clock)
     with meanwhile(engine, "messages", lambda: editing.edit_message("C1", "1.000001", "I like black tea")):
         conversations.reconcile(fetched, fetched_at)
-    assert conversations.get_message("C1", "1.000001").text == "I like black tea"
+    assert stored_message(conversations, "C1", "1.000001").text == "I like black tea"
 
 
 def test_a_message_deleted_while_its_author_is_forgotten_neither_deadlocks_nor_leaves_their_notes(

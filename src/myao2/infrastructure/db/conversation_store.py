@@ -174,11 +174,6 @@ class SqlConversationStore:
         else:
             connection.execute(insert_ignoring(_table(TombstoneRow)).values(values).on_conflict_do_nothing())
 
-    def get_message(self, channel_id: str, ts: str) -> Message | None:
-        with reading(self._engine) as connection:
-            row = connection.execute(core_select(_MESSAGES).where(*_message_key(channel_id, ts))).first()
-        return None if row is None else _to_message(row)
-
     def thread_messages(self, channel_id: str, thread_ts: str, limit: int) -> list[Message]:
         return self._newest(_THREAD_NEWEST, channel=channel_id, thread=thread_ts, limit=limit)
 
