@@ -9,7 +9,7 @@ import json
 
 from myao2.config import Config
 from myao2.domain.memory import Digest, Memory, Scope, bullet_line, digest_line, seen_in
-from myao2.domain.visibility import can_read
+from myao2.domain.visibility import can_read, not_public
 from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
@@ -31,7 +31,11 @@ def run_memory_command(config: Config, args: argparse.Namespace) -> int:
     try:
         store = SqlMemoryStore(engine, SystemClock())
         memories = store.all()
-        shown = memories if args.channel is None else seen_in(memories, args.channel, args.thread)
+        if args.channel is None:
+            shown = memories
+        else:
+            hidden = not_public(SqlConversationStore(engine).channels())
+            shown = seen_in(memories, args.channel, args.thread, hidden)
         digests = [d for d in store.digests(args.channel) if args.channel is None or can_read(args.channel, d.audience)]
     finally:
         engine.dispose()

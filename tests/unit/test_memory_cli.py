@@ -7,8 +7,10 @@ import pytest
 
 from myao2.cli import build_parser, main
 from myao2.config import Config, load_config
+from myao2.domain.conversation import Channel, ChannelKind
 from myao2.domain.memory import WORKSPACE_SCOPE, Bullet, Memory, Scope, Term
 from myao2.domain.visibility import WORKSPACE, Audience
+from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memory_store import SqlMemoryStore
 from myao2.memory_cli import run_memory_command
@@ -70,6 +72,24 @@ def test_show_for_a_channel_keeps_to_what_it_may_see(config, remembered, capsys)
     assert "dm secret" not in out
     assert "thread news" not in show(config, capsys, "--channel", "C1")
     assert "dm secret" in show(config, capsys, "--channel", "D1")
+
+
+def test_show_for_a_channel_leaves_out_what_was_heard_in_a_channel_stored_as_private(config, capsys):
+    engine = open_database(config.memory.sqlalchemy_url)
+    conversations = SqlConversationStore(engine, ManualClock())
+    conversations.save_channel(Channel("C1", "general"))
+    conversations.save_channel(Channel("C2", "plans"))
+    heard = Bullet(2, "canary plans", DAY, ("2.0",), heard_in=("C1", "C2"))
+    SqlMemoryStore(engine, ManualClock()).save(
+        [Memory(WORKSPACE_SCOPE, Term.LONG, WORKSPACE, (Bullet(1, "ws fact", DAY, ("1.0",), heard_in=("C1",)), heard))]
+    )
+    conversations.set_channel_kind("C2", ChannelKind.PRIVATE)  # its narrowing not done yet
+    engine.dispose()
+
+    general = show(config, capsys, "--channel", "C1")
+    assert "ws fact" in general and "canary" not in general
+    assert "canary plans" in show(config, capsys, "--channel", "C2")
+    assert "canary plans" in show(config, capsys)  # a person's own view
 
 
 def test_show_json_includes_superseded_notes(config, remembered, capsys):

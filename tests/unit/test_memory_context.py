@@ -13,6 +13,7 @@ from myao2.composition import memory_budgets
 from myao2.config import Config
 from myao2.domain.conversation import Channel, ChannelKind, Message
 from myao2.domain.memory import WORKSPACE_SCOPE, Bullet, Memory, Scope, Term
+from myao2.domain.profile import Fact, Profile
 from myao2.domain.visibility import WORKSPACE, Audience
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
@@ -149,6 +150,36 @@ async def test_a_channel_stored_as_private_is_no_news_elsewhere_while_its_memori
     assert await news() == ("#random: - [2025-01-02] random-short news",)
     conversations.set_channel_kind(RANDOM.id, ChannelKind.PRIVATE)
     assert await news() == ()
+
+
+async def test_what_was_heard_in_a_channel_stored_as_private_leaves_other_prompts_while_not_narrowed_yet(stores):
+    # The workspace memory and profiles keep, for every conversation, what was heard in #random until the
+    # narrowing reaches them: a prompt built after its kind is stored as private and before that showed it.
+    _, memories, profiles, _, conversations = stores
+    conversations.save_channel(GENERAL)
+    conversations.save_channel(RANDOM)
+    dev = Channel("C3", "dev")
+    conversations.save_channel(dev)
+    heard = (Bullet(2, "canary heard in random", DAY, ("1735786800.000200",), heard_in=(GENERAL.id, RANDOM.id)),)
+    workspace = memories.get(WORKSPACE_SCOPE, Term.LONG)
+    news = memory(Scope(dev.id), Term.SHORT, WORKSPACE, "dev news", label="#dev")
+    memories.save([replace(workspace, bullets=workspace.bullets + heard), replace(news, bullets=news.bullets + heard)])
+    learnt = Fact(1, "canary learnt in random", 0.8, 0, RANDOM.id, WORKSPACE, DAY, ("1735786800.000200",))
+    told = replace(learnt, id=2, text="canary told in general", conversation_id=GENERAL.id, heard_in=(RANDOM.id,))
+    profiles.save([Profile("U1", (learnt, told, replace(learnt, id=3, text="likes tea", conversation_id=GENERAL.id)))])
+
+    async def shown(channel: Channel) -> str:
+        return PromptRenderer("en").render("response", "query", await builder(stores).build(channel, reply(channel)))
+
+    assert "canary heard in random" in await shown(GENERAL) and "canary learnt in random" in await shown(GENERAL)
+    conversations.set_channel_kind(RANDOM.id, ChannelKind.PRIVATE)
+    general = await shown(GENERAL)
+    assert "canary" not in general
+    for kept in ("ws-long fact", "#dev: - [2025-01-02] dev news", "likes tea"):
+        assert kept in general  # what was heard in public channels only stays
+    random = await shown(replace(RANDOM, kind=ChannelKind.PRIVATE))
+    for canary in ("canary heard in random", "canary learnt in random", "canary told in general"):
+        assert canary in random  # the channel itself still sees what was heard there
 
 
 async def test_a_private_conversation_sees_its_own_memory_and_nothing_of_other_channels(stores):

@@ -172,3 +172,23 @@ def test_nothing_of_a_channel_the_bot_has_left_is_recalled_elsewhere_until_it_jo
     assert recalled(None) == (["#c1", "#c1", "#c2"], ["C1"], "C1")  # a person's own view (the command line)
     notes.conversations.save_channel(Channel("C1", "c1"))  # invited back
     assert recalled("C2") == (["#c1", "#c1", "#c2"], ["C1"], "C1")
+
+
+def test_what_a_channel_stored_as_private_said_is_recalled_from_the_workspace_memory_only_there(notes: Notes) -> None:
+    # The workspace memory keeps what #c1 said until the narrowing reaches it: between storing the channel as
+    # private and that, a recall elsewhere showed it.
+    day = START.date()
+    bullets = (
+        Bullet(1, "Alice likes green tea", day, (ts(START + timedelta(hours=1)),), heard_in=("C2",)),
+        Bullet(2, "canary-heard Alice adopted a cat", day, (ts(START + timedelta(hours=2)),), heard_in=("C1", "C2")),
+    )
+    notes.memories.save([Memory(Scope(), Term.LONG, WORKSPACE, bullets)])
+
+    def recalled(reader: str | None) -> list[str]:
+        return [b.text for hit in notes.search.notes("Alice cat tea", reader, None, None, 20) for b in hit.bullets]
+
+    assert sorted(recalled("C2")) == ["Alice likes green tea", "canary-heard Alice adopted a cat"]
+    notes.conversations.set_channel_kind("C1", ChannelKind.PRIVATE)
+    assert recalled("C2") == ["Alice likes green tea"]
+    assert sorted(recalled("C1")) == ["Alice likes green tea", "canary-heard Alice adopted a cat"]
+    assert sorted(recalled(None)) == ["Alice likes green tea", "canary-heard Alice adopted a cat"]

@@ -257,7 +257,9 @@ class ContextBuilder:
 
         def readable(scope: Scope, term: Term) -> Memory | None:
             memory = stored.get((scope, term))
-            return memory if memory is not None and can_read(channel.id, memory.audience) else None
+            if memory is None or not can_read(channel.id, memory.audience):
+                return None
+            return memory.shown_in(channel.id, read.audiences)
 
         workspace = readable(WORKSPACE_SCOPE, Term.LONG)
         short = readable(Scope(channel.id), Term.SHORT)
@@ -270,7 +272,7 @@ class ContextBuilder:
                 f"{memory.label}: {bullet_line(b)}"
                 for memory, source in read.news
                 if memory.scope.channel_id != channel.id and can_read_from(channel.id, memory.audience, source)
-                for b in memory.active
+                for b in memory.shown_in(channel.id, read.audiences).active
             ]
             elsewhere = _fit_lines(lines, budgets.elsewhere)
         digests = [

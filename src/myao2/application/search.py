@@ -18,7 +18,7 @@ from myao2.application import tracing
 from myao2.domain.conversation import Channel, Message, clean_text, ts_to_datetime
 from myao2.domain.memo import Memo
 from myao2.domain.memory import Bullet, Digest, Memory
-from myao2.domain.visibility import Audience, can_read, can_read_from
+from myao2.domain.visibility import Audience, can_read, can_read_from, not_public
 
 MAX_QUERY_LENGTH = 500
 MAX_LIMIT = 20
@@ -213,6 +213,7 @@ class Search:
         readable = _kept_for(reader)
         seconds = _seconds(before)
         channels = {c.id: c for c in self._conversations.channels()}
+        hidden = not_public(channels.values())
         # The index knows a note's audience, not its channel: some found may be of other channels, or of one the
         # bot has left.
         sifted = channel is not None or not all(c.is_member for c in channels.values())
@@ -237,7 +238,8 @@ class Search:
                 continue
             if channel is not None and memory.scope.channel_id != channel:
                 continue
-            bullets = [b for b in memory.active if b.source_ts and (before is None or _newest(b) <= before)]
+            shown = memory.shown_in(reader, hidden).active
+            bullets = [b for b in shown if b.source_ts and (before is None or _newest(b) <= before)]
             if bullets:
                 hits.append(NoteHit(memory.label, None, self._closest(text, bullets), hit.score))
         hits.sort(key=lambda hit: -hit.score)

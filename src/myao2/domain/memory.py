@@ -12,12 +12,12 @@ once, and may mix them up): a bullet stays only where all of those may be read.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 from enum import Enum
 
 from myao2.domain.conversation import Channel
-from myao2.domain.visibility import WORKSPACE, Audience, can_read, may_hold
+from myao2.domain.visibility import WORKSPACE, Audience, can_read, can_read_from, may_hold
 
 
 class Term(str, Enum):
@@ -143,6 +143,20 @@ class Memory:
             {b.id for b in self.bullets if not may_hold(self.audience, (audiences.get(c, WORKSPACE) for c in b.heard_in))}
         )
 
+    def shown_in(self, reader: str | None, audiences: Mapping[str, Audience]) -> Memory:
+        """This memory as conversation `reader` (None: a person's own view) may be shown it: without the bullets
+        written with the words in sight of a conversation `reader` may not read (`can_read_from`; `audiences` by
+        id as they are now, those not in it the workspace's), which a channel turned private leaves in memories
+        kept for the workspace until its narrowing reaches them. A bullet superseded only by one left out is
+        active again, as the narrowing leaves it."""
+        return self._without(
+            {
+                b.id
+                for b in self.bullets
+                if not can_read_from(reader, self.audience, None, (audiences.get(c, WORKSPACE) for c in b.heard_in))
+            }
+        )
+
     def without_sources(self, ts: Collection[str]) -> Memory:
         """This memory without the bullets made from any of the messages `ts` (deleted or edited in Slack, or of
         a person forgotten): they may hold its words. A bullet superseded only by one dropped is active again."""
@@ -161,10 +175,13 @@ class Memory:
         )
 
 
-def seen_in(memories: Sequence[Memory], channel: str, thread: str | None) -> list[Memory]:
-    """The memories a conversation's prompts may draw on: the workspace's, the channel's and the thread's, readable there."""
+def seen_in(
+    memories: Sequence[Memory], channel: str, thread: str | None, audiences: Mapping[str, Audience]
+) -> list[Memory]:
+    """The memories a conversation's prompts may draw on: the workspace's, the channel's and the thread's, readable
+    there, as they are shown there (`Memory.shown_in`)."""
     wanted = {Scope().key, Scope(channel).key} | ({Scope(channel, thread).key} if thread else set())
-    return [m for m in memories if m.scope.key in wanted and can_read(channel, m.audience)]
+    return [m.shown_in(channel, audiences) for m in memories if m.scope.key in wanted and can_read(channel, m.audience)]
 
 
 @dataclass(frozen=True)
@@ -176,6 +193,9 @@ class PromptMemories:
     news: Sequence[tuple[Memory, Channel | None]] = ()
     """Every channel's memory of the term asked for, by scope, with the channel it is about as stored (None: never
     stored): whether the bot is still in it is part of who may read it (`can_read_from`)."""
+    audiences: Mapping[str, Audience] = field(default_factory=dict)
+    """The audiences of the stored conversations that are not public, by id (the others are the workspace's), read
+    with the memories: who may be shown each bullet (`Memory.shown_in`)."""
 
 
 def bullet_line(bullet: Bullet) -> str:

@@ -137,7 +137,8 @@ class MemoryStore(Protocol):
 
     def for_prompt(self, keys: Collection[tuple[Scope, Term]], news: Term | None) -> PromptMemories:
         """What a prompt shows of the memories, read at once: those stored under `keys` and, with `news`, every
-        channel's memory of that term with the channel it is about."""
+        channel's memory of that term with the channel it is about; and the conversations not public (who may be
+        shown what their bullets heard)."""
         ...
 
     def all(self) -> list[Memory]: ...
@@ -167,7 +168,9 @@ class ProfileStore(Protocol):
     def get(self, user_id: str) -> Profile | None: ...
 
     def many(self, user_ids: Iterable[str]) -> dict[str, Profile]:
-        """The stored profiles of these people, by user id."""
+        """The stored profiles of these people, by user id, each fact as narrow as the conversations it was
+        learnt or heard in are now (`Profile.heard_by_readers`: a channel turned private whose narrowing has not
+        reached it yet)."""
         ...
 
     def save(self, profiles: Sequence[Profile], *, heard: bool = False, read_at: datetime | None = None) -> None:

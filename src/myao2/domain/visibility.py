@@ -47,7 +47,9 @@ def can_read(reader: str | None, audience: Audience) -> bool:
     return reader is None or audience.conversation_id is None or audience.conversation_id == reader
 
 
-def can_read_from(reader: str | None, audience: Audience, source: Channel | None) -> bool:
+def can_read_from(
+    reader: str | None, audience: Audience, source: Channel | None, heard: Iterable[Audience] = ()
+) -> bool:
     """Whether text kept for `audience`, taken from what was said in conversation `source`, may be shown in
     conversation `reader` (None: a person's own view, which sees everything).
 
@@ -55,11 +57,21 @@ def can_read_from(reader: str | None, audience: Audience, source: Channel | None
     until the bot joins it again, nor anything of a channel no longer public (turned private or shared outside)
     another conversation, whatever audience the text still has (its narrowing may not have reached it yet).
     `source` is None for text of no one conversation (the workspace memory) or of one never stored: then only
-    its audience counts.
+    its audience counts. Nor does text written with the words of conversations in sight whose audiences now
+    (`heard`) `reader` may not read: what a channel since turned private said, in the workspace memory or a
+    profile, before the narrowing reaches it.
     """
-    if reader is None or source is None:
-        return can_read(reader, audience)
-    return can_read(reader, audience) and source.is_member and (source.id == reader or not source.is_private)
+    if reader is None:
+        return True
+    if not all(can_read(reader, a) for a in (audience, *heard)):
+        return False
+    return source is None or (source.is_member and (source.id == reader or not source.is_private))
+
+
+def not_public(channels: Iterable[Channel]) -> dict[str, Audience]:
+    """The audiences of those of `channels` that are not public, by id (each keeps to itself; the others are the
+    workspace's): the `heard` of `can_read_from` for text that records the conversations it heard."""
+    return {c.id: Audience(c.id) for c in channels if c.is_private}
 
 
 def readable_audiences(reader: str) -> tuple[Audience, Audience]:

@@ -7,7 +7,7 @@ from dataclasses import replace
 from datetime import date, datetime
 from typing import Any
 
-from sqlalchemy import Engine, Text, and_, bindparam, cast, func, or_, tuple_
+from sqlalchemy import Engine, Text, and_, bindparam, cast, func, or_, true, tuple_
 from sqlalchemy import select as core_select
 from sqlmodel import Session, col, select
 
@@ -92,7 +92,7 @@ class SqlMemoryStore:
                     row.source_id, row.source_name, ChannelKind(row.source_kind), is_member=row.source_left_at is None
                 )
                 news_read.append((memory, source))
-        return PromptMemories(stored, news_read)
+        return PromptMemories(stored, news_read, not_public_in(rows))
 
     def all(self) -> list[Memory]:
         with Session(self._engine) as session:
@@ -204,6 +204,11 @@ def channel_audiences(session: Session, channel_ids: Collection[str]) -> dict[st
     return {channel_id: Audience.of(channel_id, kind != ChannelKind.PUBLIC.value) for channel_id, kind in rows}
 
 
+def not_public_in(rows: Sequence[Any]) -> dict[str, Audience]:
+    """The audiences of the conversations not public, by id, of rows read with `NOT_PUBLIC` (every row tells them)."""
+    return {channel_id: Audience(channel_id) for channel_id in (rows[0].not_public or "").split()} if rows else {}
+
+
 def said_in(session: Session, channel_id: str, ts: Collection[str]) -> set[str]:
     """Those of `ts` that are of messages of the channel (those whose text retention deleted included)."""
     wanted, said = list(ts), set()
@@ -278,6 +283,14 @@ _CHANNEL_MEMORIES = (
 _CHANNELS = ChannelRow.__table__  # type: ignore[attr-defined]
 _CHANNEL_SCOPE = "channel:"
 _ABOUT_A_CHANNEL = _MEMORIES.c.scope.startswith(_CHANNEL_SCOPE)
+_HEARD = _CHANNELS.alias("heard")
+NOT_PUBLIC = (
+    core_select(func.aggregate_strings(_HEARD.c.id, " ").label("not_public"))
+    .where(_HEARD.c.kind != ChannelKind.PUBLIC.value)
+    .subquery("not_public")
+)
+"""One row: the ids of the stored conversations that are not public, space-separated (NULL for none), joined to what
+is read with what they heard (`Memory.shown_in`, `Profile.heard_by_readers`)."""
 _PROMPT_MEMORIES = (
     core_select(
         _MEMORIES,
@@ -285,12 +298,13 @@ _PROMPT_MEMORIES = (
         _CHANNELS.c.name.label("source_name"),
         _CHANNELS.c.kind.label("source_kind"),
         _CHANNELS.c.left_at.label("source_left_at"),
+        NOT_PUBLIC.c.not_public,
     )
     .select_from(
         _MEMORIES.outerjoin(
             _CHANNELS,
             and_(_ABOUT_A_CHANNEL, _CHANNELS.c.id == func.substr(_MEMORIES.c.scope, len(_CHANNEL_SCOPE) + 1)),
-        )
+        ).join(NOT_PUBLIC, true())
     )
     .where(
         or_(
@@ -301,8 +315,8 @@ _PROMPT_MEMORIES = (
     .order_by(_MEMORIES.c.scope, _MEMORIES.c.term)
 )
 """The statement of `for_prompt`: the memories by key, and those of every channel of the `news` term (none when it
-is NULL) with the channel each is about (its row in `channels`, if any), in one read; built once (building it cost
-more than running it)."""
+is NULL) with the channel each is about (its row in `channels`, if any), and the conversations not public, in one
+read; built once (building it cost more than running it)."""
 _DIGESTS = DigestRow.__table__  # type: ignore[attr-defined]
 _ALL_DIGESTS = core_select(_DIGESTS).order_by(_DIGESTS.c.channel_id, _DIGESTS.c.day)
 _CHANNEL_DIGESTS = _ALL_DIGESTS.where(_DIGESTS.c.channel_id == bindparam("channel_id"))

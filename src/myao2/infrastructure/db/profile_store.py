@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from datetime import date, datetime
 from typing import Any
 
-from sqlalchemy import Engine, bindparam
+from sqlalchemy import Engine, bindparam, true
 from sqlalchemy import select as core_select
 from sqlmodel import Session, col, select
 
@@ -14,12 +14,23 @@ from myao2.domain.ports import Clock
 from myao2.domain.profile import Fact, Profile
 from myao2.domain.visibility import Audience
 from myao2.infrastructure.db.engine import reading, write_locked
-from myao2.infrastructure.db.memory_store import channel_audiences, read_as_stored, said_in
+from myao2.infrastructure.db.memory_store import (
+    NOT_PUBLIC,
+    channel_audiences,
+    not_public_in,
+    read_as_stored,
+    said_in,
+)
 from myao2.infrastructure.db.tables import ExpiredMessageRow, MessageRow, ProfileRow
 
 _PROFILES = ProfileRow.__table__  # type: ignore[attr-defined]
-_PROFILES_OF = core_select(_PROFILES).where(_PROFILES.c.user_id.in_(bindparam("user_ids", expanding=True)))
-"""The profiles of some people, read without an ORM session (every prompt reads its speakers')."""
+_PROFILES_OF = (
+    core_select(_PROFILES, NOT_PUBLIC.c.not_public)
+    .select_from(_PROFILES.join(NOT_PUBLIC, true()))
+    .where(_PROFILES.c.user_id.in_(bindparam("user_ids", expanding=True)))
+)
+"""The profiles of some people with the conversations not public, read without an ORM session (every prompt reads its
+speakers')."""
 
 
 class SqlProfileStore:
@@ -35,7 +46,11 @@ class SqlProfileStore:
     def many(self, user_ids: Iterable[str]) -> dict[str, Profile]:
         with reading(self._engine) as connection:
             rows = connection.execute(_PROFILES_OF, {"user_ids": list(user_ids)}).all()
-        return {row.user_id: row_to_profile(row) for row in rows}
+        # as narrow as the conversations each fact was learnt or heard in are now, as a save keeps it: a channel
+        # turned private keeps facts for the workspace until its narrowing reaches them
+        audiences = not_public_in(rows)
+        profiles = (row_to_profile(row) for row in rows)
+        return {p.user_id: p.heard_by_readers(audiences, {f.id for f in p.facts}) for p in profiles}
 
     def save(self, profiles: Sequence[Profile], *, heard: bool = False, read_at: datetime | None = None) -> None:
         now = self._clock.now()

@@ -17,6 +17,7 @@ from myao2.domain.conversation import Channel, Message, Person, clean_text
 from myao2.domain.memory import Memory, seen_in
 from myao2.domain.memo import Memo
 from myao2.domain.ports import ConversationStore, MemoStore, MemoryStore
+from myao2.domain.visibility import not_public
 from myao2.infrastructure.playground.chat import PlaygroundPublisher, Stamps
 from myao2.infrastructure.playground.rooms import BOT_USER_ID, MAX_NAME_LENGTH, ROOMS, clean_name, person_id, room
 from myao2.infrastructure.tasks import TaskSet
@@ -125,7 +126,8 @@ class _Routes:
     async def memory(self, request: web.Request) -> web.StreamResponse:
         channel = _conversation(request.query.get("conversation"))
         memories = await asyncio.to_thread(self._p.memories.all)
-        return web.json_response({"memory": [_memory_json(m) for m in seen_in(memories, channel.id, None)]})
+        shown = seen_in(memories, channel.id, None, not_public(ROOMS))
+        return web.json_response({"memory": [_memory_json(m) for m in shown]})
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         channel, name, text = await _chat_request(request)
