@@ -258,6 +258,7 @@ class Bot:
             return None
         server = HealthServer(health, port)
         server.start()
+        logger.info("health endpoints on port %d", server.port)  # the one taken when `port` is 0
         return server
 
     def _connection(self, app, health: Health, reconnected: Callable[[], None]) -> _Connection:  # type: ignore[no-untyped-def]

@@ -354,7 +354,7 @@ class HealthCheckConfig(_Section):
     """HTTP health endpoints /live and /ready."""
 
     port: int | None = Field(default=8080, ge=0, le=65535)
-    """null: no health endpoints."""
+    """null: no health endpoints; 0: any free port (the log names it)."""
     model_failure_window_seconds: float = Field(default=300.0, gt=0)
     """/ready reports the model unreachable for this long after a model call failed (unless one succeeds)."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -37,6 +38,10 @@ CLI_SECONDS = 180.0
 
 ON_BOTH_DATABASES = pytest.mark.parametrize("bot", ["sqlite", "postgresql"], indirect=True)
 """Runs a test with the bot storing in its SQLite file, then in a PostgreSQL database."""
+
+
+HEALTH_PORT = re.compile(r"health endpoints on port (\d+)\n")
+"""The bot's log line naming the port its health endpoints took (`health_check.port` 0: any free one)."""
 
 
 def free_port() -> int:
@@ -80,7 +85,6 @@ class BotProcess:
         self.config_path = tmp_path / "config.yaml"
         self.database = tmp_path / "memory.db"
         self.log_path = tmp_path / "bot.log"
-        self.health_port = free_port()
         self.settings: dict[str, Any] = {}
         self.env_overrides: dict[str, str | None] = {}
         self.process: subprocess.Popen[bytes] | None = None
@@ -123,7 +127,7 @@ class BotProcess:
             "persona": {"name": "myao", "language": "en", "timezone": "UTC"},
             "memory": {"database_path": str(self.database)},
             "logging": {"level": "INFO"},
-            "health_check": {"port": self.health_port},
+            "health_check": {"port": 0},  # a port picked free here could be taken before the bot binds it
         }
         for dotted, value in self.settings.items():
             node = config
@@ -157,6 +161,7 @@ class BotProcess:
         if "memory.database_url" not in self.settings and not self.database.exists():
             copy_migrated(self.database)
         connections = self.slack.connection_count
+        self._ports_named = len(HEALTH_PORT.findall(self.log()))
         self._log = self.log_path.open("ab")
         module = "myao2" if self.clock_shift_file is None else "tests.e2e.shifted_clock"
         self.process = subprocess.Popen(
@@ -174,6 +179,19 @@ class BotProcess:
             )
             assert self.process.poll() is None, f"the bot exited early:\n{self.log()}"
         return self
+
+    @property
+    def health_port(self) -> int:
+        """The port of the health endpoints of the bot last started, once its log names it."""
+        process = self.process
+        assert process is not None, "start() first"
+
+        def named() -> list[str]:
+            ports = HEALTH_PORT.findall(self.log())[self._ports_named :]
+            assert ports or process.poll() is None, f"the bot exited before its health endpoints started:\n{self.log()}"
+            return ports
+
+        return int(wait_until(named, timeout=START_SECONDS, what="the bot's health endpoints")[0])
 
     def wait_exit(self, timeout: float = START_SECONDS) -> int:
         """The exit status of a bot that ends by itself (`timeout` counts from now, so usually spans start-up)."""

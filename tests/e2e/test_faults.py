@@ -151,10 +151,12 @@ def test_a_socket_dropped_silently_is_replaced_and_the_mention_in_the_gap_answer
 
 def test_a_health_port_in_use_exits_2_naming_it(bot: BotProcess) -> None:
     with socket.socket() as taken:
-        taken.bind(("0.0.0.0", bot.health_port))
+        taken.bind(("0.0.0.0", 0))
         taken.listen()
+        port = taken.getsockname()[1]
+        bot.settings["health_check.port"] = port
         bot.start(wait_connected=False)
         assert bot.wait_exit() == 2
     log = bot.log()
-    assert "health_check.port" in log and str(bot.health_port) in log
+    assert "health_check.port" in log and str(port) in log
     assert "Traceback" not in log
