@@ -377,7 +377,8 @@ class PlaygroundConfig(_Section):
 
     host: str = "127.0.0.1"
     """Where the page is served; any address but a loopback one needs `token`."""
-    port: int = Field(default=8766, ge=1, le=65535)
+    port: int = Field(default=8766, ge=0, le=65535)
+    """0: any free port (the command prints the page's address)."""
     token: str = ""
     """Asked of every request (``?token=`` or ``Authorization: Bearer``) when set."""
 

@@ -85,7 +85,8 @@ async def _serve(config: Config) -> int:
         print(f"myao2: playground.port: cannot listen on {settings.host}:{settings.port} ({reason})", file=sys.stderr)
         return 2
     host = f"[{settings.host}]" if ":" in settings.host else settings.host
-    print(f"myao2 playground: http://{host}:{settings.port}/", flush=True)
+    port = runner.addresses[0][1]  # the one taken when `playground.port` is 0
+    print(f"myao2 playground: http://{host}:{port}/", flush=True)
     tasks.spawn(application.clients.load())  # the model libraries, before the first message needs them
 
     indexer = IndexWorker(application.index, engine)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import re
 import socket
 import sqlite3
 import subprocess
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from tests.e2e.conftest import CLI_SECONDS, START_SECONDS, BotProcess, free_port, wait_until
+from tests.e2e.conftest import CLI_SECONDS, START_SECONDS, BotProcess, wait_until
 from tests.fakes import WAIT_SECONDS
 from tests.fakes.memory_model import is_memory_request, remember
 from tests.fakes.openai_server import Error, FakeOpenAI, Text, ToolCall, ToolCalls
@@ -33,14 +34,17 @@ TEXT = (0x10, 0x10, 0x10)
 
 expect.set_options(timeout=WAIT_SECONDS * 1000)  # positive waits cost nothing when the event comes
 
+SERVED = re.compile(r"myao2 playground: http://127\.0\.0\.1:(\d+)/\n")
+"""The playground's line naming where it serves (`playground.port` 0: on any free port)."""
+
 
 class PlaygroundProcess(BotProcess):
     """`myao2 playground` as a subprocess on a free port, with the e2e config."""
 
     def start(self, wait_connected: bool = True) -> PlaygroundProcess:
-        self.port = free_port()
-        self.settings["playground.port"] = self.port
+        self.settings["playground.port"] = 0  # a port picked free here could be taken before the playground binds it
         self.write_config()
+        served = len(SERVED.findall(self.log()))
         self._log = self.log_path.open("ab")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "myao2", "playground", "--config", str(self.config_path)],
@@ -50,20 +54,17 @@ class PlaygroundProcess(BotProcess):
             stderr=subprocess.STDOUT,
         )
         wait_until(
-            lambda: self._listening() or self.process.poll() is not None,
+            lambda: len(SERVED.findall(self.log())) > served or self.process.poll() is not None,
             timeout=START_SECONDS,
             what="the playground to listen",
         )
         assert self.process.poll() is None, f"the playground exited early:\n{self.log()}"
+        self.port = int(SERVED.findall(self.log())[served])
         return self
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/"
-
-    def _listening(self) -> bool:
-        with socket.socket() as sock:
-            return sock.connect_ex(("127.0.0.1", self.port)) == 0
 
 
 @pytest.fixture
