@@ -45,15 +45,19 @@ class Notebook:
     def __init__(self, tmp_path: Path) -> None:
         self.database = tmp_path / "memory.db"
         self.config_path = tmp_path / "config.yaml"
-        self.port = free_port()
+        self.listen_on(free_port())
+        self.env = {k: v for k, v in os.environ.items() if k not in PROXY_VARIABLES}
+        self.env.update(PYTHONPATH=str(ROOT / "src"), MYAO2_MCP_TOKEN=TOKEN)
+
+    def listen_on(self, port: int) -> None:
+        """Write the config, with `mcp.port` set to `port`."""
+        self.port = port
         config = {
             "persona": {"name": "myao", "language": "en", "timezone": "UTC"},
             "memory": {"database_path": str(self.database)},
-            "mcp": {"port": self.port, "token": "${MYAO2_MCP_TOKEN:-}"},
+            "mcp": {"port": port, "token": "${MYAO2_MCP_TOKEN:-}"},
         }
         self.config_path.write_text(yaml.safe_dump(config), encoding="utf-8")
-        self.env = {k: v for k, v in os.environ.items() if k not in PROXY_VARIABLES}
-        self.env.update(PYTHONPATH=str(ROOT / "src"), MYAO2_MCP_TOKEN=TOKEN)
 
     def myao2(self, *argv: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -83,6 +87,19 @@ def notebook(tmp_path: Path) -> Notebook:
 
 @pytest.fixture
 def http_server(notebook: Notebook) -> Iterator[str]:
+    process = _serve_http(notebook) or _serve_http(notebook) or _serve_http(notebook)
+    assert process is not None, "the ports picked were all taken"
+    try:
+        yield f"http://127.0.0.1:{notebook.port}/mcp"
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
+
+
+def _serve_http(notebook: Notebook) -> subprocess.Popen[str] | None:
+    """`myao2 mcp --http` serving the notebook on a port picked free; None if another process took that port before
+    the server could bind it."""
+    notebook.listen_on(free_port())
     process = subprocess.Popen(
         [sys.executable, "-m", "myao2", "mcp", "--http", "--config", str(notebook.config_path)],
         env=notebook.env,
@@ -91,25 +108,20 @@ def http_server(notebook: Notebook) -> Iterator[str]:
         text=True,
     )
     url = f"http://127.0.0.1:{notebook.port}/mcp"
-    try:
-        wait_until(
-            lambda: _listening(notebook.port) or process.poll() is not None,
-            timeout=START_SECONDS,
-            what="the MCP server to listen",
-        )
-        assert process.poll() is None, process.stderr.read() if process.stderr else ""
-        yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=15)
+    wait_until(lambda: _serving(url) or process.poll() is not None, timeout=START_SECONDS, what="the MCP server to listen")
+    if process.poll() is None:
+        return process
+    error = process.stderr.read() if process.stderr else ""
+    assert "address already in use" in error, error
+    return None
 
 
-def _listening(port: int) -> bool:
+def _serving(url: str) -> bool:
+    """Whether the MCP server answers at `url` (refusing a request without its token), not some other server."""
     try:
-        httpx2.get(f"http://127.0.0.1:{port}/", timeout=1)
+        return httpx2.get(url, timeout=1).status_code == 401
     except httpx2.TransportError:
         return False
-    return True
 
 
 @asynccontextmanager
