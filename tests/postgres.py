@@ -41,7 +41,8 @@ class PostgresServer:
         self._binaries = binaries
         self._folder = Path(tempfile.mkdtemp(prefix="myao2-pg-"))
         self._data = self._folder / "data"
-        self.port = _free_port()
+        self.port = 0
+        """Set by `start`."""
         self._names = itertools.count(1)
         # Creating a database takes about a second here: a worker makes the next test's
         # migrated database while the current test runs.
@@ -53,11 +54,20 @@ class PostgresServer:
         if self._as_user:
             shutil.chown(self._folder, SERVER_USER)
         self._run("initdb", "-D", str(self._data), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync")
-        options = (
-            f"-h 127.0.0.1 -p {self.port} -k {self._folder} -F "
-            "-c full_page_writes=off -c synchronous_commit=off -c max_connections=200"
-        )
-        self._run("pg_ctl", "-D", str(self._data), "-l", str(self._folder / "server.log"), "-o", options, "-w", "start")
+        # A port picked free may be taken by another process before the server binds it: then another is picked.
+        for attempt in range(3):
+            self.port = _free_port()
+            options = (
+                f"-h 127.0.0.1 -p {self.port} -k {self._folder} -F "
+                "-c full_page_writes=off -c synchronous_commit=off -c max_connections=200"
+            )
+            log = self._folder / f"server-{attempt}.log"
+            try:
+                self._run("pg_ctl", "-D", str(self._data), "-l", str(log), "-o", options, "-w", "start")
+                break
+            except subprocess.CalledProcessError:
+                if attempt == 2 or "Address already in use" not in log.read_text(encoding="utf-8", errors="replace"):
+                    raise
         self._create(TEMPLATE)
         open_database(self.url(TEMPLATE)).dispose()  # no connection may stay open on a template
         self._next = self._worker.submit(self._new, TEMPLATE)
