@@ -58,16 +58,24 @@ def tables_holding(bot: BotProcess, text: str) -> set[str]:
 
 
 class Days:
-    """The bot's clock, moved forward a whole number of days, and messages posted at that time."""
+    """The bot's clock, moved forward a whole number of days, and messages posted at that time.
+
+    Day 0 begins at the next midnight (UTC, the persona's time zone) and the bot's clock starts an hour into it:
+    a test run across a real midnight would have its day 0's messages on two days, and its day boundaries move.
+    """
 
     def __init__(self, bot: BotProcess, slack: FakeSlack) -> None:
         self.bot = bot
         self.slack = slack
-        self.shift = 0
-        bot.shift_clock(0)
+        now = time.time()
+        self.day_0 = (now // DAY + 1) * DAY
+        """When day 0 begins, in the bot's time (Unix seconds)."""
+        self._base = self.day_0 + 3600 - now
+        self.shift = self._base
+        bot.shift_clock(self.shift)
 
     def move_to(self, day: int) -> None:
-        self.shift = day * DAY
+        self.shift = self._base + day * DAY
         self.bot.shift_clock(self.shift)
 
     def post(self, channel: str, user: str, text: str) -> str:
@@ -137,7 +145,7 @@ def test_a_fact_from_day_0_is_recalled_on_day_15_from_its_digest_after_the_raw_t
     assert rows(bot, "SELECT count(*) FROM messages WHERE text = :text", text=FACT) == [(1,)]
 
     days.move_to(15)
-    day_1 = f"{time.time() + DAY:.6f}"
+    day_1 = f"{days.day_0 + DAY:.6f}"
     # Each channel's old days are deleted in a step of their own (#secret-room's after its digest): all are awaited.
     wait_until(lambda: rows(bot, "SELECT count(*) FROM messages WHERE ts < :ts", ts=day_1) == [(0,)] and not rows(
         bot, "SELECT kind FROM search_docs WHERE text LIKE '%blue flowerpot%' AND kind = 'message'"
