@@ -39,21 +39,36 @@ def send_event(port: int, event: dict, secret: str = SIGNING_SECRET) -> int:
         return error.code
 
 
+def serving(bot: BotProcess, event: dict) -> int:
+    """The port of the bot started in HTTP mode, once it refuses `event` forged there.
+
+    A port picked free may be taken by another process before the bot binds it: the bot then exits 2,
+    and is started again on another port.
+    """
+    for _ in range(3):
+        port = free_port()
+        bot.settings["slack.http_port"] = port
+        bot.start(wait_connected=False)
+
+        def refused() -> bool:
+            try:
+                return send_event(port, event, secret="forged") == 401
+            except OSError:
+                return False
+
+        wait_until(lambda: refused() or bot.process.poll() is not None, timeout=START_SECONDS, what="the HTTP endpoint to refuse a forged request")
+        if bot.process.poll() is None:
+            return port
+        assert bot.stop() == 2 and f"slack.http_port: cannot listen on port {port}" in bot.log(), bot.log()
+    raise AssertionError("every port picked was taken")
+
+
 def test_signed_mention_over_http_is_answered_and_forged_one_refused(bot: BotProcess, slack: FakeSlack, llm) -> None:
-    port = free_port()
-    bot.settings.update({"slack.mode": "http", "slack.http_port": port, "slack.signing_secret": SIGNING_SECRET})
+    bot.settings.update({"slack.mode": "http", "slack.signing_secret": SIGNING_SECRET})
     bot.settings["response.mention_catchup_seconds"] = 0  # the mention must come over HTTP, not catch-up
-    bot.start(wait_connected=False)
     ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> hello over http", emit=False)
     event = {"type": "app_mention", "user": ALICE, "text": f"<@{slack.bot_user_id}> hello over http", "ts": ts, "channel": GENERAL, "event_ts": ts}
-
-    def accepted() -> bool:
-        try:
-            return send_event(port, event, secret="forged") == 401
-        except OSError:
-            return False
-
-    wait_until(accepted, timeout=START_SECONDS, what="the HTTP endpoint to refuse a forged request")
+    port = serving(bot, event)
     assert not slack.posted
     llm.script(Text("Hi from HTTP mode."))
     assert send_event(port, event) == 200
