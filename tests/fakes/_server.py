@@ -48,8 +48,11 @@ class LoopbackServer:
         asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(timeout=10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
+        left = asyncio.all_tasks(self._loop)
         self._loop.close()
         self._thread = self._loop = None
+        if left:  # else the garbage collector logs them, "destroyed but pending", in whichever test runs then
+            raise RuntimeError(f"{type(self).__name__} stopped with tasks still pending: {left}")
 
     def __enter__(self) -> Self:
         return self.start()
@@ -74,6 +77,21 @@ class LoopbackServer:
         await self._before_cleanup()
         if self._runner is not None:
             await self._runner.cleanup()
+        await _end_tasks_left()
+
+
+async def _end_tasks_left() -> None:
+    """Cancel the tasks still on this loop and wait until they end.
+
+    The runner's cleanup waits for the requests of the connections still open only: a handler whose client hung
+    up (one whose answer is delayed past the client's timeout, say) runs on, unknown to it, as aiohttp does not
+    cancel a handler when its client goes.
+    """
+    current = asyncio.current_task()
+    left = [task for task in asyncio.all_tasks() if task is not current]
+    for task in left:
+        task.cancel()
+    await asyncio.gather(*left, return_exceptions=True)
 
 
 def serve_until_signalled(server: LoopbackServer, url: Callable[[], str]) -> None:
