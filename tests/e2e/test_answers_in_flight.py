@@ -21,6 +21,12 @@ def bot_messages(slack: FakeSlack, channel: str = GENERAL) -> list[dict]:
     return [m for m in slack.messages(channel) if m.get("user") == slack.bot_user_id]
 
 
+def settled_in(bot: BotProcess, ts: str) -> str | None:
+    """`settled` on either kind of database the bot stores in: the answer ts recorded for message `ts`, once settled."""
+    found = bot.rows("SELECT answer_ts FROM claims WHERE ts = :ts AND settled_at IS NOT NULL", ts=ts)
+    return found[0][0] if found else None
+
+
 def test_sigkill_after_the_stream_stopped_but_before_it_was_recorded_gives_one_answer(
     bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
 ) -> None:
@@ -59,15 +65,11 @@ def test_sigkill_after_slack_started_the_stream_but_before_the_bot_heard_its_ts_
 
     bot.start()
 
-    def answer() -> str | None:
-        found = bot.rows("SELECT answer_ts FROM claims WHERE ts = :ts AND settled_at IS NOT NULL", ts=ts)
-        return found[0][0] if found else None
-
-    wait_until(answer, what="the claim settled")
+    wait_until(lambda: settled_in(bot, ts), what="the claim settled")
     time.sleep(2.5)  # a retry round more: room for a second answer to show up
     [stream] = streams_in(slack, ts)
     assert not stream["streaming"]
-    assert answer() == stream["ts"]
+    assert settled_in(bot, ts) == stream["ts"]
     [message] = bot_messages(slack)
     assert message["ts"] == stream["ts"] and message["text"].startswith("The first")
     assert message["text"].endswith("Could you ask me again in a little while?")
@@ -144,14 +146,10 @@ def test_an_answer_whose_showing_cannot_be_noted_is_answered_by_a_retry_not_with
     finally:
         lock.release()
 
-    def answer() -> str | None:
-        found = bot.rows("SELECT answer_ts FROM claims WHERE ts = :ts AND settled_at IS NOT NULL", ts=ts)
-        return found[0][0] if found else None
-
-    wait_until(answer, what="the claim settled")
+    wait_until(lambda: settled_in(bot, ts), what="the claim settled")
     time.sleep(2.5)  # a retry round more: room for a second answer to show up
     [message] = bot_messages(slack)
-    assert message["text"] == "The one and only answer." and answer() == message["ts"]
+    assert message["text"] == "The one and only answer." and settled_in(bot, ts) == message["ts"]
     assert [p["ts"] for p in answers_to(slack, ts)] == [message["ts"]]
     assert len(llm.requests) == 2
     assert bot.stop() == 0

@@ -365,19 +365,22 @@ async def test_a_claim_ahead_whose_save_failed_is_not_made_and_the_other_event_c
     assert answers.claim_ahead(mention()) is not None  # the failed save's claim was dropped
 
 
-def written(store: GatedStore) -> GatedStore:
+async def paced(monkeypatch: pytest.MonkeyPatch, pace_seconds: float) -> tuple[Inbox, GatedStore, Answers]:
+    """An inbox pacing writes at `pace_seconds`, where C1's kind is known and line 0 was just written (at once: none
+    was written before it)."""
+    monkeypatch.setattr(inbox_module, "PACE_SECONDS", pace_seconds)
+    store = GatedStore()
     store.gate.set()
-    return store
+    box, answers = answers_of(store)
+    await box.channel_changed("C1")
+    await box.message_posted(line(0), None)
+    return box, store, answers
 
 
 async def test_plain_messages_soon_after_a_write_wait_for_the_pace_and_a_mention_takes_them_along(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(inbox_module, "PACE_SECONDS", 60.0)
-    store = written(GatedStore())
-    box, answers = answers_of(store)
-    await box.channel_changed("C1")
-    await box.message_posted(line(0), None)  # none written lately: at once
+    box, store, answers = await paced(monkeypatch, 60.0)
     waiting = [asyncio.ensure_future(box.message_posted(line(n), None)) for n in (1, 2)]
     await asyncio.sleep(0.3)
     assert store.groups == [["line 0"]] and not any(post.done() for post in waiting)
@@ -388,35 +391,23 @@ async def test_plain_messages_soon_after_a_write_wait_for_the_pace_and_a_mention
 
 
 async def test_a_plain_message_waiting_is_written_when_the_pace_has_passed(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(inbox_module, "PACE_SECONDS", 0.2)
-    store = written(GatedStore())
-    box, _ = answers_of(store)
-    await box.channel_changed("C1")
     loop = asyncio.get_running_loop()
     started = loop.time()
-    await box.message_posted(line(0), None)
+    box, store, _ = await paced(monkeypatch, 0.2)
     await asyncio.wait_for(box.message_posted(line(1), None), 30)
     assert store.groups == [["line 0"], ["line 1"]]
     assert loop.time() - started >= 0.2
 
 
 async def test_a_message_whose_channel_is_not_known_yet_is_written_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(inbox_module, "PACE_SECONDS", 60.0)
-    store = written(GatedStore())
-    box, _ = answers_of(store)
-    await box.channel_changed("C1")
-    await box.message_posted(line(0), None)
+    box, store, _ = await paced(monkeypatch, 60.0)
     elsewhere = replace(line(1), channel_id="C2")
     await asyncio.wait_for(box.message_posted(elsewhere, None), 30)  # it may be a DM to the bot
     assert store.groups == [["line 0"], ["line 1"]]
 
 
 async def test_closing_writes_what_waits_and_every_message_after_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(inbox_module, "PACE_SECONDS", 60.0)
-    store = written(GatedStore())
-    box, _ = answers_of(store)
-    await box.channel_changed("C1")
-    await box.message_posted(line(0), None)
+    box, store, _ = await paced(monkeypatch, 60.0)
     waiting = asyncio.ensure_future(box.message_posted(line(1), None))
     await asyncio.sleep(0.1)
     assert not waiting.done()

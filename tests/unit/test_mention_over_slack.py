@@ -7,7 +7,7 @@ import asyncio
 import gc
 import re
 from collections.abc import AsyncIterator, Coroutine, Iterator
-from contextlib import contextmanager
+from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from datetime import datetime, timezone
 from pathlib import Path
@@ -97,13 +97,20 @@ class World:
         return started
 
 
-@pytest.fixture
-async def world(tmp_path: Path) -> Any:
+@asynccontextmanager
+async def started_world(tmp_path: Path, replica: str | None = None, memories: bool = False) -> AsyncIterator[World]:
+    """A started `World` over a fake Slack where Alice is in #general (C1), for as long as the block runs."""
     with FakeSlack(ack_timeout=None) as slack:
         slack.add_user("U1", "alice")
         slack.add_channel("C1", "general", members=["U1"])
-        world = World(tmp_path, slack)
+        world = World(tmp_path, slack, replica, memories)
         await world.start()
+        yield world
+
+
+@pytest.fixture
+async def world(tmp_path: Path) -> AsyncIterator[World]:
+    async with started_world(tmp_path) as world:
         yield world
 
 
@@ -179,11 +186,7 @@ async def test_another_answer_still_streaming_in_the_thread_is_not_taken_for_the
 async def test_another_replicas_answer_streaming_before_it_recorded_its_ts_is_not_taken_for_the_answer(
     tmp_path: Path,
 ) -> None:
-    with FakeSlack(ack_timeout=None) as slack:
-        slack.add_user("U1", "alice")
-        slack.add_channel("C1", "general", members=["U1"])
-        world = World(tmp_path, slack, replica="r1")
-        await world.start()
+    async with started_world(tmp_path, replica="r1") as world:
         first = world.mention()
         second = world.mention_in(first.ts)
         world.slack.inject_server_error("chat.startStream", 500)  # the second's first attempt shows nothing
@@ -248,11 +251,7 @@ async def test_an_answer_withdrawn_as_it_starts_showing_ends_the_models_stream_i
 ) -> None:
     # The model's stream attaches an OpenTelemetry context as strands' does: left to the garbage collector, it
     # would be closed in another task, whose Context cannot detach it (an ERROR traceback logged).
-    with FakeSlack(ack_timeout=None) as slack:
-        slack.add_user("U1", "alice")
-        slack.add_channel("C1", "general", members=["U1"])
-        world = World(tmp_path, slack, replica="r1")
-        await world.start()
+    async with started_world(tmp_path, replica="r1") as world:
         message = world.mention()
 
         async def traced(context: Any, origin: Any) -> AsyncIterator[ReplyEvent]:
@@ -364,11 +363,7 @@ async def test_a_mention_is_answered_in_these_trips_to_the_database_and_no_more(
 ) -> None:
     """Every statement a mention answered by a replica sends to the database, trip by trip (each costs CPU: a
     read or a trip more shows here)."""
-    with FakeSlack(ack_timeout=None) as slack:
-        slack.add_user("U1", "alice")
-        slack.add_channel("C1", "general", members=["U1"])
-        world = World(tmp_path, slack, replica="r1", memories=True)
-        await world.start()
+    async with started_world(tmp_path, replica="r1", memories=True) as world:
         message = world.mention()
         with trips_to_the_database(world, monkeypatch) as trips:
             await world.answer(message)

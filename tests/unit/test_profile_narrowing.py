@@ -8,23 +8,21 @@ import pytest
 
 from myao2.application.agents import PersonUpdate, ProfilePrompt
 from myao2.application.channels import ChannelLifecycle
-from myao2.application.profiles import ProfileKeeper
 from myao2.domain.conversation import ChannelKind
 from myao2.domain.profile import NewFact
 from myao2.domain.visibility import WORKSPACE, Audience
 from myao2.infrastructure.db.memo_store import SqlMemoStore
 from myao2.infrastructure.db.memory_store import SqlMemoryStore
-from myao2.infrastructure.llm.phrases import prompt_marks
 from tests.unit.test_profiles import (  # noqa: F401 (fixtures)
     DAY,
     GENERAL,
-    PERSONA,
     RANDOM,
     FakeWriter,
     clock,
     conversations,
     keeper,
     liking,
+    profile_keeper,
     profiles,
     say,
     writer,
@@ -72,10 +70,7 @@ async def test_a_fact_citing_a_message_of_the_channel_is_narrowed_whichever_chan
         sources = tuple(line.split()[0].removeprefix("ts=") for line in person.messages)
         return (PersonUpdate(person.user_id, (NewFact("plans canary-trip", 0.8, sources),), ()),)
 
-    keeper = ProfileKeeper(
-        conversations=conversations, profiles=profiles, writer=FakeWriter(blended), clock=clock, persona=PERSONA,
-        batch_max_tokens=2000, cut=prompt_marks("en").cut,
-    )
+    keeper = profile_keeper(conversations, profiles, FakeWriter(blended), clock)
     say(RANDOM, "ualice", "a trip soon")
     say(GENERAL, "ualice", "to the canary islands")
     await keeper.run()
@@ -98,10 +93,7 @@ async def test_a_fact_learnt_with_the_channels_words_in_sight_is_narrowed_whatev
         cited = (bob.messages[0].split()[0].removeprefix("ts="),)
         return (PersonUpdate("ubob", (NewFact("plans canary-merger", 0.8, cited),), ()),)
 
-    keeper = ProfileKeeper(
-        conversations=conversations, profiles=profiles, writer=FakeWriter(mixed_up), clock=clock, persona=PERSONA,
-        batch_max_tokens=2000, cut=prompt_marks("en").cut,
-    )
+    keeper = profile_keeper(conversations, profiles, FakeWriter(mixed_up), clock)
     say(GENERAL, "ualice", "the canary-merger is on")
     say(RANDOM, "ubob", "busy week")
     await keeper.run()
@@ -122,10 +114,7 @@ async def test_a_fact_heard_with_two_channels_that_turn_private_is_kept_for_neit
         sources = (person.messages[0].split()[0].removeprefix("ts="),)
         return (PersonUpdate(person.user_id, (NewFact("plans canary-trip", 0.8, sources),), ()),)
 
-    keeper = ProfileKeeper(
-        conversations=conversations, profiles=profiles, writer=FakeWriter(blended), clock=clock, persona=PERSONA,
-        batch_max_tokens=2000, cut=prompt_marks("en").cut,
-    )
+    keeper = profile_keeper(conversations, profiles, FakeWriter(blended), clock)
     say(RANDOM, "ualice", "a trip soon")
     say(GENERAL, "ualice", "to the canary islands")
     await keeper.run()
@@ -164,10 +153,7 @@ async def test_a_channel_turning_private_while_the_model_learns_keeps_what_it_le
                 await turn_private()
             return liking(prompt)
 
-    keeper = ProfileKeeper(
-        conversations=conversations, profiles=profiles, writer=RacingWriter(), clock=clock, persona=PERSONA,
-        batch_max_tokens=2000, cut=prompt_marks("en").cut,
-    )
+    keeper = profile_keeper(conversations, profiles, RacingWriter(), clock)
     say(GENERAL, "ualice", "I like canary-opera")
     await keeper.run()
 
@@ -211,10 +197,7 @@ async def test_a_person_forgotten_while_the_model_learns_about_them_gets_no_prof
             forget_person(engine, "ualice")  # `myao2 memory forget` runs while the model thinks
             return liking(prompt)
 
-    keeper = ProfileKeeper(
-        conversations=conversations, profiles=profiles, writer=ForgettingWriter(), clock=clock, persona=PERSONA,
-        batch_max_tokens=2000, cut=prompt_marks("en").cut,
-    )
+    keeper = profile_keeper(conversations, profiles, ForgettingWriter(), clock)
     say(GENERAL, "ualice", "I like canary-opera")
     say(GENERAL, "ubob", "I like tea")
     await keeper.run()

@@ -89,11 +89,16 @@ def writer() -> FakeWriter:
     return FakeWriter()
 
 
+def profile_keeper(conversations, profiles, writer, clock, batch_max_tokens: int = 2000) -> ProfileKeeper:
+    return ProfileKeeper(
+        conversations=conversations, profiles=profiles, writer=writer, clock=clock, persona=PERSONA,
+        batch_max_tokens=batch_max_tokens, cut=prompt_marks("en").cut,
+    )
+
+
 @pytest.fixture
 def keeper(conversations, profiles, writer, clock) -> ProfileKeeper:
-    return ProfileKeeper(
-        conversations=conversations, profiles=profiles, writer=writer, clock=clock, persona=PERSONA, batch_max_tokens=2000, cut=prompt_marks("en").cut
-    )
+    return profile_keeper(conversations, profiles, writer, clock)
 
 
 @pytest.fixture
@@ -238,9 +243,7 @@ async def test_facts_may_only_cite_the_messages_read(keeper, writer, profiles, s
 
 
 async def test_a_long_backlog_is_read_a_batch_per_round(conversations, profiles, writer, clock, say):
-    keeper = ProfileKeeper(
-        conversations=conversations, profiles=profiles, writer=writer, clock=clock, persona=PERSONA, batch_max_tokens=100, cut=prompt_marks("en").cut
-    )
+    keeper = profile_keeper(conversations, profiles, writer, clock, batch_max_tokens=100)
     for i in range(12):
         say(GENERAL, "U1", f"I like thing number {i}")
     rounds = 0

