@@ -9,6 +9,8 @@ import time
 import urllib.error
 import urllib.request
 
+import pytest
+
 from tests.e2e.conftest import ALICE, GENERAL, BotProcess, wait_until
 from tests.fakes.openai_server import FakeOpenAI, Text
 from tests.fakes.slack_server import FakeSlack
@@ -83,6 +85,31 @@ def test_sigkill_after_the_post_landed_but_before_it_was_recorded_gives_one_answ
     time.sleep(2.5)
     assert len(answers_to(slack, ts)) == 1 and len(slack.posted) == 1
     assert len(llm.requests) == 1
+    assert bot.stop() == 0
+
+
+@pytest.mark.parametrize("method", ["chat.postMessage", "chat.startStream"])
+def test_a_connection_dropped_after_slack_took_the_answer_gives_one_answer(
+    bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI, method: str
+) -> None:
+    bot.settings.update(QUICK_RETRIES)
+    bot.settings["response.streaming"] = method == "chat.startStream"
+    llm.set_responder(lambda request: Text("Here I am."))
+    bot.start()
+    slack.inject_drop(method)  # Slack posts (starts) the answer, the connection drops before it answers
+    ts = mention(slack)
+
+    answer = wait_until(lambda: settled(bot, ts), what="the claim settled")
+    time.sleep(2.5)  # a retry round more: room for a second answer to show up
+    [message] = [m for m in slack.messages(GENERAL) if m.get("user") == slack.bot_user_id]
+    assert message["ts"] == answer and message["thread_ts"] == ts
+    if method == "chat.postMessage":
+        assert message["text"] == "Here I am."
+    else:  # the stream whose ts was never heard: found and ended by the next attempt, with the apology
+        assert message["text"].startswith("Here") and message["text"].endswith("in a little while?")
+    assert [p["ts"] for p in answers_to(slack, ts)] == [answer]
+    assert [m for m, _ in slack.web_calls].count(method) == 1  # looked up, not sent again
+    assert all(not s["streaming"] for s in slack.streams) and len(llm.requests) == 1
     assert bot.stop() == 0
 
 

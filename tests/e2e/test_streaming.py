@@ -181,13 +181,16 @@ def test_a_crash_mid_stream_is_ended_after_restart_not_answered_twice(bot: BotPr
     assert bot.stop() == 0
 
 
-@pytest.mark.parametrize("landed", [False, True])
+@pytest.mark.parametrize("failure", ["500", "500 after taking the text", "dropped after taking the text"])
 def test_an_append_failing_once_still_ends_the_stream_with_the_whole_text(
-    bot: BotProcess, slack: FakeSlack, llm, landed: bool
+    bot: BotProcess, slack: FakeSlack, llm, failure: str
 ) -> None:
     bot.start()
     llm.script(Text(STORY, pieces=20, interval=0.1))
-    slack.inject_server_error("chat.appendStream", 500, after=landed)  # Slack failing (after the work, or before)
+    if failure.startswith("dropped"):  # the connection drops before Slack answers: the text is not sent again
+        slack.inject_drop("chat.appendStream")
+    else:
+        slack.inject_server_error("chat.appendStream", 500, after=failure != "500")
     ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> tell me a long story")
 
     slack.wait_for(lambda: finished(slack, ts), what="the stream to be stopped, not left open")

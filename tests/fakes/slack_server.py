@@ -88,6 +88,7 @@ CONTROL_METHODS = (
     "refuse_streaming",
     "inject_server_error",
     "inject_delay",
+    "inject_drop",
     "set_chaos",
 )
 MAX_RETRIES = 3
@@ -177,7 +178,7 @@ class _Stream:
 
 @dataclass
 class _Injection:
-    kind: str  # "error" | "rate_limit" | "server_error" | "delay"
+    kind: str  # "error" | "rate_limit" | "server_error" | "delay" | "drop"
     value: Any
     remaining: int
     after: bool = False  # the call takes effect before the failure is answered
@@ -607,6 +608,12 @@ class FakeSlack(LoopbackServer):
         with self._lock:
             self._injections.setdefault(method, []).append(_Injection("delay", seconds, times, True))
 
+    def inject_drop(self, method: str, times: int = 1) -> None:
+        """Let the next ``times`` calls of ``method`` take effect, then drop their connection unanswered: Slack
+        acted, and the client fails with a dropped connection (aiohttp's ServerDisconnectedError)."""
+        with self._lock:
+            self._injections.setdefault(method, []).append(_Injection("drop", None, times, True))
+
     def set_chaos(self, rate: float, seed: int | None = None) -> None:
         """Fail a random ``rate`` of Web API calls (not auth.test nor apps.connections.open).
 
@@ -996,6 +1003,8 @@ class FakeSlack(LoopbackServer):
             return web.Response(status=injection.value, text="server error")
         if injection is not None and injection.kind == "delay":
             await asyncio.sleep(injection.value)
+        if injection is not None and injection.kind == "drop" and request.transport is not None:
+            request.transport.abort()  # the response below is never sent
         return web.json_response({"ok": True, **result})
 
     def _chaos(self, method: str) -> _Injection | None:

@@ -193,6 +193,16 @@ async def test_rate_limit_and_injected_errors(fake: FakeSlack) -> None:
     assert (await web_client(fake).users_info(user="U1"))["ok"]
 
 
+async def test_a_dropped_call_takes_effect_and_its_connection_drops_unanswered(fake: FakeSlack) -> None:
+    fake.inject_drop("chat.postMessage")
+    client = AsyncWebClient(token=fake.bot_token, base_url=fake.base_url, retry_handlers=[])
+    with pytest.raises(aiohttp.ServerDisconnectedError):
+        await client.chat_postMessage(channel="C1", text="landed")
+    assert [p["text"] for p in fake.posted] == ["landed"]
+    assert (await client.chat_postMessage(channel="C1", text="answered"))["ok"]  # once only
+    assert [p["text"] for p in fake.posted] == ["landed", "answered"]
+
+
 async def test_lookups(fake: FakeSlack) -> None:
     client = web_client(fake)
     user = (await client.users_info(user="U1"))["user"]

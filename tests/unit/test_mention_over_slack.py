@@ -150,6 +150,24 @@ async def test_a_stream_slack_started_while_the_call_timed_out_is_ended_by_the_r
     assert await world.retry_after(3600) == 0
 
 
+async def test_a_stream_slack_started_while_the_connection_dropped_is_ended_by_the_retry_not_started_twice(
+    world: World,
+) -> None:
+    message = world.mention()
+    world.slack.inject_drop("chat.startStream")  # started in Slack, the connection dropped before it answered
+
+    await world.answer(message)
+    [stream] = world.slack.streams  # not sent again: a second stream would be a second answer
+    assert stream["streaming"] and answered(world, message) == [(None, False)]
+
+    assert await world.retry_after(10) == 1
+    assert [s["ts"] for s in world.slack.streams] == [stream["ts"]]
+    assert world.slack.messages("C1")[-1]["text"] == f"answer 1\n\n{APOLOGY}"
+    assert world.slack.messages("C1")[-1]["metadata"]["event_payload"] == {"answers": message.ts}
+    assert answered(world, message) == [(stream["ts"], True)] and world.writer.calls == 1
+    assert await world.retry_after(3600) == 0
+
+
 async def test_a_message_of_the_bot_that_is_no_open_stream_is_not_taken_for_the_answer(world: World) -> None:
     message = world.mention()
     unasked = await world.gateway.post("C1", "an unasked remark", message.ts)

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 import traceback
 from decimal import Decimal
 
+import aiohttp
 import pytest
+from slack_sdk.http_retry import HttpRequest, RetryState
+from slack_sdk.http_retry.builtin_async_handlers import AsyncConnectionErrorRetryHandler
 
 from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Person
 from myao2.domain.ports import ConversationClosed
@@ -278,6 +282,59 @@ async def test_an_answer_failing_with_500_after_it_landed_is_not_posted_twice(
     fake.inject_server_error("chat.postMessage", 500, after=True)
     answer = await gateway.post("C1", "hello", question, answering=question)
     assert [p["ts"] for p in fake.posted] == [answer]
+
+
+async def test_an_answer_whose_connection_dropped_after_it_landed_is_looked_up_not_posted_twice(
+    fake: FakeSlack, gateway: SlackGateway, quick_retries: None
+) -> None:
+    await gateway.auth()
+    question = fake.post_message("C1", "U1", "<@UBOT> hi", emit=False)
+    fake.inject_drop("chat.postMessage")  # stored, then the connection dropped before Slack answered
+    answer = await gateway.post("C1", "hello", question, answering=question)
+    assert [p["ts"] for p in fake.posted] == [answer]
+    assert len(calls(fake, "chat.postMessage")) == 1  # found by the lookup, not sent again
+
+
+async def test_the_client_resends_a_read_whose_connection_dropped_but_never_a_post_or_a_stream_call(
+    fake: FakeSlack,
+) -> None:
+    client = make_web_client(fake.bot_token, fake.base_url)
+    fake.inject_drop("conversations.info")
+    assert (await client.conversations_info(channel="C1"))["channel"]["name"] == "general"
+    assert len(calls(fake, "conversations.info")) == 2  # read again: reading twice changes nothing
+
+    parent = fake.post_message("C1", "U1", "<@UBOT> hi", emit=False)
+    recipient = {"recipient_user_id": "U1", "recipient_team_id": "T1"}
+    stream = (await client.chat_startStream(channel="C1", thread_ts=parent, **recipient))["ts"]
+    text = [{"type": "markdown_text", "text": "more"}]
+    unsafe = {
+        "chat.postMessage": lambda: client.chat_postMessage(channel="C1", text="once", thread_ts=parent),
+        "chat.startStream": lambda: client.chat_startStream(channel="C1", thread_ts=parent, chunks=text, **recipient),
+        "chat.appendStream": lambda: client.chat_appendStream(channel="C1", ts=stream, chunks=text),
+        "chat.stopStream": lambda: client.chat_stopStream(channel="C1", ts=stream, chunks=text),
+    }
+    for method, call in unsafe.items():
+        sent = len(calls(fake, method))
+        fake.inject_drop(method)
+        with pytest.raises(aiohttp.ServerDisconnectedError):
+            await call()
+        assert len(calls(fake, method)) == sent + 1, method  # what Slack did is not done twice
+    # the stream taking one append and its end, the post, the second stream
+    assert [m["text"] for m in fake.messages("C1")][-3:] == ["moremore", "once", "more"]
+
+
+async def test_the_client_resends_a_post_whose_connection_could_not_be_opened() -> None:
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    async with aiohttp.ClientSession() as session:
+        with pytest.raises(aiohttp.ClientConnectorError) as refused:
+            await session.post(f"http://127.0.0.1:{port}/api/chat.postMessage")
+    client = make_web_client("xoxb-test", f"http://127.0.0.1:{port}/api/")
+    [retry] = [h for h in client.retry_handlers if isinstance(h, AsyncConnectionErrorRetryHandler)]
+    post = HttpRequest(method="POST", url=f"http://127.0.0.1:{port}/api/chat.postMessage", headers={})
+    assert await retry.can_retry_async(state=RetryState(), request=post, error=refused.value)  # nothing was sent
+    assert not await retry.can_retry_async(state=RetryState(), request=post, error=aiohttp.ServerDisconnectedError())
 
 
 async def test_an_answer_is_retried_after_errors_and_six_429s(

@@ -6,6 +6,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 
+import aiohttp
 import pytest
 from slack_sdk.errors import SlackApiError
 
@@ -393,6 +394,67 @@ async def test_a_slack_error_starting_the_stream_raises_and_posts_nothing(fake, 
         await publisher_for().publish(GENERAL, parent, "U1", events(TextDelta("a"), ReplyDone("a")), APOLOGY)
 
     assert fake.posted == [] and fake.streams == []
+
+
+async def test_a_stream_start_whose_connection_dropped_after_slack_started_it_raises_and_starts_no_second(
+    fake, publisher_for
+):
+    parent = fake.post_message("C1", "U1", "hi <@UBOT>")
+    fake.inject_drop("chat.startStream")  # started in Slack, its ts never heard: the next attempt looks for it
+
+    with pytest.raises(aiohttp.ServerDisconnectedError):
+        await publisher_for().publish(GENERAL, parent, "U1", events(TextDelta("Hi"), ReplyDone("Hi")), APOLOGY)
+
+    assert len(fake.streams) == 1 and stream_calls(fake) == ["chat.startStream"] and fake.posted == []
+
+
+async def test_an_append_whose_connection_dropped_after_slack_took_it_leaves_no_text_twice(fake, publisher_for):
+    parent = fake.post_message("C1", "U1", "hi <@UBOT>")
+    fake.inject_drop("chat.appendStream")  # appended, unheard: not sent again, the whole text set by chat.update
+    text = "x" * 150 + "y" * 150 + "z" * 150
+
+    published = await publisher_for().publish(
+        GENERAL, parent, "U1", events(*deltas(text, 150), ReplyDone(text)), APOLOGY, answering=parent
+    )
+
+    [stream] = fake.streams
+    assert stream_calls(fake) == ["chat.startStream", "chat.appendStream", "chat.stopStream"]
+    assert fake.posted[-1]["method"] == "chat.update"
+    assert fake.messages("C1")[-1]["text"] == text == published.text and published.ts == stream["ts"]
+    assert fake.messages("C1")[-1]["metadata"]["event_payload"] == {"answers": parent}
+
+
+async def test_a_stop_whose_connection_dropped_after_slack_stopped_it_is_stopped_once_with_the_whole_text(
+    fake, publisher_for
+):
+    parent = fake.post_message("C1", "U1", "hi <@UBOT>")
+    fake.inject_drop("chat.stopStream")
+    text = "x" * 150 + "y" * 100
+
+    published = await publisher_for().publish(
+        GENERAL, parent, "U1", events(*deltas(text, 150), ReplyDone(text)), APOLOGY, answering=parent
+    )
+
+    assert stream_calls(fake).count("chat.stopStream") == 1
+    assert fake.messages("C1")[-1]["text"] == text == published.text
+    assert fake.messages("C1")[-1]["metadata"]["event_payload"] == {"answers": parent}
+
+
+async def test_finishing_a_stream_whose_connection_dropped_after_slack_stopped_it_raises_rather_than_say_none_was_open(
+    fake, publisher_for
+):
+    parent = fake.post_message("C1", "U1", "hi <@UBOT>")
+    client = make_web_client(fake.bot_token, fake.base_url)
+    started = await client.chat_startStream(
+        channel="C1", thread_ts=parent, recipient_user_id="U1", recipient_team_id="T1", markdown_text="Half an"
+    )
+    fake.inject_drop("chat.stopStream")  # stopped and marked: the next attempt finds it as the answer
+
+    with pytest.raises(aiohttp.ServerDisconnectedError):
+        await publisher_for().finish("C1", started["ts"], APOLOGY, answering=parent)
+
+    assert stream_calls(fake) == ["chat.startStream", "chat.stopStream"]
+    assert fake.messages("C1")[-1]["text"] == f"Half an\n\n{APOLOGY}"
 
 
 async def test_a_reply_withdrawn_as_it_starts_showing_is_taken_back(fake, publisher_for):

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.http_retry import HttpRequest, HttpResponse, RetryState
 from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncConnectionErrorRetryHandler,
     AsyncRateLimitErrorRetryHandler,
@@ -39,6 +40,11 @@ CLOSED_ERRORS = frozenset({"is_archived", "channel_is_archived", "channel_not_fo
 """Errors of a post meaning the conversation takes none from the bot now (`ConversationClosed`)."""
 ANSWER_EVENT = "myao2_answer"
 """The message metadata event type that marks a post as the bot's answer to a message."""
+NOT_RESENT = frozenset({"chat.postMessage", "chat.startStream", "chat.appendStream", "chat.stopStream"})
+"""Web API methods whose every call shows something more (a post, a stream, its text, its end): the client never
+sends one again after its connection failed once it may have reached Slack (see `make_web_client`)."""
+CALL_FAILURES = (SlackClientError, aiohttp.ClientError, TimeoutError)
+"""What a failed Web API call raises; for a call sent, whether Slack acted is known only when it answered."""
 AUTH_ERRORS = frozenset({"invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired"})
 BOT_SCOPES = (
     "app_mentions:read, chat:write, reactions:write, users:read, "
@@ -59,7 +65,11 @@ class SlackAuthError(Exception):
 def make_web_client(
     token: str | None, base_url: str = "https://slack.com/api/", session: aiohttp.ClientSession | None = None
 ) -> AsyncWebClient:
-    """A Web API client for `base_url` that waits out rate limits and retries dropped connections.
+    """A Web API client for `base_url` that waits out rate limits and retries failed connections.
+
+    A call of `NOT_RESENT` is sent again only when its connection could not be opened: one that
+    dropped may have dropped after Slack acted, and sent again it would post (or stream) twice.
+    Its caller finds out what landed instead (`SlackGateway.post`, `SlackReplyPublisher`).
 
     Without `session`, slack_sdk opens a new session (and connection) for every call;
     pass one (see `web_session`) to keep connections alive between calls.
@@ -69,17 +79,34 @@ def make_web_client(
         base_url=base_url.rstrip("/") + "/",  # urljoin drops a last segment without the slash
         session=session,
         retry_handlers=[
-            AsyncRateLimitErrorRetryHandler(max_retry_count=RATE_LIMIT_RETRIES),
-            AsyncConnectionErrorRetryHandler(max_retry_count=CONNECTION_RETRIES),
+            AsyncRateLimitErrorRetryHandler(max_retry_count=RATE_LIMIT_RETRIES),  # a 429: Slack did nothing
+            _ConnectionRetry(max_retry_count=CONNECTION_RETRIES),
         ],
     )
+
+
+class _ConnectionRetry(AsyncConnectionErrorRetryHandler):
+    """slack_sdk's retry of a call whose connection failed, but for a call of `NOT_RESENT` that may have reached
+    Slack: only a connection that was never opened is certain to have carried nothing."""
+
+    async def _can_retry_async(
+        self,
+        *,
+        state: RetryState,
+        request: HttpRequest,
+        response: HttpResponse | None = None,
+        error: Exception | None = None,
+    ) -> bool:
+        if request.url.rsplit("/", 1)[-1] in NOT_RESENT and not isinstance(error, aiohttp.ClientConnectorError):
+            return False
+        return await super()._can_retry_async(state=state, request=request, response=response, error=error)
 
 
 def web_session() -> aiohttp.ClientSession:
     """An HTTP session for `make_web_client`, with slack_sdk's per-call timeout; call inside the event loop.
 
     A connection that Slack closed while idle fails the next call with a connection
-    error, which the client's retry handler retries.
+    error, which the client's retry handler retries (but for a call of `NOT_RESENT`).
     """
     return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=WEB_API_TIMEOUT_SECONDS))
 
@@ -171,7 +198,7 @@ class SlackGateway:
             error = error_code(exc)
             if error != "already_reacted":
                 logger.warning("could not react :%s: to %s/%s: %s", emoji, channel_id, ts, error)
-        except (SlackClientError, aiohttp.ClientError, TimeoutError) as exc:
+        except CALL_FAILURES as exc:
             logger.warning("could not react :%s: to %s/%s: %r", emoji, channel_id, ts, exc)
 
     async def person(self, user_id: str) -> Person:
@@ -308,7 +335,7 @@ def transient(exc: Exception) -> bool:
     if isinstance(exc, SlackApiError):
         status = exc.response.status_code
         return status >= 500 or status == 429 or error_code(exc) in TRANSIENT_ERRORS
-    return isinstance(exc, (aiohttp.ClientError, TimeoutError, SlackClientError))
+    return isinstance(exc, CALL_FAILURES)
 
 
 def _retry_after(exc: Exception) -> float:

@@ -32,7 +32,15 @@ from myao2.application.reply_stream import (
 )
 from myao2.domain.conversation import Channel, ChannelKind
 from myao2.domain.ports import ChatPlatform
-from myao2.infrastructure.slack.gateway import answer_metadata, closed_or, error_code, retrying, transient
+from myao2.infrastructure.slack.gateway import (
+    CALL_FAILURES,
+    answer_metadata,
+    closed_or,
+    describe,
+    error_code,
+    retrying,
+    transient,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -286,8 +294,10 @@ class _Stream:
         elif not self._broken:
             try:
                 await self._client.chat_appendStream(channel=self._channel.id, ts=self._ts, chunks=chunks)
-            except SlackApiError as exc:
-                logger.warning("streamed reply %s stopped taking text (%s)", self._ts, error_code(exc))
+            except CALL_FAILURES as exc:
+                # Refused, or failed after it may have taken the text (never sent again, see `make_web_client`):
+                # the stream takes no more, and the whole text is set by chat.update as it ends.
+                logger.warning("streamed reply %s stopped taking text (%s)", self._ts, describe(exc))
                 self._broken = True
             else:
                 self._taken += _text_of(chunks)
@@ -318,8 +328,8 @@ class _Stream:
             await self._client.chat_stopStream(channel=self._channel.id, ts=ts, chunks=chunks, metadata=self._metadata)
             if not self._broken:
                 return PublishedReply(ts, text)
-        except SlackApiError as exc:
-            logger.warning("streamed reply %s could not be stopped (%s)", ts, error_code(exc))
+        except CALL_FAILURES as exc:  # perhaps stopped before the failure: chat.update sets the whole text either way
+            logger.warning("streamed reply %s could not be stopped (%s)", ts, describe(exc))
         try:
             await retrying(
                 "chat.update",
