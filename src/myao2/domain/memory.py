@@ -149,13 +149,10 @@ class Memory:
         id as they are now, those not in it the workspace's), which a channel turned private leaves in memories
         kept for the workspace until its narrowing reaches them. A bullet superseded only by one left out is
         active again, as the narrowing leaves it."""
-        return self._without(
-            {
-                b.id
-                for b in self.bullets
-                if not can_read_from(reader, self.audience, None, (audiences.get(c, WORKSPACE) for c in b.heard_in))
-            }
-        )
+        shown: dict[tuple[str, ...], bool] = {}  # by what was heard: the bullets of one call heard the same
+        for heard in {b.heard_in for b in self.bullets}:
+            shown[heard] = can_read_from(reader, self.audience, None, (audiences.get(c, WORKSPACE) for c in heard))
+        return self._without({b.id for b in self.bullets if not shown[b.heard_in]})
 
     def without_sources(self, ts: Collection[str]) -> Memory:
         """This memory without the bullets made from any of the messages `ts` (deleted or edited in Slack, or of

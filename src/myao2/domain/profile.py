@@ -188,7 +188,7 @@ class Profile:
         conversations they were learnt or heard in (`audiences` by id; those not in it are the workspace's), as
         `narrowed` keeps them: dropped where that is two conversations. A fact superseded only by one dropped is
         active again."""
-        facts, dropped = [], set()
+        facts, dropped, changed = [], set(), False
         for fact in self.facts:
             if fact.id in fact_ids:
                 heard = (audiences.get(c, WORKSPACE) for c in (fact.conversation_id, *fact.heard_in))
@@ -196,8 +196,11 @@ class Profile:
                 if audience is None:
                     dropped.add(fact.id)
                     continue
-                fact = replace(fact, audience=audience)
+                if audience != fact.audience:
+                    fact, changed = replace(fact, audience=audience), True
             facts.append(fact)
+        if not (dropped or changed):
+            return self
         facts = [replace(f, superseded_by=None) if f.superseded_by in dropped else f for f in facts]
         return replace(self, facts=tuple(facts))
 

@@ -13,7 +13,7 @@ of stored text asks this module, and nothing else.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from myao2.domain.conversation import Channel
@@ -68,10 +68,35 @@ def can_read_from(
     return source is None or (source.is_member and (source.id == reader or not source.is_private))
 
 
-def not_public(channels: Iterable[Channel]) -> dict[str, Audience]:
-    """The audiences of those of `channels` that are not public, by id (each keeps to itself; the others are the
-    workspace's): the `heard` of `can_read_from` for text that records the conversations it heard."""
-    return {c.id: Audience(c.id) for c in channels if c.is_private}
+class NotPublic(Mapping[str, Audience]):
+    """The audiences of the conversations that are not public (each keeps to itself), by id, made from their ids
+    when asked (a prompt reads them all and asks of a few); the others are the workspace's. The `heard` of
+    `can_read_from` for text that records the conversations it heard."""
+
+    def __init__(self, ids: Iterable[str]) -> None:
+        self._ids = frozenset(ids)
+
+    def __getitem__(self, conversation_id: str) -> Audience:
+        if conversation_id not in self._ids:
+            raise KeyError(conversation_id)
+        return Audience(conversation_id)
+
+    def get(self, conversation_id: str, default: Audience | None = None) -> Audience | None:  # type: ignore[override]
+        return Audience(conversation_id) if conversation_id in self._ids else default
+
+    def __contains__(self, conversation_id: object) -> bool:
+        return conversation_id in self._ids
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._ids)
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+
+def not_public(channels: Iterable[Channel]) -> NotPublic:
+    """The audiences of those of `channels` that are not public, by id."""
+    return NotPublic(c.id for c in channels if c.is_private)
 
 
 def readable_audiences(reader: str) -> tuple[Audience, Audience]:

@@ -14,7 +14,7 @@ from sqlmodel import Session, col, select
 from myao2.domain.conversation import Channel, ChannelKind
 from myao2.domain.memory import Bullet, Digest, Memory, PromptMemories, Scope, Stage, Term
 from myao2.domain.ports import Clock
-from myao2.domain.visibility import Audience
+from myao2.domain.visibility import Audience, NotPublic
 from myao2.infrastructure.db.engine import reading, write_locked
 from myao2.infrastructure.db.tables import ChannelRow, DigestRow, ExpiredMessageRow, MemoryRow, MessageRow
 
@@ -204,9 +204,9 @@ def channel_audiences(session: Session, channel_ids: Collection[str]) -> dict[st
     return {channel_id: Audience.of(channel_id, kind != ChannelKind.PUBLIC.value) for channel_id, kind in rows}
 
 
-def not_public_in(rows: Sequence[Any]) -> dict[str, Audience]:
-    """The audiences of the conversations not public, by id, of rows read with `NOT_PUBLIC` (every row tells them)."""
-    return {channel_id: Audience(channel_id) for channel_id in (rows[0].not_public or "").split()} if rows else {}
+def not_public_in(rows: Sequence[Any]) -> NotPublic:
+    """The audiences of the conversations not public, of rows read with `NOT_PUBLIC` (every row tells them)."""
+    return NotPublic((rows[0].not_public or "").split() if rows else ())
 
 
 def said_in(session: Session, channel_id: str, ts: Collection[str]) -> set[str]:

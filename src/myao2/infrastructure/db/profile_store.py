@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from datetime import date, datetime
 from typing import Any
 
@@ -50,7 +50,7 @@ class SqlProfileStore:
         # turned private keeps facts for the workspace until its narrowing reaches them
         audiences = not_public_in(rows)
         profiles = (row_to_profile(row) for row in rows)
-        return {p.user_id: p.heard_by_readers(audiences, {f.id for f in p.facts}) for p in profiles}
+        return {p.user_id: p.heard_by_readers(audiences, _heard_in_any(p, audiences)) for p in profiles}
 
     def save(self, profiles: Sequence[Profile], *, heard: bool = False, read_at: datetime | None = None) -> None:
         now = self._clock.now()
@@ -98,6 +98,11 @@ class SqlProfileStore:
         with Session(self._engine) as session:
             rows = session.exec(select(ProfileRow).order_by(col(ProfileRow.user_id))).all()
         return [row_to_profile(row) for row in rows]
+
+
+def _heard_in_any(profile: Profile, conversations: Container[str]) -> set[int]:
+    """The ids of the facts of `profile` learnt or heard in any of `conversations`."""
+    return {f.id for f in profile.facts if any(c in conversations for c in (f.conversation_id, *f.heard_in))}
 
 
 def _gone(session: Session, profile: Profile, row: ProfileRow, read_at: datetime | None) -> set[str]:
