@@ -11,7 +11,6 @@ from myao2.application.memory_job import MemoryJob
 from myao2.domain.conversation import Message
 from myao2.domain.memory import Bullet, Memory, Scope, Term
 from myao2.domain.visibility import WORKSPACE
-from myao2.infrastructure.llm.phrases import prompt_marks
 from tests.unit.test_memory_job import (  # noqa: F401 (fixtures)
     GENERAL,
     PERSONA,
@@ -25,8 +24,7 @@ from tests.unit.test_memory_job import (  # noqa: F401 (fixtures)
     memories,
 )
 from tests.unit.test_profiles import FakeWriter as FakeProfiles
-from tests.unit.test_profiles import PERSONA as PROFILE_PERSONA
-from tests.unit.test_profiles import ProfileKeeper, SqlProfileStore
+from tests.unit.test_profiles import ProfileKeeper, SqlProfileStore, profile_keeper
 
 
 @pytest.fixture
@@ -36,10 +34,7 @@ def profiles(engine, clock) -> SqlProfileStore:
 
 @pytest.fixture
 def job(conversations, memories, profiles, clock) -> MemoryJob:
-    keeper = ProfileKeeper(
-        conversations=conversations, profiles=profiles, writer=FakeProfiles(), clock=clock, persona=PROFILE_PERSONA,
-        batch_max_tokens=2000, cut=prompt_marks("en").cut,
-    )
+    keeper = profile_keeper(conversations, profiles, FakeProfiles(), clock)
     return MemoryJob(
         conversations=conversations, memories=memories, writer=FakeWriter(), clock=clock, persona=PERSONA,
         settings=SETTINGS, profiles=keeper,
@@ -116,10 +111,7 @@ async def test_a_message_deleted_while_the_model_learns_from_it_teaches_nothing(
                 conversations.delete_message(GENERAL.id, gone[0].ts)  # deleted in Slack while the model thinks
             return await super().learn(prompt)
 
-    keeper = ProfileKeeper(
-        conversations=conversations, profiles=profiles, writer=DeletingWriter(), clock=clock,
-        persona=PROFILE_PERSONA, batch_max_tokens=2000, cut=prompt_marks("en").cut,
-    )
+    keeper = profile_keeper(conversations, profiles, DeletingWriter(), clock)
     say(GENERAL, "I like tea")
     await keeper.run()
     gone.append(say(GENERAL, "I like canary-opera"))
@@ -173,10 +165,7 @@ def editing_keeper(conversations, profiles, clock) -> tuple[ProfileKeeper, list]
                 conversations.edit_message(message.channel_id, message.ts, "I like nothing much")
             return await super().learn(prompt)
 
-    keeper = ProfileKeeper(
-        conversations=conversations, profiles=profiles, writer=EditingWriter(), clock=clock,
-        persona=PROFILE_PERSONA, batch_max_tokens=2000, cut=prompt_marks("en").cut,
-    )
+    keeper = profile_keeper(conversations, profiles, EditingWriter(), clock)
     return keeper, edited
 
 

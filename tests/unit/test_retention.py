@@ -17,7 +17,6 @@ from myao2.domain.memory import RetentionPolicy, Stage
 from myao2.domain.visibility import Audience
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.memory_store import SqlMemoryStore
-from myao2.infrastructure.llm.phrases import prompt_marks
 from tests.clocks import ManualClock
 from tests.stored import stored_message
 
@@ -413,19 +412,15 @@ async def test_raw_text_stays_until_the_memory_job_has_read_it_even_when_only_it
     conversations, memories, writer, clock, engine
 ):
     from myao2.application.memory_job import MemoryJob
-    from myao2.application.profiles import ProfileKeeper
     from myao2.infrastructure.db.profile_store import SqlProfileStore
     from tests.unit.test_memory_job import PERSONA as MEMORY_PERSONA, SETTINGS, FakeWriter, echo
-    from tests.unit.test_profiles import FakeWriter as FakeProfiles
+    from tests.unit.test_profiles import FakeWriter as FakeProfiles, profile_keeper
 
     def down(prompt):  # type: ignore[no-untyped-def]
         raise ModelUnavailable("down")
 
     channels, people = FakeWriter(down), FakeProfiles(down)
-    keeper = ProfileKeeper(
-        conversations=conversations, profiles=SqlProfileStore(engine, clock), writer=people, clock=clock,
-        persona=MEMORY_PERSONA, batch_max_tokens=2000, cut=prompt_marks("en").cut,
-    )
+    keeper = profile_keeper(conversations, SqlProfileStore(engine, clock), people, clock)
     memory_job = MemoryJob(
         conversations=conversations, memories=memories, writer=channels, clock=clock,
         persona=MEMORY_PERSONA, settings=SETTINGS, profiles=keeper,
