@@ -168,10 +168,13 @@ def test_invalid_judgment_output_means_no_reply_and_no_storm(
     for channel in (GENERAL, "CDEV", "CQA"):
         slack.post_message(channel, ALICE, "is the coffee machine fixed?")
 
-    slack.wait_for(lambda: len(llm.requests) >= 3, what="a judgment in each channel")
-    time.sleep(10 * CHECK)
-    calls = Counter(re.search(r"Where: #(\w+)", prompt_text(r)).group(1) for r in llm.requests)
-    assert set(calls) == set(INVALID)
+    def calls_by_channel() -> Counter[str]:
+        return Counter(re.search(r"Where: #(\w+)", prompt_text(r)).group(1) for r in llm.requests)
+
+    # Three requests need not be one per channel: a channel's second call may come before another's first.
+    slack.wait_for(lambda: set(calls_by_channel()) == set(INVALID), what="a judgment in each channel")
+    time.sleep(10 * CHECK)  # room for a storm
+    calls = calls_by_channel()
     assert all(1 <= n <= 2 for n in calls.values()), f"at most two model calls per conversation state: {calls}"
     assert all(is_judgment(r) for r in llm.requests)
     assert slack.posted == []
