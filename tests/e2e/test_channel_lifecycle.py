@@ -161,21 +161,34 @@ def test_what_the_bot_learnt_about_someone_in_a_channel_turned_private_leaves_ev
     bot.start()
 
     slack.post_message(PLANS, ALICE, "I like canary-opera")
+
+    def workspace_memory_holds_it() -> bool:
+        return any("canary-opera" in text for text in memories(bot).get(("workspace", "long")) or ())
+
     wait_until(
         lambda: any("canary-opera" in facts for (facts,) in query(bot, "SELECT facts FROM profiles")),
         what="the fact learnt in #plans",
     )
+    wait_until(workspace_memory_holds_it, what="the workspace memory made from #plans")
 
     def general_prompt() -> str:
+        """What the model was asked in #general about a new mention there (the memory job's own requests aside)."""
         seen = len(llm.requests)
         ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> hello again")
         slack.wait_for(lambda: replies_in(slack, ts), what="the reply in #general")
-        return "\n".join(prompt_text(r) for r in llm.requests[seen:] if "hello again" in prompt_text(r))
+        asked = [r for r in llm.requests[seen:] if not is_memory_request(r) and "hello again" in prompt_text(r)]
+        assert asked, "no prompt in #general"
+        return "\n".join(prompt_text(r) for r in asked)
 
-    assert "likes canary-opera" in general_prompt()  # while #plans is public, #general knows it
+    before = general_prompt()  # while #plans is public, #general knows it: the fact and the workspace memory
+    assert "likes canary-opera" in before
+    assert any("workspace knows: " in line and "canary-opera" in line for line in before.splitlines())
 
     slack.convert_to_private(PLANS)
     wait_until(lambda: query(bot, "SELECT kind FROM channels WHERE id = ?", PLANS) == [("private",)], what="#plans private")
+    # From then on #general is shown nothing of it, whether the narrowing has reached the profiles and the
+    # workspace memory yet or not
+    assert "canary-opera" not in general_prompt()
     wait_until(lambda: f'"audience": "{PLANS}"' in query(bot, "SELECT facts FROM profiles")[0][0], what="the fact narrowed")
 
     # The profile facts are narrowed before the memories: the workspace memory, made while #plans was public, still
