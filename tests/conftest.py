@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import gc
+import logging
 import os
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -20,6 +23,36 @@ def no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
     """Clients talk to the fakes on 127.0.0.1 directly, never through a proxy."""
     for name in PROXY_VARIABLES:
         monkeypatch.delenv(name, raising=False)
+
+
+class _PendingTasks(logging.Handler):
+    """Keeps asyncio's "Task was destroyed but it is pending!" records."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message.startswith("Task was destroyed but it is pending!"):
+            self.messages.append(message)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def tasks_left_pending() -> Iterator[None]:
+    """Warns, at the end of a run, of tasks an event loop was closed on (a fake's request left running, say).
+
+    A warning, not a failure: the garbage collector logs them in whichever test runs when it finds them, not
+    in the one that left them (`tests.fakes._server` fails the stop that leaves any).
+    """
+    pending = _PendingTasks()
+    logger = logging.getLogger("asyncio")
+    logger.addHandler(pending)
+    yield
+    gc.collect()
+    logger.removeHandler(pending)
+    for message in pending.messages:
+        warnings.warn(message, RuntimeWarning, stacklevel=1)
 
 
 @pytest.fixture(scope="session")
