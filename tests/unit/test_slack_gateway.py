@@ -324,12 +324,12 @@ async def test_the_client_resends_a_read_whose_connection_dropped_but_never_a_po
 
 
 async def test_the_client_resends_a_post_whose_connection_could_not_be_opened() -> None:
-    with socket.socket() as closed:
+    with socket.socket() as closed:  # bound, never listening: connections are refused, and no one else takes the port
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
-    async with aiohttp.ClientSession() as session:
-        with pytest.raises(aiohttp.ClientConnectorError) as refused:
-            await session.post(f"http://127.0.0.1:{port}/api/chat.postMessage")
+        async with aiohttp.ClientSession() as session:
+            with pytest.raises(aiohttp.ClientConnectorError) as refused:
+                await session.post(f"http://127.0.0.1:{port}/api/chat.postMessage")
     client = make_web_client("xoxb-test", f"http://127.0.0.1:{port}/api/")
     [retry] = [h for h in client.retry_handlers if isinstance(h, AsyncConnectionErrorRetryHandler)]
     post = HttpRequest(method="POST", url=f"http://127.0.0.1:{port}/api/chat.postMessage", headers={})
