@@ -57,6 +57,7 @@ import copy
 import json
 import random
 import re
+import socket
 import threading
 import time
 import uuid
@@ -261,6 +262,7 @@ class FakeSlack(LoopbackServer):
         self._acked_events: set[str] = set()
         self._injections: dict[str, list[_Injection]] = {}
         self._fault: str | None = None
+        self._holder: socket.socket | None = None  # "refuse": holds the port, never listening
         self._chaos_rate = 0.0
         self._chaos_random = random.Random()
         # recordings
@@ -285,6 +287,8 @@ class FakeSlack(LoopbackServer):
 
     async def _before_cleanup(self) -> None:
         await asyncio.gather(*(conn.ws.close(code=1001) for conn in list(self._conns)))
+        if self._holder is not None:
+            self._holder.close()
 
     # ------------------------------------------------------------------ properties
 
@@ -573,12 +577,22 @@ class FakeSlack(LoopbackServer):
             asyncio.run_coroutine_threadsafe(self._listen(fault != "refuse"), self._loop).result(timeout=10)
 
     async def _listen(self, listening: bool) -> None:
-        """Stop or resume accepting connections on the same port (open connections stay)."""
+        """Stop or resume accepting connections on the same port (open connections stay).
+
+        Meanwhile a socket that never listens holds the port: connections are refused, and no other process
+        takes the port (it did, and listening again failed) but in the moment between the two closing it.
+        """
         if listening:
-            await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+            assert self._holder is not None
+            await web.TCPSite(self._runner, "127.0.0.1", self.port).start()  # beside the holder (both reuse it)
+            self._holder.close()
+            self._holder = None
         else:
             for site in list(self._runner.sites):
                 await site.stop()
+            self._holder = socket.socket()
+            self._holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self._holder.bind(("127.0.0.1", self.port))
 
     def inject_error(self, method: str, error: str = "internal_error", times: int = 1) -> None:
         """Answer the next ``times`` calls of ``method`` with ``{"ok": false, "error": error}``."""
