@@ -17,12 +17,14 @@ import importlib.util
 import json
 import logging
 import platform
+import ssl
 import threading
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -59,6 +61,7 @@ from myao2.domain.ports import MemoStore
 from myao2.infrastructure.llm.chat_client import cleaned
 from myao2.infrastructure.llm.phrases import elapsed_phrase, tool_title
 from myao2.infrastructure.llm.prompts import Kind, PromptRenderer
+from myao2.infrastructure.llm.trust import model_trust
 
 if TYPE_CHECKING:
     import openai
@@ -169,6 +172,11 @@ class ModelClients:
         for client in clients.values():
             await client.close()
 
+    @cached_property
+    def _trust(self) -> ssl.SSLContext | None:
+        """The clients' TLS context (`model_trust`), made with the first client; None: the SDK makes its own."""
+        return model_trust()
+
     def _build(self, role: Role) -> Model:
         import openai
         from strands.models.openai import OpenAIModel
@@ -184,8 +192,10 @@ class ModelClients:
         shared = json.dumps(config.client_args, sort_keys=True, default=repr)
         base = self._clients.get(shared)
         if base is None:
+            trust = self._trust
+            http = {} if trust is None else {"http_client": openai.DefaultAsyncHttpxClient(verify=trust)}
             try:
-                base = openai.AsyncOpenAI(**config.client_args)
+                base = openai.AsyncOpenAI(**config.client_args, **http)
             except openai.OpenAIError as exc:  # e.g. no API key: its message holds no secret
                 raise ConfigError(f"agents.{role}.client_args: {exc}") from None
             self._clients[shared] = base
