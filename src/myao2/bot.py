@@ -92,6 +92,9 @@ class Bot:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._stop.set)
         loop.call_later(start_up.LIMIT_SECONDS, start_up.settled)
+        # The model libraries load meanwhile: while the database opens and Slack is reached, then connected,
+        # so that the first mention finds them loaded.
+        load_model_libraries()
 
         engine = await asyncio.to_thread(open_database, config.memory.sqlalchemy_url)
         model = ModelReachability(config.health_check.model_failure_window_seconds)
@@ -121,7 +124,6 @@ class Bot:
             await close_early()
             return 0
 
-        load_model_libraries()  # while the bot connects: the first mention then finds them loaded
         parts = build_application(config, engine, self._clock, identity.user_id, watch=model.observe)
         self._tasks.spawn(asyncio.to_thread(parts.renderer.warm))
         await asyncio.to_thread(parts.conversations.save_identity, identity)  # for the commands without Slack

@@ -710,7 +710,7 @@ _libraries_lock = threading.Lock()
 def load_model_libraries() -> concurrent.futures.Future[None]:
     """Start `import_model_libraries` in a thread of its own, once per process; its future.
 
-    `myao2 run` starts it once Slack answers, before connecting Socket Mode, so that
+    `myao2 run` starts it as it starts running, before the database opens and Slack is reached, so that
     the first mention does not wait for about a second of imports once connected.
     """
     global _libraries
