@@ -300,8 +300,10 @@ def test_a_channel_archived_before_the_answer_is_given_up_once_not_retried(
     time.sleep(5)  # several retry rounds: room for another attempt
     assert [m for m, _ in slack.web_calls if m in ("chat.startStream", "chat.postMessage")] == attempts
     assert len(attempts) == 1 and len(llm.requests) == 1
-    with sqlite3.connect(bot.database) as db:
-        assert db.execute("SELECT settled_at IS NOT NULL FROM claims WHERE ts = ?", (ts,)).fetchone() == (1,)
+    wait_until(  # settled unanswered, just after the warning
+        lambda: bot.rows("SELECT answer_ts FROM claims WHERE ts = :ts AND settled_at IS NOT NULL", ts=ts) == [(None,)],
+        what="the claim settled",
+    )
     assert bot.stop() == 0
 
 

@@ -146,7 +146,10 @@ def test_two_replicas_answer_every_mention_once_and_the_survivor_of_a_kill_takes
     )
     time.sleep(LEASE_SECONDS)  # a lease period and retry rounds more: room for a second answer to show up
     assert [len(answers_to(slack, ts)) for ts in mentions] == [1] * len(mentions)
-    assert rows(database, "SELECT count(*) FROM claims WHERE settled_at IS NOT NULL") == [(len(mentions),)]
+    wait_until(  # each claim is settled after its answer is posted
+        lambda: rows(database, "SELECT count(*) FROM claims WHERE settled_at IS NOT NULL") == [(len(mentions),)],
+        what="every claim settled",
+    )
     assert len([n for n, count in slack.deliveries.items() if count]) >= 2  # events went to both replicas
 
     # The periodic jobs all run on the survivor now.
@@ -181,9 +184,11 @@ def test_an_answer_a_killed_replica_left_half_streamed_is_ended_by_the_other_not
     assert text.startswith("Thi") and text.endswith("Could you ask me again in a little while?")
     assert "second answer" not in text and not [p for p in slack.posted if p["method"] == "chat.postMessage"]
     [survivor] = names
-    assert rows(database, f"SELECT answer_ts, holder FROM claims WHERE ts = '{ts}' AND settled_at IS NOT NULL") == [
-        (stream["ts"], survivor)
-    ]
+    wait_until(
+        lambda: rows(database, f"SELECT answer_ts, holder FROM claims WHERE ts = '{ts}' AND settled_at IS NOT NULL")
+        == [(stream["ts"], survivor)],
+        what="the claim settled by the survivor",
+    )
 
 
 def test_a_replica_stalled_beyond_its_lease_gives_the_answer_up_quietly_to_the_one_that_took_it_over(
@@ -207,7 +212,10 @@ def test_a_replica_stalled_beyond_its_lease_gives_the_answer_up_quietly_to_the_o
     assert "taken over by another replica" in stalled.log()
     assert "must not appear" not in str(answer) and "must not appear" not in str(slack.messages(GENERAL))
     [survivor] = names
-    assert rows(database, f"SELECT holder FROM claims WHERE ts = '{ts}' AND settled_at IS NOT NULL") == [(survivor,)]
+    wait_until(
+        lambda: rows(database, f"SELECT holder FROM claims WHERE ts = '{ts}' AND settled_at IS NOT NULL") == [(survivor,)],
+        what="the claim settled by the survivor",
+    )
 
 
 def test_a_replica_stalled_while_writing_an_answer_posted_whole_leaves_no_second_answer(

@@ -174,9 +174,10 @@ def test_a_crash_mid_stream_is_ended_after_restart_not_answered_twice(bot: BotPr
     text = slack.messages(GENERAL)[-1]["text"]
     assert text.startswith("Thi") and text.endswith("Could you ask me again in a little while?")
     assert "second answer" not in text and not [p for p in slack.posted if p["method"] == "chat.postMessage"]
-    with sqlite3.connect(bot.database) as db:
-        assert db.execute("SELECT answer_ts FROM claims WHERE ts = ? AND settled_at IS NOT NULL",
-                          (ts,)).fetchone() == (stream["ts"],)
+    wait_until(  # the claim is settled once the stream is ended
+        lambda: bot.rows("SELECT answer_ts FROM claims WHERE ts = :ts AND settled_at IS NOT NULL", ts=ts) == [(stream["ts"],)],
+        what="the claim settled",
+    )
     wait_until(lambda: stored_bot_messages(bot) == [(stream["ts"], text)], what="its whole text stored")
     assert bot.stop() == 0
 
