@@ -28,7 +28,7 @@ from tests.fakes.slack_server import FakeSlack
 
 @pytest.fixture
 def fake():
-    with FakeSlack(ack_timeout=0.3) as slack:
+    with FakeSlack() as slack:  # redelivery after the default 3 s: an ack late on a busy machine brings no retry
         slack.add_user("U1", "alice", display_name="Alice", real_name="Alice A.")
         slack.add_user("U2", "bob")
         slack.add_channel("C1", "general", members=["U1", "U2"])
@@ -315,6 +315,7 @@ async def test_edit_delete_and_custom_events(fake: FakeSlack, recorder: Recorder
 
 
 async def test_unacked_envelope_is_redelivered(fake: FakeSlack) -> None:
+    fake.ack_timeout = 0.3
     rec = Recorder(fake, ack=False)
     await rec.client.connect()
     try:
@@ -327,12 +328,13 @@ async def test_unacked_envelope_is_redelivered(fake: FakeSlack) -> None:
         assert len({r.payload["event_id"] for r in rec.requests}) == 1
         assert len({r.envelope_id for r in rec.requests}) == 4
 
-        # acking the first retry stops the redelivery
+        # an ack stops the redelivery (given a second to come, and as long again for a redelivery to show up)
+        fake.ack_timeout = 1.0
         rec.ack = True
         rec.requests.clear()
         fake.post_message("C1", "U1", "again?")
         await fake.async_wait_for(lambda: fake.acks, 5)
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(1.5)
         assert [r.retry_attempt for r in rec.requests] == [0]
 
         # explicit redelivery ignores acks
