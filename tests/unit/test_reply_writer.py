@@ -201,9 +201,9 @@ async def test_persistent_server_errors_give_up_after_the_client_retries(fake, m
         await writer.write(CONTEXT, ORIGIN)
 
     assert len(fake.requests) == 3
-    # Retry-After (1 ms) is honoured: no backoff of the client's own (seconds each) nor a throttle round of strands'.
-    # Well above the ~0.1 s this takes idle: a loaded machine took 6 s.
-    assert time.monotonic() - started < 10
+    # Given up within seconds, not left waiting: idle ~0.1 s (Retry-After 1 ms); the client's own backoff would add
+    # ~1.5 s, which this loose bound (room for a loaded machine) does not tell apart.
+    assert time.monotonic() - started < 5
 
 
 async def test_a_429_storm_ends_within_seconds(fake, make_writer):
@@ -217,7 +217,7 @@ async def test_a_429_storm_ends_within_seconds(fake, make_writer):
 
     assert len(fake.requests) == 2 * 2  # two strands attempts of (1 + max_retries) requests
     # Strands' own throttle retry would wait 4 s, then 8, 16, ... over 6 attempts; ours waits a second, once. Idle
-    # this takes ~2-3 s; the bound leaves room for a loaded machine (5.1 s seen at load 17).
+    # this takes ~2-3 s; the bound leaves room for a loaded machine.
     assert time.monotonic() - started < 15
 
 
