@@ -241,7 +241,9 @@ async def test_a_replica_frozen_while_it_renews_its_leases_is_noticed_gone_all_t
     clock = ManualClock(T0)
     frozen_engine = open_database(database_url)
     frozen_store = SqlLeaseStore(frozen_engine)
-    frozen, survivor = Replica(frozen_store, clock, 1, "frozen"), Replica(leases, clock, 1, "survivor")
+    # Leases of 5 s: a renewal's transaction is ended by the server once idle for as long as its lease, and a busy
+    # machine took over 1 s between two statements of a join. The stall below is the one renewal of 1 s.
+    frozen, survivor = Replica(frozen_store, clock, 5, "frozen"), Replica(leases, clock, 5, "survivor")
     await frozen.join()
     await survivor.join()
     thaw = threading.Event()
@@ -256,7 +258,7 @@ async def test_a_replica_frozen_while_it_renews_its_leases_is_noticed_gone_all_t
     keeping = None
     try:
         await asyncio.sleep(0.2)
-        clock.advance(2)  # the frozen replica's lease runs out
+        clock.advance(6)  # the frozen replica's lease runs out
         keeping = asyncio.create_task(survivor.keep(stop, gone.set))
         await asyncio.wait_for(gone.wait(), 20)
         assert leases.alive(clock.now()) == {"survivor"}
