@@ -214,7 +214,9 @@ async def test_a_replica_notices_another_one_gone_and_takes_up_its_claims(engine
     clock = ManualClock(T0)
     store = SqlConversationStore(engine, clock)
     store.save_message(message := mention(0))
-    dying, survivor = Replica(leases, clock, 0.3, "dying"), Replica(leases, clock, 0.3, "survivor")
+    # Leases of 3 s (a beat a second): on PostgreSQL a renewal's transaction is ended once idle for as long as its
+    # lease, and a busy machine can pause for longer than a fraction of a second between two statements.
+    dying, survivor = Replica(leases, clock, 3, "dying"), Replica(leases, clock, 3, "survivor")
     await dying.join()
     await survivor.join()
     store.claim("C1", message.ts, at(0.1), holder=dying.name)
@@ -222,9 +224,9 @@ async def test_a_replica_notices_another_one_gone_and_takes_up_its_claims(engine
     assert store.due_answers(clock.now(), at(-60), holder=survivor.name) == []
     stop, gone = asyncio.Event(), asyncio.Event()
     keeping = asyncio.create_task(survivor.keep(stop, gone.set))
-    await asyncio.sleep(0.25)  # a beat or two with the dying replica still alive
+    await asyncio.sleep(1.5)  # a beat with the dying replica still alive
     assert not gone.is_set()
-    clock.advance(1)  # the dying replica renews nothing more
+    clock.advance(4)  # the dying replica renews nothing more
     await asyncio.wait_for(gone.wait(), 10)
     stop.set()
     await keeping
