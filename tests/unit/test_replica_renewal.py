@@ -69,14 +69,16 @@ async def test_a_replica_gone_before_another_ever_saw_it_alive_is_noticed(engine
     leases, clock = SqlLeaseStore(engine), ManualClock(T0)
     store = SqlConversationStore(engine, clock)
     store.save_message(message := mention(0))
-    survivor, short_lived = Replica(leases, clock, 0.3, "survivor"), Replica(leases, clock, 0.3, "short-lived")
+    # Leases of 3 s: on PostgreSQL a renewal's transaction is ended once idle for as long as its lease, and a busy
+    # machine can pause for longer than a fraction of a second between two statements of a join.
+    survivor, short_lived = Replica(leases, clock, 3, "survivor"), Replica(leases, clock, 3, "short-lived")
     await survivor.join()
     clock.advance(1)
     await short_lived.join()  # after the survivor's last look at who is alive
     store.claim("C1", message.ts, at(6), holder=short_lived.name)
     clock.advance(20)  # it died (SIGKILL) without renewing
     stop, gone = asyncio.Event(), asyncio.Event()
-    # a beat every 0.1 s; the first finds the short-lived replica's lease expired
+    # a beat a second; the first finds the short-lived replica's lease expired
     keeping = asyncio.create_task(survivor.keep(stop, gone.set))
     try:
         await asyncio.wait_for(gone.wait(), 30)
