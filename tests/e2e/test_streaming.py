@@ -202,14 +202,20 @@ def test_an_append_failing_once_still_ends_the_stream_with_the_whole_text(
     assert bot.stop() == 0
 
 
-@pytest.mark.parametrize("post_fails_after_landing", [False, True])
+@pytest.mark.parametrize(
+    ("broken", "post_fails_after_landing"),
+    [("expired", False), ("expired", True), ("dropped after taking the text", False)],
+)
 def test_a_broken_stream_that_cannot_be_updated_either_is_followed_by_its_lost_text_and_the_apology(
-    bot: BotProcess, slack: FakeSlack, llm, post_fails_after_landing: bool
+    bot: BotProcess, slack: FakeSlack, llm, broken: str, post_fails_after_landing: bool
 ) -> None:
     bot.settings["response.answer_retry_seconds"] = [1, 1, 1]  # a failed attempt would be taken up again at once
     bot.start()
     llm.script(Text(STORY, pieces=20, interval=0.1))
-    slack.inject_error("chat.appendStream", "message_not_in_streaming_state", times=100)  # the stream expired
+    if broken == "expired":
+        slack.inject_error("chat.appendStream", "message_not_in_streaming_state", times=100)
+    else:  # the text of one append shows in the stream, unheard: it is not in the rest that follows
+        slack.inject_drop("chat.appendStream")
     slack.inject_error("chat.update", "cant_update_message", times=100)
     if post_fails_after_landing:  # the rest is posted, then Slack answers 500: the bot retries the post
         slack.inject_server_error("chat.postMessage", 500, after=True)

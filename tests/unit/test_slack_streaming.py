@@ -290,6 +290,25 @@ async def test_the_lost_text_of_a_broken_stream_is_followed_once_when_its_post_f
     assert rest["metadata"]["event_payload"] == {"answers": stream["ts"]}  # not the answer to `parent`
 
 
+async def test_an_append_dropped_after_slack_took_it_then_an_update_failing_repeats_no_piece_in_the_rest(
+    fake, publisher_for
+):
+    parent = fake.post_message("C1", "U1", "hi <@UBOT>")
+    fake.inject_drop("chat.appendStream")  # the y's are appended, unheard: the stream takes no more
+    fake.inject_error("chat.update", "cant_update_message", times=5)
+    text = "x" * 150 + "y" * 150 + "z" * 150
+
+    published = await publisher_for().publish(
+        GENERAL, parent, "U1", events(*deltas(text, 150), ReplyDone(text)), APOLOGY, answering=parent
+    )
+
+    [stream] = fake.streams
+    shown, rest = fake.messages("C1")[-2:]
+    assert shown["text"] == "x" * 150 + "y" * 150 and published == PublishedReply(stream["ts"], shown["text"])
+    assert rest["text"] == "z" * 150 + "\n\nSorry!"  # the y's once, in the stream only
+    assert rest["metadata"]["event_payload"] == {"answers": stream["ts"]}
+
+
 async def test_a_broken_stream_whose_update_fails_once_gets_the_whole_text_by_update(fake, publisher_for):
     parent = fake.post_message("C1", "U1", "hi <@UBOT>")
     fake.inject_error("chat.appendStream", "message_not_in_streaming_state", times=5)

@@ -164,6 +164,14 @@ class SlackGateway:
                 return str(raw["ts"])
         return None
 
+    async def posted_text(self, channel_id: str, ts: str, thread_ts: str | None) -> str | None:
+        """The text of the bot's message `ts` in the thread `thread_ts` (None: the channel) as Slack shows it now;
+        None when it is not there."""
+        async for raw in self._own_posts_after(channel_id, _just_before(ts), thread_ts):
+            if raw["ts"] == ts:
+                return str(raw.get("text") or "")
+        return None
+
     async def unmarked_posts(self, channel_id: str, ts: str, thread_ts: str | None) -> list[str]:
         """The bot's posts after `ts` in the thread or the channel marked as no message's answer, oldest first."""
         unmarked = [str(raw["ts"]) async for raw in self._own_posts_after(channel_id, ts, thread_ts) if _answered(raw) is None]

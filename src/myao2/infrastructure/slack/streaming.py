@@ -31,9 +31,10 @@ from myao2.application.reply_stream import (
     apology_tail,
 )
 from myao2.domain.conversation import Channel, ChannelKind
-from myao2.domain.ports import ChatPlatform
+from myao2.domain.ports import ConversationClosed
 from myao2.infrastructure.slack.gateway import (
     CALL_FAILURES,
+    SlackGateway,
     answer_metadata,
     closed_or,
     describe,
@@ -71,7 +72,7 @@ class SlackReplyPublisher:
     """
 
     def __init__(
-        self, client: AsyncWebClient, chat: ChatPlatform, team_id: str | None, settings: StreamSettings
+        self, client: AsyncWebClient, chat: SlackGateway, team_id: str | None, settings: StreamSettings
     ) -> None:
         self._client = client
         self._chat = chat
@@ -159,7 +160,8 @@ class _Stream:
         self._started = started
         self._ts: str | None = None
         self._written = ""  # everything sent or buffered
-        self._taken = ""  # the text the stream took (what the message shows)
+        self._taken = ""  # the text the stream surely took (what the message shows)
+        self._unsure = ""  # the text of the append that failed: taken or not, only the message can tell
         self._buffer = ""  # text not sent yet
         self._since = 0.0  # when the oldest buffered text came
         self._tasks: dict[str, str] = {}  # call id -> title, for the tasks shown
@@ -299,6 +301,7 @@ class _Stream:
                 # the stream takes no more, and the whole text is set by chat.update as it ends.
                 logger.warning("streamed reply %s stopped taking text (%s)", self._ts, describe(exc))
                 self._broken = True
+                self._unsure = _text_of(chunks)
             else:
                 self._taken += _text_of(chunks)
         return True
@@ -346,12 +349,24 @@ class _Stream:
         The post is marked as the answer to message `ts` (which stays the answer to the message answered, as it
         stands), so a post that failed after Slack stored it is found rather than posted again.
         """
-        shown = self._taken.strip()
+        shown = (self._taken + self._unsure if await self._took_unsure(ts) else self._taken).strip()
         lost = text[len(shown) :].strip()
         if lost:
             follow = lost + (apology_tail(lost, apology) if apology else "")
             await self._owner._chat.post(self._channel.id, follow, self._thread_ts, ts)
         return PublishedReply(ts, shown)
+
+    async def _took_unsure(self, ts: str) -> bool:
+        """Whether message `ts` took the text of the append that failed (`_unsure`), as Slack shows it now: what
+        follows it then starts after that text, which shows once. Unknown (Slack cannot be read): False."""
+        if not self._unsure:
+            return False
+        try:
+            shown = await self._owner._chat.posted_text(self._channel.id, ts, self._thread_ts)
+        except (ConversationClosed, *CALL_FAILURES) as exc:
+            logger.warning("could not read the streamed reply %s (%s)", ts, describe(exc))
+            return False
+        return shown is not None and shown.strip() == (self._taken + self._unsure).strip()
 
     async def _withdraw(self) -> None:
         """Take back a reply withdrawn as it started showing (another replica answers instead, and this message
