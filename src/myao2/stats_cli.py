@@ -41,6 +41,7 @@ def summarize(report: ActivityReport, prices: dict[str, Price], currency: str) -
                 "role": usage.role,
                 "calls": 0,
                 "failed": 0,
+                "aborted": 0,
                 "input_tokens": 0,
                 "output_tokens": 0,
                 "mean_latency_ms": 0,
@@ -51,6 +52,7 @@ def summarize(report: ActivityReport, prices: dict[str, Price], currency: str) -
         role["mean_latency_ms"] = round((role["mean_latency_ms"] * role["calls"] + usage.latency_ms) / calls)
         role["calls"] = calls
         role["failed"] += usage.failed
+        role["aborted"] += usage.aborted
         role["input_tokens"] += usage.input_tokens
         role["output_tokens"] += usage.output_tokens
         price = prices.get(usage.model)
@@ -85,12 +87,12 @@ def render(figures: dict[str, Any]) -> str:
         f"Judgments:        {judgments['total']} ({judgments['respond']} respond, {judgments['quiet']} quiet, "
         f"{judgments['invalid']} invalid, {judgments['failed']} failed)",
         "",
-        f"{'Model calls':<12}{'calls':>8}{'failed':>8}{'tokens in':>12}{'tokens out':>12}{'mean ms':>10}"
+        f"{'Model calls':<12}{'calls':>8}{'failed':>8}{'aborted':>9}{'tokens in':>12}{'tokens out':>12}{'mean ms':>10}"
         f"{'est. cost':>12}",
     ]
     for role in figures["model_calls"]:
         lines.append(
-            f"{role['role']:<12}{role['calls']:>8}{role['failed']:>8}{role['input_tokens']:>12}"
+            f"{role['role']:<12}{role['calls']:>8}{role['failed']:>8}{role['aborted']:>9}{role['input_tokens']:>12}"
             f"{role['output_tokens']:>12}{role['mean_latency_ms']:>10}{role['estimated_cost']:>12.4f}"
         )
     if not figures["model_calls"]:

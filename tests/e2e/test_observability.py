@@ -59,6 +59,21 @@ def test_stats_count_the_answer_the_judgment_the_unasked_reply_and_price_the_cal
     assert text.returncode == 0 and "Replies posted:   2 (1 answers, 1 unasked)" in text.stdout
 
 
+def test_an_answer_cut_short_by_the_bot_stopping_still_counts_its_model_call(
+    bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
+) -> None:
+    llm.script(Text("The first words, then a pause far past the grace period", pieces=2, interval=120))
+    bot.start()
+    ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> tell me a long story")
+    slack.wait_for(lambda: any(s["thread_ts"] == ts for s in slack.streams), what="the answer streaming")
+    assert bot.stop() == 0  # the grace period ends the answer, not the model's 120 s
+
+    figures = json.loads(stats(bot, "--json").stdout)
+    [response] = [r for r in figures["model_calls"] if r["role"] == "response"]
+    assert (response["calls"], response["failed"], response["aborted"]) == (1, 0, 1)
+    assert "model call cut short: role=response" in bot.log()
+
+
 def test_an_invalid_price_table_exits_2_naming_the_key(bot: BotProcess) -> None:
     bot.settings["stats.prices"] = {"fake": {"input": "cheap", "output": 1}}
     bot.write_config()

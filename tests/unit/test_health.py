@@ -16,6 +16,7 @@ from myao2.infrastructure.health import Health, HealthServer, ModelReachability,
 
 FAILED = ModelCall("response", "m", 0, 0, 30, CallOutcome.ERROR, "APIConnectionError")
 ANSWERED = ModelCall("response", "m", 10, 5, 30, CallOutcome.OK, "end_turn")
+CUT_SHORT = ModelCall("response", "m", 0, 0, 30, CallOutcome.ABORTED, "cancelled")
 
 
 class Clock:
@@ -33,6 +34,15 @@ def test_the_model_is_unreachable_after_a_failure_until_a_call_succeeds() -> Non
     assert "APIConnectionError" in model()
     model.observe(ANSWERED)
     assert model() is None
+
+
+def test_a_call_cut_short_neither_clears_a_failure_nor_counts_as_one() -> None:
+    model = ModelReachability(60)
+    model.observe(CUT_SHORT)
+    assert model() is None
+    model.observe(FAILED)
+    model.observe(CUT_SHORT)
+    assert "APIConnectionError" in model()
 
 
 def test_a_failure_older_than_the_window_no_longer_counts() -> None:

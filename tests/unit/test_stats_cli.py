@@ -44,6 +44,7 @@ def recorded(config_path: Path, database_url: str) -> None:
     log = SqlActivityLog(engine)
     log.model_call(call("response", "big", 1_000_000, 100_000), NOW)
     log.model_call(call("response", "big", 0, 0, ok=False), NOW)
+    log.model_call(ModelCall("response", "big", 0, 0, 250, CallOutcome.ABORTED, "cancelled"), NOW)
     log.model_call(call("judgment", "small", 200_000, 10_000), NOW)
     log.model_call(call("memory", "unpriced", 5_000, 500), NOW)
     log.model_call(call("response", "big", 1_000_000, 1_000_000), OLD)
@@ -83,11 +84,12 @@ def test_the_last_week_counts_only_what_happened_in_it_and_prices_it(
     assert [r["role"] for r in figures["model_calls"]] == ["response", "judgment", "memory"]
     assert roles["response"] | {"estimated_cost": None} == {
         "role": "response",
-        "calls": 2,
+        "calls": 3,
         "failed": 1,
+        "aborted": 1,
         "input_tokens": 1_000_000,
         "output_tokens": 100_000,
-        "mean_latency_ms": 550,
+        "mean_latency_ms": 450,
         "estimated_cost": None,
     }
     assert roles["response"]["estimated_cost"] == pytest.approx(2.0 + 0.8)
@@ -104,7 +106,7 @@ def test_without_since_everything_counts(recorded: None, config_path: Path, caps
     assert figures["messages_stored"] == 2
     assert figures["memos"] == {"kept": 2, "added": 3}
     assert figures["replies_posted"]["total"] == 3
-    assert {r["role"]: r["calls"] for r in figures["model_calls"]} == {"response": 3, "judgment": 1, "memory": 1}
+    assert {r["role"]: r["calls"] for r in figures["model_calls"]} == {"response": 4, "judgment": 1, "memory": 1}
 
 
 def test_text_output_names_each_figure(recorded: None, config_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -116,7 +118,7 @@ def test_text_output_names_each_figure(recorded: None, config_path: Path, capsys
     assert "Estimated cost:   2.9100 EUR" in out
     assert "not priced (no entry in stats.prices): unpriced" in out
     response = next(line for line in out.splitlines() if line.startswith("response"))
-    assert response.split() == ["response", "2", "1", "1000000", "100000", "550", "2.8000"]
+    assert response.split() == ["response", "3", "1", "1", "1000000", "100000", "450", "2.8000"]
 
 
 def test_an_empty_database_prints_zeros(config_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,14 +11,18 @@ from myao2.domain.judgment import Judgment
 class CallOutcome(StrEnum):
     OK = "ok"
     ERROR = "error"
+    ABORTED = "aborted"
+    """Cut short by the bot before the model answered or failed: its task cancelled (the bot stopping), or its
+    reply given up. Says nothing of whether the model is reachable."""
 
 
 @dataclass(frozen=True)
 class ModelCall:
     """One call to a model: by which agent role, how many tokens, how long, and how it ended.
 
-    `detail` is the stop reason of a call that answered, or the error's type (never its
-    message, which may quote the prompt).
+    `detail` is the stop reason of a call that answered, the error's type (never its
+    message, which may quote the prompt), or "cancelled" for a call cut short. A call that
+    failed or was cut short has no usage: a provider reports it only at the end of its answer.
     """
 
     role: str

@@ -36,7 +36,8 @@ class ModelReachability:
         self._failure: tuple[float, str] | None = None
 
     def observe(self, call: ModelCall) -> None:
-        self._failure = (self._clock(), call.detail) if call.outcome is CallOutcome.ERROR else None
+        if call.outcome is not CallOutcome.ABORTED:  # a call cut short tells neither way
+            self._failure = (self._clock(), call.detail) if call.outcome is CallOutcome.ERROR else None
 
     def __call__(self) -> str | None:
         """Why the model is taken as unreachable, or None."""

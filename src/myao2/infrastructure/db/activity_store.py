@@ -65,6 +65,8 @@ class ModelUsage:
     model: str
     calls: int
     failed: int
+    aborted: int
+    """Cut short by the bot (see `CallOutcome.ABORTED`)."""
     input_tokens: int
     output_tokens: int
     latency_ms: int
@@ -90,12 +92,15 @@ def activity_report(engine: Engine, since: datetime | None) -> ActivityReport:
     def after(query: Any, column: Any) -> Any:
         return query if since is None else query.where(column >= since)
 
-    failed = func.sum(case((col(ModelCallRow.outcome) == CallOutcome.ERROR.value, 1), else_=0))
+    def ended(outcome: CallOutcome) -> Any:
+        return func.sum(case((col(ModelCallRow.outcome) == outcome.value, 1), else_=0))
+
     usage_query = select(
         ModelCallRow.role,
         ModelCallRow.model,
         func.count(),
-        failed,
+        ended(CallOutcome.ERROR),
+        ended(CallOutcome.ABORTED),
         func.sum(ModelCallRow.input_tokens),
         func.sum(ModelCallRow.output_tokens),
         func.sum(ModelCallRow.latency_ms),

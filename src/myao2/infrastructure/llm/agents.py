@@ -69,7 +69,7 @@ if TYPE_CHECKING:
     from myao2.infrastructure.llm.tool_registry import FixedToolRegistry
     from myao2.infrastructure.web.toolbox import WebToolbox
     from strands import Agent, ModelRetryStrategy
-    from strands.hooks import AfterModelCallEvent, BeforeModelCallEvent, HookRegistry
+    from strands.hooks import AfterInvocationEvent, AfterModelCallEvent, BeforeModelCallEvent, HookRegistry
     from strands.models import Model
     from strands.types.content import Message, Messages
 
@@ -647,10 +647,13 @@ def _drafts(bullets: list[BulletOutput]) -> tuple[Draft, ...]:
 
 
 class ModelCallLog:
-    """Logs one INFO line per model call (tokens, duration) and records it in `activity`;
-    with `debug`, logs its input and output too.
+    """Logs one line per model call (tokens, duration) and records it in `activity`, once, however it ends:
+    answered, failed, or cut short (its invocation cancelled or its stream given up before the model's answer
+    ended); with `debug`, logs its input and output too.
 
-    A strands `HookProvider` (a runtime-checkable protocol: no base class, so no import).
+    A strands `HookProvider` (a runtime-checkable protocol: no base class, so no import). A call cut short gets
+    no `AfterModelCallEvent` (strands only sends one for an answer or an `Exception`), but its invocation ends
+    with an `AfterInvocationEvent`, which strands sends however the invocation ends.
     """
 
     def __init__(self, role: str, model_id: str, debug: bool, activity: Activity | None = None) -> None:
@@ -658,14 +661,16 @@ class ModelCallLog:
         self._model_id = model_id
         self._debug = debug
         self._activity = activity
-        self._started = 0.0
+        self._started: float | None = None
+        """When the call under way started; None between calls."""
 
     def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
-        """Register the before and after model call callbacks."""
-        from strands.hooks import AfterModelCallEvent, BeforeModelCallEvent
+        """Register the before and after model call callbacks, and the end of the invocation."""
+        from strands.hooks import AfterInvocationEvent, AfterModelCallEvent, BeforeModelCallEvent
 
         registry.add_callback(BeforeModelCallEvent, self._before)
         registry.add_callback(AfterModelCallEvent, self._after)
+        registry.add_callback(AfterInvocationEvent, self._ended)
 
     def _before(self, event: BeforeModelCallEvent) -> None:
         self._started = time.perf_counter()
@@ -673,7 +678,8 @@ class ModelCallLog:
             logger.debug("%s model input: %s", self._role, _dump(event.agent.messages[-1]))
 
     async def _after(self, event: AfterModelCallEvent) -> None:
-        duration_ms = round((time.perf_counter() - self._started) * 1000)
+        duration_ms = self._finish()
+        assert duration_ms is not None, "strands sends it after a BeforeModelCallEvent"
         if event.stop_response is None:
             error = describe_error(event.exception) if event.exception else "no response"
             logger.warning(
@@ -700,7 +706,27 @@ class ModelCallLog:
             )
             if self._debug:
                 logger.debug("%s model output: %s", self._role, _dump(message))
-            call = ModelCall(self._role, self._model_id, tokens_in, tokens_out, duration_ms, CallOutcome.OK, stop)
+            # "cancelled": strands saw the invocation cancelled (`Agent.cancel`) as the answer came, and ended it
+            outcome = CallOutcome.ABORTED if stop == "cancelled" else CallOutcome.OK
+            call = ModelCall(self._role, self._model_id, tokens_in, tokens_out, duration_ms, outcome, stop)
+        await self._record(call)
+
+    async def _ended(self, event: AfterInvocationEvent) -> None:
+        """The invocation ended: a call still under way was cut short."""
+        duration_ms = self._finish()
+        if duration_ms is None:
+            return
+        logger.info(
+            "model call cut short: role=%s model=%s duration_ms=%d", self._role, self._model_id, duration_ms
+        )
+        await self._record(ModelCall(self._role, self._model_id, 0, 0, duration_ms, CallOutcome.ABORTED, "cancelled"))
+
+    def _finish(self) -> int | None:
+        """The duration in ms of the call under way, now over; None: no call was under way."""
+        started, self._started = self._started, None
+        return None if started is None else round((time.perf_counter() - started) * 1000)
+
+    async def _record(self, call: ModelCall) -> None:
         if self._activity is not None:
             await self._activity.model_call(call)
 
