@@ -9,7 +9,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from datetime import timedelta
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from myao2 import start_up
 from myao2.application.autonomous import AutonomousResponder, AutonomySettings
@@ -35,6 +35,9 @@ from myao2.infrastructure.slack.gateway import SlackAuthError, SlackGateway, mak
 from myao2.infrastructure.slack.streaming import SlackReplyPublisher, StreamSettings
 from myao2.infrastructure.tasks import TaskSet, every
 from myao2.infrastructure.tracing import start_tracing
+
+if TYPE_CHECKING:
+    import aiohttp
 
 logger = logging.getLogger(__name__)
 
@@ -198,7 +201,7 @@ class Bot:
         def catch_up() -> None:
             self._tasks.spawn(self._catch_up(history, lifecycle, answer))
 
-        connection = self._connection(app, health, catch_up)
+        connection = self._connection(app, health, catch_up, web)
         try:
             await self._until_stopped(connection.open())
         except (AppTokenRejected, OSError) as exc:
@@ -263,13 +266,21 @@ class Bot:
         logger.info("health endpoints on port %d", server.port)  # the one taken when `port` is 0
         return server
 
-    def _connection(self, app, health: Health, reconnected: Callable[[], None]) -> _Connection:  # type: ignore[no-untyped-def]
-        """How events will reach the bot; `reconnected` runs whenever Socket Mode is back after a loss."""
+    def _connection(  # type: ignore[no-untyped-def]
+        self, app, health: Health, reconnected: Callable[[], None], web: aiohttp.ClientSession
+    ) -> _Connection:
+        """How events will reach the bot; `reconnected` runs whenever Socket Mode is back after a loss.
+
+        Socket Mode asks for its URL (apps.connections.open) over `web`, on the connection auth.test has just
+        opened: with Slack's Web API over the internet that is one TCP and TLS handshake fewer before the bot
+        can answer, at every start and reconnection.
+        """
         slack = self._config.slack
         if slack.mode == "http":
             return _HttpConnection(app, slack.http_port, health)
         state = _SocketState(health, reconnected)
-        return _SocketConnection(SocketMode(app, slack.app_token, make_web_client(None, slack.api_base_url), state), state)
+        client = make_web_client(None, slack.api_base_url, web)
+        return _SocketConnection(SocketMode(app, slack.app_token, client, state), state)
 
     async def _until_stopped(self, work: Awaitable[T]) -> T | None:
         """The result of `work`, or None (with `work` cancelled) if the bot is told to stop first."""

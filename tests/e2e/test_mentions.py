@@ -115,6 +115,14 @@ def test_reconnects_after_the_websocket_drops(bot: BotProcess, slack: FakeSlack,
     assert bot.stop() == 0
 
 
+def test_socket_mode_is_opened_over_the_connection_auth_test_opened(bot: BotProcess, slack: FakeSlack) -> None:
+    bot.start()
+    ports = slack.web_call_ports
+    first = {method: port for method, port in reversed(ports)}  # each method's first call
+    assert first["apps.connections.open"] == first["auth.test"]  # one handshake with Slack's Web API, not two
+    assert bot.stop() == 0
+
+
 def test_mention_while_stopped_is_answered_after_start(bot: BotProcess, slack: FakeSlack, llm) -> None:
     early = slack.post_message(GENERAL, BOB, "anyone around?", emit=False)
     mention = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> did you miss me?", emit=False)

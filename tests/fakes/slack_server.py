@@ -267,6 +267,7 @@ class FakeSlack(LoopbackServer):
         self._chaos_random = random.Random()
         # recordings
         self._web_calls: list[tuple[str, dict[str, Any]]] = []
+        self._web_call_ports: list[tuple[str, int]] = []
         self._acks: list[str] = []
         self._ack_frames: list[dict[str, Any]] = []
         self._ack_latencies: list[float] = []
@@ -302,6 +303,12 @@ class FakeSlack(LoopbackServer):
         """Every Web API call received: (method, params without token)."""
         with self._lock:
             return copy.deepcopy(self._web_calls)
+
+    @property
+    def web_call_ports(self) -> list[tuple[str, int]]:
+        """Every Web API call received: (method, the client's port), which tells the connections it came over."""
+        with self._lock:
+            return list(self._web_call_ports)
 
     @property
     def acks(self) -> list[str]:
@@ -984,6 +991,8 @@ class FakeSlack(LoopbackServer):
             token = auth[7:].strip()
         with self._lock:
             self._web_calls.append((method, copy.deepcopy(params)))
+            peer = request.transport.get_extra_info("peername") if request.transport is not None else None
+            self._web_call_ports.append((method, peer[1] if peer else 0))
             if method in ("chat.startStream", "chat.appendStream", "chat.stopStream") and self._stream_refusal:
                 if token != self.bot_token:
                     return web.json_response({"ok": False, "error": "invalid_auth"})
