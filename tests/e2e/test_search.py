@@ -4,18 +4,24 @@ from __future__ import annotations
 
 import time
 
+from datetime import date
+
 from myao2.domain.conversation import Channel, ChannelKind, Message
 from myao2.domain.memo import MemoDraft, Origin
+from myao2.domain.memory import Bullet, Memory, Scope, Term
+from myao2.domain.visibility import WORKSPACE
 from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
+from myao2.infrastructure.db.memory_store import SqlMemoryStore
 from tests.e2e.conftest import ALICE, BOB, GENERAL, ON_BOTH_DATABASES, BotProcess
 from tests.e2e.test_mentions import replies_in
 from tests.fakes.openai_server import Text, ToolCall, ToolCalls
 from tests.fakes.slack_server import FakeSlack
 
 SECRET_ROOM = "GSECRET"
+PLANS = "CPLANS"
 WEEK = 7 * 24 * 3600
 
 pytestmark = ON_BOTH_DATABASES
@@ -117,4 +123,57 @@ def test_recall_never_finds_a_private_channel_message_from_a_public_channel(
     secret = slack.post_message(SECRET_ROOM, ALICE, f"<@{slack.bot_user_id}> what was the project called again?")
     slack.wait_for(lambda: replies_in(slack, secret), what="the private reply")
     assert "フェニックス" in tool_results(llm.requests[3])[0]  # the same search inside the room finds it
+    assert bot.stop() == 0
+
+
+def test_recall_ranks_the_workspace_memory_elsewhere_only_by_what_may_be_read_there_while_not_narrowed_yet(
+    bot: BotProcess, slack: FakeSlack, llm
+) -> None:
+    # As after a crash between storing #plans as private and narrowing its memories (reconcile leaves a workspace
+    # memory alone when nothing it cites was said in #plans): the workspace memory and the index still hold what
+    # #plans said. A recall in #general ranked that memory first for those words, showing only #general's bullet.
+    slack.add_channel(PLANS, "plans", is_private=True, members=[ALICE, BOB])
+    engine = open_database(bot.database_url)
+    conversations = SqlConversationStore(engine)
+    conversations.save_channel(Channel(GENERAL, "general", ChannelKind.PUBLIC))
+    conversations.save_channel(Channel(PLANS, "plans", ChannelKind.PUBLIC))  # public when the memories were made
+    now = time.time()
+    day = date.fromtimestamp(now - WEEK)
+    said = [f"{now - WEEK + minute * 60:.6f}" for minute in range(3)]
+    SqlMemoryStore(engine, SystemClock()).save(
+        [
+            Memory(
+                Scope(),
+                Term.LONG,
+                WORKSPACE,
+                (
+                    Bullet(1, "canary-plans the rocket launch moves to Friday", day, (said[0],), heard_in=(PLANS,)),
+                    Bullet(2, "Alice likes green tea", day, (said[1],), heard_in=(GENERAL,)),
+                ),
+            ),
+            Memory(
+                Scope(GENERAL),
+                Term.LONG,
+                WORKSPACE,
+                (Bullet(1, "Bob builds rocket models", day, (said[2],), heard_in=(GENERAL,)),),
+                label="#general",
+            ),
+        ]
+    )
+    conversations.set_channel_kind(PLANS, ChannelKind.PRIVATE)
+    engine.dispose()
+    bot.start()
+    recall = ToolCalls([ToolCall("recall", {"query": "canary-plans rocket launch"})])
+    llm.script(recall, Text("Bob builds rockets."), recall, Text("On Friday."))
+
+    general = slack.post_message(GENERAL, BOB, f"<@{slack.bot_user_id}> any news on the rocket launch?")
+    slack.wait_for(lambda: replies_in(slack, general), what="the reply in #general")
+    found = tool_results(llm.requests[1])[0]
+    assert "canary-plans" not in found
+    assert found.index("Bob builds rocket models") < found.index("Alice likes green tea")
+
+    plans = slack.post_message(PLANS, ALICE, f"<@{slack.bot_user_id}> any news on the rocket launch?")
+    slack.wait_for(lambda: replies_in(slack, plans), what="the reply in #plans")
+    found = tool_results(llm.requests[3])[0]
+    assert found.index("canary-plans the rocket launch moves to Friday") < found.index("Bob builds rocket models")
     assert bot.stop() == 0

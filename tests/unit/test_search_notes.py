@@ -192,3 +192,52 @@ def test_what_a_channel_stored_as_private_said_is_recalled_from_the_workspace_me
     assert recalled("C2") == ["Alice likes green tea"]
     assert sorted(recalled("C1")) == ["Alice likes green tea", "canary-heard Alice adopted a cat"]
     assert sorted(recalled(None)) == ["Alice likes green tea", "canary-heard Alice adopted a cat"]
+
+
+def test_a_search_elsewhere_ranks_the_workspace_memory_by_what_it_may_read_while_not_narrowed_yet(notes: Notes) -> None:
+    # Until the narrowing reaches it, the workspace memory keeps what #c1 (stored as private) said, and the index its
+    # words: a search from #c2 for them ranked the memory first, showing only #c2's bullet, which told that the
+    # hidden one matched.
+    day = START.date()
+    heard_in_c1 = Bullet(1, "canary-plans rocket launch moves to Friday", day, (ts(START + timedelta(hours=1)),), heard_in=("C1",))
+    heard_in_c2 = Bullet(2, "Alice likes green tea", day, (ts(START + timedelta(hours=2)),), heard_in=("C2",))
+    models = Bullet(1, "Bob builds rocket models", day, (ts(START + timedelta(hours=3)),), heard_in=("C2",))
+    notes.memories.save(
+        [
+            Memory(Scope(), Term.LONG, WORKSPACE, (heard_in_c1, heard_in_c2)),
+            Memory(Scope("C2"), Term.LONG, WORKSPACE, (models,), label="#c2"),
+        ]
+    )
+    notes.conversations.set_channel_kind("C1", ChannelKind.PRIVATE)
+
+    def top(query: str, reader: str) -> list[tuple[str, list[str]]]:
+        return [(hit.label, [b.text for b in hit.bullets]) for hit in notes.search.notes(query, reader, None, None, 1)]
+
+    both = [heard_in_c1.text, heard_in_c2.text]
+    assert top("canary-plans rocket launch", "C2") == [("#c2", [models.text])]
+    assert top("green tea", "C2") == [("", [heard_in_c2.text])]
+    assert top("canary-plans rocket launch", "C1") == [("", both)]
+    assert top("green tea", "C1") == [("", both)]
+
+    def score(reader: str) -> float:
+        [found] = [hit.score for hit in notes.search.notes("canary-plans rocket launch", reader, None, None, 5) if not hit.label]
+        return found
+
+    # Scored exactly as the workspace memory holding only what #c2 may read is.
+    while_hidden = score("C2")
+    notes.memories.save([Memory(Scope(), Term.LONG, WORKSPACE, (heard_in_c2,))])
+    assert while_hidden == pytest.approx(score("C2"), abs=1e-6)
+
+
+def test_a_digest_of_a_channel_stored_as_private_makes_room_for_the_next_while_not_narrowed_yet(notes: Notes) -> None:
+    # Left out of a search from #c2, #c1's digest (kept for the workspace until the narrowing reaches it) took the
+    # one place asked for: the empty result told that something hidden matched.
+    notes.digest("C1", 0, "canary-plans rocket launch moves to Friday")
+    notes.digest("C2", 0, "Bob builds rocket models")
+    notes.conversations.set_channel_kind("C1", ChannelKind.PRIVATE)
+
+    def top(reader: str) -> list[str]:
+        return [hit.label for hit in notes.search.notes("canary-plans rocket launch", reader, None, None, 1)]
+
+    assert top("C2") == ["#c2"]
+    assert top("C1") == ["#c1"]

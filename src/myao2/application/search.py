@@ -48,6 +48,8 @@ class RankingIndex(Protocol):
 
     def line_scores(self, query: str, lines: list[str]) -> list[float]: ...
 
+    def memory_score(self, query: str, memory: Memory) -> float | None: ...
+
 
 class MemoSource(Protocol):
     def by_ids(self, ids: list[int]) -> dict[int, Memo]: ...
@@ -206,7 +208,8 @@ class Search:
         """The digests and long-term memories best matching `query` that `reader` may see, made only
         from what was posted at or before `before` (of `channel` only, when given), best first."""
         text, count = validate(query, limit)
-        if self._notes is None:
+        notes = self._notes
+        if notes is None:
             return []
         self._index.catch_up()
 
@@ -218,32 +221,76 @@ class Search:
         # bot has left.
         sifted = channel is not None or not all(c.is_member for c in channels.values())
         wanted = count * 4 if sifted else count
-        hits: list[NoteHit] = []
-        found = self._index.search("digest", text, readable, seconds, wanted)
-        digests = self._notes.digests_by_ids([hit.ref_id for hit in found])
-        for hit in found:
-            digest = digests.get(hit.ref_id)
-            if digest is None or not can_read_from(reader, digest.audience, channels.get(digest.channel_id)):
-                continue
-            if (channel is not None and digest.channel_id != channel) or (
-                seconds is not None and float(digest.last_ts) > seconds
-            ):
-                continue
-            hits.append(NoteHit(digest.label, digest, (), hit.score))
-        found = self._index.search("summary", text, readable, seconds, wanted)
-        memories = self._notes.memories_by_ids([hit.ref_id for hit in found])
-        for hit in found:
-            memory = memories.get(hit.ref_id)
-            if memory is None or not can_read_from(reader, memory.audience, channels.get(memory.scope.channel_id or "")):
-                continue
-            if channel is not None and memory.scope.channel_id != channel:
-                continue
-            shown = memory.shown_in(reader, hidden).active
-            bullets = [b for b in shown if b.source_ts and (before is None or _newest(b) <= before)]
-            if bullets:
-                hits.append(NoteHit(memory.label, None, self._closest(text, bullets), hit.score))
+
+        def digest_hits(found: list) -> list[NoteHit]:
+            digests = notes.digests_by_ids([hit.ref_id for hit in found])
+            hits = []
+            for hit in found:
+                digest = digests.get(hit.ref_id)
+                if digest is None or not can_read_from(reader, digest.audience, channels.get(digest.channel_id)):
+                    continue
+                if (channel is not None and digest.channel_id != channel) or (
+                    seconds is not None and float(digest.last_ts) > seconds
+                ):
+                    continue
+                hits.append(NoteHit(digest.label, digest, (), hit.score))
+            return hits
+
+        rescored: dict[int, float | None] = {}
+
+        def memory_hits(found: list) -> list[NoteHit]:
+            memories = notes.memories_by_ids([hit.ref_id for hit in found])
+            hits = []
+            for hit in found:
+                memory = memories.get(hit.ref_id)
+                if memory is None or not can_read_from(reader, memory.audience, channels.get(memory.scope.channel_id or "")):
+                    continue
+                if channel is not None and memory.scope.channel_id != channel:
+                    continue
+                shown, score = memory.shown_in(reader, hidden), hit.score
+                if len(shown.bullets) < len(memory.bullets):
+                    # Ranked by what the reader may read alone: the index holds the words of the bullets left out
+                    # too, and a rank they lifted would tell that they matched.
+                    if hit.ref_id not in rescored:
+                        rescored[hit.ref_id] = self._index.memory_score(text, shown)
+                    score = rescored[hit.ref_id]
+                bullets = [b for b in shown.active if b.source_ts and (before is None or _newest(b) <= before)]
+                if bullets and score is not None:
+                    hits.append(NoteHit(memory.label, None, self._closest(text, bullets), score))
+            return hits
+
+        hits = [
+            *self._best("digest", text, readable, seconds, wanted, count, digest_hits),
+            *self._best("summary", text, readable, seconds, wanted, count, memory_hits),
+        ]
         hits.sort(key=lambda hit: -hit.score)
         return hits[:count]
+
+    def _best(
+        self,
+        kind: str,
+        query: str,
+        readable: Callable[[str | None], bool],
+        seconds: float | None,
+        wanted: int,
+        count: int,
+        judged: Callable[[list], list[NoteHit]],
+    ) -> list[NoteHit]:
+        """The hits of `kind` that `judged` keeps (scored by what the reader may read), at least the best `count`
+        of them when there are so many: the index is asked for `wanted` and then for more, while fewer than `count`
+        kept score at least as high as the last it ranked. A hit left out or scored lower makes room for the next
+        ones: a result short of them, or a note ranked by words the reader may not read, would tell that those
+        matched."""
+        limit = wanted
+        while True:
+            found = self._index.search(kind, query, readable, seconds, limit)
+            hits = judged(found)
+            if len(found) < limit:
+                return hits
+            sure = [hit for hit in hits if hit.score >= found[-1].score]
+            if len(sure) >= count:
+                return sure
+            limit *= 2
 
     def _closest(self, query: str, bullets: list[Bullet]) -> tuple[Bullet, ...]:
         """The bullets holding most of the query (the newest first among equals), oldest first."""

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Connection, Engine, bindparam, text
 
 from myao2.domain.conversation import Message
-from myao2.domain.memory import Term, bullet_line
+from myao2.domain.memory import Memory, Term, bullet_line
 from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import reading, take_write_lock
@@ -523,26 +523,29 @@ class SearchIndex:
                 )
         else:
             for memory_id, memory in self._memories.memories_by_ids(ids).items():
-                bullets = [b for b in memory.active if b.source_ts]
-                if memory.term is not Term.LONG or not bullets:
-                    continue
-                body = "\n".join([memory.label, *(bullet_line(b) for b in reversed(bullets))])
-                found[memory_id] = Document(
-                    # Dated by its oldest bullet: readers drop the bullets past their cutoff.
-                    scope=memory.audience.conversation_id,
-                    at=min(float(max(b.source_ts)) for b in bullets),
-                    text=body,
-                    keywords=fts_document(body),
-                )
+                found[memory_id] = _memory_document(memory)
         return found
 
     def line_scores(self, query: str, lines: list[str]) -> list[float]:
         """How much of `query`'s keyword weight each line holds, from 0 to 1 (to pick a long document's lines)."""
-        query_terms = list(dict.fromkeys(terms(query)))
-        with reading(self._engine) as connection:
-            weights = self._term_weights(self._document_frequencies(connection, query_terms))
-        covered = coverage(weights)
+        covered = coverage(self._weights("summary", query))
         return [covered(fts_document(line)) for line in lines]
+
+    def memory_score(self, query: str, memory: Memory) -> float | None:
+        """The score `search` gives `memory` once indexed as it is now, not as it was indexed (e.g. a memory as
+        a reader is shown it, without the bullets it may not read); None when it would not be indexed."""
+        document = _memory_document(memory)
+        if document is None:
+            return None
+        np = _numpy()
+        vector = np.asarray(self._embedder.passages([document.text])[0], dtype=np.float32)
+        cosine = float(vector @ self._query_vector(query))
+        return cosine + keyword_bonus("summary", coverage(self._weights("summary", query))(document.keywords))
+
+    def _weights(self, kind: str, query: str) -> dict[str, float]:
+        """Each of `query`'s keyword terms for `kind`, with its weight (see `_term_weights`)."""
+        with reading(self._engine) as connection:
+            return self._term_weights(self._document_frequencies(connection, _query_terms(kind, query)))
 
     # -- searching --------------------------------------------------------------
 
@@ -568,7 +571,7 @@ class SearchIndex:
         if due:  # never here: searches meanwhile read the rows added since the last clustering exactly
             self._wake()
         with reading(self._engine) as connection:
-            query_terms = (content_terms(query) if kind == "memo" else list(dict.fromkeys(terms(query))))[:MAX_QUERY_TERMS]
+            query_terms = _query_terms(kind, query)
             frequencies = self._document_frequencies(connection, query_terms)
             weights = self._term_weights(frequencies)
             # A term in very many documents says little and would take long to rank by: it only
@@ -785,6 +788,27 @@ def keyword_bonus(kind: str, keyword_coverage: float) -> float:
     if kind == "memo":
         return MEMO_KEYWORD_WEIGHT * keyword_coverage**2
     return (MESSAGE_KEYWORD_WEIGHT if kind == "message" else KEYWORD_WEIGHT) * keyword_coverage
+
+
+def _query_terms(kind: str, query: str) -> list[str]:
+    """The keyword terms of `query` looked up for `kind`: a memo's content terms, the others' every term."""
+    return (content_terms(query) if kind == "memo" else list(dict.fromkeys(terms(query))))[:MAX_QUERY_TERMS]
+
+
+def _memory_document(memory: Memory) -> Document | None:
+    """What is indexed for a long-term memory: its label and active bullets, newest first; None for a
+    short-term memory or one without a bullet made from messages."""
+    bullets = [b for b in memory.active if b.source_ts]
+    if memory.term is not Term.LONG or not bullets:
+        return None
+    body = "\n".join([memory.label, *(bullet_line(b) for b in reversed(bullets))])
+    return Document(
+        # Dated by its oldest bullet: readers drop the bullets past their cutoff.
+        scope=memory.audience.conversation_id,
+        at=min(float(max(b.source_ts)) for b in bullets),
+        text=body,
+        keywords=fts_document(body),
+    )
 
 
 def _said(message: Message) -> str:
