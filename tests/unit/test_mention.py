@@ -101,7 +101,7 @@ class WholePublisher:
         return ""  # ended, its text not told
 
     async def publish(  # type: ignore[no-untyped-def]
-        self, channel, thread_ts, recipient_user_id, reply, apology, *, answering=None, started=None
+        self, channel, thread_ts, recipient_user_id, reply, apology, *, answering=None, started=None, unheard=None
     ) -> PublishedReply:
         if self.crash_after_start is not None:
             ts, self.crash_after_start = self.crash_after_start, None

@@ -9,7 +9,7 @@ import re
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -124,33 +124,29 @@ def answered(world: World, message: Message) -> list[tuple[str | None, bool]]:
         ]
 
 
-async def test_a_stream_slack_started_while_the_call_timed_out_is_ended_by_the_retry_not_answered_twice(
+async def test_a_stream_slack_started_while_the_call_timed_out_is_found_and_completed_not_answered_twice(
     world: World,
 ) -> None:
     message = world.mention()
     world.slack.inject_delay("chat.startStream", CALL_TIMEOUT_SECONDS + 2)  # started in Slack, the answer too late
 
     timeout, world.client.timeout = world.client.timeout, CALL_TIMEOUT_SECONDS
-    await world.answer(message)
-    world.client.timeout = timeout  # the retry's calls are answered in time, however busy the machine
+    answering = asyncio.ensure_future(world.answer(message))
+    await world.slack.async_wait_for(lambda: world.slack.streams, what="the stream started")
+    world.client.timeout = timeout  # the lookup's calls are answered in time, however busy the machine
+    await answering
     [stream] = world.slack.streams
-    assert stream["streaming"] and answered(world, message) == [(None, False)]  # the ts never heard
-
-    assert await world.retry_after(10) == 1
-    assert [s["ts"] for s in world.slack.streams] == [stream["ts"]]
-    [stopped] = world.slack.streams
-    assert not stopped["streaming"]
-    assert world.slack.messages("C1")[-1]["text"] == f"answer 1\n\n{APOLOGY}"
+    assert not stream["streaming"] and world.slack.messages("C1")[-1]["text"] == "answer 1"
     assert world.slack.messages("C1")[-1]["metadata"]["event_payload"] == {"answers": message.ts}
     assert answered(world, message) == [(stream["ts"], True)]
     with world.engine.connect() as connection:
         stored = connection.exec_driver_sql("SELECT ts, text FROM messages WHERE user_id = 'UBOT'").fetchall()
-    assert stored == [(stream["ts"], f"answer 1\n\n{APOLOGY}")]
+    assert stored == [(stream["ts"], "answer 1")]
     assert world.writer.calls == 1
     assert await world.retry_after(3600) == 0
 
 
-async def test_a_stream_slack_started_while_the_connection_dropped_is_ended_by_the_retry_not_started_twice(
+async def test_a_stream_slack_started_while_the_connection_dropped_is_found_and_completed_not_started_twice(
     world: World,
 ) -> None:
     message = world.mention()
@@ -158,6 +154,19 @@ async def test_a_stream_slack_started_while_the_connection_dropped_is_ended_by_t
 
     await world.answer(message)
     [stream] = world.slack.streams  # not sent again: a second stream would be a second answer
+    assert not stream["streaming"] and world.slack.messages("C1")[-1]["text"] == "answer 1"  # whole, no apology
+    assert world.slack.messages("C1")[-1]["metadata"]["event_payload"] == {"answers": message.ts}
+    assert answered(world, message) == [(stream["ts"], True)] and world.writer.calls == 1
+    assert await world.retry_after(3600) == 0
+
+
+async def test_a_stream_started_unheard_that_cannot_be_looked_up_at_once_is_ended_by_the_retry(world: World) -> None:
+    message = world.mention()
+    world.slack.inject_drop("chat.startStream")
+    world.slack.inject_server_error("conversations.replies", 500, times=4)  # past the lookup's retries
+
+    await world.answer(message)
+    [stream] = world.slack.streams
     assert stream["streaming"] and answered(world, message) == [(None, False)]
 
     assert await world.retry_after(10) == 1
@@ -166,6 +175,24 @@ async def test_a_stream_slack_started_while_the_connection_dropped_is_ended_by_t
     assert world.slack.messages("C1")[-1]["metadata"]["event_payload"] == {"answers": message.ts}
     assert answered(world, message) == [(stream["ts"], True)] and world.writer.calls == 1
     assert await world.retry_after(3600) == 0
+
+
+async def test_two_answers_in_a_thread_whose_streams_started_unheard_each_show_as_their_own(world: World) -> None:
+    first = world.mention()
+    second = world.mention_in(first.ts)
+    world.slack.inject_drop("chat.startStream", times=2)  # both started in Slack, neither ts heard
+
+    await world.answer(first)
+    await world.answer(second)
+    # Were they left to their retries, the second would be taken up first (the first's due an hour later).
+    world.store.next_attempt("C1", first.ts, 1, world.clock.now() + timedelta(hours=1))
+    await world.retry_after(10)
+    await world.retry_after(7200)
+
+    one, two = world.slack.streams
+    texts = {m["ts"]: m["text"] for m in world.slack.messages("C1")}
+    assert (texts[one["ts"]], texts[two["ts"]]) == ("answer 1", "answer 2")
+    assert answered(world, first) == [(one["ts"], True)] and answered(world, second) == [(two["ts"], True)]
 
 
 async def test_a_message_of_the_bot_that_is_no_open_stream_is_not_taken_for_the_answer(world: World) -> None:

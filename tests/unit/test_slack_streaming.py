@@ -427,6 +427,52 @@ async def test_a_stream_start_whose_connection_dropped_after_slack_started_it_ra
     assert len(fake.streams) == 1 and stream_calls(fake) == ["chat.startStream"] and fake.posted == []
 
 
+async def test_a_stream_start_whose_connection_dropped_after_slack_started_it_goes_on_in_the_stream_found(
+    fake, publisher_for
+):
+    parent = fake.post_message("C1", "U1", "hi <@UBOT>")
+    unasked = await publisher_for()._chat.post("C1", "x" * 100, parent)  # a message of the bot's: not the stream
+    fake.inject_drop("chat.startStream")  # started in Slack with the x's, its ts never heard
+    told: list[str] = []
+    text = "x" * 150 + "y" * 150 + "z" * 150
+
+    async def started(ts: str) -> None:
+        told.append(ts)
+
+    async def unheard() -> list[str]:
+        return [m["ts"] for m in fake.messages("C1") if m.get("user") == "UBOT"]
+
+    published = await publisher_for().publish(
+        GENERAL, parent, "U1", events(*deltas(text, 150), ReplyDone(text)), APOLOGY, answering=parent,
+        started=started, unheard=unheard,
+    )
+
+    [stream] = fake.streams
+    assert stream_calls(fake) == ["chat.startStream", "chat.appendStream", "chat.appendStream", "chat.stopStream"]
+    assert published == PublishedReply(stream["ts"], text) and told == [stream["ts"]] != [unasked]
+    assert fake.messages("C1")[-1]["text"] == text
+    assert fake.messages("C1")[-1]["metadata"]["event_payload"] == {"answers": parent}
+
+
+async def test_a_stream_start_whose_connection_dropped_raises_when_no_message_offered_shows_just_what_it_sent(
+    fake, publisher_for
+):
+    parent = fake.post_message("C1", "U1", "hi <@UBOT>")
+    unasked = await publisher_for()._chat.post("C1", "Hi there", parent)  # the bot's, but not what it sent
+    fake.inject_drop("chat.startStream")
+
+    async def unheard() -> list[str]:
+        return [unasked]  # the stream itself is not offered (say, another answer may be streaming unheard too)
+
+    with pytest.raises(aiohttp.ServerDisconnectedError):
+        await publisher_for().publish(
+            GENERAL, parent, "U1", events(TextDelta("Hi"), ReplyDone("Hi")), APOLOGY, unheard=unheard
+        )
+
+    assert stream_calls(fake) == ["chat.startStream"]  # left to the next attempt, which ends it
+    assert fake.messages("C1")[-1]["text"] == "Hi" and fake.streams[0]["streaming"]
+
+
 async def test_an_append_whose_connection_dropped_after_slack_took_it_leaves_no_text_twice(fake, publisher_for):
     parent = fake.post_message("C1", "U1", "hi <@UBOT>")
     fake.inject_drop("chat.appendStream")  # appended, unheard: not sent again, the whole text set by chat.update

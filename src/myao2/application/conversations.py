@@ -10,7 +10,7 @@ from datetime import datetime
 
 from myao2.application.activity import Activity
 from myao2.application.outgoing import safe_stream, safe_text
-from myao2.application.reply_stream import ReplyPublisher, ReplyStream, Started
+from myao2.application.reply_stream import ReplyPublisher, ReplyStream, Started, Unheard
 from myao2.domain.activity import ReplyKind
 from myao2.domain.conversation import (
     MENTION,
@@ -123,13 +123,14 @@ class Conversations:
         *,
         answering: str | None = None,
         started: Started | None = None,
+        unheard: Unheard | None = None,
         stored: Callable[[str], None] | None = None,
     ) -> Message:
         """Show `reply` as it is written, answering `recipient_user_id`; store its final text once, with its ts.
 
         Its text is made safe as `post` makes it, also where a broadcast is split across
         deltas. `answering` marks it as the answer to that message; `started` is told
-        its ts as soon as it shows; `stored` is called with it once the reply is stored,
+        its ts as soon as it shows (`unheard`: see `ReplyPublisher.publish`); `stored` is called with it once the reply is stored,
         in the same worker thread and transaction (its writes to the conversation store are committed with the
         reply's, or none of them is). The model calls made while it is written are recorded
         in that trip too.
@@ -145,6 +146,7 @@ class Conversations:
                 safe_text(apology, self._allow_broadcasts),
                 answering=answering,
                 started=started,
+                unheard=unheard,
             )
             return await self._remember(channel.id, published.ts, published.text, thread_ts, answering, stored)
 

@@ -310,29 +310,14 @@ class AnswerMention:
 
     async def _unheard_answer(self, message: Message, reply_thread: str | None) -> str | None:
         """The ts of an answer an earlier attempt began to stream but never heard the ts of (the bot died, or the
-        call starting the stream timed out, after Slack started it); it is ended with the apology. None: none found.
+        call starting the stream went unanswered and its stream was not found at once, see `_unheard`); it is
+        ended with the apology. None: none found.
 
-        chat.startStream takes no metadata, so the stream is told from the bot's other messages by where it is
-        and what it still is: after `message` in its thread, marked as no message's answer, recorded as
-        none's, and still streaming (it takes chat.stopStream, which ends it). A stream Slack already
-        ended (expired) is not taken for it: the answer is then written again, two messages rather than none.
-        Nor is any while another replica may be streaming in the thread a message whose ts it has not recorded
-        yet (it has just started): that could be its answer.
+        It is the first of `_unheard` that is still streaming (takes chat.stopStream, which ends it). A stream
+        Slack already ended (expired) is not taken for it: the answer is then written again, two messages
+        rather than none.
         """
-        if await asyncio.to_thread(
-            self._store.showing_unheard_elsewhere, message.channel_id, message.ts, reply_thread, holder=self._replica
-        ):
-            logger.warning(
-                "answer to %s/%s may be streaming unheard, but so may another replica's answer there: written again",
-                message.channel_id,
-                message.ts,
-            )
-            return None  # which stream is whose cannot be told: two messages rather than another's taken
-        posts = await self._chat.unmarked_posts(message.channel_id, message.ts, reply_thread)
-        known = await asyncio.to_thread(self._store.known_answers, message.channel_id, posts)
-        for ts in posts:
-            if ts in known:
-                continue
+        for ts in await self._unheard(message, reply_thread):
             if await self._conversations.finish(
                 message.channel_id, ts, reply_thread, self._settings.apology, answering=message.ts
             ):
@@ -344,6 +329,28 @@ class AnswerMention:
                 )
                 return ts
         return None
+
+    async def _unheard(self, message: Message, reply_thread: str | None) -> list[str]:
+        """The messages that may be a stream of the answer to `message` whose ts an attempt never heard, oldest
+        first.
+
+        chat.startStream takes no metadata, so the stream is told from the bot's other messages by where it is:
+        after `message` in its thread, marked as no message's answer and recorded as none's. None is offered
+        while another replica may be streaming in the thread a message whose ts it has not recorded yet (it has
+        just started): that could be its answer.
+        """
+        if await asyncio.to_thread(
+            self._store.showing_unheard_elsewhere, message.channel_id, message.ts, reply_thread, holder=self._replica
+        ):
+            logger.warning(
+                "answer to %s/%s may be streaming unheard, but so may another replica's answer there: written again",
+                message.channel_id,
+                message.ts,
+            )
+            return []  # which stream is whose cannot be told: two messages rather than another's taken
+        posts = await self._chat.unmarked_posts(message.channel_id, message.ts, reply_thread)
+        known = await asyncio.to_thread(self._store.known_answers, message.channel_id, posts)
+        return [ts for ts in posts if ts not in known]
 
     async def _publish(
         self,
@@ -376,6 +383,7 @@ class AnswerMention:
                 self._settings.apology,
                 answering=message.ts,
                 started=started,
+                unheard=lambda: self._unheard(message, reply_thread),
                 stored=lambda answer_ts: self._settle(message, answer_ts),
             )
 

@@ -55,6 +55,10 @@ class PublishedReply:
 
 Started = Callable[[str], Awaitable[None]]
 """Told the ts of a reply as soon as it shows in the conversation."""
+Unheard = Callable[[], Awaitable[list[str]]]
+"""Asked, when the call that starts showing a reply went unanswered (its connection dropped, or it timed out)
+although the chat may have taken it, for the messages that may be the reply, oldest first; empty when none may
+be taken for it."""
 
 
 class ReplyHeldBack(Exception):
@@ -84,11 +88,14 @@ class ReplyPublisher(Protocol):
         *,
         answering: str | None = None,
         started: Started | None = None,
+        unheard: Unheard | None = None,
     ) -> PublishedReply:
         """Consume `reply` into one message answering `recipient_user_id` in `thread_ts`.
 
         `answering` (a message ts) marks the message as its answer, once it is complete.
-        `started` is awaited with the message's ts as soon as it shows. When the stream
+        `started` is awaited with the message's ts as soon as it shows. `unheard` offers the messages that may
+        be the reply when the call starting it went unanswered: the one showing just what that call sent is
+        taken for it, and the reply goes on there. When the stream
         fails (ModelUnavailable or any other error but `ReplyHeldBack`), the message
         ends with what was written and `apology`, or is `apology` alone.
         """

@@ -18,6 +18,7 @@ from myao2.application.reply_stream import (
     TextDelta,
     ToolFinished,
     ToolStarted,
+    Unheard,
     apology_tail,
 )
 from myao2.domain.conversation import Channel, History, Person, ts_to_datetime
@@ -107,6 +108,7 @@ class PlaygroundPublisher:
         *,
         answering: str | None = None,
         started: Started | None = None,
+        unheard: Unheard | None = None,  # unused: a playground reply always shows at once
     ) -> PublishedReply:
         emit = self._emitter(answering)
         ts = self._stamps.next()

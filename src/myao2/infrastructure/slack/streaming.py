@@ -28,6 +28,7 @@ from myao2.application.reply_stream import (
     TextDelta,
     ToolFinished,
     ToolStarted,
+    Unheard,
     apology_tail,
 )
 from myao2.domain.conversation import Channel, ChannelKind
@@ -91,10 +92,11 @@ class SlackReplyPublisher:
         *,
         answering: str | None = None,
         started: Started | None = None,
+        unheard: Unheard | None = None,
     ) -> PublishedReply:
         """Stream `reply` into the conversation, or post it whole where streaming is not possible."""
         if self._streaming and (thread_ts or self._top_level):
-            stream = _Stream(self, channel, thread_ts, recipient_user_id, answering, started)
+            stream = _Stream(self, channel, thread_ts, recipient_user_id, answering, started, unheard)
             published = await stream.run(reply, apology)
             if published is not None:
                 return published
@@ -149,6 +151,7 @@ class _Stream:
         recipient_user_id: str | None,
         answering: str | None,
         started: Started | None,
+        unheard: Unheard | None,
     ) -> None:
         self._owner = owner
         self._client = owner._client
@@ -158,6 +161,7 @@ class _Stream:
         self._metadata = answer_metadata(answering) if answering else None
         self._answering = answering
         self._started = started
+        self._unheard = unheard
         self._ts: str | None = None
         self._written = ""  # everything sent or buffered
         self._taken = ""  # the text the stream surely took (what the message shows)
@@ -285,6 +289,11 @@ class _Stream:
                 if self._owner._refused(error_code(exc) or "", self._thread_ts is None):
                     return False
                 raise closed_or(exc) from None
+            except CALL_FAILURES:  # unanswered (never sent again, see `make_web_client`): Slack may have started it
+                found = await self._started_unheard(_text_of(chunks))
+                if found is None:
+                    raise  # the next attempt looks for it, and ends it
+                response = {"ts": found}
             self._ts = response["ts"]
             self._taken += _text_of(chunks)
             if self._started is not None:
@@ -305,6 +314,22 @@ class _Stream:
             else:
                 self._taken += _text_of(chunks)
         return True
+
+    async def _started_unheard(self, sent: str) -> str | None:
+        """The ts of the stream that a chat.startStream left unanswered started with `sent`, if found: the newest
+        of the messages `unheard` offers that shows just `sent` (no other call went to it since it started), which
+        the reply then goes on in. None when none does (nor when `sent` is no text to tell it by)."""
+        if self._unheard is None or not sent.strip():
+            return None
+        try:
+            for ts in reversed(await self._unheard()):
+                shown = await self._owner._chat.posted_text(self._channel.id, ts, self._thread_ts)
+                if shown is not None and shown.strip() == sent.strip():
+                    logger.warning("streamed reply %s found started, its start unanswered: it goes on there", ts)
+                    return ts
+        except Exception as exc:  # noqa: BLE001 - the store or Slack: the next attempt looks again
+            logger.warning("could not look for a streamed reply started unanswered: %s", describe(exc))
+        return None
 
     def _recipients(self) -> dict[str, str]:
         """Who the stream answers: required outside DMs, left out in a DM."""
