@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from myao2.config import Config
 from myao2.domain.memory import Digest, Memory, Scope, bullet_line, digest_line, seen_in
-from myao2.domain.visibility import can_read, not_public
+from myao2.domain.visibility import can_read_from, not_public, shows_its_own
 from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
@@ -31,20 +32,26 @@ def run_memory_command(config: Config, args: argparse.Namespace) -> int:
     try:
         store = SqlMemoryStore(engine, SystemClock())
         memories = store.all()
-        if args.channel is None:
-            shown = memories
-        else:
-            hidden = not_public(SqlConversationStore(engine).channels())
-            shown = seen_in(memories, args.channel, args.thread, hidden)
-        digests = [d for d in store.digests(args.channel) if args.channel is None or can_read(args.channel, d.audience)]
+        digests = store.digests(args.channel)
+        if args.channel is not None:
+            channels = SqlConversationStore(engine).channels()
+            stored = next((c for c in channels if c.id == args.channel), None)
+            memories = seen_in(memories, args.channel, args.thread, not_public(channels), stored)
+            digests = [d for d in digests if can_read_from(args.channel, d.audience, stored)]
+            if stored is not None and not shows_its_own(stored):
+                print(
+                    f"myao2 memory: the bot is no longer in {args.channel} (left or removed from it): what it remembers"
+                    " of it is kept for when it joins again, and `myao2 memory show` without --channel shows it",
+                    file=sys.stderr,
+                )
     finally:
         engine.dispose()
     if args.json:
-        print(json.dumps([*(_json(m) for m in shown), *(_digest_json(d) for d in digests)], ensure_ascii=False, indent=2))
-    elif not shown and not digests:
+        print(json.dumps([*(_json(m) for m in memories), *(_digest_json(d) for d in digests)], ensure_ascii=False, indent=2))
+    elif not memories and not digests:
         print("Nothing remembered yet.")
     else:
-        print("\n\n".join([*(_text(m) for m in shown), *_digests_text(digests)]))
+        print("\n\n".join([*(_text(m) for m in memories), *_digests_text(digests)]))
     return 0
 
 

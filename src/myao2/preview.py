@@ -18,6 +18,7 @@ from myao2.application.conversations import Conversations
 from myao2.composition import Application, memory_budgets
 from myao2.domain.conversation import BotIdentity, Message
 from myao2.domain.tokens import estimate_tokens
+from myao2.domain.visibility import shows_its_own
 from myao2.infrastructure.llm.agents import ModelPrompt
 
 Role = Literal["response", "judgment", "memory"]
@@ -78,14 +79,20 @@ class Previewer:
     ) -> Preview:
         """The preview of `role`'s next call for the conversation (a thread, or the channel's top-level flow).
 
-        The response answers the latest message of `as_user` (default: of anyone but the bot).
+        The response answers the latest message of `as_user` (default: of anyone but the bot). Refused for a
+        conversation the bot is no longer in: it sends no prompt there, and what was said there is shown in no
+        conversation, its own included, until it joins again (`shows_its_own`).
         """
+        channel = await asyncio.to_thread(self._app.conversations.get_channel, channel_id)
+        if channel is None:
+            raise PreviewError(f"the bot has not seen a conversation {channel_id}")
+        if not shows_its_own(channel):
+            raise PreviewError(
+                f"the bot is no longer in {channel_id} (left or removed from it): it sends no prompt there until it"
+                " joins again"
+            )
         if role == "memory":
             return await self._memory(channel_id)
-        try:
-            channel = await self._talk.channel(channel_id)
-        except LookupError:
-            raise PreviewError(f"the bot has not seen a conversation {channel_id}") from None
         response = self._app.config.response
         since = self._app.clock.now() - timedelta(seconds=response.max_message_age_seconds)
         messages = await self._talk.messages(channel_id, thread_ts, response.context_message_limit, since)
@@ -113,8 +120,6 @@ class Previewer:
         return None
 
     async def _memory(self, channel_id: str) -> Preview:
-        if await asyncio.to_thread(self._app.conversations.get_channel, channel_id) is None:
-            raise PreviewError(f"the bot has not seen a conversation {channel_id}")
         prompts = await self._app.memory_job.next_call(channel_id)
         if not prompts:
             return Preview("memory", channel_id, None, None)

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
+import sys
 import time
 
 import pytest
+from mcp.client import Client
+from mcp.client.stdio import StdioServerParameters
 
 from tests.e2e.conftest import ALICE, BOB, GENERAL, ON_BOTH_DATABASES, BotProcess, wait_until
 from tests.e2e.test_autonomous import FAST, judgment, judgments, responder
+from tests.e2e.test_memo_pins import myao2
 from tests.e2e.test_memory import memories
 from tests.e2e.test_mentions import prompt_text, replies_in
 from tests.e2e.test_search import tool_results
@@ -250,3 +255,43 @@ def test_a_public_channel_the_bot_was_removed_from_is_neither_news_nor_recalled_
     prompt, recalled = asked_in_general()
     assert "#plans: - " in prompt and "#plans" in recalled
     assert bot.stop() == 0
+
+
+def test_a_public_channel_the_bot_was_removed_from_has_no_prompt_to_preview_and_shows_nothing_of_itself(
+    bot: BotProcess, slack: FakeSlack, llm
+) -> None:
+    # The preview (command line and MCP) and `memory show --channel` agree: nothing said there is shown as the
+    # channel's own until the bot joins it again; what it remembers of it is kept (`memory show` shows it).
+    slack.add_channel(PLANS, "plans", members=[ALICE, BOB])
+    llm.set_responder(lambda request: remember(request) if is_memory_request(request) else Text("Sure thing."))
+    bot.settings["memory.update_interval_seconds"] = 0.5
+    bot.start()
+    slack.post_message(PLANS, ALICE, "canary-plans the launch moves to June")
+    wait_until(lambda: memories(bot).get((f"channel:{PLANS}", "long")), what="#plans remembered")
+    before = myao2(bot, "preview", "response", "--channel", PLANS)
+    assert before.returncode == 0 and "canary-plans" in before.stdout, before.stderr
+
+    slack.remove_member(PLANS, slack.bot_user_id)
+    wait_until(lambda: bot.rows("SELECT left_at FROM channels WHERE id = :id", id=PLANS) != [(None,)], what="the bot out")
+    assert bot.stop() == 0
+
+    preview = myao2(bot, "preview", "response", "--channel", PLANS)
+    assert preview.returncode == 2 and f"the bot is no longer in {PLANS}" in preview.stderr
+    assert "canary" not in preview.stdout + preview.stderr and "Traceback" not in preview.stderr
+
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "myao2", "mcp", "--config", str(bot.config_path)], env=bot.environment()
+    )
+
+    async def previewed() -> tuple[bool, str]:
+        async with Client(params) as client:
+            result = await client.call_tool("preview", {"role": "response", "channel": PLANS})
+        return result.is_error, result.content[0].text
+
+    failed, refusal = asyncio.run(previewed())
+    assert failed and f"the bot is no longer in {PLANS}" in refusal and "canary" not in refusal
+
+    shown = myao2(bot, "memory", "show", "--channel", PLANS)
+    assert shown.returncode == 0 and f"#plans ({PLANS})" not in shown.stdout  # its memories and digests
+    assert f"the bot is no longer in {PLANS}" in shown.stderr
+    assert f"#plans ({PLANS}): long-term" in myao2(bot, "memory", "show").stdout  # kept for when it joins again

@@ -33,6 +33,15 @@ def test_a_workspace_client_previews_public_channels_only(app: Application) -> N
     assert failed and "--conversation" in refusal and "secret" not in refusal
 
 
+def test_a_public_channel_the_bot_has_left_is_previewed_by_no_client(app: Application) -> None:  # noqa: F811
+    # Nothing said there reaches a conversation until the bot joins it again (`can_read_from`): not even its own.
+    app.conversations.leave_channel(GENERAL)
+
+    for scope in (Scope(), Scope(GENERAL)):
+        failed, refusal = call(app, scope, "preview", {"role": "response", "channel": GENERAL})
+        assert failed and f"the bot is no longer in {GENERAL}" in refusal and "pizza" not in refusal
+
+
 def test_a_client_started_for_a_dm_previews_it(app: Application) -> None:  # noqa: F811
     failed, shown = call(app, Scope(DM), "preview", {"role": "response", "channel": DM})
     assert not failed and "Alice plans a surprise party for Bob" in shown["query"]

@@ -92,6 +92,27 @@ def test_show_for_a_channel_leaves_out_what_was_heard_in_a_channel_stored_as_pri
     assert "canary plans" in show(config, capsys)  # a person's own view
 
 
+def test_show_for_a_channel_the_bot_has_left_shows_nothing_of_it_and_says_why(config, remembered, capsys):
+    from myao2.domain.memory import Digest, Stage
+
+    engine = open_database(config.memory.sqlalchemy_url)
+    conversations = SqlConversationStore(engine, ManualClock())
+    conversations.save_channel(Channel("C1", "general"))
+    conversations.leave_channel("C1")
+    SqlMemoryStore(engine, ManualClock()).save_digest(
+        Digest("C1", DAY, Stage.DIGEST, WORKSPACE, ("plans were made",), "1.0", "2.0", label="#general")
+    )
+    engine.dispose()
+
+    assert run_memory_command(config, build_parser().parse_args(["memory", "show", "--channel", "C1", "--thread", "5.0"])) == 0
+    shown = capsys.readouterr()
+    assert "ws fact" in shown.out  # the workspace's, which no one channel said
+    assert "new plan" not in shown.out and "thread news" not in shown.out and "plans were made" not in shown.out
+    assert "the bot is no longer in C1" in shown.err
+    everything = show(config, capsys)  # a person's own view: what it remembers of C1 remains
+    assert "new plan" in everything and "thread news" in everything and "plans were made" in everything
+
+
 def test_show_json_includes_superseded_notes(config, remembered, capsys):
     data = json.loads(show(config, capsys, "--json", "--channel", "C1"))
 

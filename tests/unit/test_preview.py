@@ -78,6 +78,16 @@ def test_the_judgment_preview_offers_only_its_answer_form(app: Application) -> N
     assert "Time since the last message: 9 minutes" in shown.prompt.query
 
 
+def test_a_conversation_the_bot_has_left_has_no_prompt_to_preview(app: Application) -> None:
+    # Its memory of the channel remains (for when it joins again); meanwhile the bot sends no prompt there.
+    app.conversations.leave_channel(GENERAL)
+
+    for role in ("response", "judgment", "memory"):
+        with pytest.raises(PreviewError, match=f"the bot is no longer in {GENERAL}") as refused:
+            preview(app, role, GENERAL)
+        assert "pizza" not in str(refused.value)
+
+
 def test_the_memory_preview_reads_the_messages_not_yet_remembered(app: Application) -> None:
     shown = preview(app, "memory", GENERAL)
 

@@ -17,7 +17,7 @@ from datetime import date, datetime
 from enum import Enum
 
 from myao2.domain.conversation import Channel
-from myao2.domain.visibility import WORKSPACE, Audience, can_read, can_read_from, may_hold
+from myao2.domain.visibility import WORKSPACE, Audience, can_read_from, may_hold
 
 
 class Term(str, Enum):
@@ -173,12 +173,21 @@ class Memory:
 
 
 def seen_in(
-    memories: Sequence[Memory], channel: str, thread: str | None, audiences: Mapping[str, Audience]
+    memories: Sequence[Memory],
+    channel: str,
+    thread: str | None,
+    audiences: Mapping[str, Audience],
+    stored: Channel | None,
 ) -> list[Memory]:
     """The memories a conversation's prompts may draw on: the workspace's, the channel's and the thread's, readable
-    there, as they are shown there (`Memory.shown_in`)."""
+    there (`can_read_from`, the channel as `stored`, None: never stored), as they are shown there (`Memory.shown_in`).
+    """
     wanted = {Scope().key, Scope(channel).key} | ({Scope(channel, thread).key} if thread else set())
-    return [m.shown_in(channel, audiences) for m in memories if m.scope.key in wanted and can_read(channel, m.audience)]
+    return [
+        m.shown_in(channel, audiences)
+        for m in memories
+        if m.scope.key in wanted and can_read_from(channel, m.audience, stored if m.scope.channel_id else None)
+    ]
 
 
 @dataclass(frozen=True)

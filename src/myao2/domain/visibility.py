@@ -68,6 +68,12 @@ def can_read_from(
     return source is None or (source.is_member and (source.id == reader or not source.is_private))
 
 
+def shows_its_own(conversation: Channel) -> bool:
+    """Whether what was said in `conversation` may be shown there (`can_read_from`): not while the bot is out of
+    it. What it remembers of it is kept for when it joins again."""
+    return can_read_from(conversation.id, Audience.of(conversation.id, conversation.is_private), conversation)
+
+
 class NotPublic(Mapping[str, Audience]):
     """The audiences of the conversations that are not public (each keeps to itself), by id, made from their ids
     when asked (a prompt reads them all and asks of a few); the others are the workspace's. The `heard` of
