@@ -75,6 +75,21 @@ def test_the_bot_and_its_model_libraries_load_without_numpy() -> None:
     assert printed(code) == "[]"
 
 
+def test_a_model_clients_first_chat_call_imports_nothing_on_the_event_loop() -> None:
+    """The SDK imports a client's chat resource (and its streaming types, ~40 ms of CPU) at its first use: the model
+    libraries' loading thread has done it, not the first answer on the loop."""
+    code = (
+        "import sys, openai\n"
+        "from myao2.infrastructure.llm.agents import import_model_libraries\n"
+        "import_model_libraries()\n"
+        "client = openai.AsyncOpenAI(api_key='sk-test', base_url='http://127.0.0.1:9/v1')\n"
+        "before = set(sys.modules)\n"
+        "client.chat.completions\n"
+        "print(sorted(set(sys.modules) - before))\n"
+    )
+    assert printed(code) == "[]"
+
+
 def test_the_structured_answer_models_are_built_at_their_first_ask_not_at_start_up() -> None:
     """Judgments, memories and profiles are asked after start-up; answering a mention uses none of their models."""
     code = (
