@@ -35,6 +35,7 @@ from myao2.infrastructure.slack.gateway import SlackAuthError, SlackGateway, mak
 from myao2.infrastructure.slack.streaming import SlackReplyPublisher, StreamSettings
 from myao2.infrastructure.tasks import TaskSet, every
 from myao2.infrastructure.tracing import start_tracing
+from myao2.listening import CannotListen, cannot_listen
 
 if TYPE_CHECKING:
     import aiohttp
@@ -106,7 +107,7 @@ class Bot:
             health_server = self._start_health_server(health)
         except OSError as exc:
             engine.dispose()
-            return _refuse(f"health_check.port: cannot listen on port {config.health_check.port} ({_reason(exc)})")
+            raise cannot_listen(exc, "health_check.port", config.health_check.port) from None
         beat = asyncio.create_task(health.beat())
         web = web_session()  # kept-alive connections for the bot's Web API calls
 
@@ -204,10 +205,12 @@ class Bot:
         connection = self._connection(app, health, catch_up, web)
         try:
             await self._until_stopped(connection.open())
-        except (AppTokenRejected, OSError) as exc:
+        except (AppTokenRejected, CannotListen, OSError) as exc:
             await connection.close()
             await clients.close()
             await close_early()
+            if isinstance(exc, CannotListen):
+                raise
             return _refuse(_reason(exc) if isinstance(exc, OSError) else str(exc))
         if self._stop.is_set():
             logger.info("stopped before Slack was reached")
@@ -467,7 +470,7 @@ class _HttpConnection:
         try:
             await web.TCPSite(self._runner, port=self._port).start()
         except OSError as exc:
-            raise OSError(exc.errno, f"slack.http_port: cannot listen on port {self._port} ({_reason(exc)})") from None
+            raise cannot_listen(exc, "slack.http_port", self._port) from None
         self._health.slack_connected = True
 
     async def watch(self) -> None:

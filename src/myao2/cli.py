@@ -230,6 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         start_up.pause_collection()  # before the config and the bot are imported; the bot ends it
     from myao2.config import ConfigError, load_config
     from myao2.infrastructure.db.engine import DatabaseUnavailable
+    from myao2.listening import CannotListen
 
     try:
         # Configured before loading so warnings about the config file are formatted too.
@@ -243,6 +244,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _dispatch(config, args)
         except DatabaseUnavailable as exc:
             raise ConfigError(f"{config.memory.database_key}: cannot open the database ({exc})") from None
+    except CannotListen as exc:
+        print(f"myao2: {exc}", file=sys.stderr)
+        return EXIT_CONFIG_ERROR
     except ConfigError as exc:
         print("myao2: configuration error:", file=sys.stderr)
         for problem in exc.problems:

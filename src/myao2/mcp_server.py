@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hmac
+import socket
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.llm.memo_messages import error_message
 from myao2.infrastructure.search.setup import IndexWorker
+from myao2.listening import listening_socket
 from myao2.preview import PreviewError, Previewer
 
 T = TypeVar("T")
@@ -383,10 +385,11 @@ def _refused(error: MemoError) -> str:
 
 def run_mcp_command(config: Config, args: argparse.Namespace) -> int:
     """Serve the notebook until the client goes (stdio) or the process is stopped (HTTP); 0 then."""
-    token = None
+    token, listening = None, None
     if args.http:
         config.require("mcp.token")
         token = config.mcp.token.strip()
+        listening = listening_socket(config.mcp.host, config.mcp.port, "mcp.port", "mcp.host")
     engine = open_database(config.memory.sqlalchemy_url)
     try:
         clock = SystemClock()
@@ -399,13 +402,26 @@ def run_mcp_command(config: Config, args: argparse.Namespace) -> int:
         indexer = IndexWorker(app.index, engine, warm=["memo"])
         indexer.start()
         try:
-            if not args.http:
+            if listening is None:
                 server.run("stdio")
                 return 0
             print(f"myao2 mcp: serving on http://{config.mcp.host}:{config.mcp.port}/mcp", file=sys.stderr, flush=True)
-            server.run("streamable-http", host=config.mcp.host, port=config.mcp.port)
+            _serve_http(server, listening, config.mcp.host, config.mcp.port)
         finally:
             indexer.stop()
     finally:
+        if listening is not None:
+            listening.close()
         engine.dispose()
     return 0
+
+
+def _serve_http(server, listening: socket.socket, host: str, port: int) -> None:  # type: ignore[no-untyped-def]
+    """Serve `server` over streamable HTTP, as its `run("streamable-http")` does, but on `listening`, bound before
+    (`listening_socket`): uvicorn, binding by itself, exits 3 with its own message when the port is in use."""
+    import anyio
+    import uvicorn
+
+    app = server.streamable_http_app(host=host)
+    config = uvicorn.Config(app, host=host, port=port, log_level=server.settings.log_level.lower())
+    anyio.run(uvicorn.Server(config).serve, [listening])

@@ -7,7 +7,6 @@ import dataclasses
 import ipaddress
 import logging
 import signal
-import sys
 from contextlib import suppress
 
 from aiohttp import web
@@ -25,6 +24,7 @@ from myao2.infrastructure.playground.rooms import BOT_USER_ID, ROOMS
 from myao2.infrastructure.playground.server import Playground, build_web_app
 from myao2.infrastructure.search.setup import IndexWorker
 from myao2.infrastructure.tasks import TaskSet, every
+from myao2.listening import cannot_listen
 
 logger = logging.getLogger(__name__)
 
@@ -81,9 +81,7 @@ async def _serve(config: Config) -> int:
         await runner.cleanup()
         await application.clients.close()
         engine.dispose()
-        reason = exc.strerror or str(exc)
-        print(f"myao2: playground.port: cannot listen on {settings.host}:{settings.port} ({reason})", file=sys.stderr)
-        return 2
+        raise cannot_listen(exc, "playground.port", settings.port, settings.host, "playground.host") from None
     host = f"[{settings.host}]" if ":" in settings.host else settings.host
     port = runner.addresses[0][1]  # the one taken when `playground.port` is 0
     print(f"myao2 playground: http://{host}:{port}/", flush=True)

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,16 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+@contextmanager
+def held_port(host: str = "127.0.0.1") -> Iterator[int]:
+    """A port held, bound and listening on `host`, for as long as the block runs: a server told to take it
+    finds it in use, and nothing else can take it meanwhile."""
+    with socket.socket() as taken:
+        taken.bind((host, 0))
+        taken.listen()
+        yield taken.getsockname()[1]
 
 
 def workspace(**options: Any) -> FakeSlack:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import signal
-import socket
 import time
 import urllib.error
 import urllib.request
 
 import pytest
 
-from tests.e2e.conftest import ALICE, BOB, GENERAL, ON_BOTH_DATABASES, START_SECONDS, BotProcess, wait_until
+from tests.e2e.conftest import ALICE, BOB, GENERAL, ON_BOTH_DATABASES, START_SECONDS, BotProcess, held_port, wait_until
 from tests.e2e.test_conversations import stored_text
 from tests.e2e.test_mentions import prompt_text, replies_in
 from tests.fakes.openai_server import Text
@@ -150,13 +149,10 @@ def test_a_socket_dropped_silently_is_replaced_and_the_mention_in_the_gap_answer
 
 
 def test_a_health_port_in_use_exits_2_naming_it(bot: BotProcess) -> None:
-    with socket.socket() as taken:
-        taken.bind(("0.0.0.0", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
+    with held_port("0.0.0.0") as port:
         bot.settings["health_check.port"] = port
         bot.start(wait_connected=False)
         assert bot.wait_exit() == 2
     log = bot.log()
-    assert "health_check.port" in log and str(port) in log
+    assert f"myao2: health_check.port: port {port} is already in use\n" in log
     assert "Traceback" not in log

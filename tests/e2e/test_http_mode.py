@@ -9,7 +9,7 @@ import time
 import urllib.error
 import urllib.request
 
-from tests.e2e.conftest import ALICE, GENERAL, START_SECONDS, BotProcess, free_port, wait_until
+from tests.e2e.conftest import ALICE, GENERAL, START_SECONDS, BotProcess, free_port, held_port, wait_until
 from tests.e2e.test_mentions import replies_in
 from tests.fakes.openai_server import Text
 from tests.fakes.slack_server import FakeSlack
@@ -59,8 +59,18 @@ def serving(bot: BotProcess, event: dict) -> int:
         wait_until(lambda: refused() or bot.process.poll() is not None, timeout=START_SECONDS, what="the HTTP endpoint to refuse a forged request")
         if bot.process.poll() is None:
             return port
-        assert bot.stop() == 2 and f"slack.http_port: cannot listen on port {port}" in bot.log(), bot.log()
+        assert bot.stop() == 2 and f"myao2: slack.http_port: port {port} is already in use" in bot.log(), bot.log()
     raise AssertionError("every port picked was taken")
+
+
+def test_a_port_in_use_exits_2_with_one_line_naming_slack_http_port(bot: BotProcess) -> None:
+    bot.settings.update({"slack.mode": "http", "slack.signing_secret": SIGNING_SECRET})
+    with held_port("0.0.0.0") as port:  # until the bot has exited
+        bot.settings["slack.http_port"] = port
+        bot.start(wait_connected=False)
+        assert bot.wait_exit() == 2
+    log = bot.log()
+    assert f"myao2: slack.http_port: port {port} is already in use\n" in log and "Traceback" not in log
 
 
 def test_signed_mention_over_http_is_answered_and_forged_one_refused(bot: BotProcess, slack: FakeSlack, llm) -> None:

@@ -25,7 +25,7 @@ from myao2.domain.memo import MemoDraft, Origin
 from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
-from tests.e2e.conftest import ALICE, CLI_SECONDS, GENERAL, ROOT, START_SECONDS, BotProcess, free_port, wait_until
+from tests.e2e.conftest import ALICE, CLI_SECONDS, GENERAL, ROOT, START_SECONDS, BotProcess, free_port, held_port, wait_until
 from tests.e2e.test_mentions import prompt_text, replies_in
 from tests.fakes import PROXY_VARIABLES
 from tests.fakes.openai_server import Text
@@ -112,7 +112,7 @@ def _serve_http(notebook: Notebook) -> subprocess.Popen[str] | None:
     if process.poll() is None:
         return process
     error = process.stderr.read() if process.stderr else ""
-    assert "address already in use" in error, error
+    assert f"myao2: mcp.port: port {notebook.port} is already in use" in error, error
     return None
 
 
@@ -187,6 +187,14 @@ def test_http_server_needs_the_token_and_then_serves_the_same_notebook(notebook:
             await the_memo_story(client, notebook)
 
     asyncio.run(session())
+
+
+def test_http_with_its_port_in_use_exits_2_with_one_line_naming_mcp_port(notebook: Notebook) -> None:
+    with held_port() as port:
+        notebook.listen_on(port)
+        result = notebook.myao2("mcp", "--http")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [f"myao2: mcp.port: port {port} is already in use"]
 
 
 def test_http_without_a_token_configured_refuses_to_start_naming_the_key(notebook: Notebook) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import re
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from tests.e2e.conftest import CLI_SECONDS, START_SECONDS, BotProcess, wait_until
+from tests.e2e.conftest import CLI_SECONDS, START_SECONDS, BotProcess, held_port, wait_until
 from tests.fakes import WAIT_SECONDS
 from tests.fakes.memory_model import is_memory_request, remember
 from tests.fakes.openai_server import Error, FakeOpenAI, Text, ToolCall, ToolCalls
@@ -237,10 +236,8 @@ def test_a_refused_message_shows_why(playground, page: Page) -> None:
 
 
 def test_a_port_in_use_stops_it_naming_the_key(playground: PlaygroundProcess) -> None:
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        playground.settings["playground.port"] = taken.getsockname()[1]
+    with held_port() as port:
+        playground.settings["playground.port"] = port
         playground.write_config()
         result = subprocess.run(
             [sys.executable, "-m", "myao2", "playground", "--config", str(playground.config_path)],
@@ -251,7 +248,7 @@ def test_a_port_in_use_stops_it_naming_the_key(playground: PlaygroundProcess) ->
             timeout=CLI_SECONDS,
         )
     assert result.returncode == 2
-    assert "playground.port" in result.stderr and "Traceback" not in result.stderr
+    assert result.stderr.splitlines() == [f"myao2: playground.port: port {port} is already in use"]
 
 
 def pixel(browser: Browser, png: bytes, x: int, y: int) -> tuple[int, int, int]:
