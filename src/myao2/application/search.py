@@ -222,28 +222,30 @@ class Search:
         sifted = channel is not None or not all(c.is_member for c in channels.values())
         wanted = count * 4 if sifted else count
 
-        def digest_hits(found: list) -> list[NoteHit]:
+        def digest_hits(found: list) -> tuple[list[NoteHit], bool]:
             digests = notes.digests_by_ids([hit.ref_id for hit in found])
-            hits = []
+            hits, hid = [], False
             for hit in found:
                 digest = digests.get(hit.ref_id)
                 if digest is None or not can_read_from(reader, digest.audience, channels.get(digest.channel_id)):
+                    hid = True
                     continue
                 if (channel is not None and digest.channel_id != channel) or (
                     seconds is not None and float(digest.last_ts) > seconds
                 ):
                     continue
                 hits.append(NoteHit(digest.label, digest, (), hit.score))
-            return hits
+            return hits, hid
 
         rescored: dict[int, float | None] = {}
 
-        def memory_hits(found: list) -> list[NoteHit]:
+        def memory_hits(found: list) -> tuple[list[NoteHit], bool]:
             memories = notes.memories_by_ids([hit.ref_id for hit in found])
-            hits = []
+            hits, hid = [], False
             for hit in found:
                 memory = memories.get(hit.ref_id)
                 if memory is None or not can_read_from(reader, memory.audience, channels.get(memory.scope.channel_id or "")):
+                    hid = True
                     continue
                 if channel is not None and memory.scope.channel_id != channel:
                     continue
@@ -253,11 +255,11 @@ class Search:
                     # too, and a rank they lifted would tell that they matched.
                     if hit.ref_id not in rescored:
                         rescored[hit.ref_id] = self._index.memory_score(text, shown)
-                    score = rescored[hit.ref_id]
+                    score, hid = rescored[hit.ref_id], True
                 bullets = [b for b in shown.active if b.source_ts and (before is None or _newest(b) <= before)]
                 if bullets and score is not None:
                     hits.append(NoteHit(memory.label, None, self._closest(text, bullets), score))
-            return hits
+            return hits, hid
 
         hits = [
             *self._best("digest", text, readable, seconds, wanted, count, digest_hits),
@@ -274,18 +276,18 @@ class Search:
         seconds: float | None,
         wanted: int,
         count: int,
-        judged: Callable[[list], list[NoteHit]],
+        judged: Callable[[list], tuple[list[NoteHit], bool]],
     ) -> list[NoteHit]:
-        """The hits of `kind` that `judged` keeps (scored by what the reader may read), at least the best `count`
-        of them when there are so many: the index is asked for `wanted` and then for more, while fewer than `count`
-        kept score at least as high as the last it ranked. A hit left out or scored lower makes room for the next
-        ones: a result short of them, or a note ranked by words the reader may not read, would tell that those
-        matched."""
+        """The hits of `kind` that `judged` keeps, scored by what the reader may read (and whether it left one
+        out or scored one again for what the reader may not read). When it did, at least the best `count` when
+        there are so many: the index is asked for more while fewer than `count` kept score at least as high as the
+        last it ranked. A hit hidden makes room for the next ones: a result short of them, or a note ranked by words
+        the reader may not read, would tell that those matched."""
         limit = wanted
         while True:
             found = self._index.search(kind, query, readable, seconds, limit)
-            hits = judged(found)
-            if len(found) < limit:
+            hits, hid = judged(found)
+            if not hid or len(found) < limit:
                 return hits
             sure = [hit for hit in hits if hit.score >= found[-1].score]
             if len(sure) >= count:
