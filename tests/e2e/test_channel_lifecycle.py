@@ -10,6 +10,7 @@ import time
 import pytest
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
+from sqlalchemy import create_engine, text
 
 from tests.e2e.conftest import ALICE, BOB, GENERAL, ON_BOTH_DATABASES, BotProcess, wait_until
 from tests.e2e.test_autonomous import FAST, judgment, judgments, responder
@@ -72,6 +73,45 @@ def test_a_channel_that_stops_being_the_workspaces_keeps_its_memos_to_itself(
     inside = slack.post_message(PLANS, ALICE, f"<@{slack.bot_user_id}> what are we planning?")
     slack.wait_for(lambda: replies_in(slack, inside), what="the reply in the narrowed channel")
     assert "Surprise party" in prompt_text(llm.requests[-1])
+    assert bot.stop() == 0
+
+
+def test_a_memo_of_a_channel_stored_as_private_leaves_every_other_prompt_and_tool_before_the_narrowing(
+    bot: BotProcess, slack: FakeSlack, llm
+) -> None:
+    """The kind is stored first and the memos narrowed after it (after a crash, only when `reconcile` runs): the
+    state such a crash leaves, the kind stored and the memo still kept for the workspace, is made here."""
+    plan_a_party_in_a_public_channel(bot, slack, llm)
+
+    def ask_in_general(*calls: ToolCall) -> tuple[str, list[str]]:
+        """A mention in #general whose model makes `calls`: its prompts, and the calls' results."""
+        llm.script(ToolCalls(list(calls)), Text("Nothing planned that I know of."))
+        seen = len(llm.requests)
+        ts = slack.post_message(GENERAL, BOB, f"<@{slack.bot_user_id}> anything planned for me on Friday?")
+        slack.wait_for(lambda: replies_in(slack, ts), what="the reply in #general")
+        asked = llm.requests[seen:]
+        return "\n".join(prompt_text(r) for r in asked), [t for r in asked for t in tool_results(r)]
+
+    search = ToolCall("search_memo", {"query": "surprise party for Bob"})
+    prompt, (found,) = ask_in_general(search)
+    assert "Surprise party" in prompt and "Surprise party" in found  # while #plans is public, the workspace's
+    engine = create_engine(bot.database_url)
+    with engine.begin() as connection:
+        connection.execute(text("UPDATE channels SET kind = 'private' WHERE id = :id"), {"id": PLANS})
+    engine.dispose()
+
+    prompt, results = ask_in_general(ToolCall("list_memo", {}), ToolCall("get_memo", {"memo_name": "bob-party"}), search)
+    assert len(results) == 3 and "Surprise party" not in prompt and not any("Surprise party" in r for r in results)
+    assert bot.rows("SELECT visibility FROM memos") == [("workspace",)]  # not narrowed yet
+
+    add = ToolCall("add_memo", {"name": "bob-party", "content": "Bob's birthday lunch", "priority": 3})
+    prompt, (added,) = ask_in_general(add)
+    assert "Surprise party" not in prompt + added and "bob-party" in added
+    memos = bot.rows("SELECT channel_id, visibility, content FROM memos ORDER BY id")
+    assert memos == [  # the name was free to #general: the narrowing reached #plans' memo first
+        (PLANS, "conversation", "Surprise party for Bob on Friday"),
+        (GENERAL, "workspace", "Bob's birthday lunch"),
+    ]
     assert bot.stop() == 0
 
 

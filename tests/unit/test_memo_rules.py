@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timezone
 
 import pytest
@@ -234,5 +235,9 @@ class TestVisibility:
             channel_id="D1",
             visibility=Visibility.CONVERSATION,
         )
-        assert private.visible_in("D1") and private.visible_in(None)
-        assert not private.visible_in("C2")
+        assert private.visible_in("D1", {"D1"}) and private.visible_in(None, {"D1"})
+        assert not private.visible_in("C2", {"D1"})
+        public = replace(private, channel_id="C1", visibility=Visibility.WORKSPACE)
+        assert public.visible_in("C2", {"D1"}) and public.visible_in("C1", {"D1"})
+        # written in #C1 while public, #C1 since stored as private: its own alone, though kept for the workspace
+        assert not public.visible_in("C2", {"C1"}) and public.visible_in("C1", {"C1"}) and public.visible_in(None, {"C1"})

@@ -7,12 +7,10 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from myao2.domain.conversation import Channel, ChannelKind
+from myao2.domain.memo import NARROWED_BY
 from myao2.domain.ports import ConversationStore, MemoryStore, MemoStore, ProfileStore
 
 logger = logging.getLogger(__name__)
-
-NARROWED_BY = "slack"
-"""The actor recorded in the revisions of memos narrowed because of what happened in Slack."""
 
 
 class ChannelLifecycle:

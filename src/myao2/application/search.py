@@ -148,7 +148,10 @@ class Search:
         self._index.catch_up()
 
         readable = _kept_for(reader)
-        hits = self._index.search("memo", text, readable, _seconds(before), count)
+        hidden = not_public(self._conversations.channels())
+        # The index knows a memo's audience, not its channel: some found may be of a channel no longer public.
+        wanted = count * 4 if hidden else count
+        hits = self._index.search("memo", text, readable, _seconds(before), wanted)
         ids = [hit.ref_id for hit in hits]
         memos = self._memos.by_ids(ids)
         then = memos if before is None else self._memos.as_of(ids, before)
@@ -156,10 +159,11 @@ class Search:
         for hit in hits:
             memo, shown = memos.get(hit.ref_id), then.get(hit.ref_id)
             # Checked now and then: a memo's audience only ever narrows, and the narrower holds.
-            if memo is None or shown is None or memo.removed or not (memo.visible_in(reader) and shown.visible_in(reader)):
+            if memo is None or shown is None or memo.removed:
                 continue
-            found.append(MemoHit(shown, hit.score))
-        return found
+            if memo.visible_in(reader, hidden) and shown.visible_in(reader, hidden):
+                found.append(MemoHit(shown, hit.score))
+        return found[:count]
 
     @_traced("search.messages")
     def messages(

@@ -10,10 +10,11 @@ import unicodedata
 from dataclasses import asdict, dataclass, fields, replace
 from datetime import datetime
 from enum import Enum
+from collections.abc import Container
 from typing import Any
 
 from myao2.domain.conversation import clean_text
-from myao2.domain.visibility import Audience, can_read
+from myao2.domain.visibility import Audience, can_read_from
 
 MAX_NAME_LENGTH = 32
 MAX_CONTENT_LENGTH = 500
@@ -28,6 +29,8 @@ IMPORTANT_PRIORITY = 4
 MAX_LIST_LIMIT = 50
 MAX_LIST_OFFSET = 1_000_000
 MAX_CHANGES_PER_REPLY = 10
+NARROWED_BY = "slack"
+"""The actor recorded in the revision of a memo narrowed because its channel stopped being public (as Slack told)."""
 
 
 class MemoError(Exception):
@@ -103,9 +106,15 @@ class Memo:
     def audience(self) -> Audience:
         return memo_audience(self.visibility, self.channel_id)
 
-    def visible_in(self, channel_id: str | None) -> bool:
-        """Whether this memo may be shown in the conversation `channel_id` (None: a person's own view)."""
-        return can_read(channel_id, self.audience)
+    def visible_in(self, channel_id: str | None, not_public: Container[str | None]) -> bool:
+        """Whether this memo may be shown in the conversation `channel_id` (None: a person's own view).
+
+        `not_public` holds the ids of the stored conversations that are not public: a memo written in one of
+        them while it was public is its alone from then on, though still kept for the workspace until the
+        narrowing reaches it (the store's reads apply the same rule in SQL).
+        """
+        heard = (Audience(self.channel_id),) if self.channel_id in not_public else ()
+        return can_read_from(channel_id, self.audience, None, heard)
 
     def snapshot(self) -> dict[str, Any]:
         """The full state as JSON-ready data, for revisions and exports."""

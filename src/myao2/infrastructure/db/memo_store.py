@@ -34,12 +34,14 @@ from myao2.domain.memo import (
     TagUsage,
     Visibility,
     MAX_NAME_LENGTH,
+    NARROWED_BY,
     check_tag_kinds,
     numbered_name,
 )
 from myao2.domain.ports import Clock
-from myao2.domain.visibility import Audience, can_write, readable_audiences, view_of
+from myao2.domain.visibility import WORKSPACE, Audience, can_write, readable_audiences, view_of
 from myao2.infrastructure.db.engine import INSERT_IGNORING, reading
+from myao2.infrastructure.db.memory_store import NOT_PUBLIC_IDS
 from myao2.infrastructure.db.tables import MemoPinRow, MemoRevisionRow, MemoRow
 
 Audiences = Sequence[Audience] | None
@@ -63,8 +65,7 @@ class SqlMemoStore:
         now = self._clock.now()
         view = _view(origin, origin.audience)
         with self._change() as session:
-            if self._live_named(session, draft.name, view):
-                raise MemoError("name_taken", name=draft.name)
+            self._claim(session, draft.name, view)
             check_tag_kinds(draft.tags, self._tag_kinds(session, view))
             row = MemoRow(
                 name=draft.name,
@@ -104,8 +105,8 @@ class SqlMemoStore:
             now = self._clock.now()
             after = changes.apply(before, now)
             view = _view(origin, before.audience)
-            if after.name != before.name and self._live_named(session, after.name, view, exclude_id=row.id):
-                raise MemoError("name_taken", name=after.name)
+            if after.name != before.name:
+                self._claim(session, after.name, view, exclude_id=row.id)
             if after.tags != before.tags:
                 check_tag_kinds(after.tags, self._tag_kinds(session, view, exclude_id=row.id))
             _copy_into(row, after)
@@ -141,8 +142,7 @@ class SqlMemoStore:
             row = self._resolve(session, name, _reader(origin), audience, removed=True)
             before = _to_memo(row)
             view = _view(origin, before.audience)
-            if self._live_named(session, name, view):
-                raise MemoError("name_taken", name=name)
+            self._claim(session, name, view)
             check_tag_kinds(before.tags, self._tag_kinds(session, view))
             row.removed_at = None
             now = row.updated_at = self._clock.now()
@@ -176,17 +176,7 @@ class SqlMemoStore:
                 .where(MemoRow.channel_id == channel_id, MemoRow.visibility == Visibility.WORKSPACE.value)
                 .order_by(col(MemoRow.id))
             ).all()
-            narrowed = []
-            for row in rows:
-                before = _to_memo(row)
-                row.visibility = Visibility.CONVERSATION.value
-                if row.removed_at is None:
-                    row.name = self._free_name(session, row.name, channel_id, row.id)
-                _flush(session, row.name)
-                after = _to_memo(row)
-                self._revise(session, after, Action.NARROW, actor, before, now)
-                narrowed.append(after)
-            return narrowed
+            return [self._narrowed(session, row, actor, now) for row in rows]
 
     # -- reads ---------------------------------------------------------------
 
@@ -357,15 +347,40 @@ class SqlMemoStore:
             raise MemoError("ambiguous_name", name=name, audiences=", ".join(labels))
         return rows[0]
 
-    @staticmethod
-    def _live_named(session: Session, name: str, view: Sequence[Audience], exclude_id: int | None = None) -> bool:
-        """Whether a live memo of `view` bears `name`."""
+    def _narrowed(self, session: Session, row: MemoRow, actor: str, now: datetime) -> Memo:
+        """Make a memo kept for the workspace its channel's own (renamed if a live memo seen there bears its
+        name), with its revision."""
+        assert row.channel_id is not None
+        before = _to_memo(row)
+        row.visibility = Visibility.CONVERSATION.value
+        if row.removed_at is None:
+            row.name = self._free_name(session, row.name, row.channel_id, row.id)
+        _flush(session, row.name)
+        after = _to_memo(row)
+        self._revise(session, after, Action.NARROW, actor, before, now)
+        return after
+
+    def _claim(self, session: Session, name: str, view: Sequence[Audience], exclude_id: int | None = None) -> None:
+        """Refuse `name` when a live memo of `view` bears it. One kept for the workspace that the writer may not
+        read (written in a channel stored as not public since, the narrowing not there yet) is narrowed first,
+        as the narrowing would: refusing would tell the writer that it exists."""
+        hidden = session.exec(
+            select(MemoRow).where(
+                MemoRow.name == name,
+                col(MemoRow.removed_at).is_(None),
+                _in(MemoRow, WORKSPACE),
+                ~_not_hidden(MemoRow, _own(view)),
+            )
+        ).all()
+        for row in hidden:
+            self._narrowed(session, row, NARROWED_BY, self._clock.now())
         query = select(MemoRow.id).where(
             MemoRow.name == name, col(MemoRow.removed_at).is_(None), or_(*(_in(MemoRow, a) for a in view))
         )
         if exclude_id is not None:
             query = query.where(MemoRow.id != exclude_id)
-        return session.exec(query).first() is not None
+        if session.exec(query).first() is not None:
+            raise MemoError("name_taken", name=name)
 
     @staticmethod
     def _tag_kinds(session: Session, view: Sequence[Audience], exclude_id: int | None = None) -> set[str]:
@@ -417,6 +432,21 @@ def _in(table: Any, audience: Audience) -> ColumnElement[bool]:
     if audience.is_workspace:
         return table.visibility == Visibility.WORKSPACE.value
     return and_(table.visibility == Visibility.CONVERSATION.value, table.channel_id == audience.conversation_id)
+
+
+def _own(audiences: Sequence[Audience]) -> tuple[str, ...]:
+    """The conversations among `audiences` (the workspace aside)."""
+    return tuple(a.conversation_id for a in audiences if a.conversation_id is not None)
+
+
+def _not_hidden(table: Any, own: Sequence[str]) -> ColumnElement[bool]:
+    """Rows of `table` not written in a stored conversation that is not public, unless in one of `own`: a memo kept
+    for the workspace from a channel since turned private is that channel's alone, though the narrowing may not
+    have reached it yet (the rule of `Memo.visible_in`)."""
+    channel = table.channel_id
+    # correlated, one key lookup a row: a NOT IN built the set of every DM anew at each of a prompt's reads
+    hidden = exists(NOT_PUBLIC_IDS.where(NOT_PUBLIC_IDS.selected_columns.id == channel))
+    return or_(channel.is_(None), *([channel.in_(own)] if own else []), ~hidden)
 
 
 def _seen(query: Any, audiences: Audiences, *, removed: bool = False, shadow: bool = True) -> Any:
@@ -509,6 +539,8 @@ def _seen_clause(audiences: tuple[Audience, ...] | None, removed: bool, shadow: 
     allowed: list[ColumnElement[bool]] = []
     for i, audience in enumerate(audiences):
         clause = _in(MemoRow, audience)
+        if audience.is_workspace:
+            clause = and_(clause, _not_hidden(MemoRow, _own(audiences)))
         if shadow and not removed and i:
             taken = (
                 select(nearer.id)

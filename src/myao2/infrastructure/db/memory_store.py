@@ -284,9 +284,11 @@ _CHANNELS = ChannelRow.__table__  # type: ignore[attr-defined]
 _CHANNEL_SCOPE = "channel:"
 _ABOUT_A_CHANNEL = _MEMORIES.c.scope.startswith(_CHANNEL_SCOPE)
 _HEARD = _CHANNELS.alias("heard")
+NOT_PUBLIC_IDS = core_select(_HEARD.c.id).where(_HEARD.c.kind != ChannelKind.PUBLIC.value)
+"""The ids of the stored conversations that are not public: each keeps to itself (`visibility.not_public`)."""
 NOT_PUBLIC = (
     core_select(func.aggregate_strings(_HEARD.c.id, " ").label("not_public"))
-    .where(_HEARD.c.kind != ChannelKind.PUBLIC.value)
+    .where(NOT_PUBLIC_IDS.whereclause)
     .subquery("not_public")
 )
 """One row: the ids of the stored conversations that are not public, space-separated (NULL for none), joined to what
