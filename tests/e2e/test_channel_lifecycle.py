@@ -23,7 +23,7 @@ from tests.fakes.openai_server import Text, ToolCall, ToolCalls
 from tests.fakes.slack_server import FakeSlack
 
 PLANS = "CPLANS"
-AWAY = 10.0
+AWAY = 20.0
 """The wait before a judgment in the test of a channel the bot was removed from."""
 
 
