@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import sqlite3
 import threading
@@ -107,6 +108,31 @@ def test_a_connection_dropped_after_slack_took_the_answer_gives_one_answer(
     assert [p["ts"] for p in answers_to(slack, ts)] == [answer]
     assert [m for m, _ in slack.web_calls].count(method) == 1  # looked up, not sent again
     assert all(not s["streaming"] for s in slack.streams) and len(llm.requests) == 1
+    assert bot.stop() == 0
+
+
+def test_two_mentions_in_a_thread_whose_streams_started_unheard_are_each_answered_whole_by_their_own(
+    bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
+) -> None:
+    bot.settings.update(QUICK_RETRIES)
+
+    def answer(request: dict) -> Text:
+        return Text("The answer to the second one." if "second one" in json.dumps(request) else "The answer to the first one.", pieces=3)
+
+    llm.set_responder(answer)
+    bot.start()
+    slack.inject_drop("chat.startStream", times=2)  # both streams start in Slack, neither ts is heard
+    first = mention(slack, "the first one?")
+    slack.wait_for(lambda: slack.streams, what="the first answer's stream")  # its prompt is read: no second one
+    second = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> and the second one?", thread_ts=first)
+
+    wait_until(lambda: settled(bot, first) and settled(bot, second), what="both claims settled")
+    time.sleep(2.5)  # a retry round more: room for a second answer or an apology to show up
+    texts = {m["ts"]: m["text"] for m in slack.messages(GENERAL) if m.get("user") == slack.bot_user_id}
+    assert texts == {settled(bot, first): "The answer to the first one.", settled(bot, second): "The answer to the second one."}
+    assert [p["ts"] for p in answers_to(slack, first)] == [settled(bot, first)]
+    assert [p["ts"] for p in answers_to(slack, second)] == [settled(bot, second)]
+    assert all(not s["streaming"] for s in slack.streams) and len(slack.streams) == 2
     assert bot.stop() == 0
 
 

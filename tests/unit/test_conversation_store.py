@@ -390,7 +390,7 @@ def test_an_answer_started_but_never_settled_is_unfinished(store: SqlConversatio
     assert store.known_answers("C9", [ts(1)]) == set() and store.known_answers("C1", []) == set()
 
 
-def test_an_answer_another_replica_shows_with_no_ts_yet_is_found_in_its_thread_only(
+def test_answers_showing_with_no_ts_yet_are_found_in_their_thread_only_with_their_holders(
     store: SqlConversationStore,
 ) -> None:
     store.save_message(msg(0, "question"))
@@ -398,19 +398,33 @@ def test_an_answer_another_replica_shows_with_no_ts_yet_is_found_in_its_thread_o
     store.save_message(msg(2, "a third"))
     for n in (0, 1, 2):
         store.claim("C1", ts(n), holder="r2")
-    assert not store.showing_unheard_elsewhere("C1", ts(1), ts(0), holder="r1")  # nothing shows yet
+    assert store.showing_unheard_beside("C1", ts(1), ts(0)) == set()  # nothing shows yet
 
     assert store.begin_showing("C1", ts(0), holder="r2")
-    assert store.showing_unheard_elsewhere("C1", ts(1), ts(0), holder="r1")
-    assert not store.showing_unheard_elsewhere("C1", ts(0), ts(0), holder="r1")  # its own
-    assert not store.showing_unheard_elsewhere("C1", ts(1), ts(0), holder="r2")  # this replica's
-    assert not store.showing_unheard_elsewhere("C1", ts(1), ts(0), holder=None)  # one process
-    assert not store.showing_unheard_elsewhere("C1", ts(1), ts(2), holder="r1")  # another thread
-    assert not store.showing_unheard_elsewhere("C9", ts(1), ts(0), holder="r1")
-    assert store.showing_unheard_elsewhere("C1", ts(1), None, holder="r1")  # top-level: the channel's
+    assert store.showing_unheard_beside("C1", ts(1), ts(0)) == {"r2"}
+    assert store.showing_unheard_beside("C1", ts(0), ts(0)) == set()  # its own
+    assert store.showing_unheard_beside("C1", ts(1), ts(2)) == set()  # another thread
+    assert store.showing_unheard_beside("C9", ts(1), ts(0)) == set()
+    assert store.showing_unheard_beside("C1", ts(1), None) == {"r2"}  # top-level: the channel's
+    store.save_message(msg(3, "one more", thread_ts=ts(0)))
+    store.claim("C1", ts(3))  # one process: nobody's
+    assert store.begin_showing("C1", ts(3))
+    assert store.showing_unheard_beside("C1", ts(1), ts(0)) == {"r2", None}
 
     store.start_answer("C1", ts(0), ts(5), holder="r2")
-    assert not store.showing_unheard_elsewhere("C1", ts(1), ts(0), holder="r1")  # its ts is known now
+    store.start_answer("C1", ts(3), ts(6))
+    assert store.showing_unheard_beside("C1", ts(1), ts(0)) == set()  # their ts are known now
+
+
+def test_the_digest_of_a_start_left_unanswered_is_kept_with_the_unfinished_answer(store: SqlConversationStore) -> None:
+    store.save_message(msg(0, "question"))
+    store.claim("C1", ts(0), holder="r1")
+    assert store.begin_showing("C1", ts(0), holder="r1")
+    assert not store.note_unheard_start("C1", ts(0), "d" * 32, holder="r2")  # not r2's
+    assert store.unfinished_answer("C1", ts(0)) == Unfinished(None, True, None)
+
+    assert store.note_unheard_start("C1", ts(0), "d" * 32, holder="r1")
+    assert store.unfinished_answer("C1", ts(0)) == Unfinished(None, True, "d" * 32)
 
 
 def test_writes_together_are_committed_once_or_not_at_all(store: SqlConversationStore, engine: Engine) -> None:

@@ -58,8 +58,8 @@ class FakeChat:
         self.lookups += 1
         return self.answers.get((channel_id, ts))
 
-    async def unmarked_posts(self, channel_id: str, ts: str, thread_ts: str | None) -> list[str]:
-        return []  # every post here is an answer, marked
+    async def unmarked_posts(self, channel_id: str, ts: str, thread_ts: str | None) -> dict[str, str]:
+        return {}  # every post here is an answer, marked
 
     async def react(self, channel_id: str, ts: str, emoji: str) -> None:
         self.reactions.append(ts)

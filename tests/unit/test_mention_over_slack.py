@@ -150,11 +150,13 @@ async def test_a_stream_slack_started_while_the_connection_dropped_is_found_and_
     world: World,
 ) -> None:
     message = world.mention()
+    await world.gateway.post("C1", "an unasked remark", message.ts)  # the bot's, marked as no answer: not it
     world.slack.inject_drop("chat.startStream")  # started in Slack, the connection dropped before it answered
 
     await world.answer(message)
     [stream] = world.slack.streams  # not sent again: a second stream would be a second answer
     assert not stream["streaming"] and world.slack.messages("C1")[-1]["text"] == "answer 1"  # whole, no apology
+    assert [m["text"] for m in world.slack.messages("C1")] == ["<@UBOT> hello?", "an unasked remark", "answer 1"]
     assert world.slack.messages("C1")[-1]["metadata"]["event_payload"] == {"answers": message.ts}
     assert answered(world, message) == [(stream["ts"], True)] and world.writer.calls == 1
     assert await world.retry_after(3600) == 0
@@ -184,15 +186,38 @@ async def test_two_answers_in_a_thread_whose_streams_started_unheard_each_show_a
 
     await world.answer(first)
     await world.answer(second)
-    # Were they left to their retries, the second would be taken up first (the first's due an hour later).
-    world.store.next_attempt("C1", first.ts, 1, world.clock.now() + timedelta(hours=1))
+    # Were they left to their retries, the second would be taken up first (the first's due a minute later).
+    world.store.next_attempt("C1", first.ts, 1, world.clock.now() + timedelta(minutes=1))
     await world.retry_after(10)
-    await world.retry_after(7200)
+    await world.retry_after(60)
 
     one, two = world.slack.streams
     texts = {m["ts"]: m["text"] for m in world.slack.messages("C1")}
     assert (texts[one["ts"]], texts[two["ts"]]) == ("answer 1", "answer 2")
     assert answered(world, first) == [(one["ts"], True)] and answered(world, second) == [(two["ts"], True)]
+
+
+async def test_two_answers_in_a_thread_whose_streams_were_not_found_at_once_are_each_ended_as_their_own(
+    world: World,
+) -> None:
+    first = world.mention()
+    second = world.mention_in(first.ts)
+    world.slack.inject_drop("chat.startStream", times=2)  # both started in Slack, neither ts heard
+    world.slack.inject_server_error("conversations.replies", 500, times=8)  # nor found at once: past 2 lookups
+
+    await world.answer(first)
+    await world.answer(second)
+    one, two = world.slack.streams
+    assert one["streaming"] and two["streaming"] and answered(world, second) == [(None, False)]
+    # The second is taken up first (the first's retry is due a minute later): each finds its own stream.
+    world.store.next_attempt("C1", first.ts, 1, world.clock.now() + timedelta(minutes=1))
+    assert await world.retry_after(10) == 1
+    assert await world.retry_after(60) == 1
+
+    texts = {m["ts"]: m["text"] for m in world.slack.messages("C1")}
+    assert (texts[one["ts"]], texts[two["ts"]]) == (f"answer 1\n\n{APOLOGY}", f"answer 2\n\n{APOLOGY}")
+    assert answered(world, first) == [(one["ts"], True)] and answered(world, second) == [(two["ts"], True)]
+    assert len(world.slack.streams) == 2 and world.writer.calls == 2
 
 
 async def test_a_message_of_the_bot_that_is_no_open_stream_is_not_taken_for_the_answer(world: World) -> None:

@@ -241,14 +241,15 @@ async def test_the_bots_posts_marked_as_no_answer_are_listed_oldest_first(fake: 
     started = await gateway._client.chat_startStream(
         channel="C1", thread_ts=question, recipient_user_id="U1", recipient_team_id="T1", markdown_text="Half"
     )
-    assert await gateway.unmarked_posts("C1", question, question) == [early, unmarked, started["ts"]]
-    assert await gateway.unmarked_posts("C1", later, question) == [unmarked, started["ts"]]
+    posts = await gateway.unmarked_posts("C1", question, question)
+    assert list(posts.items()) == [(early, "not an answer"), (unmarked, "not an answer either"), (started["ts"], "Half")]
+    assert list(await gateway.unmarked_posts("C1", later, question)) == [unmarked, started["ts"]]
 
     await gateway.post("D1", "before", None)
     in_dm = fake.post_message("D1", "U1", "hi", emit=False)
-    assert await gateway.unmarked_posts("D1", in_dm, None) == []
+    assert await gateway.unmarked_posts("D1", in_dm, None) == {}
     reply = await gateway.post("D1", "hello", None)
-    assert await gateway.unmarked_posts("D1", in_dm, None) == [reply]
+    assert await gateway.unmarked_posts("D1", in_dm, None) == {reply: "hello"}
 
 
 @pytest.mark.parametrize("error", ["not_in_channel", "channel_not_found"])

@@ -17,7 +17,7 @@ from myao2.application.context import ContextBuilder, StoredContext
 from myao2.application.conversations import Conversations
 from myao2.application.locks import KeyedLocks
 from myao2.application.reply_stream import ReplyDeferred, ReplyDone, ReplyStream, ReplyWithdrawn, TextDelta
-from myao2.domain.answers import PendingAnswer, RetryPolicy
+from myao2.domain.answers import PendingAnswer, RetryPolicy, words_digest
 from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Message
 from myao2.domain.memo import Origin
 from myao2.domain.ports import ChatPlatform, Clock, ConversationClosed, ConversationStore
@@ -306,9 +306,11 @@ class AnswerMention:
                 message.channel_id, unfinished.ts, reply_thread, self._settings.apology, answering=message.ts
             )
             return unfinished.ts
-        return await self._unheard_answer(message, reply_thread) if unfinished.showing else None
+        if not unfinished.showing:
+            return None
+        return await self._unheard_answer(message, reply_thread, unfinished.unheard_start)
 
-    async def _unheard_answer(self, message: Message, reply_thread: str | None) -> str | None:
+    async def _unheard_answer(self, message: Message, reply_thread: str | None, start: str | None) -> str | None:
         """The ts of an answer an earlier attempt began to stream but never heard the ts of (the bot died, or the
         call starting the stream went unanswered and its stream was not found at once, see `_unheard`); it is
         ended with the apology. None: none found.
@@ -317,7 +319,7 @@ class AnswerMention:
         Slack already ended (expired) is not taken for it: the answer is then written again, two messages
         rather than none.
         """
-        for ts in await self._unheard(message, reply_thread):
+        for ts in await self._unheard(message, reply_thread, start):
             if await self._conversations.finish(
                 message.channel_id, ts, reply_thread, self._settings.apology, answering=message.ts
             ):
@@ -330,27 +332,58 @@ class AnswerMention:
                 return ts
         return None
 
-    async def _unheard(self, message: Message, reply_thread: str | None) -> list[str]:
+    async def _started_unheard(self, message: Message, reply_thread: str | None, sent: str) -> list[str]:
+        """`Unheard` for the answer to `message`: the call starting its stream, sent `sent`, went unanswered.
+
+        What it was sent is noted first (as a digest), for the next attempt to tell the stream by, should it not
+        be found now.
+        """
+        start = words_digest(sent)
+        await asyncio.to_thread(
+            self._store.note_unheard_start, message.channel_id, message.ts, start, holder=self._replica
+        )
+        return await self._unheard(message, reply_thread, start, strict=True)
+
+    async def _unheard(
+        self, message: Message, reply_thread: str | None, start: str | None, *, strict: bool = False
+    ) -> list[str]:
         """The messages that may be a stream of the answer to `message` whose ts an attempt never heard, oldest
         first.
 
-        chat.startStream takes no metadata, so the stream is told from the bot's other messages by where it is:
-        after `message` in its thread, marked as no message's answer and recorded as none's. None is offered
-        while another replica may be streaming in the thread a message whose ts it has not recorded yet (it has
-        just started): that could be its answer.
+        chat.startStream takes no metadata, so the stream is told from the bot's other messages by where it is,
+        after `message` in its thread, marked as no message's answer and recorded as none's, and, when an attempt
+        noted what the call starting it was sent (`start`, a `words_digest`), by showing just that. Only such
+        messages are offered then, if any do (or if `strict`): those of other answers in the thread whose ts went
+        unheard too are told apart so. Without `start`, none is offered while another answer in the thread may
+        be streaming with its ts unheard: which is whose could not be told (two messages rather than another's
+        taken). Nor is any while another replica may be streaming there a message whose ts it has not recorded
+        yet (it has just started): that could be its answer.
         """
-        if await asyncio.to_thread(
-            self._store.showing_unheard_elsewhere, message.channel_id, message.ts, reply_thread, holder=self._replica
-        ):
+        beside = await asyncio.to_thread(
+            self._store.showing_unheard_beside, message.channel_id, message.ts, reply_thread
+        )
+        if self._replica is not None and beside - {None, self._replica}:
             logger.warning(
                 "answer to %s/%s may be streaming unheard, but so may another replica's answer there: written again",
                 message.channel_id,
                 message.ts,
             )
-            return []  # which stream is whose cannot be told: two messages rather than another's taken
+            return []
         posts = await self._chat.unmarked_posts(message.channel_id, message.ts, reply_thread)
         known = await asyncio.to_thread(self._store.known_answers, message.channel_id, posts)
-        return [ts for ts in posts if ts not in known]
+        found = {ts: text for ts, text in posts.items() if ts not in known}
+        if start is not None:
+            showing = [ts for ts, text in found.items() if words_digest(text) == start]
+            if showing or strict or beside:
+                return showing
+        elif beside:
+            logger.warning(
+                "answer to %s/%s may be streaming unheard, as may another answer there: written again",
+                message.channel_id,
+                message.ts,
+            )
+            return []
+        return list(found)  # told by where it is alone (Slack may show the words it was sent otherwise)
 
     async def _publish(
         self,
@@ -383,7 +416,7 @@ class AnswerMention:
                 self._settings.apology,
                 answering=message.ts,
                 started=started,
-                unheard=lambda: self._unheard(message, reply_thread),
+                unheard=lambda sent: self._started_unheard(message, reply_thread, sent),
                 stored=lambda answer_ts: self._settle(message, answer_ts),
             )
 

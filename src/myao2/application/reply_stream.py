@@ -55,10 +55,10 @@ class PublishedReply:
 
 Started = Callable[[str], Awaitable[None]]
 """Told the ts of a reply as soon as it shows in the conversation."""
-Unheard = Callable[[], Awaitable[list[str]]]
-"""Asked, when the call that starts showing a reply went unanswered (its connection dropped, or it timed out)
-although the chat may have taken it, for the messages that may be the reply, oldest first; empty when none may
-be taken for it."""
+Unheard = Callable[[str], Awaitable[list[str]]]
+"""Told the text that the call starting to show a reply was sent, when it went unanswered (its connection dropped,
+or it timed out) although the chat may have taken it: the messages that may be the reply and show just that
+text, oldest first; empty when none may be taken for it."""
 
 
 class ReplyHeldBack(Exception):
@@ -94,8 +94,8 @@ class ReplyPublisher(Protocol):
 
         `answering` (a message ts) marks the message as its answer, once it is complete.
         `started` is awaited with the message's ts as soon as it shows. `unheard` offers the messages that may
-        be the reply when the call starting it went unanswered: the one showing just what that call sent is
-        taken for it, and the reply goes on there. When the stream
+        be the reply when the call starting it went unanswered: the newest is taken for it, and the reply goes
+        on there. When the stream
         fails (ModelUnavailable or any other error but `ReplyHeldBack`), the message
         ends with what was written and `apology`, or is `apology` alone.
         """

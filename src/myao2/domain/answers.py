@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -43,7 +44,15 @@ class PendingAnswer:
 @dataclass(frozen=True)
 class Unfinished:
     """How far an unsettled answer got: `ts`, the message it shows as, once Slack told it; `showing`, whether an
-    attempt began to show it (Slack may then hold a message of it whose ts the bot never heard)."""
+    attempt began to show it (Slack may then hold a message of it whose ts the bot never heard); `unheard_start`,
+    the `words_digest` of what a call starting it was sent that went unanswered (the message then shows just
+    that), if one did."""
 
     ts: str | None
     showing: bool
+    unheard_start: str | None = None
+
+
+def words_digest(text: str) -> str:
+    """What tells a message by its text without keeping the text: a digest of it, spaces around it left out."""
+    return hashlib.sha256(text.strip().encode()).hexdigest()[:32]

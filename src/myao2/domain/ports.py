@@ -378,10 +378,18 @@ class ConversationStore(Protocol):
         when it is settled (or the message was never claimed)."""
         ...
 
-    def showing_unheard_elsewhere(self, channel_id: str, ts: str, thread_ts: str | None, *, holder: str | None) -> bool:
-        """Whether another replica than `holder` began to show the answer to a message other than `ts` in thread
-        `thread_ts` (None: the channel's top level) and recorded no ts for it yet: a stream of its may be about to
-        be recorded, not to be told from one whose ts was never heard."""
+    def note_unheard_start(self, channel_id: str, ts: str, digest: str, *, holder: str | None = None) -> bool:
+        """A call starting to show the answer went unanswered, and its message was not found at once: `digest`
+        (`words_digest`) tells it by what the call was sent, for the next attempt (`Unfinished.unheard_start`).
+
+        False, and nothing recorded, when the answer is settled or no longer `holder`'s.
+        """
+        ...
+
+    def showing_unheard_beside(self, channel_id: str, ts: str, thread_ts: str | None) -> set[str | None]:
+        """The holders (None: nobody's) of the unsettled answers to messages other than `ts` in thread `thread_ts`
+        (None: the channel's top level) that began to show with no ts recorded yet: a stream of theirs may be
+        about to be recorded (another replica's, just started), or its ts never heard, as this one's may be."""
         ...
 
     def known_answers(self, channel_id: str, ts: Iterable[str]) -> set[str]:
@@ -471,9 +479,9 @@ class ChatPlatform(Protocol):
         """The ts of the bot's answer to message `ts`, posted in `thread_ts` (None: the channel), if any."""
         ...
 
-    async def unmarked_posts(self, channel_id: str, ts: str, thread_ts: str | None) -> list[str]:
-        """The ts of the bot's messages after message `ts` in `thread_ts` (None: the channel) that are marked as no
-        message's answer, oldest first: among them a streamed answer whose ts the bot never heard."""
+    async def unmarked_posts(self, channel_id: str, ts: str, thread_ts: str | None) -> dict[str, str]:
+        """The bot's messages after message `ts` in `thread_ts` (None: the channel) that are marked as no message's
+        answer, oldest first, ts to text: among them a streamed answer whose ts the bot never heard."""
         ...
 
     async def react(self, channel_id: str, ts: str, emoji: str) -> None: ...

@@ -457,27 +457,30 @@ class SqlConversationStore:
         with writing(self._engine) as connection:
             return connection.execute(_START_ANSWER, values).rowcount == 1
 
+    def note_unheard_start(self, channel_id: str, ts: str, digest: str, *, holder: str | None = None) -> bool:
+        values = {"claim_channel": channel_id, "claim_ts": ts, "digest": digest, "claim_holder": holder}
+        with writing(self._engine) as connection:
+            return connection.execute(_NOTE_UNHEARD_START, values).rowcount == 1
+
     def unfinished_answer(self, channel_id: str, ts: str) -> Unfinished | None:
         with reading(self._engine) as connection:
             row = connection.execute(
-                core_select(_CLAIMS.c.answer_ts, _CLAIMS.c.showing).where(
+                core_select(_CLAIMS.c.answer_ts, _CLAIMS.c.showing, _CLAIMS.c.unheard_start).where(
                     *_claim_key(channel_id, ts), _CLAIMS.c.settled_at.is_(None)
                 )
             ).first()
-        return None if row is None else Unfinished(row[0], bool(row[1]))
+        return None if row is None else Unfinished(row[0], bool(row[1]), row[2])
 
-    def showing_unheard_elsewhere(self, channel_id: str, ts: str, thread_ts: str | None, *, holder: str | None) -> bool:
-        if holder is None:
-            return False  # one process: answers in one thread are written one after another
+    def showing_unheard_beside(self, channel_id: str, ts: str, thread_ts: str | None) -> set[str | None]:
         in_thread = (
             col(MessageRow.thread_ts).is_(None)
             if thread_ts is None
             else func.coalesce(MessageRow.thread_ts, MessageRow.ts) == thread_ts
         )
         with reading(self._engine) as connection:
-            return (
+            return set(
                 connection.execute(
-                    core_select(_CLAIMS.c.ts)
+                    core_select(_CLAIMS.c.holder)
                     .join(MessageRow, (MessageRow.channel_id == _CLAIMS.c.channel_id) & (MessageRow.ts == _CLAIMS.c.ts))
                     .where(
                         _CLAIMS.c.channel_id == channel_id,
@@ -485,13 +488,10 @@ class SqlConversationStore:
                         _CLAIMS.c.showing.is_(True),
                         _CLAIMS.c.answer_ts.is_(None),
                         _CLAIMS.c.settled_at.is_(None),
-                        _CLAIMS.c.holder.is_not(None),
-                        _CLAIMS.c.holder != holder,
                         in_thread,
                     )
-                    .limit(1)
-                ).first()
-                is not None
+                    .distinct()
+                ).scalars()
             )
 
     def known_answers(self, channel_id: str, ts: Iterable[str]) -> set[str]:
@@ -609,6 +609,9 @@ _HELD_HERE = (*_THIS_CLAIM, _CLAIMS.c.holder.is_not_distinct_from(bindparam("cla
 """The claim, held by `holder` still: one taken over while its holder stalled is no longer changed by it."""
 _HELD = core_select(_CLAIMS.c.ts).where(*_HELD_HERE, _CLAIMS.c.settled_at.is_(None))
 _BEGIN_SHOWING = update(_CLAIMS).where(*_HELD_HERE, _CLAIMS.c.settled_at.is_(None)).values(showing=True)
+_NOTE_UNHEARD_START = (
+    update(_CLAIMS).where(*_HELD_HERE, _CLAIMS.c.settled_at.is_(None)).values(unheard_start=bindparam("digest"))
+)
 _START_ANSWER = update(_CLAIMS).where(*_HELD_HERE, _CLAIMS.c.settled_at.is_(None)).values(answer_ts=bindparam("answer"))
 _SETTLE = update(_CLAIMS).where(*_HELD_HERE).values(answer_ts=bindparam("answer"), settled_at=bindparam("at"))
 

@@ -141,6 +141,9 @@ class ClaimRow(SQLModel, table=True):
     showing: bool = Field(default=False, sa_column=Column(Boolean, nullable=False, server_default=false()))
     """An attempt began to show the answer (set before its first words go to Slack); with no `answer_ts`, Slack
     may hold a message of it whose ts the bot never heard."""
+    unheard_start: str | None = Field(default=None, max_length=64)
+    """The digest of the words a chat.startStream was sent that went unanswered, its stream not found at once
+    (`answers.words_digest`): the next attempt takes the message showing just them for it."""
     settled_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime, nullable=True))
     holder: str | None = Field(default=None, max_length=64)
     """The replica whose attempt it is (see `LeaseRow`); None: nobody's (never retried, or released)."""

@@ -56,8 +56,8 @@ class PlaygroundChat:
     async def answer_ts(self, channel_id: str, ts: str, thread_ts: str | None) -> str | None:
         return None  # every answer is composed in this process, which records it when it shows
 
-    async def unmarked_posts(self, channel_id: str, ts: str, thread_ts: str | None) -> list[str]:
-        return []  # a reply's ts is made here, never left unheard
+    async def unmarked_posts(self, channel_id: str, ts: str, thread_ts: str | None) -> dict[str, str]:
+        return {}  # a reply's ts is made here, never left unheard
 
     async def react(self, channel_id: str, ts: str, emoji: str) -> None:
         return None

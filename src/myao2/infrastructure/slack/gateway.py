@@ -172,10 +172,11 @@ class SlackGateway:
                 return str(raw.get("text") or "")
         return None
 
-    async def unmarked_posts(self, channel_id: str, ts: str, thread_ts: str | None) -> list[str]:
-        """The bot's posts after `ts` in the thread or the channel marked as no message's answer, oldest first."""
-        unmarked = [str(raw["ts"]) async for raw in self._own_posts_after(channel_id, ts, thread_ts) if _answered(raw) is None]
-        return sorted(unmarked, key=Decimal)
+    async def unmarked_posts(self, channel_id: str, ts: str, thread_ts: str | None) -> dict[str, str]:
+        """The bot's posts after `ts` in the thread or the channel marked as no message's answer, oldest first, ts to
+        text."""
+        unmarked = [raw async for raw in self._own_posts_after(channel_id, ts, thread_ts) if _answered(raw) is None]
+        return {str(raw["ts"]): str(raw.get("text") or "") for raw in sorted(unmarked, key=lambda raw: Decimal(raw["ts"]))}
 
     async def _own_posts_after(self, channel_id: str, ts: str, thread_ts: str | None) -> AsyncIterator[dict[str, Any]]:
         """The bot's messages after `ts` in the thread `thread_ts` (None: the channel), with their metadata;

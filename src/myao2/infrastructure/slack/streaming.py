@@ -317,19 +317,18 @@ class _Stream:
 
     async def _started_unheard(self, sent: str) -> str | None:
         """The ts of the stream that a chat.startStream left unanswered started with `sent`, if found: the newest
-        of the messages `unheard` offers that shows just `sent` (no other call went to it since it started), which
-        the reply then goes on in. None when none does (nor when `sent` is no text to tell it by)."""
+        of the messages `unheard` offers (they show just `sent`: no other call went to it since it started),
+        which the reply then goes on in. None when none is (nor when `sent` is no text to tell it by)."""
         if self._unheard is None or not sent.strip():
             return None
         try:
-            for ts in reversed(await self._unheard()):
-                shown = await self._owner._chat.posted_text(self._channel.id, ts, self._thread_ts)
-                if shown is not None and shown.strip() == sent.strip():
-                    logger.warning("streamed reply %s found started, its start unanswered: it goes on there", ts)
-                    return ts
+            found = await self._unheard(sent)
         except Exception as exc:  # noqa: BLE001 - the store or Slack: the next attempt looks again
             logger.warning("could not look for a streamed reply started unanswered: %s", describe(exc))
-        return None
+            return None
+        if found:
+            logger.warning("streamed reply %s found started, its start unanswered: it goes on there", found[-1])
+        return found[-1] if found else None
 
     def _recipients(self) -> dict[str, str]:
         """Who the stream answers: required outside DMs, left out in a DM."""
