@@ -290,6 +290,13 @@ def test_yaml_errors_give_the_line_without_the_text(tmp_path: Path) -> None:
     assert "Traceback" not in message
 
 
+@pytest.mark.parametrize("nested", ["[" * 60_000 + "]" * 60_000, "- " * 60_000 + "x"])
+def test_collections_nested_absurdly_deep_give_an_error_not_a_crash(tmp_path: Path, nested: str) -> None:
+    # libyaml's composer recursed in C (the process died of a segmentation fault), PyYAML's in Python (RecursionError).
+    with pytest.raises(ConfigError, match=r"invalid YAML at line 3, column \d+: collections nested deeper than 100"):
+        load_text(tmp_path, f"slack:\n  bot_token:\n    {nested}\n")
+
+
 def test_top_level_must_be_a_mapping(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="mapping"):
         load_text(tmp_path, "- a\n- b\n")
