@@ -144,12 +144,14 @@ class NotebookTools:
 
     def restore(self, name: str) -> dict[str, Any]:
         name = lookup_name(name)
-        memo = self._nearest(lambda audience: self._notebook.restore(name, audience=audience))
+        reader = self._scope.reader
+        memo = self._nearest(lambda audience: self._notebook.restore(name, audience=audience, reader=reader))
         return self._data(memo, self._pinned())
 
     def history(self, name: str) -> dict[str, Any]:
         name = lookup_name(name)
-        revisions = self._nearest(lambda audience: self._app.memos.history(name, audience=audience))
+        reader = self._scope.reader
+        revisions = self._nearest(lambda audience: self._app.memos.history(name, audience=audience, reader=reader))
         return {"revisions": [_revision(r) for r in revisions]}
 
     async def preview(self, role: str, channel: str, thread: str | None, as_user: str | None) -> dict[str, Any]:

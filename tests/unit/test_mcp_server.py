@@ -9,6 +9,8 @@ from typing import Any
 from mcp.client import Client
 
 from myao2.composition import Application
+from myao2.domain.conversation import Channel, ChannelKind
+from myao2.domain.memo import MemoDraft, Origin
 from myao2.mcp_server import Scope, build_server
 from tests.unit.test_preview import BOT, DM, GENERAL, app  # noqa: F401  (a fixture)
 
@@ -100,3 +102,33 @@ def test_a_list_offset_past_the_largest_is_refused_by_the_tools_schema(app: Appl
     assert failed and "1000000" in refusal and "OverflowError" not in refusal
     failed, page = call(app, Scope(), "list_memo", {"offset": 1_000_000})
     assert not failed and page["memos"] == []
+
+
+def test_a_memo_of_a_channel_stored_as_private_is_that_channels_alone_before_the_narrowing(
+    app: Application,  # noqa: F811
+) -> None:
+    plans = Origin("CPLANS", channel_private=False)
+    app.conversations.save_channel(Channel("CPLANS", "plans"))
+    app.memos.add(MemoDraft.create("offsite", "canary-offsite in Hakone", 5), plans, "test")
+    app.memos.add(MemoDraft.create("launch", "canary-launch in June", 5), plans, "test")
+    app.memos.remove("launch", None, "test")
+    app.conversations.set_channel_kind("CPLANS", ChannelKind.PRIVATE)  # its memos not narrowed yet
+
+    for tool, arguments in [
+        ("get_memo", {"memo_name": "offsite"}),
+        ("list_memo", {}),
+        ("list_memo", {"removed": True}),
+        ("search_memo", {"query": "canary offsite Hakone", "limit": 5}),
+        ("memo_history", {"memo_name": "offsite"}),
+        ("memo_history", {"memo_name": "launch"}),
+        ("restore_memo", {"memo_name": "launch"}),
+    ]:
+        for scope in (Scope(), Scope(DM)):
+            _, shown = call(app, scope, tool, arguments)
+            assert "canary" not in json.dumps(shown), (tool, arguments, scope)
+    failed, added = call(app, Scope(), "add_memo", {"name": "offsite", "content": "the workspace's offsite", "priority": 3})
+    assert not failed and "canary" not in json.dumps(added)
+    failed, shown = call(app, Scope("CPLANS"), "get_memo", {"memo_name": "offsite"})
+    assert not failed and shown["content"] == "canary-offsite in Hakone"
+    failed, restored = call(app, Scope("CPLANS"), "restore_memo", {"memo_name": "launch"})
+    assert not failed and restored["content"] == "canary-launch in June"

@@ -85,9 +85,9 @@ class Notebook:
         """Mark a memo removed; `restore` brings it back."""
         return self._store.remove(name, None, self._actor, audience=audience, keep_pins=self._keep_pins)
 
-    def restore(self, name: str, *, audience: Audience | None = None) -> Memo:
-        """Bring back the most recently removed memo of that name."""
-        return self._store.restore(name, self._actor, audience=audience)
+    def restore(self, name: str, *, audience: Audience | None = None, reader: str | None = None) -> Memo:
+        """Bring back the most recently removed memo of that name (that the conversation `reader` may read, if given)."""
+        return self._store.restore(name, self._actor, audience=audience, reader=reader)
 
     def pin(self, name: str, *, audience: Audience | None = None) -> Memo:
         """Make a memo a rule: in every prompt that may see it, changed by no conversation."""

@@ -68,8 +68,17 @@ class MemoStore(Protocol):
     ) -> Memo: ...
 
     def restore(
-        self, name: str, actor: str, *, origin: Origin | None = None, audience: Audience | None = None
-    ) -> Memo: ...
+        self,
+        name: str,
+        actor: str,
+        *,
+        origin: Origin | None = None,
+        audience: Audience | None = None,
+        reader: str | None = None,
+    ) -> Memo:
+        """Bring back the most recently removed memo `name` (kept for `audience`, if given) that the conversation
+        of `origin`, else `reader`, may read (neither: a person's own view, which reads every memo)."""
+        ...
 
     def narrow(self, channel_id: str, actor: str) -> list[Memo]:
         """Memos taken in `channel_id` for the workspace become that conversation's own.
@@ -103,7 +112,10 @@ class MemoStore(Protocol):
         that are not pinned, in that order; and the newest `recent` of the others."""
         ...
 
-    def history(self, name: str, *, audience: Audience | None = None) -> list[MemoRevision]: ...
+    def history(self, name: str, *, audience: Audience | None = None, reader: str | None = None) -> list[MemoRevision]:
+        """The revisions of the memos that have borne `name`, of those kept for `audience` and that conversation
+        `reader` may read (when given), oldest first."""
+        ...
 
     def pin(self, name: str, actor: str, *, audience: Audience | None = None) -> Memo:
         """Make a memo a rule: shown in every prompt that may see it, changed by no conversation."""

@@ -136,10 +136,17 @@ class SqlMemoStore:
             return after
 
     def restore(
-        self, name: str, actor: str, *, origin: Origin | None = None, audience: Audience | None = None
+        self,
+        name: str,
+        actor: str,
+        *,
+        origin: Origin | None = None,
+        audience: Audience | None = None,
+        reader: str | None = None,
     ) -> Memo:
         with self._change() as session:
-            row = self._resolve(session, name, _reader(origin), audience, removed=True)
+            readers = _reader(origin) if origin is not None else _readable(reader)
+            row = self._resolve(session, name, readers, audience, removed=True)
             before = _to_memo(row)
             view = _view(origin, before.audience)
             self._claim(session, name, view)
@@ -263,8 +270,11 @@ class SqlMemoStore:
         memos = {memo_id: Memo.from_snapshot(after) for memo_id, after in latest.items() if after is not None}
         return {memo_id: memo for memo_id, memo in memos.items() if not memo.removed}
 
-    def history(self, name: str, *, audience: Audience | None = None) -> list[MemoRevision]:
-        """Every revision of every memo that has borne `name` (kept for `audience`, if given), oldest first."""
+    def history(
+        self, name: str, *, audience: Audience | None = None, reader: str | None = None
+    ) -> list[MemoRevision]:
+        """Every revision of every memo that has borne `name` (kept for `audience`, if given, and that conversation
+        `reader` may read now, if given), oldest first."""
         with Session(self._engine) as session:
             ids = session.exec(select(MemoRow.id).where(MemoRow.name == name)).all()
             named = session.exec(
@@ -276,6 +286,10 @@ class SqlMemoStore:
                     select(MemoRow.id).where(col(MemoRow.id).in_(memo_ids), _in(MemoRow, audience))
                 ).all()
                 memo_ids = set(kept)
+            if reader is not None:
+                readers = _audiences(reader)
+                seen = or_(_seen_clause(readers, False, False), _seen_clause(readers, True, False))
+                memo_ids = set(session.exec(select(MemoRow.id).where(col(MemoRow.id).in_(memo_ids), seen)).all())
             if not memo_ids:
                 raise MemoError("unknown_name", name=name)
             rows = session.exec(
