@@ -98,6 +98,7 @@ class MessageHit:
 
 
 Hits = TypeVar("Hits", bound=list)
+Hit = TypeVar("Hit", MemoHit, NoteHit)
 
 
 def _traced(name: str) -> Callable[[Callable[..., Hits]], Callable[..., Hits]]:
@@ -147,23 +148,26 @@ class Search:
         text, count = validate(query, limit)
         self._index.catch_up()
 
-        readable = _kept_for(reader)
-        hidden = not_public(self._conversations.channels())
         # The index knows a memo's audience, not its channel: some found may be of a channel no longer public.
-        wanted = count * 4 if hidden else count
-        hits = self._index.search("memo", text, readable, _seconds(before), wanted)
-        ids = [hit.ref_id for hit in hits]
-        memos = self._memos.by_ids(ids)
-        then = memos if before is None else self._memos.as_of(ids, before)
-        found = []
-        for hit in hits:
-            memo, shown = memos.get(hit.ref_id), then.get(hit.ref_id)
-            # Checked now and then: a memo's audience only ever narrows, and the narrower holds.
-            if memo is None or shown is None or memo.removed:
-                continue
-            if memo.visible_in(reader, hidden) and shown.visible_in(reader, hidden):
-                found.append(MemoHit(shown, hit.score))
-        return found[:count]
+        hidden = not_public(self._conversations.channels())
+
+        def memo_hits(found: list) -> tuple[list[MemoHit], bool]:
+            ids = [hit.ref_id for hit in found]
+            memos = self._memos.by_ids(ids)
+            then = memos if before is None else self._memos.as_of(ids, before)
+            hits, hid = [], False
+            for hit in found:
+                memo, shown = memos.get(hit.ref_id), then.get(hit.ref_id)
+                if memo is None or shown is None or memo.removed:
+                    continue
+                # Checked now and then: a memo's audience only ever narrows, and the narrower holds.
+                if memo.visible_in(reader, hidden) and shown.visible_in(reader, hidden):
+                    hits.append(MemoHit(shown, hit.score))
+                else:
+                    hid = True
+            return hits, hid
+
+        return self._best("memo", text, _kept_for(reader), _seconds(before), count, count, memo_hits)[:count]
 
     @_traced("search.messages")
     def messages(
@@ -280,8 +284,8 @@ class Search:
         seconds: float | None,
         wanted: int,
         count: int,
-        judged: Callable[[list], tuple[list[NoteHit], bool]],
-    ) -> list[NoteHit]:
+        judged: Callable[[list], tuple[list[Hit], bool]],
+    ) -> list[Hit]:
         """The hits of `kind` that `judged` keeps, scored by what the reader may read (and whether it left one
         out or scored one again for what the reader may not read). When it did, at least the best `count` when
         there are so many: the index is asked for more while fewer than `count` kept score at least as high as the
