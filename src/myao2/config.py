@@ -28,6 +28,8 @@ from pydantic import (
     model_validator,
 )
 
+from myao2.application.yaml_text import load_yaml
+
 logger = logging.getLogger(__name__)
 
 CONFIG_ENV_VAR = "MYAO2_CONFIG"
@@ -37,12 +39,6 @@ DATABASE_DRIVERS = ("sqlite", "postgresql+psycopg")
 """The databases memory.database_url may name (SQLAlchemy dialect+driver)."""
 AVATAR_SUFFIXES = (".svg", ".png", ".jpg", ".jpeg", ".gif", ".webp")
 """Picture files the playground can show."""
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-"""`yaml.safe_load`'s loader, parsing in C where PyYAML was built with libyaml: the pure-Python parser took ~10x
-longer over a 110-line config file, on the way to every start."""
-MAX_YAML_DEPTH = 100
-"""How deep the config file's collections may nest (a real one: 4 or 5). Deeper is refused before it is built:
-libyaml's composer recurses in C (some 30,000 levels crashed the process), PyYAML's in Python (RecursionError)."""
 
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -568,8 +564,7 @@ def _read_yaml(path: Path) -> dict[Any, Any]:
         reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
         raise ConfigError(f"cannot read config file {path}: {reason}") from None
     try:
-        _refuse_deep_nesting(text)
-        data = yaml.load(text, Loader=_YAML_LOADER)
+        data = load_yaml(text)
     except yaml.YAMLError as exc:
         raise ConfigError(_describe_yaml_error(path, exc)) from None
     if data is None:
@@ -577,21 +572,6 @@ def _read_yaml(path: Path) -> dict[Any, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections")
     return data
-
-
-def _refuse_deep_nesting(text: str) -> None:
-    """A `yaml.MarkedYAMLError` where `text`'s collections nest deeper than `MAX_YAML_DEPTH`; read by the parser
-    alone (its events), which keeps its own stack rather than recursing (~0.3 ms for a 110-line file)."""
-    depth = 0
-    for event in yaml.parse(text, Loader=_YAML_LOADER):
-        if isinstance(event, yaml.CollectionStartEvent):
-            depth += 1
-            if depth > MAX_YAML_DEPTH:
-                raise yaml.MarkedYAMLError(
-                    problem=f"collections nested deeper than {MAX_YAML_DEPTH}", problem_mark=event.start_mark
-                )
-        elif isinstance(event, yaml.CollectionEndEvent):
-            depth -= 1
 
 
 def _describe_yaml_error(path: Path, exc: yaml.YAMLError) -> str:

@@ -110,6 +110,8 @@ BAD_CONVERSATION = "conversation must be one conversation's id, such as C123 (on
         ("name: x\n---\nhi\n", "no front matter: a memo file starts with a line ---"),
         ("---\nname: x\nhi\n", "the front matter has no closing --- line"),
         ("---\nname: [x\n---\nhi\n", "the front matter is not valid YAML (line 2)"),
+        # nested absurdly deep: PyYAML's composer recursed (an uncaught RecursionError ended the whole import)
+        ("---\nname: x\ntags: " + "[" * 2000 + "]" * 2000 + "\n---\nhi\n", "the front matter is not valid YAML (line 3)"),
         ("---\n- x\n---\nhi\n", "the front matter must be a mapping of fields such as name: and tags:"),
         ("---\npriority: 3\n---\nhi\n", "the front matter has no name"),
         ("---\nname: x\ntag: [a]\n---\nhi\n", "unknown field tag (known: name, priority, tags, visibility, "

@@ -34,6 +34,7 @@ from datetime import datetime, timezone
 import yaml
 
 from myao2.application.notebook import DEFAULT_PRIORITY
+from myao2.application.yaml_text import load_yaml
 from myao2.domain.memo import Memo, MemoDraft, Visibility, memo_audience, validate_name
 from myao2.domain.visibility import Audience
 
@@ -127,7 +128,9 @@ def _lines(text: str) -> list[str]:
 
 def _load_front_matter(source: str) -> dict[str, object]:
     try:
-        front = yaml.safe_load(source)
+        # PyYAML's own parser: libyaml words some errors at other lines, and refuses escapes (a lone surrogate)
+        # that the fields' own checks word better
+        front = load_yaml(source, yaml.SafeLoader)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" (line {mark.line + 2})" if mark is not None else ""
