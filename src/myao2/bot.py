@@ -21,6 +21,7 @@ from myao2.application.mention import AnswerMention
 from myao2.application.replicas import Replica
 from myao2.composition import build_application, mention_settings
 from myao2.config import Config, ConfigError
+from myao2.domain.conversation import BotIdentity
 from myao2.domain.judgment import SkipPolicy, WaitPolicy
 from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.engine import open_database
@@ -202,7 +203,7 @@ class Bot:
         def catch_up() -> None:
             self._tasks.spawn(self._catch_up(history, lifecycle, answer))
 
-        connection = self._connection(app, health, catch_up, web)
+        connection = self._connection(app, identity, health, catch_up, web)
         try:
             await self._until_stopped(connection.open())
         except (AppTokenRejected, CannotListen, OSError) as exc:
@@ -270,9 +271,9 @@ class Bot:
         return server
 
     def _connection(  # type: ignore[no-untyped-def]
-        self, app, health: Health, reconnected: Callable[[], None], web: aiohttp.ClientSession
+        self, app, identity: BotIdentity, health: Health, reconnected: Callable[[], None], web: aiohttp.ClientSession
     ) -> _Connection:
-        """How events will reach the bot; `reconnected` runs whenever Socket Mode is back after a loss.
+        """How events will reach the bot (`identity`); `reconnected` runs whenever Socket Mode is back after a loss.
 
         Socket Mode asks for its URL (apps.connections.open) over `web`, on the connection auth.test has just
         opened: with Slack's Web API over the internet that is one TCP and TLS handshake fewer before the bot
@@ -283,7 +284,7 @@ class Bot:
             return _HttpConnection(app, slack.http_port, health)
         state = _SocketState(health, reconnected)
         client = make_web_client(None, slack.api_base_url, web)
-        return _SocketConnection(SocketMode(app, slack.app_token, client, state), state)
+        return _SocketConnection(SocketMode(app, slack.app_token, client, state, bot=identity), state)
 
     async def _until_stopped(self, work: Awaitable[T]) -> T | None:
         """The result of `work`, or None (with `work` cancelled) if the bot is told to stop first."""

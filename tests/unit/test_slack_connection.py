@@ -15,7 +15,8 @@ from slack_bolt.async_app import AsyncApp
 from slack_bolt.authorization import AuthorizeResult
 from slack_sdk.web.async_client import AsyncWebClient
 
-from myao2.infrastructure.slack.connection import AppTokenRejected, Backoff, SocketMode, identify
+from myao2.domain.conversation import BotIdentity
+from myao2.infrastructure.slack.connection import AppTokenRejected, Backoff, SocketMode, Twins, identify
 from myao2.infrastructure.slack.gateway import SlackAuthError, SlackGateway, make_web_client
 from tests.fakes.slack_server import FakeSlack
 
@@ -81,14 +82,20 @@ async def test_identify_gives_up_at_once_on_a_refused_bot_token(fake: FakeSlack)
         await asyncio.wait_for(identify(gateway, FAST), 5)
 
 
-def bolt_app(fake: FakeSlack, seen: list[str], held: asyncio.Event | None = None) -> AsyncApp:
+def bolt_app(
+    fake: FakeSlack, seen: list[str], held: asyncio.Event | None = None, *, ignoring_self_events: bool = True
+) -> AsyncApp:
     """An app noting the text of each message event; given `held`, it runs only once that is set."""
 
     async def authorize(**_: Any) -> AuthorizeResult:
         return AuthorizeResult(enterprise_id=None, team_id="T1", bot_user_id=fake.bot_user_id, bot_token=fake.bot_token)
 
     app = AsyncApp(
-        name="test", client=make_web_client(None, fake.base_url), authorize=authorize, request_verification_enabled=False
+        name="test",
+        client=make_web_client(None, fake.base_url),
+        authorize=authorize,
+        request_verification_enabled=False,
+        ignoring_self_events_enabled=ignoring_self_events,
     )
 
     if held is not None:
@@ -193,5 +200,82 @@ async def test_a_silently_dropped_socket_is_replaced_within_a_few_seconds(fake: 
         assert fake.connection_count == connections + 1
         fake.post_message("C1", "U1", "after")
         await fake.async_wait_for(lambda: seen == ["after"], what="events on the new connection")
+    finally:
+        task.cancel()
+
+
+def mention_events(text: str = "<@UBOT> hi", **extra: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The two payloads Slack sends for one mention: its message event and its app_mention event."""
+    said = {"user": "U1", "text": text, "ts": "1.000100", "channel": "C1", **extra}
+    message = {"type": "message", "channel_type": "channel", **said}
+    return {"event": message}, {"event": {"type": "app_mention", **said}}
+
+
+class App:
+    """Stands for the app's run on an event: notes it, and succeeds unless told to fail."""
+
+    def __init__(self, fails: bool = False) -> None:
+        self.runs: list[str] = []
+        self.fails = fails
+
+    def on(self, payload: dict[str, Any]) -> Any:
+        async def run() -> bool:
+            self.runs.append(payload["event"]["type"])
+            await asyncio.sleep(0.01)
+            return not self.fails
+
+        return run
+
+
+@pytest.mark.parametrize("first", [0, 1], ids=["message first", "app_mention first"])
+async def test_the_app_runs_on_one_event_of_a_mentions_pair(first: int) -> None:
+    twins, app = Twins(), App()
+    pair = mention_events()
+    one, other = pair[first], pair[1 - first]
+    await asyncio.gather(twins.run(one, app.on(one)), twins.run(other, app.on(other)))
+    assert app.runs == [one["event"]["type"]]
+
+
+async def test_the_second_of_a_pair_runs_when_the_app_failed_on_the_first() -> None:
+    twins, app = Twins(), App(fails=True)
+    message, mention = mention_events()
+    await asyncio.gather(twins.run(message, app.on(message)), twins.run(mention, app.on(mention)))
+    assert app.runs == ["message", "app_mention"]
+
+
+async def test_the_second_of_a_pair_runs_when_it_says_something_else() -> None:
+    twins, app = Twins(), App()
+    message, mention = mention_events(files=[{"name": "plan.pdf"}])
+    del mention["event"]["files"]
+    await twins.run(mention, app.on(mention))
+    await twins.run(message, app.on(message))
+    assert app.runs == ["app_mention", "message"]
+
+
+async def test_events_that_are_no_pair_always_run() -> None:
+    twins, app = Twins(), App()
+    message, _ = mention_events()
+    again = {"event": dict(message["event"])}  # the same event redelivered
+    changed = {"event": {"type": "message", "subtype": "message_changed", "channel": "C1", "ts": "1.000100"}}
+    joined = {"event": {"type": "member_joined_channel", "channel": "C1", "user": "U1"}}
+    for payload in (message, again, changed, joined):
+        await twins.run(payload, app.on(payload))
+    assert app.runs == ["message", "message", "message", "member_joined_channel"]
+
+
+async def test_the_bots_own_messages_are_not_handed_to_the_app(fake: FakeSlack) -> None:
+    seen: list[str] = []
+    states = States()
+    bot = BotIdentity(user_id=fake.bot_user_id, bot_id=fake.bot_id, team_id=None)
+    client = make_web_client(None, fake.base_url)
+    mode = SocketMode(bolt_app(fake, seen, ignoring_self_events=False), fake.app_token, client, states, bot=bot)
+    task = asyncio.create_task(mode.run())
+    try:
+        await fake.async_wait_for(lambda: states.connected, what="hello")
+        await make_web_client(fake.bot_token, fake.base_url).chat_postMessage(channel="C1", text="the bot's own")
+        fake.post_message("C1", "U1", "a person's")
+        await fake.async_wait_for(lambda: seen, what="the person's message handled")
+        await fake.async_wait_for(lambda: len(fake.acks) == 2, what="both events acknowledged")
+        assert seen == ["a person's"]
     finally:
         task.cancel()

@@ -4,7 +4,8 @@ slack_sdk's own client retries a refused app token forever with a traceback each
 and notices a connection that went silent only after four ping intervals; this one
 tells a refused token apart (`AppTokenRejected`), retries everything else with
 backoff, and pings every `PING_INTERVAL_SECONDS` so a dead connection is replaced
-within a few seconds. Envelopes are handed to the bolt app, as bolt's own adapter does.
+within a few seconds. Envelopes are handed to the bolt app, as bolt's own adapter does, but for two kinds of
+event it would run on for nothing: the second of a mention's pair (`Twins`) and the bot's own messages.
 """
 
 from __future__ import annotations
@@ -13,18 +14,21 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
 from slack_bolt.adapter.socket_mode.async_internals import run_async_bolt_app
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.response import BoltResponse
 from slack_sdk.errors import SlackApiError
 from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.web.async_client import AsyncWebClient
 
 from myao2.domain.conversation import BotIdentity
 from myao2.infrastructure.slack.gateway import SlackAuthError, SlackGateway, describe, error_code
+from myao2.infrastructure.slack.translate import SPOKEN_SUBTYPES, author_of, is_from_bot, text_of
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +40,8 @@ APP_TOKEN_ERRORS = frozenset(
 )
 STABLE_AFTER_SECONDS = 30.0
 """A connection that lasted this long resets the backoff."""
+RECENT_PAIRS = 256
+"""Messages remembered for their second event (`Twins`): the two come one right after the other."""
 
 
 class AppTokenRejected(Exception):
@@ -79,6 +85,71 @@ async def identify(gateway: SlackGateway, backoff: Backoff | None = None) -> Bot
         await asyncio.sleep(delay)
 
 
+class Twins:
+    """Slack reports a mention in a conversation twice, as a ``message`` event and as an ``app_mention`` event,
+    one right after the other. The app is run on the second of the pair only if its run on the first failed, or
+    the two differ in what is stored of the message: the second is a no-op for the inbox otherwise (it is stored
+    and claimed already), and the app's dispatch of an event is most of its cost.
+    """
+
+    def __init__(self, size: int = RECENT_PAIRS) -> None:
+        self._first: OrderedDict[tuple[str, str], tuple[str, tuple[Any, ...], asyncio.Future[bool]]] = OrderedDict()
+        self._size = size
+
+    async def run(self, payload: dict[str, Any], app: Callable[[], Awaitable[bool]]) -> None:
+        """Run `app` (True: it handled the event) on an Events API `payload`, unless it is the second of a pair
+        whose first it handled."""
+        event = payload.get("event")
+        kind = _paired_kind(event)
+        if kind is None:
+            await app()
+            return
+        assert isinstance(event, dict)
+        key = (str(event.get("channel")), str(event.get("ts")))
+        said = _said(event)
+        first = self._first.get(key)
+        if first is not None:
+            first_kind, first_said, handled = first
+            if first_kind != kind and first_said == said and await asyncio.shield(handled):
+                return
+            await app()  # the other of a pair that failed or differs, or this kind again (a redelivery)
+            return
+        handled = asyncio.get_running_loop().create_future()
+        self._first[key] = (kind, said, handled)
+        if len(self._first) > self._size:
+            self._first.popitem(last=False)
+        ok = False
+        try:
+            ok = await app()
+        finally:
+            handled.set_result(ok)
+
+
+def _own_message(event: object, bot: BotIdentity) -> bool:
+    """A message event of the bot's own (its posts and streams): bolt's app ignores those (its
+    ``IgnoringSelfEvents``), though only once most of its dispatch has run."""
+    return (
+        isinstance(event, dict)
+        and event.get("type") == "message"
+        and (event.get("user") == bot.user_id or (bot.bot_id is not None and event.get("bot_id") == bot.bot_id))
+    )
+
+
+def _paired_kind(event: object) -> str | None:
+    """The type of an event that may be one of a mention's pair: an ``app_mention``, or a new message."""
+    if not isinstance(event, dict) or "ts" not in event or "channel" not in event:
+        return None
+    kind = event.get("type")
+    if kind == "app_mention" or (kind == "message" and event.get("subtype") in SPOKEN_SUBTYPES):
+        return str(kind)
+    return None
+
+
+def _said(event: dict[str, Any]) -> tuple[Any, ...]:
+    """What is stored of a message event (see `translate.to_message`): who, what, in which thread."""
+    return author_of(event), text_of(event), event.get("thread_ts"), is_from_bot(event)
+
+
 class SocketMode:
     """Keeps one Socket Mode connection open for `app` until cancelled.
 
@@ -93,14 +164,19 @@ class SocketMode:
         on_state: Callable[[bool], None],
         ping_interval: float = PING_INTERVAL_SECONDS,
         backoff: Backoff | None = None,
+        *,
+        bot: BotIdentity | None = None,
     ) -> None:
+        """Given `bot`, the bot's own messages are acknowledged without running `app` on them (see `_own_message`)."""
         self._app = app
+        self._bot = bot
         self._app_token = app_token
         self._client = client
         self._on_state = on_state
         self._ping_interval = ping_interval
         self._backoff = backoff or Backoff()
         self._envelopes: set[asyncio.Task[None]] = set()
+        self._twins = Twins()
 
     async def run(self) -> None:
         """Connect, serve, and reconnect whenever the connection ends; raises `AppTokenRejected`."""
@@ -180,12 +256,18 @@ class SocketMode:
         request = SocketModeRequest.from_dict(frame)
         if request is None:
             return
-        try:
-            response = await run_async_bolt_app(self._app, request)
-        except Exception:
-            logger.exception("an envelope of type %s could not be handled", request.type)
+        if request.type == "events_api":
+            if self._bot is not None and _own_message(request.payload.get("event"), self._bot):
+                return
+
+            async def handled() -> bool:
+                response = await self._run_app(request)
+                return response is not None and response.status == 200
+
+            await self._twins.run(request.payload, handled)
             return
-        if response.status != 200 or request.type == "events_api":
+        response = await self._run_app(request)
+        if response is None or response.status != 200:
             return
         ack: dict[str, Any] = {"envelope_id": request.envelope_id}
         if response.body:
@@ -194,6 +276,14 @@ class SocketMode:
             except ValueError:
                 ack["payload"] = {"text": response.body}
         await self._acknowledge(ws, ack)
+
+    async def _run_app(self, request: SocketModeRequest) -> BoltResponse | None:
+        """The app's response to `request`; None if it failed (logged)."""
+        try:
+            return await run_async_bolt_app(self._app, request)
+        except Exception:
+            logger.exception("an envelope of type %s could not be handled", request.type)
+            return None
 
     @staticmethod
     async def _acknowledge(ws: aiohttp.ClientWebSocketResponse, ack: dict[str, Any]) -> None:
