@@ -107,7 +107,7 @@ def bolt_app(
 
     @app.event("message")
     async def on_message(event: dict[str, Any]) -> None:
-        seen.append(event["text"])
+        seen.append(event.get("text") or event.get("subtype", ""))
 
     return app
 
@@ -272,10 +272,13 @@ async def test_the_bots_own_messages_are_not_handed_to_the_app(fake: FakeSlack) 
     task = asyncio.create_task(mode.run())
     try:
         await fake.async_wait_for(lambda: states.connected, what="hello")
-        await make_web_client(fake.bot_token, fake.base_url).chat_postMessage(channel="C1", text="the bot's own")
+        web = make_web_client(fake.bot_token, fake.base_url)
+        posted = await web.chat_postMessage(channel="C1", text="the bot's own")
+        await web.chat_update(channel="C1", ts=posted["ts"], text="the bot's own, changed")
+        await web.chat_delete(channel="C1", ts=posted["ts"])
         fake.post_message("C1", "U1", "a person's")
         await fake.async_wait_for(lambda: seen, what="the person's message handled")
-        await fake.async_wait_for(lambda: len(fake.acks) == 2, what="both events acknowledged")
+        await fake.async_wait_for(lambda: len(fake.acks) == 4, what="every event acknowledged")
         assert seen == ["a person's"]
     finally:
         task.cancel()

@@ -126,13 +126,24 @@ class Twins:
 
 
 def _own_message(event: object, bot: BotIdentity) -> bool:
-    """A message event of the bot's own (its posts and streams): bolt's app ignores those (its
-    ``IgnoringSelfEvents``), though only once most of its dispatch has run."""
-    return (
-        isinstance(event, dict)
-        and event.get("type") == "message"
-        and (event.get("user") == bot.user_id or (bot.bot_id is not None and event.get("bot_id") == bot.bot_id))
-    )
+    """A message event of the bot's own (its posts and streams, and their changes and deletions): bolt's app
+    ignores those (its ``IgnoringSelfEvents``, which reads who it is from as `_author` does), though only once most
+    of its dispatch has run."""
+    if not isinstance(event, dict) or event.get("type") != "message":
+        return False
+    return (bot.bot_id is not None and event.get("bot_id") == bot.bot_id) or _author(event) == bot.user_id
+
+
+def _author(event: dict[str, Any]) -> Any:
+    """Who a message event is from, as bolt reads it: the event's user, else that of the message it changed
+    (``message``) or deleted (``previous_message``)."""
+    user = event.get("user")
+    if user is not None:
+        return user if isinstance(user, str) else user.get("id")
+    if "user_id" in event:
+        return event["user_id"]
+    nested = event["message"] if isinstance(event.get("message"), dict) else event.get("previous_message")
+    return _author(nested) if isinstance(nested, dict) else None
 
 
 def _paired_kind(event: object) -> str | None:
