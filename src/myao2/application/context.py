@@ -259,7 +259,7 @@ class ContextBuilder:
             memory = stored.get((scope, term))
             if memory is None or not can_read(channel.id, memory.audience):
                 return None
-            return memory.shown_in(channel.id, read.audiences)
+            return memory.shown_in(channel.id, read.not_public)
 
         workspace = readable(WORKSPACE_SCOPE, Term.LONG)
         short = readable(Scope(channel.id), Term.SHORT)
@@ -272,7 +272,7 @@ class ContextBuilder:
                 f"{memory.label}: {bullet_line(b)}"
                 for memory, source in read.news
                 if memory.scope.channel_id != channel.id and can_read_from(channel.id, memory.audience, source)
-                for b in memory.shown_in(channel.id, read.audiences).active
+                for b in memory.shown_in(channel.id, read.not_public).active
             ]
             elsewhere = _fit_lines(lines, budgets.elsewhere)
         digests = [

@@ -14,7 +14,7 @@ from collections.abc import Container
 from typing import Any
 
 from myao2.domain.conversation import clean_text
-from myao2.domain.visibility import Audience, can_read_from
+from myao2.domain.visibility import Audience, can_read_from, heard_now
 
 MAX_NAME_LENGTH = 32
 MAX_CONTENT_LENGTH = 500
@@ -106,14 +106,14 @@ class Memo:
     def audience(self) -> Audience:
         return memo_audience(self.visibility, self.channel_id)
 
-    def visible_in(self, channel_id: str | None, not_public: Container[str | None]) -> bool:
+    def visible_in(self, channel_id: str | None, not_public: Container[str]) -> bool:
         """Whether this memo may be shown in the conversation `channel_id` (None: a person's own view).
 
         `not_public` holds the ids of the stored conversations that are not public: a memo written in one of
         them while it was public is its alone from then on, though still kept for the workspace until the
         narrowing reaches it (the store's reads apply the same rule in SQL).
         """
-        heard = (Audience(self.channel_id),) if self.channel_id in not_public else ()
+        heard = heard_now(() if self.channel_id is None else (self.channel_id,), not_public)
         return can_read_from(channel_id, self.audience, None, heard)
 
     def snapshot(self) -> dict[str, Any]:

@@ -11,13 +11,13 @@ once, and may mix them up): a bullet stays only where all of those may be read.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Collection, Container, Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import date, datetime
 from enum import Enum
 
 from myao2.domain.conversation import Channel
-from myao2.domain.visibility import WORKSPACE, Audience, can_read_from, may_hold
+from myao2.domain.visibility import Audience, can_read_from, heard_now, may_hold
 
 
 class Term(str, Enum):
@@ -133,25 +133,25 @@ class Memory:
             bullets=tuple(Bullet(i + 1, d.text, day, d.source_ts, heard_in=d.heard_in) for i, (d, day) in enumerate(drafts)),
         )
 
-    def heard_by_readers(self, audiences: Mapping[str, Audience]) -> Memory:
+    def heard_by_readers(self, not_public: Container[str]) -> Memory:
         """This memory without the bullets written with words in sight that its readers may not all read.
 
-        `audiences` gives the audience of conversations by id (those not in it are the workspace's). A
-        bullet superseded only by one dropped is active again.
+        `not_public` holds the ids of the conversations that keep to themselves (the others are the workspace's).
+        A bullet superseded only by one dropped is active again.
         """
         return self._without(
-            {b.id for b in self.bullets if not may_hold(self.audience, (audiences.get(c, WORKSPACE) for c in b.heard_in))}
+            {b.id for b in self.bullets if not may_hold(self.audience, heard_now(b.heard_in, not_public))}
         )
 
-    def shown_in(self, reader: str | None, audiences: Mapping[str, Audience]) -> Memory:
+    def shown_in(self, reader: str | None, not_public: Container[str]) -> Memory:
         """This memory as conversation `reader` (None: a person's own view) may be shown it: without the bullets
-        written with the words in sight of a conversation `reader` may not read (`can_read_from`; `audiences` by
-        id as they are now, those not in it the workspace's), which a channel turned private leaves in memories
+        written with the words in sight of a conversation `reader` may not read (`can_read_from`; `not_public` the
+        ids of the conversations that keep to themselves now, the others the workspace's), which a channel turned private leaves in memories
         kept for the workspace until its narrowing reaches them. A bullet superseded only by one left out is
         active again, as the narrowing leaves it."""
         shown: dict[tuple[str, ...], bool] = {}  # by what was heard: the bullets of one call heard the same
         for heard in {b.heard_in for b in self.bullets}:
-            shown[heard] = can_read_from(reader, self.audience, None, (audiences.get(c, WORKSPACE) for c in heard))
+            shown[heard] = can_read_from(reader, self.audience, None, heard_now(heard, not_public))
         return self._without({b.id for b in self.bullets if not shown[b.heard_in]})
 
     def without_sources(self, ts: Collection[str]) -> Memory:
@@ -176,7 +176,7 @@ def seen_in(
     memories: Sequence[Memory],
     channel: str,
     thread: str | None,
-    audiences: Mapping[str, Audience],
+    not_public: Container[str],
     stored: Channel | None,
 ) -> list[Memory]:
     """The memories a conversation's prompts may draw on: the workspace's, the channel's and the thread's, readable
@@ -184,7 +184,7 @@ def seen_in(
     """
     wanted = {Scope().key, Scope(channel).key} | ({Scope(channel, thread).key} if thread else set())
     return [
-        m.shown_in(channel, audiences)
+        m.shown_in(channel, not_public)
         for m in memories
         if m.scope.key in wanted and can_read_from(channel, m.audience, stored if m.scope.channel_id else None)
     ]
@@ -199,9 +199,9 @@ class PromptMemories:
     news: Sequence[tuple[Memory, Channel | None]] = ()
     """Every channel's memory of the term asked for, by scope, with the channel it is about as stored (None: never
     stored): whether the bot is still in it is part of who may read it (`can_read_from`)."""
-    audiences: Mapping[str, Audience] = field(default_factory=dict)
-    """The audiences of the stored conversations that are not public, by id (the others are the workspace's), read
-    with the memories: who may be shown each bullet (`Memory.shown_in`)."""
+    not_public: frozenset[str] = frozenset()
+    """The ids of the stored conversations that are not public (the others are the workspace's), read with the
+    memories: who may be shown each bullet (`Memory.shown_in`)."""
 
 
 def bullet_line(bullet: Bullet) -> str:

@@ -15,7 +15,7 @@ from collections.abc import Collection, Container, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date
 
-from myao2.domain.visibility import WORKSPACE, Audience, can_read, narrowest
+from myao2.domain.visibility import Audience, can_read, heard_now, narrowest
 
 CANDIDATE_CONFIDENCE = 0.9
 CANDIDATE_CONFIRMATIONS = 3
@@ -183,15 +183,15 @@ class Profile:
         facts = [replace(f, superseded_by=None) if f.superseded_by in dropped else f for f in facts]
         return replace(self, facts=tuple(facts))
 
-    def heard_by_readers(self, audiences: Mapping[str, Audience], fact_ids: Container[int]) -> Profile:
+    def heard_by_readers(self, not_public: Container[str], fact_ids: Container[int]) -> Profile:
         """This profile with facts `fact_ids` kept only for the narrowest of their audience and those of the
-        conversations they were learnt or heard in (`audiences` by id; those not in it are the workspace's), as
+        conversations they were learnt or heard in (`not_public`: the ids of those that keep to themselves), as
         `narrowed` keeps them: dropped where that is two conversations. A fact superseded only by one dropped is
         active again."""
         facts, dropped, changed = [], set(), False
         for fact in self.facts:
             if fact.id in fact_ids:
-                heard = (audiences.get(c, WORKSPACE) for c in (fact.conversation_id, *fact.heard_in))
+                heard = heard_now((fact.conversation_id, *fact.heard_in), not_public)
                 audience = narrowest((fact.audience, *heard))
                 if audience is None:
                     dropped.add(fact.id)

@@ -13,10 +13,10 @@ of stored text asks this module, and nothing else.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Container, Iterable, Iterator
 from dataclasses import dataclass
 
-from myao2.domain.conversation import Channel
+from myao2.domain.conversation import Channel, ChannelKind
 
 
 @dataclass(frozen=True)
@@ -74,35 +74,21 @@ def shows_its_own(conversation: Channel) -> bool:
     return can_read_from(conversation.id, Audience.of(conversation.id, conversation.is_private), conversation)
 
 
-class NotPublic(Mapping[str, Audience]):
-    """The audiences of the conversations that are not public (each keeps to itself), by id, made from their ids
-    when asked (a prompt reads them all and asks of a few); the others are the workspace's. The `heard` of
-    `can_read_from` for text that records the conversations it heard."""
-
-    def __init__(self, ids: Iterable[str]) -> None:
-        self._ids = frozenset(ids)
-
-    def __getitem__(self, conversation_id: str) -> Audience:
-        if conversation_id not in self._ids:
-            raise KeyError(conversation_id)
-        return Audience(conversation_id)
-
-    def get(self, conversation_id: str, default: Audience | None = None) -> Audience | None:  # type: ignore[override]
-        return Audience(conversation_id) if conversation_id in self._ids else default
-
-    def __contains__(self, conversation_id: object) -> bool:
-        return conversation_id in self._ids
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._ids)
-
-    def __len__(self) -> int:
-        return len(self._ids)
+def keeps_to_itself(kind: ChannelKind) -> bool:
+    """Whether what is said in a conversation of `kind` keeps to it: all but a public channel do (a private
+    channel, a DM, a group DM, a channel shared outside). The stores read the same rule in SQL (`NOT_PUBLIC_IDS`)."""
+    return kind is not ChannelKind.PUBLIC
 
 
-def not_public(channels: Iterable[Channel]) -> NotPublic:
-    """The audiences of those of `channels` that are not public, by id."""
-    return NotPublic(c.id for c in channels if c.is_private)
+def not_public(channels: Iterable[Channel]) -> frozenset[str]:
+    """The ids of those of `channels` that keep to themselves."""
+    return frozenset(c.id for c in channels if keeps_to_itself(c.kind))
+
+
+def heard_now(conversation_ids: Iterable[str], not_public: Container[str]) -> Iterator[Audience]:
+    """The audiences now of conversations `conversation_ids`, `not_public` the ids of those that keep to themselves
+    (`not_public`): the `heard` of `can_read_from` for text that records the conversations it heard."""
+    return (Audience(c) if c in not_public else WORKSPACE for c in conversation_ids)
 
 
 def readable_audiences(reader: str) -> tuple[Audience, Audience]:

@@ -14,7 +14,7 @@ from sqlmodel import Session, col, select
 from myao2.domain.conversation import Channel, ChannelKind
 from myao2.domain.memory import Bullet, Digest, Memory, PromptMemories, Scope, Stage, Term
 from myao2.domain.ports import Clock
-from myao2.domain.visibility import Audience, NotPublic
+from myao2.domain.visibility import Audience, keeps_to_itself
 from myao2.infrastructure.db.engine import reading, write_locked
 from myao2.infrastructure.db.tables import ChannelRow, DigestRow, ExpiredMessageRow, MemoryRow, MessageRow
 
@@ -62,7 +62,7 @@ class SqlMemoryStore:
                 row.audience = _narrower(row.audience, memory.audience)
                 # a bullet written with a channel in sight that stopped being public meanwhile stays out
                 kept = replace(memory, audience=Audience(row.audience), bullets=bullets)
-                kept = kept.heard_by_readers(channel_audiences(session, {c for b in bullets for c in b.heard_in}))
+                kept = kept.heard_by_readers(not_public_among(session, {c for b in bullets for c in b.heard_in}))
                 row.label = memory.label
                 row.bullets = [bullet_to_json(b) for b in kept.bullets]
                 row.covered = memory.covered
@@ -185,10 +185,9 @@ def _drop_heard_in(session: Session, rows: Sequence[MemoryRow], channel_id: str)
     """Drop from the memories of other conversations in `rows` the bullets written with the channel's words in
     sight (read in the same model call): the model may have put its words there. True when any was dropped."""
     dropped = False
-    audiences = {channel_id: Audience(channel_id)}
     for row in rows:
         memory = row_to_memory(row)
-        kept = memory.heard_by_readers(audiences)
+        kept = memory.heard_by_readers({channel_id})
         if kept != memory:
             row.bullets = [bullet_to_json(b) for b in kept.bullets]
             session.add(row)
@@ -196,17 +195,17 @@ def _drop_heard_in(session: Session, rows: Sequence[MemoryRow], channel_id: str)
     return dropped
 
 
-def channel_audiences(session: Session, channel_ids: Collection[str]) -> dict[str, Audience]:
-    """The audiences of the stored channels among `channel_ids` that are not public (the rest are the workspace's)."""
+def not_public_among(session: Session, channel_ids: Collection[str]) -> frozenset[str]:
+    """Those of `channel_ids` stored as conversations that keep to themselves."""
     if not channel_ids:
-        return {}
+        return frozenset()
     rows = session.exec(select(ChannelRow.id, ChannelRow.kind).where(col(ChannelRow.id).in_(list(channel_ids)))).all()
-    return {channel_id: Audience.of(channel_id, kind != ChannelKind.PUBLIC.value) for channel_id, kind in rows}
+    return frozenset(i for i, kind in rows if keeps_to_itself(ChannelKind(kind)))
 
 
-def not_public_in(rows: Sequence[Any]) -> NotPublic:
-    """The audiences of the conversations not public, of rows read with `NOT_PUBLIC` (every row tells them)."""
-    return NotPublic((rows[0].not_public or "").split() if rows else ())
+def not_public_in(rows: Sequence[Any]) -> frozenset[str]:
+    """The ids of the conversations not public, of rows read with `NOT_PUBLIC` (every row tells them)."""
+    return frozenset((rows[0].not_public or "").split() if rows else ())
 
 
 def said_in(session: Session, channel_id: str, ts: Collection[str]) -> set[str]:
@@ -285,7 +284,7 @@ _CHANNEL_SCOPE = "channel:"
 _ABOUT_A_CHANNEL = _MEMORIES.c.scope.startswith(_CHANNEL_SCOPE)
 _HEARD = _CHANNELS.alias("heard")
 NOT_PUBLIC_IDS = core_select(_HEARD.c.id).where(_HEARD.c.kind != ChannelKind.PUBLIC.value)
-"""The ids of the stored conversations that are not public: each keeps to itself (`visibility.not_public`)."""
+"""The ids of the stored conversations that are not public: the rule of `visibility.keeps_to_itself` in SQL."""
 NOT_PUBLIC = (
     core_select(func.aggregate_strings(_HEARD.c.id, " ").label("not_public"))
     .where(NOT_PUBLIC_IDS.whereclause)

@@ -16,7 +16,7 @@ from myao2.domain.visibility import Audience
 from myao2.infrastructure.db.engine import reading, write_locked
 from myao2.infrastructure.db.memory_store import (
     NOT_PUBLIC,
-    channel_audiences,
+    not_public_among,
     not_public_in,
     read_as_stored,
     said_in,
@@ -48,9 +48,9 @@ class SqlProfileStore:
             rows = connection.execute(_PROFILES_OF, {"user_ids": list(user_ids)}).all()
         # as narrow as the conversations each fact was learnt or heard in are now, as a save keeps it: a channel
         # turned private keeps facts for the workspace until its narrowing reaches them
-        audiences = not_public_in(rows)
+        hidden = not_public_in(rows)
         profiles = (row_to_profile(row) for row in rows)
-        return {p.user_id: p.heard_by_readers(audiences, _heard_in_any(p, audiences)) for p in profiles}
+        return {p.user_id: p.heard_by_readers(hidden, _heard_in_any(p, hidden)) for p in profiles}
 
     def save(self, profiles: Sequence[Profile], *, heard: bool = False, read_at: datetime | None = None) -> None:
         now = self._clock.now()
@@ -68,7 +68,7 @@ class SqlProfileStore:
                 # private while the model read it): what a narrowing dropped or would have narrowed stays so
                 unsure = {f.id for f in profile.facts} - {f["id"] for f in row.facts}
                 sources = {c for f in profile.facts if f.id in unsure for c in (f.conversation_id, *f.heard_in)}
-                profile = profile.heard_by_readers(channel_audiences(session, sources), unsure)
+                profile = profile.heard_by_readers(not_public_among(session, sources), unsure)
                 if heard:  # a message deleted or edited while the model read it: nothing learnt from it comes back
                     profile = profile.without_sources(_gone(session, profile, row, read_at))
                 row.facts = [fact_to_json(f) for f in profile.facts]
