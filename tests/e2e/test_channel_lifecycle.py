@@ -92,6 +92,12 @@ def test_a_memo_of_a_channel_stored_as_private_leaves_every_other_prompt_and_too
         asked = llm.requests[seen:]
         return "\n".join(prompt_text(r) for r in asked), [t for r in asked for t in tool_results(r)]
 
+    # The start-up catch-up reads each channel from Slack (and stores its kind): done with them before the kind is
+    # changed below, it cannot store #plans as public again
+    wait_until(
+        lambda: {p.get("channel") for m, p in slack.web_calls if m == "conversations.history"} >= {GENERAL, PLANS},
+        what="the start-up catch-up",
+    )
     search = ToolCall("search_memo", {"query": "surprise party for Bob"})
     prompt, (found,) = ask_in_general(search)
     assert "Surprise party" in prompt and "Surprise party" in found  # while #plans is public, the workspace's
