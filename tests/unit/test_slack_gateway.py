@@ -252,6 +252,18 @@ async def test_the_bots_posts_marked_as_no_answer_are_listed_oldest_first(fake: 
     assert await gateway.unmarked_posts("D1", in_dm, None) == {reply: "hello"}
 
 
+async def test_the_text_of_the_bots_posts_is_read_back_as_sent_though_slack_shows_it_escaped(
+    fake: FakeSlack, gateway: SlackGateway
+) -> None:
+    await gateway.auth()
+    question = fake.post_message("C1", "U1", "<@UBOT> hi", emit=False)
+    sent = "a < b && c > d"
+    post = await gateway.post("C1", sent, question)
+    fake.edit_message("C1", post, "a &lt; b &amp;&amp; c &gt; d", emit=False)  # as Slack shows a message's text
+    assert await gateway.posted_text("C1", post, question) == sent
+    assert await gateway.unmarked_posts("C1", question, question) == {post: sent}
+
+
 @pytest.mark.parametrize("error", ["not_in_channel", "channel_not_found"])
 async def test_looking_for_an_answer_where_the_bot_can_read_nothing_says_the_conversation_is_closed(
     fake: FakeSlack, gateway: SlackGateway, error: str

@@ -679,7 +679,8 @@ class ModelCallLog:
 
     async def _after(self, event: AfterModelCallEvent) -> None:
         duration_ms = self._finish()
-        assert duration_ms is not None, "strands sends it after a BeforeModelCallEvent"
+        if duration_ms is None:  # no call under way (strands sends one after each BeforeModelCallEvent)
+            return
         if event.stop_response is None:
             error = describe_error(event.exception) if event.exception else "no response"
             logger.warning(
