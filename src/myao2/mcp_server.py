@@ -31,7 +31,7 @@ from myao2.composition import Application, build_application
 from myao2.config import Config
 from myao2.domain.conversation import BotIdentity
 from myao2.domain.memo import MAX_LIST_OFFSET, Memo, MemoError, MemoRevision, lookup_name
-from myao2.domain.visibility import WORKSPACE, WORKSPACE_VIEW, Audience, can_read, can_write, readable_audiences
+from myao2.domain.visibility import WORKSPACE, WORKSPACE_VIEW, Audience, can_read, can_write, readable_audiences, audience_of
 from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
@@ -158,7 +158,7 @@ class NotebookTools:
         stored = await asyncio.to_thread(self._app.conversations.get_channel, channel)
         if stored is None:
             raise ToolRefusal(f"the bot has not seen a conversation {channel}")
-        if not can_read(self._scope.reader, Audience.of(stored.id, stored.is_private)):
+        if not can_read(self._scope.reader, audience_of(stored)):
             raise ToolRefusal(f"{channel} is a private conversation this server was not started for (--conversation)")
         if self._bot is None:
             raise ToolRefusal("the bot had not connected to Slack with this database when this server started")

@@ -18,7 +18,7 @@ from myao2.domain.memo import IMPORTANT_PRIORITY, Memo
 from myao2.domain.memory import WORKSPACE_SCOPE, Memory, Scope, Term, bullet_line, digest_line
 from myao2.domain.ports import Clock, MemoryStore, MemoStore, ProfileStore
 from myao2.domain.tokens import estimate_tokens
-from myao2.domain.visibility import Audience, can_read, can_read_from, shows_elsewhere
+from myao2.domain.visibility import audience_of, can_read, can_read_from, shows_elsewhere
 
 IMPORTANT_MEMO_LIMIT = 20
 RECENT_MEMO_LIMIT = 5
@@ -251,7 +251,7 @@ class ContextBuilder:
         keys = [(WORKSPACE_SCOPE, Term.LONG), (Scope(channel.id), Term.SHORT), (Scope(channel.id), Term.LONG)]
         if thread_ts:
             keys.append((Scope(channel.id, thread_ts), Term.SHORT))
-        shows_news = shows_elsewhere(Audience.of(channel.id, channel.is_private))
+        shows_news = shows_elsewhere(audience_of(channel))
         read = memories.for_prompt(keys, Term.SHORT if shows_news else None)
         stored = read.stored
 

@@ -30,7 +30,7 @@ from myao2.domain.conversation import Channel, ChannelChanges, Message, ts_to_da
 from myao2.domain.memory import WORKSPACE_SCOPE, Bullet, Draft, Memory, Scope, Term
 from myao2.domain.ports import Clock, ConversationStore, MemoryStore
 from myao2.domain.tokens import estimate_tokens
-from myao2.domain.visibility import WORKSPACE, Audience, feeds_workspace
+from myao2.domain.visibility import WORKSPACE, Audience, feeds_workspace, audience_of
 
 logger = logging.getLogger(__name__)
 
@@ -180,11 +180,11 @@ class MemoryJob:
         target = await asyncio.to_thread(self._conversations.get_channel, channel_id)
         if channel_id not in changes or target is None:
             return ()
-        audience = Audience.of(target.id, target.is_private)
+        audience = audience_of(target)
         pending = []
         for other_id, other_changes in sorted(changes.items()):
             channel = await asyncio.to_thread(self._conversations.get_channel, other_id)
-            if channel is None or Audience.of(channel.id, channel.is_private) != audience:
+            if channel is None or audience_of(channel) != audience:
                 continue
             backlog = await self._backlog(channel, other_changes)
             if backlog is not None and backlog.batches:
@@ -279,7 +279,7 @@ class MemoryJob:
     async def _backlog(self, channel: Channel, changes: ChannelChanges) -> _Backlog | None:
         """What the channel's memory has not read yet, and what it is read with; None when up to date."""
         scope = Scope(channel.id)
-        audience = Audience.of(channel.id, channel.is_private)
+        audience = audience_of(channel)
         label = f"#{channel.name}"
         long_term = await self._load(scope, Term.LONG, audience, label)
         mark = _Mark.parse(long_term.covered)

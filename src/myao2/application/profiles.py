@@ -24,7 +24,7 @@ from myao2.domain.conversation import Channel, Message, ts_to_datetime
 from myao2.domain.ports import Clock, ConversationStore, ProfileStore
 from myao2.domain.profile import Confirmation, Fact, NewFact, Profile, audience_key
 from myao2.domain.tokens import estimate_tokens
-from myao2.domain.visibility import Audience
+from myao2.domain.visibility import Audience, audience_of
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ class ProfileKeeper:
             channel = channels.get(channel_id)
             if channel is None:
                 continue
-            audience = Audience.of(channel.id, channel.is_private)
+            audience = audience_of(channel)
             known_ts, ids = unread[user_id].get(audience, ("", []))
             unread[user_id][audience] = (max(known_ts, ts), [*ids, channel_id])
         turns: dict[Audience, list[tuple[Profile, list[str]]]] = defaultdict(list)
@@ -98,7 +98,7 @@ class ProfileKeeper:
     def absorbed(self, channel: Channel, messages: Sequence[Message]) -> set[str]:
         """The ts of those of the channel's `messages` read into their authors' profiles (a bot's, which no
         profile reads, count as read). Blocking."""
-        key = audience_key(Audience.of(channel.id, channel.is_private))
+        key = audience_key(audience_of(channel))
         people = {m.user_id for m in messages if m.user_id and not m.is_bot}
         profiles = self._profiles.many(people)
         return {

@@ -29,7 +29,7 @@ from myao2.domain.conversation import Channel, ChannelKind, Message, ts_to_datet
 from myao2.domain.memory import Digest, RetentionPolicy, Stage
 from myao2.domain.ports import Clock, ConversationStore, MemoryStore
 from myao2.domain.tokens import estimate_tokens
-from myao2.domain.visibility import Audience
+from myao2.domain.visibility import audience_of
 
 logger = logging.getLogger(__name__)
 
@@ -189,7 +189,7 @@ class RetentionJob:
             channel_id=channel.id,
             day=day,
             stage=stage,
-            audience=Audience.of(channel.id, channel.is_private),
+            audience=audience_of(channel),
             lines=lines,
             first_ts=messages[0].ts,
             last_ts=messages[-1].ts,

@@ -56,6 +56,14 @@ class ChannelKind(str, Enum):
     SHARED = "shared"
     """A channel shared with another organisation (Slack Connect): never the workspace's."""
 
+    @property
+    def keeps_to_itself(self) -> bool:
+        """Whether what is said in a conversation of this kind keeps to it: all but a public channel do (a private
+        channel, a DM, a group DM, a channel shared outside); a public channel shares with the workspace. The one
+        statement of this rule (`visibility` builds audiences from it; the stores read it in SQL as
+        `NOT_PUBLIC_IDS`)."""
+        return self is not ChannelKind.PUBLIC
+
 
 @dataclass(frozen=True)
 class Channel:
@@ -68,8 +76,8 @@ class Channel:
 
     @property
     def is_private(self) -> bool:
-        """Only a public channel of the workspace shares with it; every other conversation keeps to itself."""
-        return self.kind is not ChannelKind.PUBLIC
+        """Whether this conversation keeps to itself (`ChannelKind.keeps_to_itself`)."""
+        return self.kind.keeps_to_itself
 
 
 @dataclass(frozen=True)

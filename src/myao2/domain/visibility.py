@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Container, Iterable, Iterator
 from dataclasses import dataclass
 
-from myao2.domain.conversation import Channel, ChannelKind
+from myao2.domain.conversation import Channel
 
 
 @dataclass(frozen=True)
@@ -71,18 +71,17 @@ def can_read_from(
 def shows_its_own(conversation: Channel) -> bool:
     """Whether what was said in `conversation` may be shown there (`can_read_from`): not while the bot is out of
     it. What it remembers of it is kept for when it joins again."""
-    return can_read_from(conversation.id, Audience.of(conversation.id, conversation.is_private), conversation)
+    return can_read_from(conversation.id, audience_of(conversation), conversation)
 
 
-def keeps_to_itself(kind: ChannelKind) -> bool:
-    """Whether what is said in a conversation of `kind` keeps to it: all but a public channel do (a private
-    channel, a DM, a group DM, a channel shared outside). The stores read the same rule in SQL (`NOT_PUBLIC_IDS`)."""
-    return kind is not ChannelKind.PUBLIC
+def audience_of(conversation: Channel) -> Audience:
+    """The audience of what is said in `conversation` (`ChannelKind.keeps_to_itself`)."""
+    return Audience.of(conversation.id, conversation.is_private)
 
 
 def not_public(channels: Iterable[Channel]) -> frozenset[str]:
     """The ids of those of `channels` that keep to themselves."""
-    return frozenset(c.id for c in channels if keeps_to_itself(c.kind))
+    return frozenset(c.id for c in channels if c.is_private)
 
 
 def heard_now(conversation_ids: Iterable[str], not_public: Container[str]) -> Iterator[Audience]:

@@ -14,7 +14,7 @@ from sqlmodel import Session, col, select
 from myao2.domain.conversation import Channel, ChannelKind
 from myao2.domain.memory import Bullet, Digest, Memory, PromptMemories, Scope, Stage, Term
 from myao2.domain.ports import Clock
-from myao2.domain.visibility import Audience, keeps_to_itself
+from myao2.domain.visibility import Audience
 from myao2.infrastructure.db.engine import reading, write_locked
 from myao2.infrastructure.db.tables import ChannelRow, DigestRow, ExpiredMessageRow, MemoryRow, MessageRow
 
@@ -200,7 +200,7 @@ def not_public_among(session: Session, channel_ids: Collection[str]) -> frozense
     if not channel_ids:
         return frozenset()
     rows = session.exec(select(ChannelRow.id, ChannelRow.kind).where(col(ChannelRow.id).in_(list(channel_ids)))).all()
-    return frozenset(i for i, kind in rows if keeps_to_itself(ChannelKind(kind)))
+    return frozenset(i for i, kind in rows if ChannelKind(kind).keeps_to_itself)
 
 
 def not_public_in(rows: Sequence[Any]) -> frozenset[str]:
@@ -284,7 +284,7 @@ _CHANNEL_SCOPE = "channel:"
 _ABOUT_A_CHANNEL = _MEMORIES.c.scope.startswith(_CHANNEL_SCOPE)
 _HEARD = _CHANNELS.alias("heard")
 NOT_PUBLIC_IDS = core_select(_HEARD.c.id).where(_HEARD.c.kind != ChannelKind.PUBLIC.value)
-"""The ids of the stored conversations that are not public: the rule of `visibility.keeps_to_itself` in SQL."""
+"""The ids of the stored conversations that are not public: the rule of `ChannelKind.keeps_to_itself` in SQL."""
 NOT_PUBLIC = (
     core_select(func.aggregate_strings(_HEARD.c.id, " ").label("not_public"))
     .where(NOT_PUBLIC_IDS.whereclause)
