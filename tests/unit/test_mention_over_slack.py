@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import re
+import threading
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
@@ -342,21 +343,41 @@ async def test_an_answer_withdrawn_as_it_starts_showing_ends_the_models_stream_i
         assert "Failed to detach context" not in caplog.text
 
 
-async def test_an_answer_cancelled_as_it_streams_is_stopped_once_and_its_retry_settles_it(world: World) -> None:
+@pytest.mark.parametrize("while_recording", [False, True], ids=["after-its-ts-is-recorded", "as-its-ts-is-recorded"])
+async def test_an_answer_cancelled_as_it_streams_is_stopped_once_and_its_retry_settles_it(
+    world: World, while_recording: bool
+) -> None:
     message = world.mention()
     held = asyncio.Event()
+    waiting = asyncio.Event()  # the first words handled, the model writes on
+    recorded = threading.Event()  # the ts is in the database, as another task can see it
+    cancelled = threading.Event()
+    start_answer = world.store.start_answer
+
+    def recording(*args: Any, **kwargs: Any) -> bool:
+        started = start_answer(*args, **kwargs)
+        recorded.set()
+        if while_recording:
+            cancelled.wait(10)  # the bot is told to stop before the attempt hears that the ts is recorded
+        return started
 
     async def halting(context: Any, origin: Any) -> AsyncIterator[ReplyEvent]:
         yield TextDelta("The first words")
+        waiting.set()
         await held.wait()  # the bot is told to stop meanwhile
         yield ReplyDone("never")
 
+    world.store.start_answer = recording  # type: ignore[method-assign]
     world.writer.stream = halting  # type: ignore[method-assign]
     attempt = asyncio.ensure_future(world.answer(message))
-    await world.slack.async_wait_for(lambda: [ts for ts, _ in answered(world, message) if ts], 10, "the ts recorded")
+    await asyncio.to_thread(recorded.wait, 10)
+    if not while_recording:
+        await waiting.wait()
     attempt.cancel()
     with pytest.raises(asyncio.CancelledError):
         await attempt
+    cancelled.set()
+    world.store.start_answer = start_answer  # type: ignore[method-assign]
     [stream] = world.slack.streams
     assert not stream["streaming"]  # ended with the apology as the bot stopped
 

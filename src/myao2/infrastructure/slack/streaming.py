@@ -188,7 +188,10 @@ class _Stream:
 
     async def _stop_on_cancel(self, apology: str) -> None:
         """End the message with what is buffered and the apology, rather than leave it open while the bot is down
-        (the attempt after the restart then finds it stopped as the answer, and records it)."""
+        (the attempt after the restart then finds it stopped as the answer, and records it).
+
+        Text handed to a call the cancellation cut short is not sent again: Slack may show it already, and a word
+        missing before the apology reads better than a word shown twice."""
         assert self._ts is not None
         tail = self._buffer + apology_tail(self._written, apology)
         try:
@@ -262,12 +265,11 @@ class _Stream:
             self._buffer = self._buffer.lstrip()
         if not await self._send_pieces():
             return False
-        if self._buffer:
-            chunks = [{"type": "markdown_text", "text": self._buffer}, *chunks]
-        if chunks and not await self._call(chunks):
-            return False
-        self._buffer = ""
-        return True
+        # The text leaves the buffer as it is handed to the call: cut short there, it is not sent again.
+        text, self._buffer = self._buffer, ""
+        if text:
+            chunks = [{"type": "markdown_text", "text": text}, *chunks]
+        return not chunks or await self._call(chunks)
 
     async def _send_pieces(self) -> bool:
         """Send the buffered text but its last piece in pieces one call takes (a long text handed over at once);
