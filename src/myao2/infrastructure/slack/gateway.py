@@ -112,11 +112,14 @@ def web_session() -> aiohttp.ClientSession:
 
 
 class SlackGateway:
-    """`ChatPlatform` over an `AsyncWebClient`; people are cached for `ttl` seconds."""
+    """`ChatPlatform` over an `AsyncWebClient`; people are cached for `ttl` seconds of `clock`."""
 
-    def __init__(self, client: AsyncWebClient, ttl: float = 3600.0) -> None:
+    def __init__(
+        self, client: AsyncWebClient, ttl: float = 3600.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._client = client
         self._ttl = ttl
+        self._clock = clock
         self._people: dict[str, tuple[float, Person]] = {}  # user id -> (expiry, person)
         self._lookups: dict[str, asyncio.Future[Person]] = {}
         self._bot_id: str | None = None
@@ -218,7 +221,7 @@ class SlackGateway:
         if user_id.startswith("B"):
             return Person(user_id=user_id, display_name=user_id, is_bot=True)
         cached = self._people.get(user_id)
-        if cached is not None and cached[0] > time.monotonic():
+        if cached is not None and cached[0] > self._clock():
             return cached[1]
         lookup = self._lookups.get(user_id)
         if lookup is None:
@@ -303,7 +306,7 @@ class SlackGateway:
             if error_code(exc) != "user_not_found":
                 raise
             person = Person(user_id=user_id, display_name=user_id)
-        self._people[user_id] = (time.monotonic() + self._ttl, person)
+        self._people[user_id] = (self._clock() + self._ttl, person)
         return person
 
     async def _to_channel(self, info: dict[str, Any]) -> Channel:
