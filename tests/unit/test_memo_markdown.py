@@ -112,6 +112,8 @@ BAD_CONVERSATION = "conversation must be one conversation's id, such as C123 (on
         ("---\nname: [x\n---\nhi\n", "the front matter is not valid YAML (line 2)"),
         # nested absurdly deep: PyYAML's composer recursed (an uncaught RecursionError ended the whole import)
         ("---\nname: x\ntags: " + "[" * 2000 + "]" * 2000 + "\n---\nhi\n", "the front matter is not valid YAML (line 3)"),
+        # a date that is no date: PyYAML's constructor raised ValueError (an uncaught one ended the whole import)
+        ("---\nname: x\ncreated: 2024-02-30\n---\nhi\n", "the front matter is not valid YAML (line 3)"),
         ("---\n- x\n---\nhi\n", "the front matter must be a mapping of fields such as name: and tags:"),
         ("---\npriority: 3\n---\nhi\n", "the front matter has no name"),
         ("---\nname: x\ntag: [a]\n---\nhi\n", "unknown field tag (known: name, priority, tags, visibility, "

@@ -18,8 +18,9 @@ recurses in C (some 30,000 levels crashed the process), PyYAML's in Python (Recu
 
 def load_yaml(text: str, loader: type[Any] = LOADER) -> Any:
     """The value `text` holds, as `yaml.safe_load` reads it (with `loader`, a safe one); a `yaml.YAMLError` (with its
-    line and column) for text that is not YAML, or whose collections nest deeper than `MAX_DEPTH`. The depth is read
-    from the parser's events (it keeps a stack of its own, no recursion): ~0.24 ms for a 110-line file in C."""
+    line and column) for text that is not YAML, whose collections nest deeper than `MAX_DEPTH`, or with a value that
+    is not what its form or tag says (`_marked`). The depth is read from the parser's events (it keeps a stack of
+    its own, no recursion): ~0.24 ms for a 110-line file in C."""
     depth = 0
     for event in yaml.parse(text, Loader=loader):
         if isinstance(event, yaml.CollectionStartEvent):
@@ -29,4 +30,26 @@ def load_yaml(text: str, loader: type[Any] = LOADER) -> Any:
                 raise yaml.MarkedYAMLError(problem=too_deep, problem_mark=event.start_mark)
         elif isinstance(event, yaml.CollectionEndEvent):
             depth -= 1
-    return yaml.load(text, Loader=loader)
+    return yaml.load(text, Loader=_marked(loader))
+
+
+_MARKED: dict[type[Any], type[Any]] = {}
+
+
+def _marked(loader: type[Any]) -> type[Any]:
+    """`loader` whose constructors' own failures (a date that is no date, an ``!!int`` that is no number: PyYAML
+    raises ValueError and the like) are a `yaml.YAMLError` at the value's line, naming its type, not the value
+    (which may be a secret)."""
+    marked = _MARKED.get(loader)
+    if marked is None:
+
+        def construct_object(self: Any, node: yaml.Node, deep: bool = False) -> Any:
+            try:
+                return loader.construct_object(self, node, deep)
+            except (ValueError, TypeError, AttributeError, OverflowError):
+                kind = str(node.tag).rsplit(":", 1)[-1]
+                problem = f"not a valid {kind}"
+                raise yaml.constructor.ConstructorError(problem=problem, problem_mark=node.start_mark) from None
+
+        marked = _MARKED[loader] = type(f"Marked{loader.__name__}", (loader,), {"construct_object": construct_object})
+    return marked
