@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from myao2.application.memo_snapshot import Outcome, Scope, apply_import, export_snapshot, plan_import
 from myao2.domain.conversation import ChannelKind
 from myao2.domain.memo import Action, MemoChanges, MemoDraft, MemoError, Origin, Visibility
 from myao2.domain.visibility import WORKSPACE_VIEW, Audience
@@ -180,3 +181,21 @@ def test_a_channel_never_stored_keeps_its_memos_the_workspaces(world: World) -> 
     assert "elsewhere" in prompt_names(world, "C1")
 
 
+
+
+def test_a_workspace_export_leaves_a_hidden_memo_out_and_its_import_neither_prunes_nor_edits_it(world: World) -> None:
+    # the workspace export is the folder that "can be shared": what only #plans may read stays out of it
+    stored_private(world)
+    files = export_snapshot(world.memos, Scope.WORKSPACE)
+    assert list(files) == ["food/lunch.md"]
+    assert "canary" not in "".join(files.values())
+    assert any("canary-launch" in text for text in export_snapshot(world.memos, Scope.ALL).values())
+    # imported back with --prune, the memos it never held are not the folder's to remove
+    plan = plan_import(world.memos, {path: text.encode() for path, text in files.items()}, Scope.WORKSPACE, prune=True)
+    assert [(step.outcome, step.memo.name if step.memo else None) for step in plan.steps] == [(Outcome.UNCHANGED, "lunch")]
+    # a file of the folder bearing the hidden memo's name is a new workspace memo, not an edit of #plans' memo
+    shared = {"launch.md": b"---\nname: launch\n---\nthe shared launch\n"}
+    applied = apply_import(world.memos, plan_import(world.memos, shared, Scope.WORKSPACE))
+    assert [step.outcome for step in applied.steps if step.path] == [Outcome.ADDED]
+    assert world.memos.get("launch", "C2").content == "canary-launch moves to June"
+    assert world.memos.get("launch", "C1").content == "the shared launch"

@@ -25,7 +25,7 @@ from myao2.application.memo_markdown import MemoFile, MemoFileError, parse_memo,
 from myao2.application.notebook import Actor, Notebook
 from myao2.domain.memo import Memo, MemoDraft, MemoError, check_tag_kinds
 from myao2.domain.ports import MemoStore
-from myao2.domain.visibility import Audience, feeds_workspace, view_of
+from myao2.domain.visibility import WORKSPACE_VIEW, Audience, feeds_workspace, view_of
 
 MEMO_SUFFIX = ".md"
 _UNSAFE = frozenset('<>:"/\\|?*')
@@ -48,13 +48,19 @@ class Scope(str, Enum):
     def includes(self, audience: Audience) -> bool:
         return self is Scope.ALL or feeds_workspace(audience)
 
+    @property
+    def reader(self) -> str | None:
+        """Who reads the memos in scope: the whole workspace (a memo it keeps from a channel stored as not public
+        since is that channel's alone, see `Memo.visible_in`), or a person's own view, which reads every memo."""
+        return None if self is Scope.ALL else WORKSPACE_VIEW
+
 
 # -- export ------------------------------------------------------------------
 
 
 def export_snapshot(store: MemoStore, scope: Scope) -> dict[str, str]:
     """The Markdown file of every live memo in `scope`, by relative path, in path order."""
-    memos = [memo for memo in store.list(None).memos if scope.includes(memo.audience)]
+    memos = [memo for memo in store.list(scope.reader).memos if scope.includes(memo.audience)]
     pinned = {memo.id for memo in store.pinned(None)}
     files = {path: render_memo(memo, pinned=memo.id in pinned) for path, memo in snapshot_paths(memos)}
     return dict(sorted(files.items()))
@@ -178,9 +184,10 @@ def plan_import(store: MemoStore, files: Mapping[str, bytes], scope: Scope, *, p
     """What importing `files` (their bytes by relative path) would do, the store unchanged.
 
     Memo rules that depend on other memos (names per audience, the tag-kind limit) are
-    checked against the store as the import would leave it, in the order applying uses.
+    checked against the store as the import would leave it, in the order applying uses. Only the memos the
+    scope's reader reads are the folder's to match, change or prune.
     """
-    live = {_key(memo): memo for memo in store.list(None).memos}
+    live = {_key(memo): memo for memo in store.list(scope.reader).memos}
     pinned = {memo.id for memo in store.pinned(None)}
     steps = [_read(path, data, scope, live, pinned) for path, data in sorted(files.items())]
     steps = _refuse_duplicates(steps)
