@@ -308,6 +308,20 @@ def test_a_value_that_is_not_what_its_form_says_gives_an_error_naming_its_line(
     assert "secret" not in str(excinfo.value)
 
 
+def laughs(levels: int) -> str:
+    """YAML whose aliases expand to 10 ** `levels` values ("a billion laughs" at 9), in a few hundred bytes."""
+    lines = ["l0: &l0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]" for i in range(1, levels)]
+    return "".join(f"  {line}\n" for line in lines)
+
+
+def test_aliases_that_expand_to_absurdly_many_values_give_an_error_not_a_hang(tmp_path: Path) -> None:
+    # every place that walks the values (the ${VAR} substitution first) went through 10 ** levels of them: at 8, over
+    # a minute of CPU and memory without end for a file of 700 bytes
+    with pytest.raises(ConfigError, match=r"invalid YAML at line 9, column \d+: more than 100000 values once"):
+        load_text(tmp_path, f"slack:\n  bot_token: xoxb-1\n  app_token: xapp-1\nlaughs:\n{laughs(6)}")
+
+
 def test_top_level_must_be_a_mapping(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="mapping"):
         load_text(tmp_path, "- a\n- b\n")

@@ -16,20 +16,41 @@ MAX_DEPTH = 100
 recurses in C (some 30,000 levels crashed the process), PyYAML's in Python (RecursionError from ~500)."""
 
 
+MAX_VALUES = 100_000
+"""How many values (scalars and collections) a text may hold once its aliases are expanded (a config file: a few
+hundred). More is refused before it is built: aliases of aliases reach billions in a few hundred bytes ("a billion
+laughs"), which whatever walks the values (the config's ${VAR} substitution, a memo field's check) goes through."""
+
+
 def load_yaml(text: str, loader: type[Any] = LOADER) -> Any:
     """The value `text` holds, as `yaml.safe_load` reads it (with `loader`, a safe one); a `yaml.YAMLError` (with its
-    line and column) for text that is not YAML, whose collections nest deeper than `MAX_DEPTH`, or with a value that
-    is not what its form or tag says (`_marked`). The depth is read from the parser's events (it keeps a stack of
-    its own, no recursion): ~0.24 ms for a 110-line file in C."""
-    depth = 0
+    line and column) for text that is not YAML, whose collections nest deeper than `MAX_DEPTH`, that holds more than
+    `MAX_VALUES` values once its aliases are expanded, or with a value that is not what its form or tag says
+    (`_marked`). Depth and size are read from the parser's events (it keeps a stack of its own, no recursion):
+    ~0.24 ms for a 110-line file in C."""
+    starts: list[tuple[str | None, int]] = []  # the open collections: anchor, values counted before it
+    sizes: dict[str, int] = {}  # the values each anchor stands for
+    values = 0
     for event in yaml.parse(text, Loader=loader):
         if isinstance(event, yaml.CollectionStartEvent):
-            depth += 1
-            if depth > MAX_DEPTH:
+            if len(starts) >= MAX_DEPTH:
                 too_deep = f"collections nested deeper than {MAX_DEPTH}"
                 raise yaml.MarkedYAMLError(problem=too_deep, problem_mark=event.start_mark)
+            starts.append((event.anchor, values))
+            values += 1
         elif isinstance(event, yaml.CollectionEndEvent):
-            depth -= 1
+            anchor, before = starts.pop()
+            if anchor is not None:
+                sizes[anchor] = values - before
+        elif isinstance(event, yaml.ScalarEvent):
+            values += 1
+            if event.anchor is not None:
+                sizes[event.anchor] = 1
+        elif isinstance(event, yaml.AliasEvent):
+            values += sizes.get(event.anchor, 1)  # an alias inside its own anchor: a cycle, built once
+        if values > MAX_VALUES:
+            too_many = f"more than {MAX_VALUES} values once its aliases are expanded"
+            raise yaml.MarkedYAMLError(problem=too_many, problem_mark=event.start_mark)
     return yaml.load(text, Loader=_marked(loader))
 
 
