@@ -322,6 +322,14 @@ def test_aliases_that_expand_to_absurdly_many_values_give_an_error_not_a_hang(tm
         load_text(tmp_path, f"slack:\n  bot_token: xoxb-1\n  app_token: xapp-1\nlaughs:\n{laughs(6)}")
 
 
+@pytest.mark.parametrize("where", ["laughs: &a [*a]", "laughs: &a {a: [1, *a]}"])
+def test_an_alias_inside_the_collection_it_names_gives_an_error_not_a_crash(tmp_path: Path, where: str) -> None:
+    # a collection that holds itself: the ${VAR} substitution recursed until RecursionError (a traceback)
+    cycle = r"invalid YAML at line 4, column \d+: an alias inside the collection it names"
+    with pytest.raises(ConfigError, match=cycle):
+        load_text(tmp_path, f"slack:\n  bot_token: xoxb-1\n  app_token: xapp-1\n{where}\n")
+
+
 def test_top_level_must_be_a_mapping(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="mapping"):
         load_text(tmp_path, "- a\n- b\n")

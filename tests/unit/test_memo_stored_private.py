@@ -192,7 +192,8 @@ def test_a_workspace_export_leaves_a_hidden_memo_out_and_its_import_neither_prun
     assert any("canary-launch" in text for text in export_snapshot(world.memos, Scope.ALL).values())
     # imported back with --prune, the memos it never held are not the folder's to remove
     plan = plan_import(world.memos, {path: text.encode() for path, text in files.items()}, Scope.WORKSPACE, prune=True)
-    assert [(step.outcome, step.memo.name if step.memo else None) for step in plan.steps] == [(Outcome.UNCHANGED, "lunch")]
+    steps = [(step.outcome, step.memo.name if step.memo else None) for step in plan.steps]
+    assert steps == [(Outcome.UNCHANGED, "lunch")]
     # a file of the folder bearing the hidden memo's name is a new workspace memo, not an edit of #plans' memo
     shared = {"launch.md": b"---\nname: launch\n---\nthe shared launch\n"}
     applied = apply_import(world.memos, plan_import(world.memos, shared, Scope.WORKSPACE))

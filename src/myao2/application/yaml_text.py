@@ -25,9 +25,9 @@ laughs"), which whatever walks the values (the config's ${VAR} substitution, a m
 def load_yaml(text: str, loader: type[Any] = LOADER) -> Any:
     """The value `text` holds, as `yaml.safe_load` reads it (with `loader`, a safe one); a `yaml.YAMLError` (with its
     line and column) for text that is not YAML, whose collections nest deeper than `MAX_DEPTH`, that holds more than
-    `MAX_VALUES` values once its aliases are expanded, or with a value that is not what its form or tag says
-    (`_marked`). Depth and size are read from the parser's events (it keeps a stack of its own, no recursion):
-    ~0.24 ms for a 110-line file in C."""
+    `MAX_VALUES` values once its aliases are expanded or a collection that holds itself (whatever walks it recurses
+    without end), or with a value that is not what its form or tag says (`_marked`). Depth, size and cycles are
+    read from the parser's events (it keeps a stack of its own, no recursion): ~0.24 ms for a 110-line file in C."""
     starts: list[tuple[str | None, int]] = []  # the open collections: anchor, values counted before it
     sizes: dict[str, int] = {}  # the values each anchor stands for
     values = 0
@@ -47,7 +47,10 @@ def load_yaml(text: str, loader: type[Any] = LOADER) -> Any:
             if event.anchor is not None:
                 sizes[event.anchor] = 1
         elif isinstance(event, yaml.AliasEvent):
-            values += sizes.get(event.anchor, 1)  # an alias inside its own anchor: a cycle, built once
+            if any(anchor == event.anchor for anchor, _ in starts):
+                cycle = "an alias inside the collection it names (a value that holds itself)"
+                raise yaml.MarkedYAMLError(problem=cycle, problem_mark=event.start_mark)
+            values += sizes.get(event.anchor, 1)
         if values > MAX_VALUES:
             too_many = f"more than {MAX_VALUES} values once its aliases are expanded"
             raise yaml.MarkedYAMLError(problem=too_many, problem_mark=event.start_mark)
