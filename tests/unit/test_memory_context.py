@@ -12,7 +12,7 @@ from myao2.application.context import Absorbed, Budget, ContextBuilder, MemoryBu
 from myao2.composition import memory_budgets
 from myao2.config import Config
 from myao2.domain.conversation import Channel, ChannelKind, Message
-from myao2.domain.memory import WORKSPACE_SCOPE, Bullet, Memory, Scope, Term
+from myao2.domain.memory import WORKSPACE_SCOPE, Bullet, Memory, Scope, Term, seen_in
 from myao2.domain.profile import Fact, Profile
 from myao2.domain.visibility import WORKSPACE, Audience
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
@@ -115,6 +115,31 @@ async def test_a_channel_the_bot_has_left_is_no_news_elsewhere_until_it_joins_ag
     assert await news() == ()
     conversations.save_channel(RANDOM)  # invited back
     assert await news() == ("#random: - [2025-01-02] random-short news",)
+
+
+async def test_a_prompt_in_a_channel_the_bot_has_left_shows_nothing_it_remembers_of_it_as_memory_show_does(stores):
+    # The prompt read its own memories with `can_read` alone, `seen_in` (`myao2 memory show --channel`, the
+    # playground) with `can_read_from`: for a channel stored as left the prompt showed what was said there, which
+    # the rule keeps from every conversation, its own included, until the bot joins it again.
+    _, memories, _, _, conversations = stores
+    conversations.save_channel(GENERAL)
+    conversations.leave_channel(GENERAL.id)
+    left = conversations.get_channel(GENERAL.id)
+    assert left is not None and not left.is_member
+
+    async def own(channel: Channel) -> tuple[tuple[str, ...], ...]:
+        shown = (await builder(stores).build(channel, reply(channel, THREAD))).memory
+        return shown.channel_long.lines, shown.channel_short.lines, shown.thread.lines
+
+    assert await own(left) == ((), (), ())
+    assert {m.scope for m in seen_in(memories.all(), GENERAL.id, THREAD, frozenset(), left)} == {WORKSPACE_SCOPE}
+    assert (await builder(stores).build(left, reply(left))).memory.workspace.lines == ("- [2025-01-02] ws-long fact",)
+    conversations.save_channel(GENERAL)  # invited back
+    assert await own(GENERAL) == (
+        ("- [2025-01-02] general-long fact",),
+        ("- [2025-01-02] general-short news",),
+        ("- [2025-01-02] thread-short news",),
+    )
 
 
 async def test_a_channel_converted_to_private_is_no_news_elsewhere_from_the_next_prompt_on(stores):

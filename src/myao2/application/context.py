@@ -18,7 +18,7 @@ from myao2.domain.memo import IMPORTANT_PRIORITY, Memo
 from myao2.domain.memory import WORKSPACE_SCOPE, Memory, Scope, Term, bullet_line, digest_line
 from myao2.domain.ports import Clock, MemoryStore, MemoStore, ProfileStore
 from myao2.domain.tokens import estimate_tokens
-from myao2.domain.visibility import audience_of, can_read, can_read_from, shows_elsewhere
+from myao2.domain.visibility import audience_of, can_read, shows_elsewhere
 
 IMPORTANT_MEMO_LIMIT = 20
 RECENT_MEMO_LIMIT = 5
@@ -255,25 +255,23 @@ class ContextBuilder:
         read = memories.for_prompt(keys, Term.SHORT if shows_news else None)
         stored = read.stored
 
-        def readable(scope: Scope, term: Term) -> Memory | None:
+        def shown(scope: Scope, term: Term) -> Memory | None:
             memory = stored.get((scope, term))
-            if memory is None or not can_read(channel.id, memory.audience):
-                return None
-            return memory.shown_in(channel.id, read.not_public)
+            return None if memory is None else memory.shown_in(channel.id, channel, read.not_public)
 
-        workspace = readable(WORKSPACE_SCOPE, Term.LONG)
-        short = readable(Scope(channel.id), Term.SHORT)
+        workspace = shown(WORKSPACE_SCOPE, Term.LONG)
+        short = shown(Scope(channel.id), Term.SHORT)
         short_section = _section(short, budgets.channel)
-        long_section = _section(readable(Scope(channel.id), Term.LONG), budgets.channel - section_tokens(short_section))
-        thread = readable(Scope(channel.id, thread_ts), Term.SHORT) if thread_ts else None
+        long_section = _section(shown(Scope(channel.id), Term.LONG), budgets.channel - section_tokens(short_section))
+        thread = shown(Scope(channel.id, thread_ts), Term.SHORT) if thread_ts else None
         elsewhere = MemorySection()
         if shows_news:
-            lines = [
-                f"{memory.label}: {bullet_line(b)}"
+            news = (
+                memory.shown_in(channel.id, source, read.not_public)
                 for memory, source in read.news
-                if memory.scope.channel_id != channel.id and can_read_from(channel.id, memory.audience, source)
-                for b in memory.shown_in(channel.id, read.not_public).active
-            ]
+                if memory.scope.channel_id != channel.id
+            )
+            lines = [f"{memory.label}: {bullet_line(b)}" for memory in news if memory is not None for b in memory.active]
             elsewhere = _fit_lines(lines, budgets.elsewhere)
         digests = [
             digest_line(d) for d in memories.digests(channel.id) if d.lines and can_read(channel.id, d.audience)

@@ -252,12 +252,13 @@ class Search:
             hits, hid = [], False
             for hit in found:
                 memory = memories.get(hit.ref_id)
-                if memory is None or not can_read_from(reader, memory.audience, channels.get(memory.scope.channel_id or "")):
+                shown = memory and memory.shown_in(reader, channels.get(memory.scope.channel_id or ""), hidden)
+                if memory is None or shown is None:
                     hid = True
                     continue
                 if channel is not None and memory.scope.channel_id != channel:
                     continue
-                shown, score = memory.shown_in(reader, hidden), hit.score
+                score = hit.score
                 if len(shown.bullets) < len(memory.bullets):
                     # Ranked by what the reader may read alone: the index holds the words of the bullets left out
                     # too, and a rank they lifted would tell that they matched.

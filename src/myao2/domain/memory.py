@@ -143,12 +143,18 @@ class Memory:
             {b.id for b in self.bullets if not may_hold(self.audience, heard_now(b.heard_in, not_public))}
         )
 
-    def shown_in(self, reader: str | None, not_public: Container[str]) -> Memory:
-        """This memory as conversation `reader` (None: a person's own view) may be shown it: without the bullets
-        written with the words in sight of a conversation `reader` may not read (`can_read_from`; `not_public` the
-        ids of the conversations that keep to themselves now, the others the workspace's), which a channel turned private leaves in memories
-        kept for the workspace until its narrowing reaches them. A bullet superseded only by one left out is
-        active again, as the narrowing leaves it."""
+    def shown_in(self, reader: str | None, source: Channel | None, not_public: Container[str]) -> Memory | None:
+        """This memory as conversation `reader` (None: a person's own view) may be shown it, or None when it may not
+        be shown there at all: the one statement of which memory a reader sees, and how much of it.
+
+        None unless `reader` may read what was said in the channel it is of (`can_read_from`, `source` that channel
+        as stored, None: never stored; the workspace memory is of no one conversation, and its `source` is not
+        asked). Of the rest, without the bullets written with the words in sight of a conversation `reader` may not
+        read (`not_public` the ids of the conversations that keep to themselves now, the others the workspace's),
+        which a channel turned private leaves in memories kept for the workspace until its narrowing reaches them.
+        A bullet superseded only by one left out is active again, as the narrowing leaves it."""
+        if not can_read_from(reader, self.audience, source if self.scope.channel_id else None):
+            return None
         shown: dict[tuple[str, ...], bool] = {}  # by what was heard: the bullets of one call heard the same
         for heard in {b.heard_in for b in self.bullets}:
             shown[heard] = can_read_from(reader, self.audience, None, heard_now(heard, not_public))
@@ -179,15 +185,11 @@ def seen_in(
     not_public: Container[str],
     stored: Channel | None,
 ) -> list[Memory]:
-    """The memories a conversation's prompts may draw on: the workspace's, the channel's and the thread's, readable
-    there (`can_read_from`, the channel as `stored`, None: never stored), as they are shown there (`Memory.shown_in`).
-    """
+    """The memories a conversation's prompts may draw on: the workspace's, the channel's and the thread's, as they
+    are shown there (`Memory.shown_in`, the channel as `stored`, None: never stored)."""
     wanted = {Scope().key, Scope(channel).key} | ({Scope(channel, thread).key} if thread else set())
-    return [
-        m.shown_in(channel, not_public)
-        for m in memories
-        if m.scope.key in wanted and can_read_from(channel, m.audience, stored if m.scope.channel_id else None)
-    ]
+    shown = (m.shown_in(channel, stored, not_public) for m in memories if m.scope.key in wanted)
+    return [m for m in shown if m is not None]
 
 
 @dataclass(frozen=True)
