@@ -285,13 +285,11 @@ _ABOUT_A_CHANNEL = _MEMORIES.c.scope.startswith(_CHANNEL_SCOPE)
 _HEARD = _CHANNELS.alias("heard")
 NOT_PUBLIC_IDS = core_select(_HEARD.c.id).where(_HEARD.c.kind != ChannelKind.PUBLIC.value)
 """The ids of the stored conversations that are not public: the rule of `ChannelKind.keeps_to_itself` in SQL."""
-NOT_PUBLIC = (
-    core_select(func.aggregate_strings(_HEARD.c.id, " ").label("not_public"))
-    .where(NOT_PUBLIC_IDS.whereclause)
-    .subquery("not_public")
-)
-"""One row: the ids of the stored conversations that are not public, space-separated (NULL for none), joined to what
-is read with what they heard (`Memory.shown_in`, `Profile.heard_by_readers`)."""
+NOT_PUBLIC = NOT_PUBLIC_IDS.with_only_columns(
+    func.aggregate_strings(NOT_PUBLIC_IDS.selected_columns.id, " ").label("not_public")
+).subquery("not_public")
+"""One row: the ids `NOT_PUBLIC_IDS` selects, space-separated (NULL for none), joined to what is read with what they
+heard (`Memory.shown_in`, `Profile.heard_by_readers`)."""
 _PROMPT_MEMORIES = (
     core_select(
         _MEMORIES,
