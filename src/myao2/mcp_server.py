@@ -31,7 +31,15 @@ from myao2.composition import Application, build_application
 from myao2.config import Config
 from myao2.domain.conversation import BotIdentity
 from myao2.domain.memo import MAX_LIST_OFFSET, Memo, MemoError, MemoRevision, lookup_name
-from myao2.domain.visibility import WORKSPACE, WORKSPACE_VIEW, Audience, can_read, can_write, readable_audiences, audience_of
+from myao2.domain.visibility import (
+    WORKSPACE,
+    WORKSPACE_VIEW,
+    Audience,
+    audience_of,
+    can_read,
+    can_write,
+    readable_audiences,
+)
 from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database

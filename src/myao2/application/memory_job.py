@@ -30,7 +30,7 @@ from myao2.domain.conversation import Channel, ChannelChanges, Message, ts_to_da
 from myao2.domain.memory import WORKSPACE_SCOPE, Bullet, Draft, Memory, Scope, Term
 from myao2.domain.ports import Clock, ConversationStore, MemoryStore
 from myao2.domain.tokens import estimate_tokens
-from myao2.domain.visibility import WORKSPACE, Audience, feeds_workspace, audience_of
+from myao2.domain.visibility import WORKSPACE, Audience, audience_of, feeds_workspace
 
 logger = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from myao2.application import tracing
 from myao2.domain.conversation import Channel, Message, clean_text, ts_to_datetime
 from myao2.domain.memo import Memo
 from myao2.domain.memory import Bullet, Digest, Memory
-from myao2.domain.visibility import Audience, can_read, can_read_from, not_public, audience_of
+from myao2.domain.visibility import Audience, audience_of, can_read, can_read_from, not_public
 
 MAX_QUERY_LENGTH = 500
 MAX_LIMIT = 20
@@ -316,9 +316,7 @@ class Search:
         """
         wanted = name.strip().lstrip("#")
         for channel in self._conversations.channels():
-            if wanted in (channel.id, channel.name) and can_read_from(
-                reader, audience_of(channel), channel
-            ):
+            if wanted in (channel.id, channel.name) and can_read_from(reader, audience_of(channel), channel):
                 return channel.id
         raise SearchError("unknown_channel")
 
