@@ -12,7 +12,7 @@ from myao2.application.context import Absorbed, Budget, ContextBuilder, MemoryBu
 from myao2.composition import memory_budgets
 from myao2.config import Config
 from myao2.domain.conversation import Channel, ChannelKind, Message
-from myao2.domain.memory import WORKSPACE_SCOPE, Bullet, Memory, Scope, Term, seen_in
+from myao2.domain.memory import WORKSPACE_SCOPE, Bullet, Digest, Memory, Scope, Stage, Term, seen_in
 from myao2.domain.profile import Fact, Profile
 from myao2.domain.visibility import WORKSPACE, Audience
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
@@ -121,7 +121,9 @@ async def test_a_prompt_in_a_channel_the_bot_has_left_shows_nothing_it_remembers
     # The prompt read its own memories with `can_read` alone, `seen_in` (`myao2 memory show --channel`, the
     # playground) with `can_read_from`: for a channel stored as left the prompt showed what was said there, which
     # the rule keeps from every conversation, its own included, until the bot joins it again.
+    # Its digests likewise: the prompt asked `can_read`, `myao2 memory show --channel` `can_read_from`.
     _, memories, _, _, conversations = stores
+    memories.save_digest(Digest(GENERAL.id, DAY, Stage.DIGEST, WORKSPACE, ("general digest",), "1.0", "2.0"))
     conversations.save_channel(GENERAL)
     conversations.leave_channel(GENERAL.id)
     left = conversations.get_channel(GENERAL.id)
@@ -129,9 +131,9 @@ async def test_a_prompt_in_a_channel_the_bot_has_left_shows_nothing_it_remembers
 
     async def own(channel: Channel) -> tuple[tuple[str, ...], ...]:
         shown = (await builder(stores).build(channel, reply(channel, THREAD))).memory
-        return shown.channel_long.lines, shown.channel_short.lines, shown.thread.lines
+        return shown.channel_long.lines, shown.channel_short.lines, shown.thread.lines, shown.digests.lines
 
-    assert await own(left) == ((), (), ())
+    assert await own(left) == ((), (), (), ())
     assert {m.scope for m in seen_in(memories.all(), GENERAL.id, THREAD, frozenset(), left)} == {WORKSPACE_SCOPE}
     assert (await builder(stores).build(left, reply(left))).memory.workspace.lines == ("- [2025-01-02] ws-long fact",)
     conversations.save_channel(GENERAL)  # invited back
@@ -139,6 +141,7 @@ async def test_a_prompt_in_a_channel_the_bot_has_left_shows_nothing_it_remembers
         ("- [2025-01-02] general-long fact",),
         ("- [2025-01-02] general-short news",),
         ("- [2025-01-02] thread-short news",),
+        ("- [2025-01-02] general digest",),
     )
 
 
@@ -247,8 +250,6 @@ async def test_without_a_memory_store_the_prompt_has_no_memory_sections(stores):
 @pytest.mark.parametrize("language", ["ja", "en"])
 async def test_a_conversation_s_digests_reach_its_prompt_within_their_budget_oldest_left_out(stores, language):
     from datetime import timedelta
-
-    from myao2.domain.memory import Digest, Stage
 
     _, memories, _, _, _ = stores
     for day in range(6):

@@ -18,7 +18,7 @@ from myao2.domain.memo import IMPORTANT_PRIORITY, Memo
 from myao2.domain.memory import WORKSPACE_SCOPE, Memory, Scope, Term, bullet_line, digest_line
 from myao2.domain.ports import Clock, MemoryStore, MemoStore, ProfileStore
 from myao2.domain.tokens import estimate_tokens
-from myao2.domain.visibility import audience_of, can_read, shows_elsewhere
+from myao2.domain.visibility import audience_of, can_read_from, shows_elsewhere
 
 IMPORTANT_MEMO_LIMIT = 20
 RECENT_MEMO_LIMIT = 5
@@ -274,7 +274,9 @@ class ContextBuilder:
             lines = [f"{memory.label}: {bullet_line(b)}" for memory in news if memory is not None for b in memory.active]
             elsewhere = _fit_lines(lines, budgets.elsewhere)
         digests = [
-            digest_line(d) for d in memories.digests(channel.id) if d.lines and can_read(channel.id, d.audience)
+            digest_line(d)
+            for d in memories.digests(channel.id)
+            if d.lines and can_read_from(channel.id, d.audience, channel)
         ]
         profiles = self._absorbed.profiles.many(user_id for user_id, _ in speakers)
         facts = [
