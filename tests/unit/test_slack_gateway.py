@@ -17,7 +17,7 @@ from slack_sdk.http_retry.builtin_async_handlers import AsyncConnectionErrorRetr
 from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Person
 from myao2.domain.ports import ConversationClosed
 from myao2.infrastructure.slack import gateway as gateway_module
-from myao2.infrastructure.slack.gateway import SlackAuthError, SlackGateway, make_web_client
+from myao2.infrastructure.slack.gateway import PAGE_SIZE, SlackAuthError, SlackGateway, make_web_client
 from tests.fakes.slack_server import FakeSlack
 
 
@@ -264,6 +264,23 @@ async def test_the_text_of_the_bots_posts_is_read_back_as_sent_though_slack_show
     fake.edit_message("C1", post, "a &lt; b &amp;&amp; c &gt; d", emit=False)  # as Slack shows a message's text
     assert await gateway.posted_text("C1", post, question) == sent
     assert await gateway.unmarked_posts("C1", question, question) == {post: sent}
+
+
+async def test_a_post_is_read_back_in_one_call_however_busy_the_conversation_has_been_since(
+    fake: FakeSlack, gateway: SlackGateway
+) -> None:
+    await gateway.auth()
+    post = await gateway.post("C1", "the bot's words", None)
+    question = fake.post_message("C1", "U1", "<@UBOT> hi", emit=False)
+    in_thread = await gateway.post("C1", "in the thread", question)
+    for n in range(PAGE_SIZE + 5):
+        fake.post_message("C1", "U1", f"chatter {n}", emit=False)
+        fake.post_message("C1", "U1", f"reply {n}", thread_ts=question, emit=False)
+    before = len(fake.web_calls)
+    assert await gateway.posted_text("C1", post, None) == "the bot's words"
+    assert await gateway.posted_text("C1", in_thread, question) == "in the thread"
+    assert await gateway.posted_text("C1", question, None) is None  # not the bot's
+    assert len(fake.web_calls) - before == 3
 
 
 @pytest.mark.parametrize("error", ["not_in_channel", "channel_not_found"])

@@ -170,7 +170,7 @@ class SlackGateway:
     async def posted_text(self, channel_id: str, ts: str, thread_ts: str | None) -> str | None:
         """The text of the bot's message `ts` in the thread `thread_ts` (None: the channel) as Slack shows it now;
         None when it is not there."""
-        async for raw in self._own_posts_after(channel_id, _just_before(ts), thread_ts):
+        async for raw in self._own_posts_after(channel_id, _just_before(ts), thread_ts, through=ts):
             if raw["ts"] == ts:
                 return _as_sent(raw)
         return None
@@ -181,14 +181,19 @@ class SlackGateway:
         unmarked = [raw async for raw in self._own_posts_after(channel_id, ts, thread_ts) if _answered(raw) is None]
         return {str(raw["ts"]): _as_sent(raw) for raw in sorted(unmarked, key=lambda raw: Decimal(raw["ts"]))}
 
-    async def _own_posts_after(self, channel_id: str, ts: str, thread_ts: str | None) -> AsyncIterator[dict[str, Any]]:
-        """The bot's messages after `ts` in the thread `thread_ts` (None: the channel), with their metadata;
-        `ConversationClosed` when Slack answers that the bot is out of the conversation or it is gone."""
+    async def _own_posts_after(
+        self, channel_id: str, ts: str, thread_ts: str | None, *, through: str | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The bot's messages after `ts` (up to `through`, inclusive) in the thread `thread_ts` (None: the
+        channel), with their metadata; `ConversationClosed` when Slack answers that the bot is out of the
+        conversation or it is gone."""
+        arguments: dict[str, Any] = {"channel": channel_id, "oldest": ts, "limit": PAGE_SIZE}
+        if through is not None:
+            arguments |= {"latest": through, "inclusive": True}
         if thread_ts:
-            arguments = {"channel": channel_id, "ts": thread_ts, "oldest": ts, "limit": PAGE_SIZE}
+            arguments["ts"] = thread_ts
             fetch = self._client.conversations_replies
         else:
-            arguments = {"channel": channel_id, "oldest": ts, "limit": PAGE_SIZE}
             fetch = self._client.conversations_history
         try:
             response = await retrying("answer lookup", lambda: fetch(**arguments, include_all_metadata=True))
