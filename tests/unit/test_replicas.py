@@ -19,7 +19,6 @@ from sqlalchemy.exc import DBAPIError
 from myao2.application.replicas import Replica
 from myao2.domain.answers import Unfinished
 from myao2.domain.conversation import Message
-from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.lease_store import SqlLeaseStore
@@ -50,14 +49,15 @@ def mention(seconds: float) -> Message:
 def _race(url: str, what: str, racer: int, start, results) -> None:  # type: ignore[no-untyped-def]
     engine = open_database(url)
     try:
-        store = SqlConversationStore(engine, SystemClock())
+        store = SqlConversationStore(engine, ManualClock(T0))
         leases = SqlLeaseStore(engine)
-        now = datetime.now(timezone.utc)
         start.wait()
+        # One time for every racer: read from the wall clock before the barrier, a racer ready long before the
+        # last (imports on a busy machine) took a lease already expired for the others, and two won it.
         if what == "claim":
-            won = store.claim("C1", "1.000001", now + LEASE, holder=f"r{racer}")
+            won = store.claim("C1", "1.000001", T0 + LEASE, holder=f"r{racer}")
         else:
-            won = leases.take("memory", f"r{racer}", now, now + LEASE)
+            won = leases.take("memory", f"r{racer}", T0, T0 + LEASE)
         results.put((racer, won))
     finally:
         engine.dispose()
@@ -89,9 +89,8 @@ def test_processes_racing_for_one_claim_have_one_winner_which_holds_it(database_
 
 def test_processes_racing_for_one_lease_have_one_winner(database_url: str, leases: SqlLeaseStore) -> None:
     [winner] = race(database_url, "lease")
-    now = datetime.now(timezone.utc)
-    assert leases.take("memory", f"r{winner}", now, now + LEASE)  # kept by its holder
-    assert not leases.take("memory", "someone else", now, now + LEASE)
+    assert leases.take("memory", f"r{winner}", T0, T0 + LEASE)  # kept by its holder
+    assert not leases.take("memory", "someone else", T0, T0 + LEASE)
 
 
 # -- leases ------------------------------------------------------------------------------------------------------
