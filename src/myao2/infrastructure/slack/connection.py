@@ -89,12 +89,12 @@ class Twins:
     """Slack reports a mention in a conversation twice, as a ``message`` event and as an ``app_mention`` event,
     one right after the other. The app is run on the second of the pair only if its run on the first failed, or
     the two differ in what is stored of the message: the second is a no-op for the inbox otherwise (it is stored
-    and claimed already), and the app's dispatch of an event is most of its cost.
+    and claimed already), and the app's dispatch of an event is most of its cost. An event of the same kind again
+    (Slack delivering it once more, e.g. after a reconnect) is run as any other.
     """
 
-    def __init__(self, size: int = RECENT_PAIRS) -> None:
+    def __init__(self) -> None:
         self._first: OrderedDict[tuple[str, str], tuple[str, tuple[Any, ...], asyncio.Future[bool]]] = OrderedDict()
-        self._size = size
 
     async def run(self, payload: dict[str, Any], app: Callable[[], Awaitable[bool]]) -> None:
         """Run `app` (True: it handled the event) on an Events API `payload`, unless it is the second of a pair
@@ -116,7 +116,7 @@ class Twins:
             return
         handled = asyncio.get_running_loop().create_future()
         self._first[key] = (kind, said, handled)
-        if len(self._first) > self._size:
+        if len(self._first) > RECENT_PAIRS:
             self._first.popitem(last=False)
         ok = False
         try:
