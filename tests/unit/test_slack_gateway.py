@@ -14,6 +14,7 @@ import pytest
 from slack_sdk.http_retry import HttpRequest, RetryState
 from slack_sdk.http_retry.builtin_async_handlers import AsyncConnectionErrorRetryHandler
 
+from myao2.domain.answers import words_digest
 from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Person
 from myao2.domain.ports import ConversationClosed
 from myao2.infrastructure.slack import gateway as gateway_module
@@ -264,6 +265,19 @@ async def test_the_text_of_the_bots_posts_is_read_back_as_sent_though_slack_show
     fake.edit_message("C1", post, "a &lt; b &amp;&amp; c &gt; d", emit=False)  # as Slack shows a message's text
     assert await gateway.posted_text("C1", post, question) == sent
     assert await gateway.unmarked_posts("C1", question, question) == {post: sent}
+
+
+async def test_a_post_read_back_carries_nothing_a_digest_or_store_cannot_take(
+    fake: FakeSlack, gateway: SlackGateway
+) -> None:
+    await gateway.auth()
+    question = fake.post_message("C1", "U1", "<@UBOT> hi", emit=False)
+    post = await gateway.post("C1", "half", question)
+    fake.edit_message("C1", post, "half \ud83c and \x00", emit=False)  # a cut emoji, a NUL: as JSON escapes carry them
+    shown = await gateway.posted_text("C1", post, question)
+    assert shown == "half \ufffd and \ufffd"
+    assert await gateway.unmarked_posts("C1", question, question) == {post: shown}
+    words_digest(shown)  # encodes
 
 
 async def test_a_post_is_read_back_in_one_call_however_busy_the_conversation_has_been_since(

@@ -172,14 +172,14 @@ class SlackGateway:
         None when it is not there."""
         async for raw in self._own_posts_after(channel_id, _just_before(ts), thread_ts, through=ts):
             if raw["ts"] == ts:
-                return _as_sent(raw)
+                return translate.as_sent(raw)
         return None
 
     async def unmarked_posts(self, channel_id: str, ts: str, thread_ts: str | None) -> dict[str, str]:
         """The bot's posts after `ts` in the thread or the channel marked as no message's answer, oldest first, ts to
         text."""
         unmarked = [raw async for raw in self._own_posts_after(channel_id, ts, thread_ts) if _answered(raw) is None]
-        return {str(raw["ts"]): _as_sent(raw) for raw in sorted(unmarked, key=lambda raw: Decimal(raw["ts"]))}
+        return {str(raw["ts"]): translate.as_sent(raw) for raw in sorted(unmarked, key=lambda raw: Decimal(raw["ts"]))}
 
     async def _own_posts_after(
         self, channel_id: str, ts: str, thread_ts: str | None, *, through: str | None = None
@@ -394,12 +394,6 @@ def _answered(raw: dict[str, Any]) -> str | None:
         return None
     answers = (metadata.get("event_payload") or {}).get("answers")
     return answers if isinstance(answers, str) else None
-
-
-def _as_sent(raw: dict[str, Any]) -> str:
-    """A message's text as it was sent: Slack shows `&`, `<` and `>` escaped (`&amp;`, `&lt;`, `&gt;`)."""
-    text = str(raw.get("text") or "")
-    return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
 
 
 def _author_name(raw: dict[str, Any], people: dict[str, Person]) -> str:

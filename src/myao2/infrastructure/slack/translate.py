@@ -45,6 +45,12 @@ def text_of(raw: dict[str, Any]) -> str:
     return clean_text(text)
 
 
+def as_sent(raw: dict[str, Any]) -> str:
+    """The bot's message text as it was sent: Slack shows `&`, `<` and `>` escaped (`&amp;`, `&lt;`, `&gt;`)."""
+    text = str(raw.get("text") or "")
+    return clean_text(text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&"))
+
+
 def to_message(raw: dict[str, Any], channel_id: str, user_name: str) -> Message:
     """A stored-form message from a Slack message payload (event or history item)."""
     ts = raw["ts"]
