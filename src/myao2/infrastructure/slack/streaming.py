@@ -169,21 +169,26 @@ class _Stream:
         self._buffer = ""  # text not sent yet
         self._since = 0.0  # when the oldest buffered text came
         self._tasks: dict[str, str] = {}  # call id -> title, for the tasks shown
-        self._broken = False  # the stream stopped taking text (e.g. expired): finish with chat.update
-        self._stopping = False  # its end was sent (`_stop`): cut short now, it is left to the next attempt
+        self._broken = False  # the stream stopped taking text (e.g. expired), or its stop failed: chat.update ends it
+        self._ending: str | None = None  # its whole text, once its end is sent (`_stop`): see `run`
+        self._following = False  # what the message lost was posted after it (`_follow`), perhaps unheard
 
     async def run(self, reply: ReplyStream, apology: str) -> PublishedReply | None:
         """Stream the reply; None when Slack refused to start a stream (nothing was shown yet).
 
         A failure of the reply ends the message with the apology; a Slack error raises.
         Cancelled (the bot is stopping), a message already showing is ended with the apology too, unless its end
-        was sent already: one stream is stopped once.
+        was sent already: one stream is stopped once (cut short as it stops, it is left to the next attempt). A
+        broken stream cut short as its end is sent is completed with its whole text then: stopped, it is the
+        answer as it shows.
         """
         try:
             return await self._run(reply, apology)
         except asyncio.CancelledError:
-            if self._ts is not None and not self._broken and not self._stopping:
+            if self._ending is None and self._ts is not None and not self._broken:
                 await self._stop_on_cancel(apology)
+            elif self._ending is not None and self._broken:
+                await self._complete_on_cancel(self._ending, apology)
             raise
 
     async def _stop_on_cancel(self, apology: str) -> None:
@@ -198,6 +203,20 @@ class _Stream:
             await self._owner._end(self._channel.id, self._ts, tail, self._answering)
         except Exception as exc:  # noqa: BLE001 - the attempt after the restart ends it
             logger.warning("could not end the reply %s as the bot stopped: %r", self._ts, exc)
+
+    async def _complete_on_cancel(self, text: str, apology: str) -> None:
+        """Complete the broken stream with its whole `text` as the bot stops, as `_complete` was doing: chat.update
+        sets it again, unless what the message lost was being posted after it: that is posted again, unless Slack
+        shows it already."""
+        ts = self._ts
+        assert ts is not None
+        try:
+            if not self._following:
+                await self._complete(ts, text, apology)
+            elif await self._owner._chat.answer_ts(self._channel.id, ts, self._thread_ts) is None:
+                await self._follow(ts, text, apology)
+        except Exception as exc:  # noqa: BLE001 - the message stays as it shows
+            logger.warning("could not complete the reply %s as the bot stopped: %r", ts, exc)
 
     async def _run(self, reply: ReplyStream, apology: str) -> PublishedReply | None:
         final = ""
@@ -352,13 +371,19 @@ class _Stream:
         rest = self._buffer
         # A broken stream lost some text: it is stopped without more, and its whole text set by chat.update.
         chunks: list[dict[str, Any]] = [{"type": "markdown_text", "text": rest}] if rest and not self._broken else []
-        self._stopping = True
+        self._ending = text
         try:
             await self._client.chat_stopStream(channel=self._channel.id, ts=ts, chunks=chunks, metadata=self._metadata)
-            if not self._broken:
-                return PublishedReply(ts, text)
         except CALL_FAILURES as exc:  # perhaps stopped before the failure: chat.update sets the whole text either way
             logger.warning("streamed reply %s could not be stopped (%s)", ts, describe(exc))
+            self._broken = True
+        if not self._broken:
+            return PublishedReply(ts, text)
+        return await self._complete(ts, text, apology)
+
+    async def _complete(self, ts: str, text: str, apology: str) -> PublishedReply:
+        """Set the whole `text` of the broken stream `ts` by chat.update; should that fail, what the message lost
+        follows it (`_follow`)."""
         try:
             await retrying(
                 "chat.update",
@@ -379,6 +404,7 @@ class _Stream:
         lost = text[len(shown) :].strip()
         if lost:
             follow = lost + (apology_tail(lost, apology) if apology else "")
+            self._following = True
             await self._owner._chat.post(self._channel.id, follow, self._thread_ts, ts)
         return PublishedReply(ts, shown)
 
