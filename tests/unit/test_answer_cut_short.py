@@ -209,10 +209,6 @@ PATHS = {PLAIN: "", BROKEN: "broken-", STOP_LOST: "stop-lost-", UNHEARD: "unhear
 NOT_YET = {
     "chat.stopStream#1-before-failing",
     "broken-chat.stopStream#1-before-failing",
-    "stop-lost-update-refused-store#1-before-cancelled",
-    "stop-lost-update-refused-store#1-before-failing",
-    "stop-lost-update-refused-store#1-after-cancelled",
-    "stop-lost-update-refused-store#1-after-failing",
 }
 CASES = [
     pytest.param(failing, refused, point, cancel, id=case, marks=[pytest.mark.xfail(strict=True)] * (case in NOT_YET))

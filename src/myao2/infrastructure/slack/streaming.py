@@ -165,7 +165,7 @@ class _Stream:
         self._ts: str | None = None
         self._written = ""  # everything sent or buffered
         self._taken = ""  # the text the stream surely took (what the message shows)
-        self._unsure = ""  # the text of the append that failed: taken or not, only the message can tell
+        self._unsure = ""  # the text of the append (or stop) that failed: taken or not, only the message can tell
         self._buffer = ""  # text not sent yet
         self._since = 0.0  # when the oldest buffered text came
         self._tasks: dict[str, str] = {}  # call id -> title, for the tasks shown
@@ -377,6 +377,7 @@ class _Stream:
         except CALL_FAILURES as exc:  # perhaps stopped before the failure: chat.update sets the whole text either way
             logger.warning("streamed reply %s could not be stopped (%s)", ts, describe(exc))
             self._broken = True
+            self._unsure += _text_of(chunks)
         if not self._broken:
             return PublishedReply(ts, text)
         return await self._complete(ts, text, apology)
@@ -409,7 +410,7 @@ class _Stream:
         return PublishedReply(ts, shown)
 
     async def _took_unsure(self, ts: str) -> bool:
-        """Whether message `ts` took the text of the append that failed (`_unsure`), as Slack shows it now: what
+        """Whether message `ts` took the text of the call that failed (`_unsure`), as Slack shows it now: what
         follows it then starts after that text, which shows once. Unknown (Slack cannot be read): False."""
         if not self._unsure:
             return False
