@@ -372,9 +372,14 @@ class _Stream:
         # A broken stream lost some text: it is stopped without more, and its whole text set by chat.update.
         chunks: list[dict[str, Any]] = [{"type": "markdown_text", "text": rest}] if rest and not self._broken else []
         self._ending = text
-        try:
-            await self._client.chat_stopStream(channel=self._channel.id, ts=ts, chunks=chunks, metadata=self._metadata)
-        except CALL_FAILURES as exc:  # perhaps stopped before the failure: chat.update sets the whole text either way
+        try:  # sent again while it fails for a passing reason: a stream once stopped refuses another stop
+            await retrying(
+                "chat.stopStream",
+                lambda: self._client.chat_stopStream(
+                    channel=self._channel.id, ts=ts, chunks=chunks, metadata=self._metadata
+                ),
+            )
+        except CALL_FAILURES as exc:  # perhaps stopped by a try unheard: chat.update sets the whole text either way
             logger.warning("streamed reply %s could not be stopped (%s)", ts, describe(exc))
             self._broken = True
             self._unsure += _text_of(chunks)
