@@ -198,6 +198,30 @@ async def test_two_answers_in_a_thread_whose_streams_started_unheard_each_show_a
     assert answered(world, first) == [(one["ts"], True)] and answered(world, second) == [(two["ts"], True)]
 
 
+async def test_two_answers_at_once_in_a_thread_whose_streams_started_unheard_with_the_same_words_each_take_one(
+    world: World,
+) -> None:
+    # The answers in a thread take turns: the second looks for its stream once the first has taken its own.
+    first = world.mention()
+    second = world.mention_in(first.ts)
+    world.slack.inject_drop("chat.startStream", times=2)  # both started in Slack, neither ts heard
+
+    async def same_start(context: Any, origin: Any) -> AsyncIterator[ReplyEvent]:
+        yield TextDelta("Sure")
+        yield TextDelta(f", about {origin.message_ts}")
+        yield ReplyDone(f"Sure, about {origin.message_ts}")
+
+    world.writer.stream = same_start  # type: ignore[method-assign]
+    await asyncio.gather(world.answer(first), world.answer(second))
+
+    texts = {m["ts"]: m["text"] for m in world.slack.messages("C1")}
+    [(first_answer, first_settled)] = answered(world, first)
+    [(second_answer, second_settled)] = answered(world, second)
+    assert first_settled and texts[first_answer] == f"Sure, about {first.ts}"
+    assert second_settled and texts[second_answer] == f"Sure, about {second.ts}"
+    assert len(world.slack.streams) == 2 and not [s for s in world.slack.streams if s["streaming"]]
+
+
 async def test_two_answers_in_a_thread_whose_streams_were_not_found_at_once_are_each_ended_as_their_own(
     world: World,
 ) -> None:
