@@ -27,6 +27,7 @@ from sqlalchemy.exc import OperationalError
 from myao2.application.agents import ModelUnavailable
 from myao2.application.reply_stream import ReplyDone, ReplyEvent, TextDelta, ToolFinished, ToolStarted
 from myao2.domain.conversation import Message
+from myao2.infrastructure.slack import gateway as gateway_module
 from myao2.infrastructure.slack.gateway import SlackGateway, make_web_client
 from tests.unit.test_mention import APOLOGY
 from tests.unit.test_mention_over_slack import World, answered, started_world
@@ -177,6 +178,7 @@ def assert_answered_once(world: World, message: Message) -> None:
 
 PLAIN: tuple[Point, ...] = ()
 BROKEN = (Point("chat.appendStream", 2, after=True),)  # the long text's append lost its answer: taken or not
+UNREADABLE = (*BROKEN, *(Point("conversations.replies", nth) for nth in range(1, 5)))  # past the read's retries
 STOP_LOST = (Point("chat.stopStream", after=True),)  # Slack stopped the stream, its answer lost
 UNHEARD = (Point("chat.startStream", after=True),)  # Slack started the stream, its answer lost
 
@@ -198,6 +200,7 @@ CUTS: list[tuple[tuple[Point, ...], bool, Point]] = [  # (failing on the way, ch
     *[(BROKEN, False, point) for point in _around("chat.update")],
     *[(BROKEN, True, point) for point in _around("conversations.replies")],  # what the broken stream shows
     *[(BROKEN, True, point) for point in _around("chat.postMessage")],  # what it lost, after it
+    *[(UNREADABLE, True, point) for point in _around("store")],  # what it lost follows it, the message unread
     *[(STOP_LOST, True, point) for point in _around("store")],
     *[(UNHEARD, False, point) for point in _around("note_unheard_start")],
     *[(UNHEARD, False, point) for point in _around("showing_unheard_beside")],
@@ -205,7 +208,7 @@ CUTS: list[tuple[tuple[Point, ...], bool, Point]] = [  # (failing on the way, ch
     *[(UNHEARD, False, point) for point in _around("known_answers")],
     *[(UNHEARD, False, point) for point in _around("start_answer")],
 ]
-PATHS = {PLAIN: "", BROKEN: "broken-", STOP_LOST: "stop-lost-", UNHEARD: "unheard-"}
+PATHS = {PLAIN: "", BROKEN: "broken-", UNREADABLE: "broken-unread-", STOP_LOST: "stop-lost-", UNHEARD: "unheard-"}
 CASES = [
     pytest.param(
         failing, refused, point, cancel,
@@ -225,6 +228,7 @@ async def test_an_answer_cut_short_anywhere_shows_once_and_its_retry_settles_it(
     point: Point,
     cancel: bool,
 ) -> None:
+    monkeypatch.setattr(gateway_module, "RETRY_DELAYS", (0.01, 0.01, 0.01))  # a failed call is retried at once
     async with started_world(tmp_path) as world:
         message = world.mention()
         cutter = Cutter(point, cancel=cancel, failing=failing)

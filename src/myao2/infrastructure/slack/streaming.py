@@ -416,14 +416,15 @@ class _Stream:
 
     async def _took_unsure(self, ts: str) -> bool:
         """Whether message `ts` took the text of the call that failed (`_unsure`), as Slack shows it now: what
-        follows it then starts after that text, which shows once. Unknown (Slack cannot be read): False."""
+        follows it then starts after that text, which shows once. Unknown (Slack cannot be read): True, as a piece
+        missing before the apology reads better than a piece shown twice."""
         if not self._unsure:
             return False
         try:
             shown = await self._owner._chat.posted_text(self._channel.id, ts, self._thread_ts)
         except (ConversationClosed, *CALL_FAILURES) as exc:
             logger.warning("could not read the streamed reply %s (%s)", ts, describe(exc))
-            return False
+            return True
         return shown is not None and shown.strip() == (self._taken + self._unsure).strip()
 
     async def _withdraw(self) -> None:
