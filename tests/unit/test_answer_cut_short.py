@@ -50,6 +50,7 @@ SLACK_METHODS = (
     "chat.stopStream",
     "chat.update",
     "chat.postMessage",
+    "chat.delete",
     "conversations.replies",
 )
 
@@ -259,3 +260,33 @@ async def test_an_answer_cut_short_anywhere_shows_once_and_its_retry_settles_it(
         calls = len(world.slack.web_calls)
         assert await world.retry_after(60) == 0
         assert not [method for method, _ in world.slack.web_calls[calls:] if method.startswith("chat.")]
+
+
+@pytest.mark.parametrize("cancel", [True, False], ids=["cancelled", "failing"])
+@pytest.mark.parametrize("point", _around("chat.delete"), ids=str)
+async def test_an_answer_withdrawn_as_it_starts_showing_and_cut_short_as_it_is_taken_back_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, point: Point, cancel: bool
+) -> None:
+    """Another replica took the answer over as this one's stream started (this one stalled past its lease): the
+    message is taken back however its deletion is cut short, never left open nor ended as an answer beside the
+    other replica's."""
+    monkeypatch.setattr(gateway_module, "RETRY_DELAYS", (0.01, 0.01, 0.01))
+    async with started_world(tmp_path, replica="r1") as world:
+        message = world.mention()
+        cutter = Cutter(point, cancel=cancel)
+        world.writer = ScriptedWriter(cutter)  # type: ignore[assignment]
+        await world.start()
+        cut_slack(world, cutter)
+        world.store.start_answer = lambda *args, **kwargs: False  # type: ignore[method-assign]  # r2 took it over
+
+        attempt = asyncio.ensure_future(world.answer(message))
+        reached = asyncio.ensure_future(cutter.reached.wait())
+        await asyncio.wait({attempt, reached}, return_when=asyncio.FIRST_COMPLETED)
+        reached.cancel()
+        assert cutter.reached.is_set(), f"the attempt never came to {point}"
+        if cancel:
+            attempt.cancel()
+        await asyncio.gather(attempt, return_exceptions=True)
+
+        assert [m["ts"] for m in world.slack.messages("C1")] == [message.ts]
+        assert "chat.stopStream" not in [p["method"] for p in world.slack.posted]

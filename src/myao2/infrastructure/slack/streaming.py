@@ -172,6 +172,7 @@ class _Stream:
         self._broken = False  # the stream stopped taking text (e.g. expired), or its stop failed: chat.update ends it
         self._ending: str | None = None  # its whole text, once its end is sent (`_stop`): see `run`
         self._following = False  # what the message lost was posted after it (`_follow`), perhaps unheard
+        self._withdrawn = False  # withdrawn as it started showing: taken back (`_withdraw`), never ended
 
     async def run(self, reply: ReplyStream, apology: str) -> PublishedReply | None:
         """Stream the reply; None when Slack refused to start a stream (nothing was shown yet).
@@ -180,12 +181,14 @@ class _Stream:
         Cancelled (the bot is stopping), a message already showing is ended with the apology too, unless its end
         was sent already: one stream is stopped once (cut short as it stops, it is left to the next attempt). A
         broken stream cut short as its end is sent is completed with its whole text then: stopped, it is the
-        answer as it shows.
+        answer as it shows. One withdrawn as it started showing is taken back, never ended.
         """
         try:
             return await self._run(reply, apology)
         except asyncio.CancelledError:
-            if self._ending is None and self._ts is not None and not self._broken:
+            if self._withdrawn:
+                await self._withdraw()  # its deletion may have been cut short
+            elif self._ending is None and self._ts is not None and not self._broken:
                 await self._stop_on_cancel(apology)
             elif self._ending is not None and self._broken:
                 await self._complete_on_cancel(self._ending, apology)
@@ -429,13 +432,16 @@ class _Stream:
 
     async def _withdraw(self) -> None:
         """Take back a reply withdrawn as it started showing (another replica answers instead, and this message
-        was never recorded as the answer, so nobody else ends it): the message is deleted."""
-        if self._ts is None:
+        was never recorded as the answer, so nobody else ends it): the message is deleted, sent again while that
+        fails for a passing reason (a message deleted once is not found again)."""
+        ts = self._ts
+        if ts is None:
             return
+        self._withdrawn = True
         try:
-            await self._client.chat_delete(channel=self._channel.id, ts=self._ts)
-        except SlackApiError as exc:
-            logger.warning("could not take back the withdrawn reply %s: %s", self._ts, error_code(exc))
+            await retrying("chat.delete", lambda: self._client.chat_delete(channel=self._channel.id, ts=ts))
+        except CALL_FAILURES as exc:
+            logger.warning("could not take back the withdrawn reply %s: %s", ts, describe(exc))
 
     async def _post(self, text: str) -> PublishedReply:
         ts = await self._owner._chat.post(self._channel.id, text.strip(), self._thread_ts, self._answering)
