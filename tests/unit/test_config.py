@@ -322,6 +322,16 @@ def test_aliases_that_expand_to_absurdly_many_values_give_an_error_not_a_hang(tm
         load_text(tmp_path, f"slack:\n  bot_token: xoxb-1\n  app_token: xapp-1\nlaughs:\n{laughs(6)}")
 
 
+def test_aliases_that_repeat_a_long_text_absurdly_often_give_an_error_not_gigabytes(tmp_path: Path) -> None:
+    # 1,111 values, well within MAX_VALUES, 1,000 of them a 40,000-character text that the ${VAR} substitution made
+    # anew: 88,889 of them (a 40 KB file) took 30 s and 3 GB; here 1,000 of them, 40 million characters
+    text = "${V}" + "x" * 40_000
+    lines = [f'l0: &l0 "{text}"'] + [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]" for i in range(1, 4)]
+    yaml_text = "slack:\n  bot_token: xoxb-1\n  app_token: xapp-1\nlaughs:\n" + "".join(f"  {line}\n" for line in lines)
+    with pytest.raises(ConfigError, match=r"invalid YAML at line 8, column \d+: more than 10000000 characters once"):
+        load_text(tmp_path, yaml_text, {"V": "v"})
+
+
 @pytest.mark.parametrize("where", ["laughs: &a [*a]", "laughs: &a {a: [1, *a]}"])
 def test_an_alias_inside_the_collection_it_names_gives_an_error_not_a_crash(tmp_path: Path, where: str) -> None:
     # a collection that holds itself: the ${VAR} substitution recursed until RecursionError (a traceback)

@@ -20,40 +20,50 @@ MAX_VALUES = 100_000
 """How many values (scalars and collections) a text may hold once its aliases are expanded (a config file: a few
 hundred). More is refused before it is built: aliases of aliases reach billions in a few hundred bytes ("a billion
 laughs"), which whatever walks the values (the config's ${VAR} substitution, a memo field's check) goes through."""
+MAX_CHARACTERS = 10_000_000
+"""How many characters its scalars may hold once its aliases are expanded: a long text named a thousand times is
+few values, but the ${VAR} substitution writes each anew (a 40 KB file took 3 GB)."""
 
 
 def load_yaml(text: str, loader: type[Any] = LOADER) -> Any:
     """The value `text` holds, as `yaml.safe_load` reads it (with `loader`, a safe one); a `yaml.YAMLError` (with its
     line and column) for text that is not YAML, whose collections nest deeper than `MAX_DEPTH`, that holds more than
-    `MAX_VALUES` values once its aliases are expanded or a collection that holds itself (whatever walks it recurses
+    `MAX_VALUES` values or `MAX_CHARACTERS` characters once its aliases are expanded or a collection that holds
+    itself (whatever walks it recurses
     without end), or with a value that is not what its form or tag says (`_marked`). Depth, size and cycles are
     read from the parser's events (it keeps a stack of its own, no recursion): ~0.24 ms for a 110-line file in C."""
-    starts: list[tuple[str | None, int]] = []  # the open collections: anchor, values counted before it
-    sizes: dict[str, int] = {}  # the values each anchor stands for
-    values = 0
+    starts: list[tuple[str | None, int, int]] = []  # the open collections: anchor, values and characters before it
+    sizes: dict[str, tuple[int, int]] = {}  # the values and characters each anchor stands for
+    values = characters = 0
     for event in yaml.parse(text, Loader=loader):
         if isinstance(event, yaml.CollectionStartEvent):
             if len(starts) >= MAX_DEPTH:
                 too_deep = f"collections nested deeper than {MAX_DEPTH}"
                 raise yaml.MarkedYAMLError(problem=too_deep, problem_mark=event.start_mark)
-            starts.append((event.anchor, values))
+            starts.append((event.anchor, values, characters))
             values += 1
         elif isinstance(event, yaml.CollectionEndEvent):
-            anchor, before = starts.pop()
+            anchor, values_before, characters_before = starts.pop()
             if anchor is not None:
-                sizes[anchor] = values - before
+                sizes[anchor] = (values - values_before, characters - characters_before)
         elif isinstance(event, yaml.ScalarEvent):
             values += 1
+            characters += len(event.value)
             if event.anchor is not None:
-                sizes[event.anchor] = 1
+                sizes[event.anchor] = (1, len(event.value))
         elif isinstance(event, yaml.AliasEvent):
-            if any(anchor == event.anchor for anchor, _ in starts):
+            if any(anchor == event.anchor for anchor, _, _ in starts):
                 cycle = "an alias inside the collection it names (a value that holds itself)"
                 raise yaml.MarkedYAMLError(problem=cycle, problem_mark=event.start_mark)
-            values += sizes.get(event.anchor, 1)
+            more_values, more_characters = sizes.get(event.anchor, (1, 0))
+            values += more_values
+            characters += more_characters
         if values > MAX_VALUES:
             too_many = f"more than {MAX_VALUES} values once its aliases are expanded"
             raise yaml.MarkedYAMLError(problem=too_many, problem_mark=event.start_mark)
+        if characters > MAX_CHARACTERS:
+            too_long = f"more than {MAX_CHARACTERS} characters once its aliases are expanded"
+            raise yaml.MarkedYAMLError(problem=too_long, problem_mark=event.start_mark)
     return yaml.load(text, Loader=_marked(loader))
 
 
