@@ -59,6 +59,7 @@ from myao2.domain.memory import Draft
 from myao2.domain.profile import Confirmation, NewFact
 from myao2.domain.ports import MemoStore
 from myao2.infrastructure.llm.chat_client import cleaned
+from myao2.infrastructure.llm.deferred_inits import defer_package_inits
 from myao2.infrastructure.llm.phrases import elapsed_phrase, tool_title
 from myao2.infrastructure.llm.prompts import Kind, PromptRenderer
 from myao2.infrastructure.llm.trust import model_trust
@@ -776,8 +777,10 @@ def import_model_libraries() -> None:
     for); the standard library keeps the answer. A client's chat resource (``client.chat``)
     is imported at its first use, with the chat streaming helpers and their types: ~40 ms of
     CPU on the loop at the first model call (its first call took 57-108 ms of CPU, then
-    16-32 ms; the next ones 5-10 ms).
+    16-32 ms; the next ones 5-10 ms). openai's type packages run their ``__init__`` (every type module) only
+    when a name of theirs is read (`defer_package_inits`).
     """
+    defer_package_inits("openai.types")
     import anyio
     import openai  # noqa: F401
     from openai.resources.chat import AsyncChat  # noqa: F401
