@@ -13,7 +13,7 @@ each stage counted as it ends:
 * interpreter: Python starting, nothing imported;
 * cli: ``myao2.cli`` (argument parsing);
 * config: ``myao2.config`` imported and a config file read;
-* bot modules: ``myao2.bot`` and everything it imports (Slack, the stores, SQLAlchemy);
+* bot modules: ``myao2.bot`` and everything it imports (Slack, the stores, SQLAlchemy), as ``cli.load_bot`` does;
 * database: opening an SQLite database already at the newest migration;
 * model libraries: `import_model_libraries` (openai, strands, the tools), which the bot runs in a thread;
 * model clients: the models built (`ModelClients.load`'s building: the HTTP client, its TLS context).
@@ -53,7 +53,8 @@ from pathlib import Path
 from myao2.config import load_config
 config = load_config(Path(sys.argv[1]))
 os.getppid()
-import myao2.bot
+load_bot = getattr(myao2.cli, "load_bot", None)  # as `myao2 run` imports the bot; older trees imported it plainly
+load_bot() if load_bot else __import__("myao2.bot")
 os.getppid()
 from myao2.infrastructure.db.engine import open_database
 open_database(config.memory.sqlalchemy_url)

@@ -7,7 +7,7 @@ import argparse
 import logging
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -303,6 +303,14 @@ def _dispatch(config: Config, args: argparse.Namespace) -> int:
         from myao2.playground import run_playground
 
         return run_playground(config)
-    from myao2.bot import run_bot
+    return load_bot()(config)
 
-    return run_bot(config)
+
+def load_bot() -> Callable[[Config], int]:
+    """`myao2.bot.run_bot`, imported with OpenSSL's default certificates read from its hashed folder where that
+    is the same trust (`default_trust_from_folder`): aiohttp, imported with the bot, makes two TLS contexts of them."""
+    from myao2.infrastructure.llm.trust import default_trust_from_folder
+
+    with default_trust_from_folder():
+        from myao2.bot import run_bot
+    return run_bot

@@ -14,7 +14,7 @@ import pytest
 
 from myao2.config import AgentConfig, AgentsConfig
 from myao2.infrastructure.llm.agents import ModelClients, model_errors
-from myao2.infrastructure.llm.trust import model_trust
+from myao2.infrastructure.llm.trust import default_trust_from_folder, model_trust
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
 
@@ -144,3 +144,38 @@ async def test_a_model_client_refuses_an_https_server_the_system_does_not_trust(
         causes.append(error)
         error = error.__cause__ or error.__context__
     assert any("CERTIFICATE_VERIFY_FAILED" in str(cause) for cause in causes), causes
+
+
+def test_default_certificates_are_read_from_the_folder_alone_where_it_holds_the_whole_bundle(store) -> None:
+    """aiohttp's two contexts, made as it is imported, read the system's certificates so: none is parsed up front."""
+    with default_trust_from_folder(environ={}, paths=_paths(store["bundle"], store["folder"])):
+        verified = ssl.create_default_context()
+        unverified = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        unverified.set_default_verify_paths()
+    assert verified.get_ca_certs() == [] and unverified.get_ca_certs() == []
+    _handshake(verified, store["signed"].port)
+    with pytest.raises(ssl.SSLCertVerificationError):
+        _handshake(verified, store["stranger"].port)
+    assert "set_default_verify_paths" not in vars(ssl.SSLContext)  # as it was once the block ends
+
+
+def test_default_certificates_stay_openssls_where_the_folder_lacks_one_of_the_bundle(store, monkeypatch) -> None:
+    other = _authority(store["tmp"], "other")[0]
+    store["bundle"].write_bytes(store["bundle"].read_bytes() + other.read_bytes())
+    monkeypatch.setenv("SSL_CERT_FILE", str(store["bundle"]))
+    monkeypatch.setenv("SSL_CERT_DIR", str(store["folder"]))
+    with default_trust_from_folder():
+        context = ssl.create_default_context()
+    assert len(context.get_ca_certs()) == 2  # the bundle, parsed up front as OpenSSL does
+    assert "set_default_verify_paths" not in vars(ssl.SSLContext)
+
+
+def test_default_certificates_read_from_the_folder_trust_the_bundle_too(store) -> None:
+    """With SSL_CERT_FILE and SSL_CERT_DIR set, OpenSSL trusts both: the folder alone is enough only if it holds
+    the file's certificates; one that holds more (the stranger too) is fine, as OpenSSL trusts the folder anyway."""
+    more = _hashed_folder(store["tmp"] / "more", store["tmp"] / "trusted.pem", store["tmp"] / "stranger.pem")
+    environ = {"SSL_CERT_FILE": str(store["bundle"]), "SSL_CERT_DIR": str(more)}
+    with default_trust_from_folder(environ=environ, paths=_paths(store["tmp"] / "none.pem", store["tmp"] / "none")):
+        context = ssl.create_default_context()
+    assert context.get_ca_certs() == []
+    _handshake(context, store["signed"].port)

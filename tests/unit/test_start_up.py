@@ -173,3 +173,23 @@ def test_the_first_model_call_imports_nothing_of_the_http_stack_and_starts_no_pr
         "print([name for name in imported if name.split('.')[0] in stack], len(started))\n"
     )
     assert printed(code, cwd=Path(__file__).resolve().parents[2]) == "[] 0"
+
+
+def test_the_bots_aiohttp_reads_no_certificate_up_front() -> None:
+    """aiohttp's two TLS contexts, made as the bot's modules import it, read the system's certificates from its
+    hashed folder at a handshake (~240 M instructions each up front otherwise), where that folder holds its bundle."""
+    code = (
+        "import os, ssl\n"
+        "from myao2.infrastructure.llm.trust import _default_folder\n"
+        "if _default_folder(os.environ, ssl.get_default_verify_paths()) is None:\n"
+        "    print('no such folder')\n"
+        "else:\n"
+        "    from myao2.cli import load_bot\n"
+        "    load_bot()\n"
+        "    from aiohttp import connector\n"
+        "    print([len(c.get_ca_certs()) for c in (connector._SSL_CONTEXT_VERIFIED, connector._SSL_CONTEXT_UNVERIFIED)])\n"
+    )
+    printed_ = printed(code)
+    if printed_ == "no such folder":
+        pytest.skip("the system's hashed certificate folder does not hold its bundle")
+    assert printed_ == "[0, 0]"

@@ -1,5 +1,5 @@
 """The certificates the model clients trust: those the SDK's HTTP stack (httpx) trusts, read lazily when that
-changes nothing.
+changes nothing; and OpenSSL's default certificates, read so while aiohttp is imported (`default_trust_from_folder`).
 
 httpx loads a bundle file of certificates (SSL_CERT_FILE, else the system's, beside the system's hashed folder):
 every certificate in it (~140) is parsed as a client is made, ~240 M instructions (~0.1 s of CPU) on the way to
@@ -16,7 +16,8 @@ import os
 import platform
 import re
 import ssl
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 _PEM = re.compile(rb"-----BEGIN[^-]+-----[^-]+-----END[^-]+-----")
@@ -50,6 +51,53 @@ def model_trust(
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies the certificate and the host name
     context.load_verify_locations(capath=str(folder))
     return context
+
+
+@contextmanager
+def default_trust_from_folder(
+    environ: Mapping[str, str] | None = None, paths: ssl.DefaultVerifyPaths | None = None
+) -> Iterator[None]:
+    """While open, a TLS context given OpenSSL's default certificates (`ssl.create_default_context`,
+    `SSLContext.set_default_verify_paths`) reads them from OpenSSL's hashed folder alone, where that folder holds
+    every certificate of OpenSSL's bundle file: the same trust (the bundle and the folder), read a certificate at a
+    time as a handshake asks for one. Elsewhere (or on Windows and macOS) nothing changes.
+
+    aiohttp makes two such contexts as it is imported, ~240 M instructions each for the ~140 certificates of the
+    system's bundle; its sessions given no context of their own (Slack's) verify with the first, the second
+    verifies nothing. Not for use by two threads at once.
+    """
+    folder = _default_folder(os.environ if environ is None else environ, paths or ssl.get_default_verify_paths())
+    if folder is None:
+        yield
+        return
+    own = vars(ssl.SSLContext).get("set_default_verify_paths")
+
+    def from_folder(context: ssl.SSLContext) -> None:
+        context.load_verify_locations(capath=folder)
+
+    ssl.SSLContext.set_default_verify_paths = from_folder  # type: ignore[method-assign,assignment]
+    try:
+        yield
+    finally:
+        if own is None:
+            del ssl.SSLContext.set_default_verify_paths
+        else:
+            ssl.SSLContext.set_default_verify_paths = own  # type: ignore[method-assign]
+
+
+def _default_folder(environ: Mapping[str, str], paths: ssl.DefaultVerifyPaths) -> str | None:
+    """OpenSSL's default hashed folder, if it holds every certificate of OpenSSL's default bundle file (which may
+    be missing); else None."""
+    if platform.system() in ("Windows", "Darwin") or "SSL_CERT_URI" in environ:
+        return None
+    chosen, folder = environ.get("SSL_CERT_FILE"), environ.get("SSL_CERT_DIR")
+    if chosen == "" or folder == "" or (folder and os.pathsep in folder):  # OpenSSL reads those its own way
+        return None
+    folder = folder or paths.openssl_capath
+    wanted, held = _blocks_of_file(Path(chosen or paths.openssl_cafile)), _blocks_of_folder(Path(folder))
+    if held is None or not (wanted or set()) <= held:
+        return None
+    return folder
 
 
 def _blocks_of_file(path: Path) -> set[bytes] | None:
