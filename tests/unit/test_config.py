@@ -332,6 +332,20 @@ def test_aliases_that_repeat_a_long_text_absurdly_often_give_an_error_not_gigaby
         load_text(tmp_path, yaml_text, {"V": "v"})
 
 
+def towers(levels: int) -> str:
+    """YAML whose collections nest 90 deep, each tower on top of the one before through an alias: 90 * `levels`
+    deep once its aliases are expanded, in a few kilobytes."""
+    lines = [f"t{i}: &t{i} {'[' * 90}{f'*t{i - 1}' if i else 'x'}{']' * 90}" for i in range(levels)]
+    return "".join(f"  {line}\n" for line in lines)
+
+
+def test_aliases_that_nest_collections_absurdly_deep_give_an_error_not_a_crash(tmp_path: Path) -> None:
+    # each tower within MAX_DEPTH, but stacked: the ${VAR} substitution recursed until RecursionError (a traceback)
+    too_deep = r"invalid YAML at line 6, column \d+: collections nested deeper than 100"
+    with pytest.raises(ConfigError, match=too_deep):
+        load_text(tmp_path, f"slack:\n  bot_token: xoxb-1\n  app_token: xapp-1\ntowers:\n{towers(12)}")
+
+
 @pytest.mark.parametrize("where", ["laughs: &a [*a]", "laughs: &a {a: [1, *a]}"])
 def test_an_alias_inside_the_collection_it_names_gives_an_error_not_a_crash(tmp_path: Path, where: str) -> None:
     # a collection that holds itself: the ${VAR} substitution recursed until RecursionError (a traceback)

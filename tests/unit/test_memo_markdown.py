@@ -9,7 +9,7 @@ import pytest
 from myao2.application.memo_markdown import MemoFileError, has_front_matter, parse_memo, render_memo
 from myao2.domain.memo import Memo, MemoError, Visibility
 from myao2.domain.visibility import WORKSPACE, Audience
-from tests.unit.test_config import laughs
+from tests.unit.test_config import laughs, towers
 
 CREATED = datetime(2025, 1, 2, 3, 0, 0, 123456, tzinfo=timezone.utc)
 UPDATED = datetime(2025, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
@@ -117,6 +117,9 @@ BAD_CONVERSATION = "conversation must be one conversation's id, such as C123 (on
         ("---\nname: x\ncreated: 2024-02-30\n---\nhi\n", "the front matter is not valid YAML (line 3)"),
         # aliases expanding to a million values (a billion laughs, smaller): the priority's check wrote them all out
         ("---\nname: x\npriority:\n" + laughs(6) + "---\nhi\n", "the front matter is not valid YAML (line 8)"),
+        # aliases nesting collections 1,080 deep: the priority's check recursed (an uncaught RecursionError ended
+        # the whole import)
+        ("---\nname: x\npriority:\n" + towers(12) + "---\nhi\n", "the front matter is not valid YAML (line 5)"),
         ("---\n- x\n---\nhi\n", "the front matter must be a mapping of fields such as name: and tags:"),
         ("---\npriority: 3\n---\nhi\n", "the front matter has no name"),
         ("---\nname: x\ntag: [a]\n---\nhi\n", "unknown field tag (known: name, priority, tags, visibility, "

@@ -12,8 +12,9 @@ LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 file, on the way to every start. The same safe constructor; libyaml words some errors at other lines, and refuses
 some escapes the Python parser takes (a lone surrogate, "\\ud800")."""
 MAX_DEPTH = 100
-"""How deep collections may nest (a config file: 4 or 5). Deeper is refused before it is built: libyaml's composer
-recurses in C (some 30,000 levels crashed the process), PyYAML's in Python (RecursionError from ~500)."""
+"""How deep collections may nest (a config file: 4 or 5), their aliases expanded. Deeper is refused before it is
+built: libyaml's composer recurses in C (some 30,000 levels crashed the process), PyYAML's in Python
+(RecursionError from ~500), and so does whatever walks the values (towers of aliases, each within the depth)."""
 
 
 MAX_VALUES = 100_000
@@ -27,35 +28,44 @@ few values, but the ${VAR} substitution writes each anew (a 40 KB file took 3 GB
 
 def load_yaml(text: str, loader: type[Any] = LOADER) -> Any:
     """The value `text` holds, as `yaml.safe_load` reads it (with `loader`, a safe one); a `yaml.YAMLError` (with its
-    line and column) for text that is not YAML, whose collections nest deeper than `MAX_DEPTH`, that holds more than
-    `MAX_VALUES` values or `MAX_CHARACTERS` characters once its aliases are expanded or a collection that holds
-    itself (whatever walks it recurses
-    without end), or with a value that is not what its form or tag says (`_marked`). Depth, size and cycles are
-    read from the parser's events (it keeps a stack of its own, no recursion): ~0.24 ms for a 110-line file in C."""
+    line and column) for text that is not YAML, whose collections nest deeper than `MAX_DEPTH` or that holds more
+    than `MAX_VALUES` values or `MAX_CHARACTERS` characters once its aliases are expanded, that holds a collection
+    that holds itself (whatever walks it recurses without end), or with a value that is not what its form or tag
+    says (`_marked`). Depth, size and cycles are read from the parser's events (it keeps a stack of its own, no
+    recursion): ~0.24 ms for a 110-line file in C."""
     starts: list[tuple[str | None, int, int]] = []  # the open collections: anchor, values and characters before it
-    sizes: dict[str, tuple[int, int]] = {}  # the values and characters each anchor stands for
+    deepest: list[int] = []  # how deep the collections inside each open collection nest
+    sizes: dict[str, tuple[int, int, int]] = {}  # the values, characters and depth each anchor stands for
     values = characters = 0
+    too_deep = f"collections nested deeper than {MAX_DEPTH}"
     for event in yaml.parse(text, Loader=loader):
         if isinstance(event, yaml.CollectionStartEvent):
             if len(starts) >= MAX_DEPTH:
-                too_deep = f"collections nested deeper than {MAX_DEPTH}"
                 raise yaml.MarkedYAMLError(problem=too_deep, problem_mark=event.start_mark)
             starts.append((event.anchor, values, characters))
+            deepest.append(0)
             values += 1
         elif isinstance(event, yaml.CollectionEndEvent):
             anchor, values_before, characters_before = starts.pop()
+            depth = deepest.pop() + 1
+            if deepest:
+                deepest[-1] = max(deepest[-1], depth)
             if anchor is not None:
-                sizes[anchor] = (values - values_before, characters - characters_before)
+                sizes[anchor] = (values - values_before, characters - characters_before, depth)
         elif isinstance(event, yaml.ScalarEvent):
             values += 1
             characters += len(event.value)
             if event.anchor is not None:
-                sizes[event.anchor] = (1, len(event.value))
+                sizes[event.anchor] = (1, len(event.value), 0)
         elif isinstance(event, yaml.AliasEvent):
             if any(anchor == event.anchor for anchor, _, _ in starts):
                 cycle = "an alias inside the collection it names (a value that holds itself)"
                 raise yaml.MarkedYAMLError(problem=cycle, problem_mark=event.start_mark)
-            more_values, more_characters = sizes.get(event.anchor, (1, 0))
+            more_values, more_characters, depth = sizes.get(event.anchor, (1, 0, 0))
+            if len(starts) + depth > MAX_DEPTH:
+                raise yaml.MarkedYAMLError(problem=too_deep, problem_mark=event.start_mark)
+            if deepest:
+                deepest[-1] = max(deepest[-1], depth)
             values += more_values
             characters += more_characters
         if values > MAX_VALUES:
