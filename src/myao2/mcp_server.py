@@ -35,10 +35,10 @@ from myao2.domain.visibility import (
     WORKSPACE,
     WORKSPACE_VIEW,
     Audience,
-    audience_of,
-    can_read,
+    can_read_conversation,
     can_write,
     readable_audiences,
+    shows_its_own,
 )
 from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
@@ -166,7 +166,8 @@ class NotebookTools:
         stored = await asyncio.to_thread(self._app.conversations.get_channel, channel)
         if stored is None:
             raise ToolRefusal(f"the bot has not seen a conversation {channel}")
-        if not can_read(self._scope.reader, audience_of(stored)):
+        if shows_its_own(stored) and not can_read_conversation(self._scope.reader, channel, stored):
+            # One the bot is out of shows nothing to any reader: the preview refuses it, saying so.
             raise ToolRefusal(f"{channel} is a private conversation this server was not started for (--conversation)")
         if self._bot is None:
             raise ToolRefusal("the bot had not connected to Slack with this database when this server started")

@@ -37,7 +37,7 @@ def run_memory_command(config: Config, args: argparse.Namespace) -> int:
             channels = SqlConversationStore(engine).channels()
             stored = next((c for c in channels if c.id == args.channel), None)
             memories = seen_in(memories, args.channel, args.thread, not_public(channels), stored)
-            digests = [d for d in digests if can_read_from(args.channel, d.audience, stored)]
+            digests = [d for d in digests if can_read_from(args.channel, d.audience, d.channel_id, stored)]
             if stored is not None and not shows_its_own(stored):
                 print(
                     f"myao2 memory: the bot is no longer in {args.channel} (left or removed from it): what it remembers"

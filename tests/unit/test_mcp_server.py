@@ -36,7 +36,7 @@ def test_a_workspace_client_previews_public_channels_only(app: Application) -> N
 
 
 def test_a_public_channel_the_bot_has_left_is_previewed_by_no_client(app: Application) -> None:  # noqa: F811
-    # Nothing said there reaches a conversation until the bot joins it again (`can_read_from`): not even its own.
+    # Nothing said there reaches a conversation until the bot joins it again (`can_read_conversation`): not even its own.
     app.conversations.leave_channel(GENERAL)
 
     for scope in (Scope(), Scope(GENERAL)):

@@ -56,7 +56,10 @@ def stores(database_url):
             memory(Scope(DM.id), Term.SHORT, Audience(DM.id), "canary-dm-short", label="#alice"),
         ]
     )
-    yield SqlMemoStore(engine, clock), memories, SqlProfileStore(engine, clock), clock, SqlConversationStore(engine, clock)
+    conversations = SqlConversationStore(engine, clock)
+    for channel in (GENERAL, RANDOM, SECRET, DM):
+        conversations.save_channel(channel)
+    yield SqlMemoStore(engine, clock), memories, SqlProfileStore(engine, clock), clock, conversations
     engine.dispose()
 
 
@@ -115,6 +118,17 @@ async def test_a_channel_the_bot_has_left_is_no_news_elsewhere_until_it_joins_ag
     assert await news() == ()
     conversations.save_channel(RANDOM)  # invited back
     assert await news() == ("#random: - [2025-01-02] random-short news",)
+
+
+async def test_a_channel_never_stored_is_no_news_elsewhere(stores):
+    # What was said in a conversation never stored counts as not public (the safe side), as search treats its
+    # messages; its memory kept for the workspace was judged by its audience alone and shown in every public channel.
+    memories = stores[1]
+    memories.save([memory(Scope("C9"), Term.SHORT, WORKSPACE, "canary-unknown news", label="#unknown")])
+
+    news = (await builder(stores).build(GENERAL, reply(GENERAL))).memory.elsewhere.lines
+
+    assert news == ("#random: - [2025-01-02] random-short news",)
 
 
 async def test_a_prompt_in_a_channel_the_bot_has_left_shows_nothing_it_remembers_of_it_as_memory_show_does(stores):

@@ -174,6 +174,25 @@ def test_nothing_of_a_channel_the_bot_has_left_is_recalled_elsewhere_until_it_jo
     assert recalled("C2") == (["#c1", "#c1", "#c2"], ["C1"], "C1")
 
 
+def test_nothing_of_a_channel_never_stored_is_recalled_elsewhere_as_its_messages_are_not(notes: Notes) -> None:
+    # What was said in a conversation never stored counts as not public (the safe side). Its messages were found
+    # there alone, but its digests and memories kept for the workspace were judged by their audience alone and
+    # recalled in every conversation.
+    notes.digest("C9", 0, "canary-unknown the launch moves to June")
+    bullets = (Bullet(1, "canary-unknown Alice adopted a cat", START.date(), (ts(START + timedelta(hours=1)),)),)
+    notes.memories.save([Memory(Scope("C9"), Term.LONG, WORKSPACE, bullets, label="#c9")])
+    notes.conversations.save_message(Message("C9", ts(START + timedelta(hours=2)), "U1", "canary-unknown ramen", "Alice"))
+
+    def recalled(reader: str | None) -> tuple[list[str], list[str]]:
+        found = notes.search.notes("canary-unknown launch cat", reader, None, None, 20)
+        messages = notes.search.messages("canary-unknown ramen", reader, None, None, 20)
+        return sorted(h.label for h in found), [m.message.channel_id for m in messages]
+
+    assert recalled("C2") == ([], [])
+    assert recalled("C9") == (["#c9", "#c9"], ["C9"])
+    assert recalled(None) == (["#c9", "#c9"], ["C9"])  # a person's own view (the command line)
+
+
 def test_what_a_channel_stored_as_private_said_is_recalled_from_the_workspace_memory_only_there(notes: Notes) -> None:
     # The workspace memory keeps what #c1 said until the narrowing reaches it: between storing the channel as
     # private and that, a recall elsewhere showed it.

@@ -276,7 +276,7 @@ class ContextBuilder:
         digests = [
             digest_line(d)
             for d in memories.digests(channel.id)
-            if d.lines and can_read_from(channel.id, d.audience, channel)
+            if d.lines and can_read_from(channel.id, d.audience, d.channel_id, channel)
         ]
         profiles = self._absorbed.profiles.many(user_id for user_id, _ in speakers)
         facts = [

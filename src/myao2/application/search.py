@@ -18,7 +18,7 @@ from myao2.application import tracing
 from myao2.domain.conversation import Channel, Message, clean_text, ts_to_datetime
 from myao2.domain.memo import Memo
 from myao2.domain.memory import Bullet, Digest, Memory
-from myao2.domain.visibility import Audience, audience_of, can_read, can_read_from, not_public
+from myao2.domain.visibility import Audience, can_read, can_read_conversation, can_read_from, not_public
 
 MAX_QUERY_LENGTH = 500
 MAX_LIMIT = 20
@@ -187,9 +187,7 @@ class Search:
         def readable(scope: str | None) -> bool:
             if scope is None or (channel is not None and scope != channel):
                 return False
-            known = channels.get(scope)
-            # A channel the bot has not stored is taken as private: it is never shown elsewhere.
-            return can_read_from(reader, Audience.of(scope, known.is_private if known else True), known)
+            return can_read_conversation(reader, scope, channels.get(scope))
 
         hits = self._index.search("message", text, readable, _seconds(before), count)
         messages = self._conversations.messages_by_ids([hit.ref_id for hit in hits])
@@ -235,7 +233,9 @@ class Search:
             hits, hid = [], False
             for hit in found:
                 digest = digests.get(hit.ref_id)
-                if digest is None or not can_read_from(reader, digest.audience, channels.get(digest.channel_id)):
+                if digest is None or not can_read_from(
+                    reader, digest.audience, digest.channel_id, channels.get(digest.channel_id)
+                ):
                     hid = True
                     continue
                 if (channel is not None and digest.channel_id != channel) or (
@@ -316,7 +316,7 @@ class Search:
         """
         wanted = name.strip().lstrip("#")
         for channel in self._conversations.channels():
-            if wanted in (channel.id, channel.name) and can_read_from(reader, audience_of(channel), channel):
+            if wanted in (channel.id, channel.name) and can_read_conversation(reader, channel.id, channel):
                 return channel.id
         raise SearchError("unknown_channel")
 

@@ -114,7 +114,7 @@ class Memo:
         narrowing reaches it (the store's reads apply the same rule in SQL).
         """
         heard = heard_now(() if self.channel_id is None else (self.channel_id,), not_public)
-        return can_read_from(channel_id, self.audience, None, heard)
+        return can_read_from(channel_id, self.audience, None, heard=heard)
 
     def snapshot(self) -> dict[str, Any]:
         """The full state as JSON-ready data, for revisions and exports."""

@@ -148,16 +148,16 @@ class Memory:
         be shown there at all: the one statement of which memory a reader sees, and how much of it.
 
         None unless `reader` may read what was said in the channel it is of (`can_read_from`, `source` that channel
-        as stored, None: never stored; the workspace memory is of no one conversation, and its `source` is not
+        as stored, None: never stored, which counts as not public; the workspace memory is of no one conversation, and its `source` is not
         asked). Of the rest, without the bullets written with the words in sight of a conversation `reader` may not
         read (`not_public` the ids of the conversations that keep to themselves now, the others the workspace's),
         which a channel turned private leaves in memories kept for the workspace until its narrowing reaches them.
         A bullet superseded only by one left out is active again, as the narrowing leaves it."""
-        if not can_read_from(reader, self.audience, source if self.scope.channel_id else None):
+        if not can_read_from(reader, self.audience, self.scope.channel_id, source):
             return None
         shown: dict[tuple[str, ...], bool] = {}  # by what was heard: the bullets of one call heard the same
         for heard in {b.heard_in for b in self.bullets}:
-            shown[heard] = can_read_from(reader, self.audience, None, heard_now(heard, not_public))
+            shown[heard] = can_read_from(reader, self.audience, None, heard=heard_now(heard, not_public))
         return self._without({b.id for b in self.bullets if not shown[b.heard_in]})
 
     def without_sources(self, ts: Collection[str]) -> Memory:

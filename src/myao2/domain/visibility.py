@@ -7,8 +7,9 @@ a DM, a group DM or a channel shared outside the workspace belongs to that
 conversation alone. A reader is a conversation (what a prompt, a tool result or a
 refusal there may contain) or a person's own view (`None`: the command line, which
 sees everything). What was said in a conversation the bot has left or been removed
-from is shown in no conversation until it joins again (`can_read_from`). Every reader
-of stored text asks this module, and nothing else.
+from is shown in no conversation until it joins again, and what was said in one never
+stored counts as not public (`can_read_conversation`). Every reader of stored text asks
+this module, and nothing else.
 """
 
 from __future__ import annotations
@@ -48,30 +49,48 @@ def can_read(reader: str | None, audience: Audience) -> bool:
 
 
 def can_read_from(
-    reader: str | None, audience: Audience, source: Channel | None, heard: Iterable[Audience] = ()
+    reader: str | None,
+    audience: Audience,
+    said_in: str | None,
+    stored: Channel | None = None,
+    heard: Iterable[Audience] = (),
 ) -> bool:
-    """Whether text kept for `audience`, taken from what was said in conversation `source`, may be shown in
-    conversation `reader` (None: a person's own view, which sees everything).
+    """Whether text kept for `audience`, taken from what was said in conversation `said_in` (None: of no one
+    conversation, as the workspace memory; `stored` it as stored, None: never stored), may be shown in conversation
+    `reader` (None: a person's own view, which sees everything).
 
-    As `can_read`, and nothing of a conversation the bot has left or been removed from reaches a conversation
-    until the bot joins it again, nor anything of a channel no longer public (turned private or shared outside)
-    another conversation, whatever audience the text still has (its narrowing may not have reached it yet).
-    `source` is None for text of no one conversation (the workspace memory) or of one never stored: then only
-    its audience counts. Nor does text written with the words of conversations in sight whose audiences now
-    (`heard`) `reader` may not read: what a channel since turned private said, in the workspace memory or a
-    profile, before the narrowing reaches it.
+    As `can_read`, and only when `reader` may read what was said in `said_in` (`can_read_conversation`), whatever
+    audience the text still has (its narrowing may not have reached it yet). Nor does text written with the words
+    of conversations in sight whose audiences now (`heard`) `reader` may not read: what a channel since turned
+    private said, in the workspace memory or a profile, before the narrowing reaches it.
     """
     if reader is None:
         return True
     if not all(can_read(reader, a) for a in (audience, *heard)):
         return False
-    return source is None or (source.is_member and (source.id == reader or not source.is_private))
+    return said_in is None or can_read_conversation(reader, said_in, stored)
+
+
+def can_read_conversation(reader: str | None, conversation_id: str, stored: Channel | None) -> bool:
+    """Whether what was said in conversation `conversation_id` may be shown in conversation `reader` (None: a
+    person's own view, which sees everything), `stored` that conversation as stored (None: never stored): the one
+    statement of this rule.
+
+    Nothing of a conversation the bot has left or been removed from, until it joins again, its own included; what a
+    conversation that keeps to itself said, only there. One never stored counts as keeping to itself (the safe
+    side): nothing it said reaches another conversation, whatever audience the text kept of it has.
+    """
+    if reader is None:
+        return True
+    if stored is None:
+        return conversation_id == reader
+    return stored.is_member and (conversation_id == reader or not stored.is_private)
 
 
 def shows_its_own(conversation: Channel) -> bool:
-    """Whether what was said in `conversation` may be shown there (`can_read_from`): not while the bot is out of
-    it. What it remembers of it is kept for when it joins again."""
-    return can_read_from(conversation.id, audience_of(conversation), conversation)
+    """Whether what was said in `conversation` may be shown there (`can_read_conversation`): not while the bot is
+    out of it. What it remembers of it is kept for when it joins again."""
+    return can_read_conversation(conversation.id, conversation.id, conversation)
 
 
 def audience_of(conversation: Channel) -> Audience:
