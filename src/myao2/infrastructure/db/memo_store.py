@@ -23,6 +23,8 @@ from sqlalchemy.orm.exc import StaleDataError
 from sqlmodel import Session, col, select
 
 from myao2.domain.memo import (
+    MAX_NAME_LENGTH,
+    NARROWED_BY,
     Action,
     Memo,
     MemoChanges,
@@ -33,8 +35,6 @@ from myao2.domain.memo import (
     Origin,
     TagUsage,
     Visibility,
-    MAX_NAME_LENGTH,
-    NARROWED_BY,
     check_tag_kinds,
     numbered_name,
 )
