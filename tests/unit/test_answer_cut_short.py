@@ -182,6 +182,8 @@ BROKEN = (Point("chat.appendStream", 2, after=True),)  # the long text's append 
 UNREADABLE = (*BROKEN, *(Point("conversations.replies", nth) for nth in range(1, 5)))  # past the read's retries
 STOP_LOST = (Point("chat.stopStream", after=True),)  # Slack stopped the stream, its answer lost
 UNHEARD = (Point("chat.startStream", after=True),)  # Slack started the stream, its answer lost
+MODEL_DOWN = (Point("model", 1),)  # the model fails before it writes: the apology is posted whole
+STOP_FAILS = (Point("chat.stopStream"),)  # the stop fails before Slack took it
 
 
 def _around(at: str, nth: int = 1) -> list[Point]:
@@ -196,6 +198,8 @@ CUTS: list[tuple[tuple[Point, ...], bool, Point]] = [  # (failing on the way, ch
     *[(PLAIN, False, point) for nth in (1, 2, 3) for point in _around("chat.appendStream", nth)],
     *[(PLAIN, False, point) for point in _around("chat.stopStream")],
     *[(PLAIN, False, point) for point in _around("store")],  # the answer stored and settled
+    *[(failing, False, Point("model", 3)) for failing in (STOP_FAILS, STOP_LOST)],  # the stop ending it early
+    *[(MODEL_DOWN, False, point) for point in _around("chat.postMessage")],
     *[(BROKEN, False, Point("model", nth)) for nth in range(4, len(SCRIPT) + 1)],
     *[(BROKEN, False, point) for point in _around("chat.stopStream")],
     *[(BROKEN, False, point) for point in _around("chat.update")],
@@ -209,7 +213,15 @@ CUTS: list[tuple[tuple[Point, ...], bool, Point]] = [  # (failing on the way, ch
     *[(UNHEARD, False, point) for point in _around("known_answers")],
     *[(UNHEARD, False, point) for point in _around("start_answer")],
 ]
-PATHS = {PLAIN: "", BROKEN: "broken-", UNREADABLE: "broken-unread-", STOP_LOST: "stop-lost-", UNHEARD: "unheard-"}
+PATHS = {
+    PLAIN: "",
+    BROKEN: "broken-",
+    UNREADABLE: "broken-unread-",
+    STOP_LOST: "stop-lost-",
+    UNHEARD: "unheard-",
+    MODEL_DOWN: "model-down-",
+    STOP_FAILS: "stop-failing-",
+}
 CASES = [
     pytest.param(
         failing, refused, point, cancel,
