@@ -297,11 +297,15 @@ def test_collections_nested_absurdly_deep_give_an_error_not_a_crash(tmp_path: Pa
         load_text(tmp_path, f"slack:\n  bot_token:\n    {nested}\n")
 
 
-@pytest.mark.parametrize(("value", "problem"), [("2024-13-45", "timestamp"), ("!!int xoxb-secret", "int")])
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [("2024-13-45", "timestamp"), ("!!int xoxb-secret", "int"), ("!!bool xoxb-secret", "bool"), ("!!int '-'", "int")],
+)
 def test_a_value_that_is_not_what_its_form_says_gives_an_error_naming_its_line(
     tmp_path: Path, value: str, problem: str
 ) -> None:
-    # PyYAML's constructors raised ValueError (a date that is no date, an !!int that is no number): a traceback
+    # PyYAML's constructors raised ValueError (a date that is no date, an !!int that is no number), KeyError (an
+    # !!bool that is neither) or IndexError (an !!int that is a sign alone): a traceback
     with pytest.raises(ConfigError) as excinfo:
         load_text(tmp_path, f"slack:\n  bot_token: xoxb-secret\n  app_token: {value}\n")
     assert str(excinfo.value).endswith(f"invalid YAML at line 3, column 14: not a valid {problem}")

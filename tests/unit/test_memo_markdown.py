@@ -115,6 +115,7 @@ BAD_CONVERSATION = "conversation must be one conversation's id, such as C123 (on
         ("---\nname: x\ntags: " + "[" * 2000 + "]" * 2000 + "\n---\nhi\n", "the front matter is not valid YAML (line 3)"),
         # a date that is no date: PyYAML's constructor raised ValueError (an uncaught one ended the whole import)
         ("---\nname: x\ncreated: 2024-02-30\n---\nhi\n", "the front matter is not valid YAML (line 3)"),
+        ("---\nname: x\npinned: !!bool maybe\n---\nhi\n", "the front matter is not valid YAML (line 3)"),  # KeyError
         # aliases expanding to a million values (a billion laughs, smaller): the priority's check wrote them all out
         ("---\nname: x\npriority:\n" + laughs(6) + "---\nhi\n", "the front matter is not valid YAML (line 8)"),
         # aliases nesting collections 1,080 deep: the priority's check recursed (an uncaught RecursionError ended

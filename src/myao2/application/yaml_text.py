@@ -81,16 +81,16 @@ _MARKED: dict[type[Any], type[Any]] = {}
 
 
 def _marked(loader: type[Any]) -> type[Any]:
-    """`loader` whose constructors' own failures (a date that is no date, an ``!!int`` that is no number: PyYAML
-    raises ValueError and the like) are a `yaml.YAMLError` at the value's line, naming its type, not the value
-    (which may be a secret)."""
+    """`loader` whose constructors' own failures (a date that is no date, an ``!!int`` that is no number or a sign
+    alone, an ``!!bool`` that is neither: PyYAML raises ValueError, IndexError, KeyError and the like) are a
+    `yaml.YAMLError` at the value's line, naming its type, not the value (which may be a secret)."""
     marked = _MARKED.get(loader)
     if marked is None:
 
         def construct_object(self: Any, node: yaml.Node, deep: bool = False) -> Any:
             try:
                 return loader.construct_object(self, node, deep)
-            except (ValueError, TypeError, AttributeError, OverflowError):
+            except (ValueError, TypeError, AttributeError, OverflowError, LookupError):
                 kind = str(node.tag).rsplit(":", 1)[-1]
                 problem = f"not a valid {kind}"
                 raise yaml.constructor.ConstructorError(problem=problem, problem_mark=node.start_mark) from None
