@@ -8,9 +8,11 @@ from typing import Any
 
 from mcp.client import Client
 
+from myao2.application.notebook import Actor, Notebook
 from myao2.composition import Application
 from myao2.domain.conversation import Channel, ChannelKind
 from myao2.domain.memo import MemoDraft, Origin
+from myao2.domain.visibility import Audience
 from myao2.mcp_server import Scope, build_server
 from tests.unit.test_preview import BOT, DM, GENERAL, app  # noqa: F401  (a fixture)
 
@@ -132,3 +134,16 @@ def test_a_memo_of_a_channel_stored_as_private_is_that_channels_alone_before_the
     assert not failed and shown["content"] == "canary-offsite in Hakone"
     failed, restored = call(app, Scope("CPLANS"), "restore_memo", {"memo_name": "launch"})
     assert not failed and restored["content"] == "canary-launch in June"
+
+
+def test_search_memo_shows_a_client_elsewhere_the_same_whatever_a_dm_holds(app: Application) -> None:  # noqa: F811
+    # Its scores (4 decimals) came from keyword weights counted over every memo, a DM's too: a client could tell
+    # how often a word was written down in DMs.
+    notebook = Notebook(app.memos, Actor.CLI)
+    notebook.add("lunch-place", "Lunch is at the ramen shop near the station", 3)
+    notebook.add("party-room", "The party room is on the third floor", 3)
+    query = {"query": "lunch party room", "limit": 5}
+    before = {scope: call(app, scope, "search_memo", query) for scope in (Scope(), Scope(GENERAL))}
+    for number in range(6):
+        notebook.add(f"dm-lunch-{number}", f"lunch lunch lunch, note {number}", 3, audience=Audience(DM))
+    assert {scope: call(app, scope, "search_memo", query) for scope in (Scope(), Scope(GENERAL))} == before

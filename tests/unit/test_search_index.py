@@ -20,13 +20,14 @@ from sqlalchemy import text
 from myao2.application.search import Search, SearchError
 from myao2.domain.conversation import Channel, ChannelKind, Message
 from myao2.domain.memo import MemoChanges, MemoDraft, MemoError, Origin
+from myao2.domain.visibility import WORKSPACE_VIEW
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
 from myao2.infrastructure.search import index as index_module
 from myao2.infrastructure.search import vectors
 from myao2.infrastructure.search.index import SearchIndex, keyword_bonus
-from myao2.infrastructure.search.keywords import keyword_table
+from myao2.infrastructure.search.keywords import Reach, Within, keyword_table
 from myao2.infrastructure.search.text import content_terms, fts_query, terms
 from tests.clocks import ManualClock
 from tests.fakes.embedder import HashEmbedder
@@ -132,7 +133,7 @@ def test_two_character_japanese_words_are_found_by_keyword(world: World) -> None
     assert world.memo_names("味噌", limit=1) == ["miso"]
     world.index.sync()
     with world.engine.connect() as connection:
-        held, _, _ = keyword_table(world.engine).holders(connection, "会議", 10)
+        held, _, _ = keyword_table(world.engine).holders(connection, "会議", Reach((Within("memo", (), True),)), 10)
     assert held == 1  # the keyword index itself matches the two-character word, and only there
 
 
@@ -163,6 +164,36 @@ def test_a_channel_turned_private_stops_showing_its_messages_elsewhere(world: Wo
     assert world.message_texts("budget", reader="C1") == ["the budget is ten thousand"]
     world.conversations.save_channel(Channel("C2", "c2", ChannelKind.PRIVATE))
     assert world.message_texts("budget", reader="C1") == []
+
+
+def test_what_a_dm_holds_changes_no_rank_nor_score_of_a_search_elsewhere(world: World) -> None:
+    # The keyword weights (how rare each word of the query is) were counted over every document, a DM's too: how
+    # often a word was said in DMs moved the scores (and ranks) a search elsewhere showed, e.g. to an MCP client.
+    world.memo("ramen-shop", "the ramen shop near the station", PUBLIC)
+    world.memo("tokyo-trip", "our trip to tokyo next month", PUBLIC)
+    world.memo("ramen-tokyo", "the best ramen in tokyo", OTHER_PUBLIC)
+    world.message("C1", "ramen for lunch?", START)
+    world.message("C1", "tokyo is far from here", START + timedelta(minutes=1))
+    world.message("C2", "the ramen in tokyo was great", START + timedelta(minutes=2))
+    world.message("C2", "see you at the station", START + timedelta(minutes=3))
+
+    def seen(reader: str) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
+        memos = [(hit.memo.name, hit.score) for hit in world.search.memos("ramen station tokyo", reader, None, 5)]
+        messages = [(hit.message.text, hit.score) for hit in world.search.messages("ramen station tokyo", reader, None, None, 5)]
+        return memos, messages
+
+    world.index.sync()
+    world.index.warm()  # as the background does: every kind's vectors loaded, among which the weights are counted
+    readers = ("C1", WORKSPACE_VIEW)
+    before = {reader: seen(reader) for reader in readers}
+    for number in range(6):
+        world.memo(f"dm-{number}", f"ramen ramen number {number}", PRIVATE)
+        world.message("D1", f"ramen again, number {number}", START + timedelta(hours=1, minutes=number))
+    world.conversations.save_channel(Channel("C3", "c3", ChannelKind.PUBLIC))
+    world.message("C3", "ramen station ramen", START + timedelta(hours=2))
+    world.conversations.leave_channel("C3")  # nor what a channel the bot has left holds
+    assert {reader: seen(reader) for reader in readers} == before
+    assert world.memo_names("ramen", reader="D1")[0].startswith("dm-")  # the DM's own search finds its own
 
 
 def test_a_channel_filter_keeps_to_that_channel(world: World) -> None:
@@ -487,9 +518,9 @@ def test_a_frequent_terms_share_is_measured_again_after_a_while(
     measured: list[str] = []
     holders = world.index._keywords.holders
 
-    def counted(connection: Any, term: str, limit: int) -> tuple[int, int | None, int | None]:
+    def counted(connection: Any, term: str, reach: Reach, limit: int) -> tuple[int, int | None, int | None]:
         measured.append(term)
-        return holders(connection, term, limit)
+        return holders(connection, term, reach, limit)
 
     monkeypatch.setattr(world.index._keywords, "holders", counted)
     seconds = [1000.0]

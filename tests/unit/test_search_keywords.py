@@ -9,10 +9,16 @@ import pytest
 from sqlalchemy import Connection, Engine, text
 
 from myao2.infrastructure.db.engine import open_database
-from myao2.infrastructure.search.keywords import keyword_table
+from myao2.infrastructure.search.keywords import Reach, Within, keyword_table
 from myao2.infrastructure.search.text import fts_document
 from tests.e2e.conftest import wait_until
 from tests.postgres import PostgresServer
+
+EVERY_MESSAGE = Reach((Within("message", ("C1", "C2", "D1"), True),))
+
+
+def within(kind: str, scopes: tuple[str, ...], workspace: bool) -> Reach:
+    return Reach((Within(kind, scopes, workspace),))
 
 DOCUMENTS = [
     # (kind, scope, at, text)
@@ -50,11 +56,25 @@ def stored(engine: Engine) -> list[int]:
 def test_two_character_words_and_english_words_are_held_by_exactly_their_documents(engine: Engine, stored: list[int]) -> None:
     keywords = keyword_table(engine)
     with engine.connect() as connection:
-        assert keywords.holders(connection, "会議", 10) == (4, stored[0], stored[4])
-        assert keywords.holders(connection, "ラー", 10)[0] == 2
-        assert keywords.holders(connection, "ramen", 10) == (1, stored[5], stored[5])
-        assert keywords.holders(connection, "会議", 2)[0] == 2  # counted up to the limit
-        assert keywords.holders(connection, "議会", 10) == (0, None, None)  # a bigram in another order is another term
+        assert keywords.holders(connection, "会議", EVERY_MESSAGE, 10) == (3, stored[0], stored[2])
+        assert keywords.holders(connection, "ラー", EVERY_MESSAGE, 10)[0] == 2
+        assert keywords.holders(connection, "ramen", EVERY_MESSAGE, 10) == (1, stored[5], stored[5])
+        assert keywords.holders(connection, "会議", EVERY_MESSAGE, 2)[0] == 2  # counted up to the limit
+        assert keywords.holders(connection, "議会", EVERY_MESSAGE, 10) == (0, None, None)  # another order, another term
+
+
+def test_only_the_documents_within_reach_are_counted(engine: Engine, stored: list[int]) -> None:
+    keywords = keyword_table(engine)
+    with engine.connect() as connection:
+        assert keywords.holders(connection, "会議", within("message", ("C1",), False), 10) == (2, stored[0], stored[1])
+        assert keywords.holders(connection, "会議", within("message", ("D1",), False), 10) == (1, stored[2], stored[2])
+        assert keywords.holders(connection, "ラー", within("message", (), True), 10) == (1, stored[3], stored[3])
+        assert keywords.holders(connection, "会議", within("memo", ("C1",), False), 10) == (1, stored[4], stored[4])
+        assert keywords.holders(connection, "会議", within("memo", ("C2", "D1"), True), 10)[0] == 0
+        both = Reach((Within("message", ("C1",), False), Within("memo", ("C1",), False)))
+        assert keywords.holders(connection, "会議", both, 10) == (3, stored[0], stored[4])
+        assert keywords.holders(connection, "会議", both.only("memo"), 10) == (1, stored[4], stored[4])
+        assert keywords.holders(connection, "会議", Reach(()), 10)[0] == 0
 
 
 def test_the_best_documents_keep_to_the_kind_the_readable_scopes_and_the_cutoff(engine: Engine, stored: list[int]) -> None:
@@ -62,16 +82,17 @@ def test_the_best_documents_keep_to_the_kind_the_readable_scopes_and_the_cutoff(
     weights = {"会議": 1.0, "ラー": 2.0}
     with engine.connect() as connection:
         def top(scopes: list[str], workspace: bool, before: float = math.inf, kind: str = "message") -> set[int]:
-            return set(keywords.top(connection, kind, weights, scopes, workspace, before, 10))
+            return set(keywords.top(connection, within(kind, tuple(scopes), workspace), weights, before, 10))
 
         assert top(["C1"], False) == {stored[0], stored[1]}
         assert top(["C1", "D1"], True) == {stored[0], stored[1], stored[2], stored[3]}
         assert top(["C1", "D1"], True, before=20.0) == {stored[0], stored[1]}
         assert top([], True) == {stored[3]}
         assert top(["C1"], False, kind="memo") == {stored[4]}
-        assert keywords.top(connection, "message", {}, ["C1"], True, math.inf, 10) == []
-        # the documents holding the rarer, heavier term come first (each database ranks them its own way)
-        assert set(keywords.top(connection, "message", weights, ["C1", "D1"], True, math.inf, 2)) == {stored[2], stored[3]}
+        assert keywords.top(connection, EVERY_MESSAGE, {}, math.inf, 10) == []
+        # the documents holding the most weight come first, then the shortest, then the first stored
+        assert keywords.top(connection, EVERY_MESSAGE, weights, math.inf, 10) == [stored[i] for i in (2, 3, 1, 0)]
+        assert keywords.top(connection, EVERY_MESSAGE, {"会議": 2.0, "ラー": 1.0}, math.inf, 10) == [stored[i] for i in (2, 1, 0, 3)]
 
 
 def test_rows_give_each_document_with_its_terms_and_removed_documents_are_gone(engine: Engine, stored: list[int]) -> None:
@@ -84,14 +105,14 @@ def test_rows_give_each_document_with_its_terms_and_removed_documents_are_gone(e
         keywords.write(connection, stored[5], fts_document("udon now"))
         keywords.remove(connection, stored[0])
     with engine.connect() as connection:
-        assert keywords.holders(connection, "ramen", 10)[0] == 0
-        assert keywords.holders(connection, "udon", 10)[0] == 1
-        assert keywords.holders(connection, "会議", 10)[0] == 3
+        assert keywords.holders(connection, "ramen", EVERY_MESSAGE, 10)[0] == 0
+        assert keywords.holders(connection, "udon", EVERY_MESSAGE, 10)[0] == 1
+        assert keywords.holders(connection, "会議", EVERY_MESSAGE, 10)[0] == 2
         assert [row[0] for row in keywords.rows(connection, [stored[0]])] == []
     with engine.begin() as connection:
         keywords.clear(connection)
     with engine.connect() as connection:
-        assert keywords.holders(connection, "udon", 10)[0] == 0
+        assert keywords.holders(connection, "udon", EVERY_MESSAGE, 10)[0] == 0
 
 
 def test_only_one_replica_indexes_at_a_time_on_postgresql(postgres: PostgresServer) -> None:

@@ -260,3 +260,39 @@ def test_a_digest_of_a_channel_stored_as_private_makes_room_for_the_next_while_n
 
     assert top("C2") == ["#c2"]
     assert top("C1") == ["#c1"]
+
+
+def test_what_a_private_channel_holds_changes_no_rank_nor_score_of_a_recall_elsewhere(notes: Notes) -> None:
+    # The keyword weights were counted over every document, a private channel's too: how often a word was said
+    # there moved the scores, and so the order, of what a recall elsewhere found.
+    day = START.date()
+
+    def bullet(number: int, text: str, hours: int) -> Bullet:
+        return Bullet(number, text, day, (ts(START + timedelta(hours=hours)),))
+
+    notes.digest("C1", 0, "ramen for lunch near the station")
+    notes.digest("C2", 1, "the trip to tokyo is next month")
+    notes.memories.save(
+        [
+            Memory(Scope("C1"), Term.LONG, WORKSPACE, (bullet(1, "Alice loves ramen", 1), bullet(2, "Bob lives in tokyo", 2)), label="#c1"),
+            Memory(Scope("C2"), Term.LONG, WORKSPACE, (bullet(1, "the station is being rebuilt", 3),), label="#c2"),
+        ]
+    )
+    for minute, text in enumerate(["ramen at noon?", "tokyo is far", "meet at the station", "the ramen in tokyo was great"]):
+        notes.conversations.save_message(Message("C1", ts(START + timedelta(minutes=minute)), "U1", text, "Alice"))
+
+    def recalled(reader: str) -> tuple[str, list[float]]:
+        messages = notes.search.messages("ramen station tokyo", reader, None, None, 5)
+        found = notes.search.notes("ramen station tokyo", reader, None, None, 5)
+        return recall_message(messages, found, "en", timezone.utc), [h.score for h in [*messages, *found]]
+
+    notes.index.sync()
+    notes.index.warm()  # as the background does: every kind's vectors loaded, among which the weights are counted
+    before = recalled("C2")
+    for number in range(6):
+        notes.digest("G1", 2 + number, f"ramen ramen, said {number} times", private=True)
+        notes.conversations.save_message(Message("G1", ts(START + timedelta(hours=5, minutes=number)), "U1", "ramen again", "Bob"))
+    notes.memories.save(
+        [Memory(Scope("G1"), Term.LONG, Audience("G1"), tuple(bullet(n, f"ramen {n}", 6) for n in range(1, 5)), label="#g1")]
+    )
+    assert recalled("C2") == before

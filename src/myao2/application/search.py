@@ -37,18 +37,23 @@ class SearchError(Exception):
         self.params = params
 
 
+Reads = Callable[[str, str | None], bool]
+"""Whether a reader may read the documents the index keeps of a kind under a scope (see `_reads`)."""
+
+
 class RankingIndex(Protocol):
-    """Ranks documents of a kind ("memo", "message", "digest" or "summary") by relevance, as (id, score) pairs."""
+    """Ranks documents of a kind ("memo", "message", "digest" or "summary") by relevance, as (id, score) pairs, by
+    what the reader may read alone (`Reads`)."""
 
     def catch_up(self) -> int: ...
 
     def search(
-        self, kind: str, query: str, readable: Callable[[str | None], bool], before: float | None, limit: int
+        self, kind: str, query: str, reads: Reads, before: float | None, limit: int, within: str | None = None
     ) -> list: ...
 
-    def line_scores(self, query: str, lines: list[str]) -> list[float]: ...
+    def line_scores(self, query: str, lines: list[str], reads: Reads) -> list[float]: ...
 
-    def memory_score(self, query: str, memory: Memory) -> float | None: ...
+    def memory_score(self, query: str, memory: Memory, reads: Reads) -> float | None: ...
 
 
 class MemoSource(Protocol):
@@ -148,8 +153,9 @@ class Search:
         text, count = validate(query, limit)
         self._index.catch_up()
 
+        channels = {c.id: c for c in self._conversations.channels()}
         # The index knows a memo's audience, not its channel: some found may be of a channel no longer public.
-        hidden = not_public(self._conversations.channels())
+        hidden = not_public(channels.values())
 
         def memo_hits(found: list) -> tuple[list[MemoHit], bool]:
             ids = [hit.ref_id for hit in found]
@@ -167,7 +173,7 @@ class Search:
                     hid = True
             return hits, hid
 
-        return self._best("memo", text, _kept_for(reader), _seconds(before), count, count, memo_hits)[:count]
+        return self._best("memo", text, _reads(reader, channels), _seconds(before), count, count, memo_hits)[:count]
 
     @_traced("search.messages")
     def messages(
@@ -183,18 +189,13 @@ class Search:
         text, count = validate(query, limit)
         self._index.catch_up()
         channels = {c.id: c for c in self._conversations.channels()}
-
-        def readable(scope: str | None) -> bool:
-            if scope is None or (channel is not None and scope != channel):
-                return False
-            return can_read_conversation(reader, scope, channels.get(scope))
-
-        hits = self._index.search("message", text, readable, _seconds(before), count)
+        reads = _reads(reader, channels)
+        hits = self._index.search("message", text, reads, _seconds(before), count, channel)
         messages = self._conversations.messages_by_ids([hit.ref_id for hit in hits])
         found = []
         for hit in hits:
             message = messages.get(hit.ref_id)
-            if message is None or not readable(message.channel_id):
+            if message is None or not reads("message", message.channel_id) or channel not in (None, message.channel_id):
                 continue
             if before is not None and message.posted_at > before:
                 continue
@@ -219,9 +220,9 @@ class Search:
             return []
         self._index.catch_up()
 
-        readable = _kept_for(reader)
         seconds = _seconds(before)
         channels = {c.id: c for c in self._conversations.channels()}
+        reads = _reads(reader, channels)
         hidden = not_public(channels.values())
         # The index knows a note's audience, not its channel: some found may be of other channels, or of one the
         # bot has left.
@@ -263,16 +264,16 @@ class Search:
                     # Ranked by what the reader may read alone: the index holds the words of the bullets left out
                     # too, and a rank they lifted would tell that they matched.
                     if hit.ref_id not in rescored:
-                        rescored[hit.ref_id] = self._index.memory_score(text, shown)
+                        rescored[hit.ref_id] = self._index.memory_score(text, shown, reads)
                     score, hid = rescored[hit.ref_id], True
                 bullets = [b for b in shown.active if b.source_ts and (before is None or _newest(b) <= before)]
                 if bullets and score is not None:
-                    hits.append(NoteHit(memory.label, None, self._closest(text, bullets), score))
+                    hits.append(NoteHit(memory.label, None, self._closest(text, bullets, reads), score))
             return hits, hid
 
         hits = [
-            *self._best("digest", text, readable, seconds, wanted, count, digest_hits),
-            *self._best("summary", text, readable, seconds, wanted, count, memory_hits),
+            *self._best("digest", text, reads, seconds, wanted, count, digest_hits),
+            *self._best("summary", text, reads, seconds, wanted, count, memory_hits),
         ]
         hits.sort(key=lambda hit: -hit.score)
         return hits[:count]
@@ -281,7 +282,7 @@ class Search:
         self,
         kind: str,
         query: str,
-        readable: Callable[[str | None], bool],
+        reads: Reads,
         seconds: float | None,
         wanted: int,
         count: int,
@@ -294,7 +295,7 @@ class Search:
         the reader may not read, would tell that those matched."""
         limit = wanted
         while True:
-            found = self._index.search(kind, query, readable, seconds, limit)
+            found = self._index.search(kind, query, reads, seconds, limit)
             hits, hid = judged(found)
             if not hid or len(found) < limit:
                 return hits
@@ -303,9 +304,10 @@ class Search:
                 return sure
             limit *= 2
 
-    def _closest(self, query: str, bullets: list[Bullet]) -> tuple[Bullet, ...]:
-        """The bullets holding most of the query (the newest first among equals), oldest first."""
-        scores = self._index.line_scores(query, [b.text for b in bullets])
+    def _closest(self, query: str, bullets: list[Bullet], reads: Reads) -> tuple[Bullet, ...]:
+        """The bullets holding most of the query (the newest first among equals), oldest first; the query's words
+        weighed by what the reader `reads`."""
+        scores = self._index.line_scores(query, [b.text for b in bullets], reads)
         ranked = sorted(range(len(bullets)), key=lambda i: (-scores[i], -i))[:NOTE_BULLETS]
         return tuple(bullets[i] for i in sorted(ranked))
 
@@ -348,9 +350,16 @@ def _seconds(moment: datetime | None) -> float | None:
     return None if moment is None else moment.timestamp()
 
 
-def _kept_for(reader: str | None) -> Callable[[str | None], bool]:
-    """Whether text kept for an audience (its conversation id, None: the workspace) may be read by `reader`."""
-    return lambda scope: can_read(reader, Audience(scope))
+def _reads(reader: str | None, channels: dict[str, Channel]) -> Reads:
+    """Whether `reader` may read the documents the index keeps of a kind under a scope: a message under its channel's
+    id (`can_read_conversation`), any other under its audience's conversation id (None: the workspace)."""
+
+    def reads(kind: str, scope: str | None) -> bool:
+        if kind != "message":
+            return can_read(reader, Audience(scope))
+        return scope is not None and can_read_conversation(reader, scope, channels.get(scope))
+
+    return reads
 
 
 def _newest(bullet: Bullet) -> datetime:

@@ -9,7 +9,9 @@ texts queued to be embedded again (a new model, a new way of embedding, a rebuil
 which keep their former vector, if any, until then; it also clusters the vectors of a
 large collection (see vectors.py), which a search never does. Each hit is scored by the cosine of
 its vector, plus a keyword bonus that only a close keyword match earns (see `keyword_bonus`); a message
-also by its neighbours, the dates the query names and how nearly it is the query's very text.
+also by its neighbours, the dates the query names and how nearly it is the query's very text. How much
+each keyword weighs is counted among the documents the reader may read (its `Reach`), of every kind: how
+often a word is written where the reader may not read moves neither a score nor a rank.
 The SQL that differs by database (keyword terms) lives in keywords.py; the rest is portable.
 """
 
@@ -39,7 +41,7 @@ from myao2.infrastructure.db.memo_store import SqlMemoStore
 from myao2.infrastructure.db.memory_store import SqlMemoryStore
 from myao2.infrastructure.search.dates import periods
 from myao2.infrastructure.search.embedders import Embedder
-from myao2.infrastructure.search.keywords import DocumentRow, IndexBusy, KeywordTable, keyword_table
+from myao2.infrastructure.search.keywords import DocumentRow, IndexBusy, KeywordTable, Reach, Within, keyword_table
 from myao2.infrastructure.search.text import content_terms, fts_document, terms
 
 if TYPE_CHECKING:
@@ -97,8 +99,9 @@ its exact text finds it first, before the message after it, whose window holds t
 
 Progress = Callable[[int, int], None]
 """Called with (done, total) while indexing."""
-Readable = Callable[[str | None], bool]
-"""Whether a document's scope (a memo's audience, a message's channel) may be read."""
+Reads = Callable[[str, str | None], bool]
+"""Whether the reader a search is for may read documents of a kind in a scope (a memo's, digest's or memory's is
+its audience's conversation, None for the workspace; a message's its channel)."""
 
 
 @dataclass(frozen=True)
@@ -165,9 +168,10 @@ class SearchIndex:
         self._cache_locks = {kind: threading.Lock() for kind in KINDS}
         """One per kind: a memo search never waits for a million messages' vectors to load."""
         self._checked_model = False
-        self._frequent_shares: dict[str, tuple[float, float]] = {}
-        """Of frequent terms, the share of the documents holding them and when it was measured (see
-        `_document_frequencies`); read and changed under `_shares_lock`, as searches run in several threads."""
+        self._frequent_shares: dict[tuple[Reach, str], tuple[float, float]] = {}
+        """Of frequent terms, by the reach they were counted in, the share of its documents holding them and when
+        it was measured (see `_document_frequencies`); read and changed under `_shares_lock`, as searches run in
+        several threads."""
         self._shares_lock = threading.Lock()
         self._closed = threading.Event()
         self._wake: Callable[[], None] = lambda: None
@@ -526,26 +530,29 @@ class SearchIndex:
                 found[memory_id] = _memory_document(memory)
         return found
 
-    def line_scores(self, query: str, lines: list[str]) -> list[float]:
-        """How much of `query`'s keyword weight each line holds, from 0 to 1 (to pick a long document's lines)."""
-        covered = coverage(self._weights("summary", query))
+    def line_scores(self, query: str, lines: list[str], reads: Reads) -> list[float]:
+        """How much of `query`'s keyword weight each line holds, from 0 to 1 (to pick a long document's lines), for a
+        reader that `reads` what it does."""
+        covered = coverage(self._weights("summary", query, reads))
         return [covered(fts_document(line)) for line in lines]
 
-    def memory_score(self, query: str, memory: Memory) -> float | None:
+    def memory_score(self, query: str, memory: Memory, reads: Reads) -> float | None:
         """The score `search` gives `memory` once indexed as it is now, not as it was indexed (e.g. a memory as
-        a reader is shown it, without the bullets it may not read); None when it would not be indexed."""
+        a reader is shown it, without the bullets it may not read), for a reader that `reads` what it does; None
+        when it would not be indexed."""
         document = _memory_document(memory)
         if document is None:
             return None
         np = _numpy()
         vector = np.asarray(self._embedder.passages([document.text])[0], dtype=np.float32)
         cosine = float(vector @ self._query_vector(query))
-        return cosine + keyword_bonus("summary", coverage(self._weights("summary", query))(document.keywords))
+        return cosine + keyword_bonus("summary", coverage(self._weights("summary", query, reads))(document.keywords))
 
-    def _weights(self, kind: str, query: str) -> dict[str, float]:
-        """Each of `query`'s keyword terms for `kind`, with its weight (see `_term_weights`)."""
+    def _weights(self, kind: str, query: str, reads: Reads) -> dict[str, float]:
+        """Each of `query`'s keyword terms for `kind`, with its weight for a reader that `reads` what it does."""
+        reads = functools.lru_cache(maxsize=None)(reads)
         with reading(self._engine) as connection:
-            return self._term_weights(self._document_frequencies(connection, _query_terms(kind, query)))
+            return self._statistics(connection, _query_terms(kind, query), self._reach(reads), reads)[1]
 
     # -- searching --------------------------------------------------------------
 
@@ -553,31 +560,35 @@ class SearchIndex:
         self,
         kind: str,
         query: str,
-        readable: Readable,
+        reads: Reads,
         before: float | None,
         limit: int,
+        within: str | None = None,
     ) -> list[Hit]:
-        """The best `limit` documents of `kind` for `query` among those in a readable scope, at or before `before`.
+        """The best `limit` documents of `kind` for `query` among those the reader may read (`reads`), at or before
+        `before`, and in scope `within` when given.
 
         Call `catch_up` first for the newest changes to count.
         """
         query_vector = self._query_vector(query)
         # Asked once per scope: a search checks a few scopes for hundreds of documents.
-        readable = functools.lru_cache(maxsize=None)(readable)
+        reads = functools.lru_cache(maxsize=None)(reads)
+        readable = functools.lru_cache(maxsize=None)(lambda scope: reads(kind, scope) and within in (None, scope))
         with self._cache_locks[kind]:
             cache = self._refreshed(kind)
             dense = cache.top(query_vector, readable, before, CANDIDATES)
             due = cache.clustering_due()
         if due:  # never here: searches meanwhile read the rows added since the last clustering exactly
             self._wake()
+        reach = self._reach(reads)
         with reading(self._engine) as connection:
             query_terms = _query_terms(kind, query)
-            frequencies = self._document_frequencies(connection, query_terms)
-            weights = self._term_weights(frequencies)
+            frequencies, weights = self._statistics(connection, query_terms, reach, reads)
             # A term in very many documents says little and would take long to rank by: it only
             # counts towards the keyword bonus of the documents proposed.
             rare = {term: weights[term] for term in query_terms if 0 < frequencies[term] < FREQUENT}
-            keyword = _keyword_top(connection, self._keywords, kind, rare, readable, cache.scopes, before)
+            before_or_ever = math.inf if before is None else before
+            keyword = self._keywords.top(connection, reach.only(kind, within), rare, before_or_ever, CANDIDATES)
             candidates = list(dict.fromkeys([doc_id for doc_id, _ in dense] + keyword))
             rows = _rows(connection, self._keywords, candidates)
         cosines = dict(dense)
@@ -659,42 +670,76 @@ class SearchIndex:
             for ref_id, score in scores.items()
         }
 
-    def _document_frequencies(self, connection: Connection, query_terms: list[str]) -> dict[str, float]:
-        """How many documents hold each term: counted up to `FREQUENT`, estimated beyond.
+    def _reach(self, reads: Reads) -> Reach:
+        """The documents of the kinds whose vectors are loaded that a reader that `reads` what it does may read: those
+        of each scope it may read, of the scopes the index has given each kind. Keyword weights are counted among
+        them (every kind once the background has loaded them all; a memo search never waits for them, see `warm`)."""
+        loaded = list(self._caches.items())
+        scopes = sorted({scope for _, cache in loaded for scope in cache.scopes if scope is not None})
+        return Reach(
+            tuple(Within(kind, tuple(s for s in scopes if reads(kind, s)), reads(kind, None)) for kind, _ in loaded)
+        )
 
-        The estimate reads only the first `FREQUENT` documents holding the term (by id) and
-        scales their count by how much of the id range they span, so a word in half a million
-        messages costs as little as a rare one; and the share of the id range a frequent term
-        holds is kept, as it hardly moves (only a rare term's count decides what is proposed).
+    def _loaded(self, reach: Reach, reads: Reads) -> int:
+        """How many vectors loaded within `reach` (what `reads` tells) there are: the documents counted (of a kind not
+        searched, as of its last search)."""
+        return sum(self._caches[within.kind].count(functools.partial(reads, within.kind)) for within in reach.kinds)
+
+    def _loaded_between(self, reach: Reach, reads: Reads, low: int, high: int) -> int | None:
+        """How many vectors loaded within `reach` (what `reads` tells) have a document id from `low` to `high`; None
+        while those of a kind are being read or clustered (a search never waits for them)."""
+        count = 0
+        for within in reach.kinds:
+            lock = self._cache_locks[within.kind]
+            if not lock.acquire(blocking=False):
+                return None
+            try:
+                count += self._caches[within.kind].count_between(functools.partial(reads, within.kind), low, high)
+            finally:
+                lock.release()
+        return count
+
+    def _statistics(
+        self, connection: Connection, query_terms: list[str], reach: Reach, reads: Reads
+    ) -> tuple[dict[str, float], dict[str, float]]:
+        """How many documents within `reach` (what `reads` tells) hold each term (see `_document_frequencies`), and
+        each term's weight there (its inverse document frequency)."""
+        documents = self._loaded(reach, reads)
+        frequencies = self._document_frequencies(connection, query_terms, reach, reads, documents)
+        documents = max(documents, int(max(frequencies.values(), default=0)))
+        return frequencies, {term: _idf(documents, frequency) for term, frequency in frequencies.items()}
+
+    def _document_frequencies(
+        self, connection: Connection, query_terms: list[str], reach: Reach, reads: Reads, documents: int
+    ) -> dict[str, float]:
+        """How many of the documents within `reach` hold each term: counted up to `FREQUENT`, estimated beyond
+        (`documents` of them are loaded, what `reads` tells).
+
+        The estimate reads only the first `FREQUENT` documents holding the term (by id) and scales
+        their count by the share they are of the loaded documents within `reach` in their id range,
+        so a word in half a million messages costs little more than a rare one; and that share
+        is kept, as it hardly moves (only a rare term's count decides what is proposed).
         """
         frequencies: dict[str, float] = {}
-        first_id, last_id = connection.execute(
-            text("SELECT (SELECT min(id) FROM search_docs), (SELECT max(id) FROM search_docs)")
-        ).one()
-        span = 0 if first_id is None else last_id - first_id + 1
         for term in query_terms:
             now = _monotonic()
             with self._shares_lock:
-                share, measured = self._frequent_shares.get(term, (None, 0.0))
+                share, measured = self._frequent_shares.get((reach, term), (None, 0.0))
             if share is None or now - measured > FREQUENT_SHARE_SECONDS:
-                found, low, high = self._keywords.holders(connection, term, FREQUENT)
+                found, low, high = self._keywords.holders(connection, term, reach, FREQUENT)
+                spanned = None if found < FREQUENT else self._loaded_between(reach, reads, low, high)
                 with self._shares_lock:
-                    self._frequent_shares.pop(term, None)  # re-inserted last: the oldest measured go first
-                    if found >= FREQUENT:
-                        self._frequent_shares[term] = (found / (high - low + 1), now)
+                    self._frequent_shares.pop((reach, term), None)  # re-inserted last: the oldest measured go first
+                    if spanned is not None:
+                        share = found / max(spanned, found)
+                        self._frequent_shares[(reach, term)] = (share, now)
                         while len(self._frequent_shares) > _FREQUENT_SHARES_KEPT:
                             del self._frequent_shares[next(iter(self._frequent_shares))]
-                if found < FREQUENT:
-                    frequencies[term] = float(found)
+                if spanned is None:
+                    frequencies[term] = float(found)  # all of a rare term; the least of a frequent one
                     continue
-                share = found / (high - low + 1)
-            frequencies[term] = max(float(FREQUENT), share * span)
+            frequencies[term] = max(float(FREQUENT), share * documents)
         return frequencies
-
-    def _term_weights(self, frequencies: dict[str, float]) -> dict[str, float]:
-        """Each query term's inverse document frequency."""
-        documents = max(sum(len(c) for c in self._caches.values()), max(frequencies.values(), default=0))
-        return {term: _idf(documents, frequency) for term, frequency in frequencies.items()}
 
     def warm(self, kinds: Iterable[str] = KINDS) -> None:
         """Load `kinds`' vectors into memory (done on first search otherwise), and cluster those loaded that are due."""
@@ -732,7 +777,7 @@ class SearchIndex:
         """`kind`'s vectors with every row written since the last refresh (call with its lock held).
 
         The first load fills a new cache, put in place once full: until then, what counts the
-        documents for keyword weights (see `_term_weights`) sees none of this kind, never some.
+        documents for keyword weights (see `_statistics`) sees none of this kind, never some.
         """
         _numpy()
         from myao2.infrastructure.search.vectors import StoredVector, VectorCache
@@ -865,20 +910,6 @@ def _idf(documents: int, frequency: float) -> float:
     return math.log(1 + (documents - frequency + 0.5) / (frequency + 0.5))
 
 
-
-
-def _keyword_top(
-    connection: Connection,
-    keywords: KeywordTable,
-    kind: str,
-    weights: dict[str, float],
-    readable: Readable,
-    scopes: list[str | None],
-    before: float | None,
-) -> list[int]:
-    allowed = [s for s in scopes if s is not None and readable(s)]
-    before = math.inf if before is None else before
-    return keywords.top(connection, kind, weights, allowed, readable(None), before, CANDIDATES)
 
 
 _DocRow = tuple[str, int, str | None, float, str]

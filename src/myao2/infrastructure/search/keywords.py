@@ -2,17 +2,19 @@
 
 Both databases store text.py's terms as they are (bigrams and words, already split), so
 both find exactly the same documents for a term. SQLite keeps them in an FTS5 table
-(`search_fts`, migration 0006) ranked by bm25; PostgreSQL in a text array with a GIN index
-(`search_terms`, migration 0018) ranked by the weight of the query terms a document holds,
-then by its length. Any SQL of the index that touches keyword terms goes through here.
+(`search_fts`, migration 0006); PostgreSQL in a text array with a GIN index
+(`search_terms`, migration 0018). Both count and rank only the documents a search may read (its `Reach`),
+by the weight of the query terms a document holds, then by its length: nothing a reader may not read moves
+what it is shown. Any SQL of the index that touches keyword terms goes through here.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from typing import Protocol
 
 from sqlalchemy import Connection, Engine, text
@@ -26,6 +28,32 @@ SYNC_LOCK = 0x6D79616F33
 """PostgreSQL advisory lock key held while a process indexes (next to engine.MIGRATION_LOCK)."""
 LOCK_POLL_SECONDS = 0.05
 """How often a bounded wait for the index's lock tries again."""
+
+
+@dataclass(frozen=True)
+class Within:
+    """Documents of `kind` in one of `scopes`, and those of no scope when `workspace`."""
+
+    kind: str
+    scopes: tuple[str, ...]
+    workspace: bool
+
+
+@dataclass(frozen=True)
+class Reach:
+    """The documents a search may read, of each kind it names."""
+
+    kinds: tuple[Within, ...]
+
+    def only(self, kind: str, scope: str | None = None) -> Reach:
+        """The documents of `kind` within this reach (in `scope` alone, when given)."""
+        return Reach(
+            tuple(
+                within if scope is None else Within(kind, tuple(s for s in within.scopes if s == scope), False)
+                for within in self.kinds
+                if within.kind == kind
+            )
+        )
 
 
 class IndexBusy(Exception):
@@ -44,23 +72,13 @@ class KeywordTable(Protocol):
     def clear(self, connection: Connection) -> None:
         """Forget every document's terms."""
 
-    def holders(self, connection: Connection, term: str, limit: int) -> tuple[int, int | None, int | None]:
-        """Of at most `limit` documents holding `term`, taken in about id order: how many, the lowest id, the highest."""
+    def holders(self, connection: Connection, term: str, reach: Reach, limit: int) -> tuple[int, int | None, int | None]:
+        """Of at most `limit` documents within `reach` holding `term`, taken in about id order: how many, the lowest
+        id, the highest."""
 
-    def top(
-        self,
-        connection: Connection,
-        kind: str,
-        weights: dict[str, float],
-        scopes: list[str],
-        workspace: bool,
-        before: float,
-        limit: int,
-    ) -> list[int]:
-        """The ids of the best `limit` documents of `kind` holding any term of `weights` (term -> IDF).
-
-        Only documents in one of `scopes` (or in none when `workspace`), at or before `before`.
-        """
+    def top(self, connection: Connection, reach: Reach, weights: dict[str, float], before: float, limit: int) -> list[int]:
+        """The ids of the best `limit` documents within `reach`, at or before `before`, holding any term of `weights`
+        (term -> IDF): those holding the most weight first, then the shortest (a shorter text is more about them)."""
 
     def rows(self, connection: Connection, doc_ids: list[int]) -> list[DocumentRow]:
         """The rows of the documents still stored among `doc_ids`, with their terms."""
@@ -85,37 +103,41 @@ class Fts5Keywords:
     def clear(self, connection: Connection) -> None:
         connection.execute(text("DELETE FROM search_fts"))
 
-    def holders(self, connection: Connection, term: str, limit: int) -> tuple[int, int | None, int | None]:
+    def holders(self, connection: Connection, term: str, reach: Reach, limit: int) -> tuple[int, int | None, int | None]:
         found, low, high = connection.execute(
             text(
-                "SELECT count(*), min(rowid), max(rowid) FROM "
-                "(SELECT rowid FROM search_fts WHERE search_fts MATCH :term LIMIT :n)"
+                # CROSS JOIN: the terms' documents first, in id order (SQLite may choose to read every document of a kind)
+                "SELECT count(*), min(id), max(id) FROM (SELECT d.id FROM search_fts CROSS JOIN search_docs d "
+                f"ON d.id = search_fts.rowid WHERE search_fts MATCH :term AND {_fts5_within(reach)} LIMIT :n)"
             ),
-            {"term": fts_query([term]), "n": limit},
+            {"term": fts_query([term]), **_parameters(reach, json.dumps), "n": limit},
         ).one()
         return found, low, high
 
-    def top(
-        self,
-        connection: Connection,
-        kind: str,
-        weights: dict[str, float],
-        scopes: list[str],
-        workspace: bool,
-        before: float,
-        limit: int,
-    ) -> list[int]:
+    def top(self, connection: Connection, reach: Reach, weights: dict[str, float], before: float, limit: int) -> list[int]:
         match = fts_query(list(weights))
         if match is None:
             return []
+        # Not FTS5's bm25, which weighs terms by how many documents of every kind and scope hold them.
+        terms = [f" {term} " for term in weights]
+        held = " + ".join(
+            f"(instr(' ' || search_fts.terms || ' ', :term{i}) > 0) * :weight{i}" for i in range(len(terms))
+        )
+        length = "length(search_fts.terms) - length(replace(search_fts.terms, ' ', ''))"
         rows = connection.execute(
             text(
-                "SELECT d.id FROM search_fts JOIN search_docs d ON d.id = search_fts.rowid "
-                "WHERE search_fts MATCH :match AND d.kind = :kind AND d.at <= :before "
-                "AND ((d.scope IS NULL AND :workspace) OR d.scope IN (SELECT value FROM json_each(:scopes))) "
-                "ORDER BY bm25(search_fts) LIMIT :n"
+                "SELECT d.id FROM search_fts CROSS JOIN search_docs d ON d.id = search_fts.rowid "
+                f"WHERE search_fts MATCH :match AND d.at <= :before AND {_fts5_within(reach)} "
+                f"ORDER BY {held} DESC, {length}, d.id LIMIT :n"
             ),
-            {"match": match, "kind": kind, "before": before, "workspace": workspace, "scopes": json.dumps(scopes), "n": limit},
+            {
+                "match": match,
+                "before": before,
+                **_parameters(reach, json.dumps),
+                **{f"term{i}": term for i, term in enumerate(terms)},
+                **{f"weight{i}": weight for i, weight in enumerate(weights.values())},
+                "n": limit,
+            },
         ).all()
         return [row[0] for row in rows]
 
@@ -154,45 +176,27 @@ class PostgresKeywords:
     def clear(self, connection: Connection) -> None:
         connection.execute(text("DELETE FROM search_terms"))
 
-    def holders(self, connection: Connection, term: str, limit: int) -> tuple[int, int | None, int | None]:
+    def holders(self, connection: Connection, term: str, reach: Reach, limit: int) -> tuple[int, int | None, int | None]:
         found, low, high = connection.execute(
             text(
-                "SELECT count(*), min(doc_id), max(doc_id) FROM "
-                "(SELECT doc_id FROM search_terms WHERE terms @> ARRAY[CAST(:term AS text)] LIMIT :n) AS held"
+                "SELECT count(*), min(id), max(id) FROM (SELECT d.id FROM search_terms t JOIN search_docs d ON "
+                f"d.id = t.doc_id WHERE t.terms @> ARRAY[CAST(:term AS text)] AND {_postgres_within(reach)} LIMIT :n) AS held"
             ),
-            {"term": term, "n": limit},
+            {"term": term, **_parameters(reach, list), "n": limit},
         ).one()
         return found, low, high
 
-    def top(
-        self,
-        connection: Connection,
-        kind: str,
-        weights: dict[str, float],
-        scopes: list[str],
-        workspace: bool,
-        before: float,
-        limit: int,
-    ) -> list[int]:
+    def top(self, connection: Connection, reach: Reach, weights: dict[str, float], before: float, limit: int) -> list[int]:
         if not weights:
             return []
         rows = connection.execute(
             text(
                 "SELECT d.id FROM search_terms t JOIN search_docs d ON d.id = t.doc_id "
-                "WHERE t.terms && CAST(:terms AS text[]) AND d.kind = :kind AND d.at <= :before "
-                "AND ((d.scope IS NULL AND :workspace) OR d.scope = ANY(CAST(:scopes AS text[]))) "
+                f"WHERE t.terms && CAST(:terms AS text[]) AND d.at <= :before AND {_postgres_within(reach)} "
                 "ORDER BY (SELECT sum(w.weight) FROM unnest(CAST(:terms AS text[]), CAST(:weights AS float8[])) "
                 "AS w(term, weight) WHERE w.term = ANY(t.terms)) DESC, cardinality(t.terms), d.id LIMIT :n"
             ),
-            {
-                "terms": list(weights),
-                "weights": list(weights.values()),
-                "kind": kind,
-                "before": before,
-                "workspace": workspace,
-                "scopes": scopes,
-                "n": limit,
-            },
+            {"terms": list(weights), "weights": list(weights.values()), "before": before, **_parameters(reach, list), "n": limit},
         ).all()
         return [row[0] for row in rows]
 
@@ -222,6 +226,34 @@ class PostgresKeywords:
             finally:
                 connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": SYNC_LOCK})
                 connection.commit()
+
+
+def _fts5_within(reach: Reach) -> str:
+    """What keeps a query on `search_docs d` within `reach` in SQLite (its parameters: `_parameters`)."""
+    return _any(
+        f"(d.kind = :kind{i} AND ((d.scope IS NULL AND :workspace{i}) OR d.scope IN (SELECT value FROM json_each(:scopes{i}))))"
+        for i in range(len(reach.kinds))
+    )
+
+
+def _postgres_within(reach: Reach) -> str:
+    """What keeps a query on `search_docs d` within `reach` in PostgreSQL (its parameters: `_parameters`)."""
+    return _any(
+        f"(d.kind = :kind{i} AND ((d.scope IS NULL AND :workspace{i}) OR d.scope = ANY(CAST(:scopes{i} AS text[]))))"
+        for i in range(len(reach.kinds))
+    )
+
+
+def _any(conditions: Iterable[str]) -> str:
+    return "(" + (" OR ".join(conditions) or "FALSE") + ")"
+
+
+def _parameters(reach: Reach, scopes: Callable[[list[str]], object]) -> dict[str, object]:
+    """The parameters of `_fts5_within` or `_postgres_within`, each list of scopes given as `scopes` makes it."""
+    parameters: dict[str, object] = {}
+    for i, within in enumerate(reach.kinds):
+        parameters |= {f"kind{i}": within.kind, f"workspace{i}": within.workspace, f"scopes{i}": scopes(list(within.scopes))}
+    return parameters
 
 
 def _try_lock(connection: Connection, wait: float) -> None:

@@ -180,7 +180,7 @@ class VectorCache:
         """The `count` best (document id, cosine) pairs among vectors in a readable scope, at or before `before`."""
         if self._size == 0 or self._dim is None or query.shape[0] != self._dim or count <= 0:
             return []
-        allowed = np.fromiter((readable(s) for s in self._scope_names), dtype=bool, count=len(self._scope_names))
+        allowed = self._allowed(readable)
         found, cosines = self._scored(query, allowed, before, self._slices(query, allowed))
         if len(found) < count and self._centroids is not None:  # an early cutoff left too few nearby
             found, cosines = self._scored(query, allowed, before, [(0, self._size)])
@@ -190,6 +190,23 @@ class VectorCache:
             best = np.arange(len(found))
         best = best[np.argsort(-cosines[best])]
         return [(int(self._ids[found[i]]), float(cosines[i])) for i in best]
+
+    def count(self, readable: Callable[[str | None], bool]) -> int:
+        """How many vectors are in a readable scope; safe without the cache's lock (a count as of some moment)."""
+        live = self._live_per_scope  # replaced whole when a scope is added, before any row of it is counted
+        names = self._scope_names[: len(live)]
+        allowed = np.fromiter((readable(s) for s in names), dtype=bool, count=len(names))
+        return int(live[: len(names)][allowed].sum())
+
+    def count_between(self, readable: Callable[[str | None], bool], low: int, high: int) -> int:
+        """How many vectors with a document id from `low` to `high` are in a readable scope."""
+        ids = self._ids[: self._size]
+        eligible = self._alive[: self._size] & self._allowed(readable)[self._scopes[: self._size]]
+        return int(np.count_nonzero(eligible & (ids >= low) & (ids <= high)))
+
+    def _allowed(self, readable: Callable[[str | None], bool]) -> np.ndarray:
+        """Whether each scope code is readable."""
+        return np.fromiter((readable(s) for s in self._scope_names), dtype=bool, count=len(self._scope_names))
 
     def _scored(
         self, query: np.ndarray, allowed: np.ndarray, before: float | None, slices: list[tuple[int, int]]
