@@ -21,6 +21,11 @@ counted against the bot. Everything stays on 127.0.0.1. Figures:
   ``bench/streaming_reply.py``: time to the first visible text, Web API calls
   per streamed answer, and the ack latency p99 while K answers stream at once.
 
+``--profile DIR`` profiles the N sequential mentions in every thread of the bot (``bench/profiling``) and prints
+where the CPU went, by package, in the event loop thread and in the others (the search index left out). cProfile
+inflates code of many small calls several times over, so the CPU figures of such a run are not the bot's: read its
+table as shares.
+
 CPU is read from /proc/<pid>/stat (utime + stime, every thread of the bot). The
 search index worker (its thread and the embedding engine's, named ``search-index``)
 embeds every stored message and memo in the background; its
@@ -35,8 +40,11 @@ from __future__ import annotations
 
 import argparse
 import compileall
+import collections
 import json
+import marshal
 import os
+import re
 import signal
 import sqlite3
 import statistics
@@ -274,6 +282,52 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
+def profiled(bot: BotProcess, directory: Path) -> None:
+    """Have the bot started next profile its threads (`bench/profiling`) into `directory`, once told to."""
+    directory.mkdir(parents=True, exist_ok=True)
+    bot.env_overrides["MYAO2_BENCH_PROFILE"] = str(directory)
+    bot.env_overrides["PYTHONPATH"] = os.pathsep.join([str(ROOT / "bench" / "profiling"), str(ROOT / "src")])
+
+
+def write_profiles(pid: int, directory: Path) -> None:
+    """Have the bot write what its threads' profiles counted, and wait until it has."""
+    (directory / "DONE").unlink(missing_ok=True)
+    os.kill(pid, signal.SIGUSR2)
+    deadline = time.monotonic() + 30
+    while not (directory / "DONE").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def package_of(filename: str, function: str) -> str:
+    """What a profiled function belongs to: its installed package, myao2's subpackage, the standard library's module,
+    or, for a builtin, the type of its method."""
+    if filename == "~":
+        return "builtin " + (function.split(" of ")[-1].strip("'>") if " of " in function else function)
+    for pattern, prefix in ((r"site-packages/([^/]+)", ""), (r"src/(myao2/[^/.]+(?:/[^/.]+)?)", ""), (r"python3\.\d+/([^/.]+)", "std ")):
+        if found := re.search(pattern, filename):
+            return prefix + found.group(1)
+    return filename
+
+
+def print_profiles(directory: Path, mentions: int) -> None:
+    """Where the profiled CPU went per mention, by package: the event loop thread's, then the other threads'."""
+    for title, pick in (("event loop thread", lambda name: name.startswith("MainThread")),
+                        ("other threads", lambda name: not name.startswith(("MainThread", INDEX_THREAD)))):
+        seconds: collections.Counter[str] = collections.Counter()
+        calls: collections.Counter[str] = collections.Counter()
+        for path in directory.glob("*.pstats"):
+            if not pick(path.stem):
+                continue
+            for (filename, _, function), (_, count, own, _, _) in marshal.loads(path.read_bytes()).items():
+                seconds[package_of(filename, function)] += own
+                calls[package_of(filename, function)] += count
+        total = sum(seconds.values()) or 1.0
+        print(f"  profile, {title}: {total / mentions * 1000:.1f} ms and {sum(calls.values()) / mentions:.0f} calls "
+              "per mention as profiled (shares of the profiled time, calls per mention):")
+        for package, spent in seconds.most_common(12):
+            print(f"    {spent / total * 100:5.1f}%  {calls[package] / mentions:7.0f}  {package}")
+
+
 def mention(slack: SlackProcess, text: str = "what do you think?", user: str = ALICE) -> str:
     return slack.call("post_message", channel=GENERAL, user=user, text=f"<@{BOT_USER_ID}> {text}")
 
@@ -326,6 +380,8 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
         bot = BotProcess(tmp, slack, llm)  # type: ignore[arg-type]
         bot.settings.update(BOT_SETTINGS)
         bot.migrated = False  # a new database, as at the bot's first start
+        if args.profile:
+            profiled(bot, args.profile)
         if not launch(bot, slack, "start-up on a new database"):
             return 1
         assert bot.process is not None
@@ -341,6 +397,8 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
         settle(pid)
         user_before, system_before = cpu_times(pid)
         indexing_before, loop_before = indexing_cpu_seconds(pid), loop_cpu_seconds(pid)
+        if args.profile:
+            os.kill(pid, signal.SIGUSR1)  # what the profiles counted so far is cleared
         latencies: list[float] = []
         unanswered = 0
         for i in range(args.mentions):
@@ -367,6 +425,9 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
               f"{loop * 1000:.1f}, other threads {(user + system - indexing - loop) * 1000:.1f}) + search indexing "
               f"{indexing * 1000:.1f} ms = {(user + system) * 1000:.1f} ms (user {user * 1000:.1f} + system "
               f"{system * 1000:.1f}); idle {idle_rate * 1000:.1f} ms/s")
+        if args.profile:
+            write_profiles(pid, args.profile)
+            print_profiles(args.profile, args.mentions)
         if unanswered:
             print(f"  UNANSWERED: {unanswered}")
             failed = True
@@ -433,6 +494,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=at_least_one, default=300, help="plain messages ingested (default 300)")
     parser.add_argument("--concurrent", type=int, default=10, help="simultaneous mentions (default 10)")
     parser.add_argument("--streamed", type=int, default=3, help="sequential streamed answers (default 3)")
+    parser.add_argument("--profile", type=Path, metavar="DIR", help="profile the sequential mentions into DIR")
     parser.add_argument("--serve-slack", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_slack:
