@@ -29,6 +29,7 @@ from myao2.application.reply_stream import ReplyDone, ReplyEvent, TextDelta, Too
 from myao2.domain.conversation import Message
 from myao2.infrastructure.slack import gateway as gateway_module
 from myao2.infrastructure.slack.gateway import SlackGateway, make_web_client
+from tests.fakes import WAIT_SECONDS
 from tests.unit.test_mention import APOLOGY
 from tests.unit.test_mention_over_slack import World, answered, started_world
 
@@ -148,6 +149,21 @@ def cut_trips(cutter: Cutter, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(asyncio, "to_thread", through)
 
 
+async def attempt_cut_short(world: World, message: Message, cutter: Cutter) -> None:
+    """The first attempt at answering `message`, cut short by `cutter` (cancelled there, as the bot stops, or
+    failing there); its calls go through unhindered from then on."""
+    attempt = asyncio.ensure_future(world.answer(message))
+    reached = asyncio.ensure_future(cutter.reached.wait())
+    await asyncio.wait({attempt, reached}, timeout=WAIT_SECONDS, return_when=asyncio.FIRST_COMPLETED)
+    reached.cancel()
+    assert cutter.reached.is_set(), f"the attempt never came to {cutter.point}"
+    if cutter.cancel:
+        attempt.cancel()
+    [outcome] = await asyncio.gather(attempt, return_exceptions=True)
+    assert isinstance(outcome, asyncio.CancelledError) if cutter.cancel else outcome is None, outcome
+    cutter.armed = False
+
+
 async def restart(world: World) -> None:
     """The bot started again: a new Slack client, publisher and use case over the same store and Slack."""
     world.client = make_web_client(world.slack.bot_token, world.slack.base_url)
@@ -252,18 +268,7 @@ async def test_an_answer_cut_short_anywhere_shows_once_and_its_retry_settles_it(
         if update_refused:
             world.slack.inject_error("chat.update", "cant_update_message")
 
-        attempt = asyncio.ensure_future(world.answer(message))
-        reached = asyncio.ensure_future(cutter.reached.wait())
-        await asyncio.wait({attempt, reached}, return_when=asyncio.FIRST_COMPLETED)
-        reached.cancel()
-        assert cutter.reached.is_set(), f"the attempt never came to {point}"
-        if cancel:
-            attempt.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await attempt
-        else:
-            await attempt
-        cutter.armed = False
+        await attempt_cut_short(world, message, cutter)
 
         await restart(world)
         await world.retry_after(10)  # due again: at once if cancelled, 10 s after the claim if it failed
@@ -291,14 +296,7 @@ async def test_an_answer_withdrawn_as_it_starts_showing_and_cut_short_as_it_is_t
         cut_slack(world, cutter)
         world.store.start_answer = lambda *args, **kwargs: False  # type: ignore[method-assign]  # r2 took it over
 
-        attempt = asyncio.ensure_future(world.answer(message))
-        reached = asyncio.ensure_future(cutter.reached.wait())
-        await asyncio.wait({attempt, reached}, return_when=asyncio.FIRST_COMPLETED)
-        reached.cancel()
-        assert cutter.reached.is_set(), f"the attempt never came to {point}"
-        if cancel:
-            attempt.cancel()
-        await asyncio.gather(attempt, return_exceptions=True)
+        await attempt_cut_short(world, message, cutter)
 
         assert [m["ts"] for m in world.slack.messages("C1")] == [message.ts]
         assert "chat.stopStream" not in [p["method"] for p in world.slack.posted]
