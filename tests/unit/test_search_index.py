@@ -11,6 +11,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -135,6 +136,38 @@ def test_two_character_japanese_words_are_found_by_keyword(world: World) -> None
     with world.engine.connect() as connection:
         held, _, _ = keyword_table(world.engine).holders(connection, "会議", Reach((Within("memo", (), True),)), 10)
     assert held == 1  # the keyword index itself matches the two-character word, and only there
+
+
+class _Scripted:
+    """An embedder whose cosine with the query is set per text (by a word it holds): the others' all equal."""
+
+    model_id = "fake/scripted"
+
+    def __init__(self, query: str, closer: dict[str, float]) -> None:
+        self._query = query
+        self._closer = closer
+
+    def passages(self, texts: list[str]) -> np.ndarray:
+        return np.stack([self.query(t) for t in texts])
+
+    def query(self, text: str) -> np.ndarray:
+        if text == self._query:
+            return np.array([1.0, 0.0], dtype=np.float32)
+        cosine = next((c for word, c in self._closer.items() if word in text), 0.9)
+        return np.array([cosine, (1 - cosine**2) ** 0.5], dtype=np.float32)
+
+
+def test_a_memo_whose_words_mean_what_the_query_s_do_ranks_above_one_the_model_reads_a_little_closer(
+    database_url: str,
+) -> None:
+    query = "犬を飼っている"
+    world = World(database_url, _Scripted(query, {"会議": 0.905}))  # type: ignore[arg-type]
+    try:
+        world.memo("meeting", "会議の資料を作る")
+        world.memo("pet", "ペットの世話をする")  # shares no character with the query
+        assert world.memo_names(query) == ["pet", "meeting"]
+    finally:
+        world.close()
 
 
 # -- visibility ----------------------------------------------------------------------

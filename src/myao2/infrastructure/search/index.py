@@ -43,6 +43,7 @@ from myao2.infrastructure.search.dates import periods
 from myao2.infrastructure.search.embedders import Embedder
 from myao2.infrastructure.search.keywords import DocumentRow, IndexBusy, KeywordTable, Reach, Within, keyword_table
 from myao2.infrastructure.search.text import content_terms, fts_document, terms
+from myao2.infrastructure.search.words import word_vectors
 
 if TYPE_CHECKING:
     import numpy as np
@@ -89,6 +90,12 @@ query's content terms (see `keyword_bonus`)."""
 MESSAGE_KEYWORD_WEIGHT = 0.2
 """The same for a message: its vector reads it with the message before it, its keywords are its own,
 so a keyword match tells it apart from the message after it, whose window holds the same words."""
+WORD_WEIGHT = 0.05
+"""What a memo gains, at most, for how near the query's Japanese words are to its own (see words.py): a
+paraphrase that shares no word with its memo (新入社員 for 新人) still tells it from the memos that merely
+read alike, where the model's cosines of the few best lie within a few hundredths."""
+WORD_RERANKED = 10
+"""How many of the best memos their words reorder."""
 DATE_WEIGHT = 0.05
 """What a message posted within a period the query names (its day, or the day after) gains (see dates.py)."""
 DATE_SLACK = 86_400.0
@@ -625,12 +632,32 @@ class SearchIndex:
             return scores
 
         scores = scored(rows, candidates)
+        if kind == "memo" and scores:
+            scores = self._nearer_by_words(query, scores)
         if messages and scores:
             lifted = self._lifted_by_neighbours(scores, before, scored)
             # Added once lifted: a neighbour gains nothing from a message's own exact text.
             scores = {ref_id: score + exact[ref_id] for ref_id, score in lifted.items()}
         ranked = sorted(scores.items(), key=lambda item: -item[1])
         return [Hit(ref_id, score) for ref_id, score in ranked[:limit]]
+
+    def _nearer_by_words(self, query: str, scores: dict[int, float]) -> dict[int, float]:
+        """The memos' scores, the best `WORD_RERANKED` each raised by how near its words are to the query's."""
+        words = word_vectors()
+        if not words.words(query):
+            return scores
+        best = sorted(scores, key=lambda ref_id: -scores[ref_id])[:WORD_RERANKED]
+        with reading(self._engine) as connection:
+            texts = dict(
+                connection.execute(
+                    text("SELECT ref_id, text FROM search_docs WHERE kind = 'memo' AND ref_id IN :ids").bindparams(
+                        bindparam("ids", expanding=True)
+                    ),
+                    {"ids": best},
+                ).all()
+            )
+        closeness = words.closeness(query, [texts.get(ref_id, "") for ref_id in best])
+        return {**scores, **{ref_id: scores[ref_id] + WORD_WEIGHT * near for ref_id, near in zip(best, closeness)}}
 
     def _lifted_by_neighbours(
         self,
