@@ -170,6 +170,17 @@ def test_a_memo_whose_words_mean_what_the_query_s_do_ranks_above_one_the_model_r
         world.close()
 
 
+def test_a_japanese_query_s_words_never_push_down_a_memo_written_in_english(database_url: str) -> None:
+    query = "犬を飼っている"
+    world = World(database_url, _Scripted(query, {"notes": 0.905}))  # type: ignore[arg-type]
+    try:
+        world.memo("meeting", "会議の資料を作る")
+        world.memo("english", "Meeting notes go in the shared folder")
+        assert world.memo_names(query) == ["english", "meeting"]
+    finally:
+        world.close()
+
+
 # -- visibility ----------------------------------------------------------------------
 
 

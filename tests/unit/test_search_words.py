@@ -17,8 +17,8 @@ def test_a_text_is_split_into_the_longest_words_of_the_vocabulary() -> None:
 def test_only_words_in_japanese_script_count() -> None:
     words = word_vectors()
     assert words.words("Who plays shogi? 123") == ()
-    assert words.closeness("Who plays shogi?", ["将棋をする", "shogi"]) == [0.0, 0.0]
-    assert words.closeness("将棋", ["shogi"]) == [0.0]
+    assert words.closeness("Who plays shogi?", ["将棋をする", "shogi"]) == [None, None]
+    assert words.closeness("将棋", ["shogi", "将棋"]) == [None, pytest.approx(1.0, abs=1e-5)]
 
 
 def test_a_text_with_a_word_of_like_meaning_is_nearer_than_one_without() -> None:

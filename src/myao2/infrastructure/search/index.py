@@ -657,7 +657,14 @@ class SearchIndex:
                 ).all()
             )
         closeness = words.closeness(query, [texts.get(ref_id, "") for ref_id in best])
-        return {**scores, **{ref_id: scores[ref_id] + WORD_WEIGHT * near for ref_id, near in zip(best, closeness)}}
+        held = [near for near in closeness if near is not None]
+        # A memo without Japanese words (one in English) is taken as near as the others are on average: a Japanese
+        # query's words never push it down for the script it is written in.
+        usual = sum(held) / len(held) if held else 0.0
+        return {
+            **scores,
+            **{ref_id: scores[ref_id] + WORD_WEIGHT * (usual if near is None else near) for ref_id, near in zip(best, closeness)},
+        }
 
     def _lifted_by_neighbours(
         self,

@@ -72,13 +72,14 @@ class WordVectors:
                     i += len(word)
         return tuple(found)
 
-    def closeness(self, query: str, texts: list[str]) -> list[float]:
-        """For each text, the mean over the query's words of the cosine of its nearest word in the text (0 without words)."""
+    def closeness(self, query: str, texts: list[str]) -> list[float | None]:
+        """For each text, the mean over the query's words of the cosine of its nearest word in the text; None for a
+        text without words, or for every text when the query has none."""
         import numpy as np
 
         asked = list(dict.fromkeys(self.words(query)))
         if not asked:
-            return [0.0] * len(texts)
+            return [None] * len(texts)
         found = [self.words(text) for text in texts]
         vectors = self._data()[2]
         wanted = sorted(set(asked).union(*found))
@@ -87,7 +88,7 @@ class WordVectors:
         place = {row: i for i, row in enumerate(wanted)}
         query_unit = unit[[place[row] for row in asked]]
         return [
-            float((query_unit @ unit[[place[row] for row in words]].T).max(axis=1).mean()) if words else 0.0
+            float((query_unit @ unit[[place[row] for row in words]].T).max(axis=1).mean()) if words else None
             for words in found
         ]
 
