@@ -388,6 +388,19 @@ async def test_finish_ends_a_stream_left_open_with_the_apology(fake, publisher_f
     assert not fake.streams[0]["streaming"]
 
 
+async def test_a_whole_answer_cut_short_as_its_pieces_go_out_ends_with_the_apology_on_its_own_line(fake, publisher_for):
+    parent = fake.post_message("C1", "U1", "hi <@UBOT>")
+    answer = "a" * 12_000 + "b" * 1_000  # written whole (no text before it), after a task: sent in pieces as it ends
+    fake.inject_delay("chat.appendStream", 30)
+    reply = events(ToolStarted("c1", "web", "Searching"), ReplyDone(answer))
+    task = asyncio.ensure_future(publisher_for().publish(GENERAL, parent, "U1", reply, APOLOGY))
+    await fake.async_wait_for(lambda: any(m == "chat.appendStream" for m, _ in fake.web_calls), 10, "the first piece")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert fake.messages("C1")[-1]["text"].endswith("b" * 1_000 + f"\n\n{APOLOGY}")
+
+
 async def test_a_reply_cancelled_while_its_stream_is_stopped_is_stopped_once(fake, publisher_for):
     parent = fake.post_message("C1", "U1", "hi <@UBOT>")
     fake.inject_delay("chat.stopStream", 30)  # Slack stops the stream, the bot is stopping before it hears back

@@ -369,6 +369,7 @@ class _Stream:
         assert self._ts is not None
         ts = self._ts
         text = (self._written + tail).strip()
+        self._written += tail
         self._buffer += tail
         await self._send_pieces()  # the stream has started: nothing is refused
         rest = self._buffer
