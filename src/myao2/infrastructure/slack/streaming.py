@@ -368,9 +368,9 @@ class _Stream:
         """
         assert self._ts is not None
         ts = self._ts
-        text = (self._written + tail).strip()
         self._written += tail
         self._buffer += tail
+        text = self._written.strip()
         await self._send_pieces()  # the stream has started: nothing is refused
         rest = self._buffer
         # A broken stream lost some text: it is stopped without more, and its whole text set by chat.update.
