@@ -230,16 +230,19 @@ class PostgresKeywords:
 
 def _fts5_within(reach: Reach) -> str:
     """What keeps a query on `search_docs d` within `reach` in SQLite (its parameters: `_parameters`)."""
-    return _any(
-        f"(d.kind = :kind{i} AND ((d.scope IS NULL AND :workspace{i}) OR d.scope IN (SELECT value FROM json_each(:scopes{i}))))"
-        for i in range(len(reach.kinds))
-    )
+    return _within(reach, "d.scope IN (SELECT value FROM json_each(:scopes{i}))")
 
 
 def _postgres_within(reach: Reach) -> str:
     """What keeps a query on `search_docs d` within `reach` in PostgreSQL (its parameters: `_parameters`)."""
+    return _within(reach, "d.scope = ANY(CAST(:scopes{i} AS text[]))")
+
+
+def _within(reach: Reach, in_scopes: str) -> str:
+    """The condition of `reach` on `search_docs d`, `in_scopes` this database's test that `d.scope` is one of the
+    list bound as `:scopes{i}`."""
     return _any(
-        f"(d.kind = :kind{i} AND ((d.scope IS NULL AND :workspace{i}) OR d.scope = ANY(CAST(:scopes{i} AS text[]))))"
+        f"(d.kind = :kind{i} AND ((d.scope IS NULL AND :workspace{i}) OR {in_scopes.format(i=i)}))"
         for i in range(len(reach.kinds))
     )
 
