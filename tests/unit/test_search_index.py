@@ -240,6 +240,27 @@ def test_what_a_dm_holds_changes_no_rank_nor_score_of_a_search_elsewhere(world: 
     assert world.memo_names("ramen", reader="D1")[0].startswith("dm-")  # the DM's own search finds its own
 
 
+def test_what_a_dm_holds_in_japanese_changes_no_rank_nor_score_of_a_memo_search_elsewhere(world: World) -> None:
+    # The best memos are reordered by how near their Japanese words are to the query's (WORD_WEIGHT): a DM's memos,
+    # whose words are nearer still, must neither take part in that nor move what a search elsewhere shows.
+    world.memo("sato-lunch", "佐藤さんは担々麺に目がない", PUBLIC)
+    world.memo("sato-desk", "佐藤さんの席は窓際", PUBLIC)
+    world.memo("suzuki-lunch", "鈴木さんは毎日お弁当を持ってくる", OTHER_PUBLIC)
+    world.index.sync()
+    world.index.warm()
+
+    def seen(reader: str) -> list[tuple[str, float]]:
+        # As an MCP client is shown them (4 decimals): a float32 product over a larger matrix differs in its last bits.
+        return [(hit.memo.name, round(hit.score, 4)) for hit in world.search.memos("佐藤さんの好物は？", reader, None, 5)]
+
+    readers = ("C1", WORKSPACE_VIEW)
+    before = {reader: seen(reader) for reader in readers}
+    for number in range(3):
+        world.memo(f"dm-{number}", f"佐藤さんの好物はラーメンと餃子 その{number}", PRIVATE)
+    assert {reader: seen(reader) for reader in readers} == before
+    assert world.memo_names("佐藤さんの好物は？", reader="D1")[0].startswith("dm-")  # the DM's own search finds its own
+
+
 def test_a_channel_filter_keeps_to_that_channel(world: World) -> None:
     world.message("C1", "deploy on monday", START)
     world.message("C2", "deploy on tuesday", START)
