@@ -13,7 +13,7 @@ from sqlalchemy import Engine
 
 from myao2.application.agents import ModelUnavailable
 from myao2.application.reply_stream import ReplyDone, ReplyEvent, TextDelta, ToolFinished, ToolStarted
-from myao2.domain.conversation import Message
+from myao2.domain.conversation import Channel, ChannelKind, Message
 from myao2.domain.memo import MemoDraft, Origin
 from myao2.domain.memory import WORKSPACE_SCOPE, Bullet, Memory, Scope, Term
 from myao2.domain.visibility import WORKSPACE, Audience
@@ -301,3 +301,30 @@ async def test_what_is_remembered_of_the_private_conversation_shows_only_there(h
     notes = {(m["label"], m["private"]): [n["text"] for n in m["notes"]] for m in here["memory"]}
     assert notes == {("", False): ["the team ships on Fridays"], ("#secret", True): ["Alice plans a surprise"]}
     assert [n["text"] for m in there["memory"] for n in m["notes"]] == ["the team ships on Fridays"]
+
+
+async def test_the_workspace_memory_leaves_out_what_a_slack_channel_turned_private_said_before_its_narrowing(
+    harness: Harness,
+) -> None:
+    # On the bot's database the workspace memory holds what Slack's public channels said; one since turned private
+    # is its own from the moment it is stored as such, though its narrowing has not reached the memory yet.
+    day = datetime(2026, 1, 2).date()
+    harness.conversations.save_channel(Channel("CPLANS", "plans", ChannelKind.PUBLIC))
+    harness.memories.save(
+        [
+            Memory(
+                WORKSPACE_SCOPE,
+                Term.LONG,
+                WORKSPACE,
+                (
+                    Bullet(1, "the team ships on Fridays", day, ("1.0",), heard_in=(GENERAL,)),
+                    Bullet(2, "canary: the plans channel is picking a new office", day, ("2.0",), heard_in=("CPLANS",)),
+                ),
+            )
+        ]
+    )
+    harness.conversations.set_channel_kind("CPLANS", ChannelKind.PRIVATE)
+    async with await client_for(harness) as client:
+        for conversation in (GENERAL, SECRET):
+            shown = await (await client.get(f"/api/memory?conversation={conversation}")).json()
+            assert [n["text"] for m in shown["memory"] for n in m["notes"]] == ["the team ships on Fridays"]

@@ -126,7 +126,9 @@ class _Routes:
     async def memory(self, request: web.Request) -> web.StreamResponse:
         channel = _conversation(request.query.get("conversation"))
         memories = await asyncio.to_thread(self._p.memories.all)
-        shown = seen_in(memories, channel.id, None, not_public(ROOMS), channel)
+        # every stored conversation: on the bot's database the workspace memory also heard Slack's channels
+        channels = await asyncio.to_thread(self._p.conversations.channels)
+        shown = seen_in(memories, channel.id, None, not_public(channels), channel)
         return web.json_response({"memory": [_memory_json(m) for m in shown]})
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
