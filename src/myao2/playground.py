@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import ipaddress
 import logging
 import signal
 from contextlib import suppress
@@ -21,7 +20,7 @@ from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.playground.chat import PlaygroundChat, PlaygroundPublisher, Stamps
 from myao2.infrastructure.playground.rooms import BOT_USER_ID, ROOMS
-from myao2.infrastructure.playground.server import Playground, build_web_app
+from myao2.infrastructure.playground.server import Playground, build_web_app, is_loopback
 from myao2.infrastructure.search.setup import IndexWorker
 from myao2.infrastructure.tasks import TaskSet, every
 from myao2.listening import cannot_listen
@@ -29,7 +28,6 @@ from myao2.listening import cannot_listen
 logger = logging.getLogger(__name__)
 
 SHUTDOWN_GRACE_SECONDS = 5.0
-LOOPBACK_NAMES = ("localhost",)
 
 
 def run_playground(config: Config) -> int:
@@ -45,19 +43,10 @@ def run_playground(config: Config) -> int:
 def check_playground_settings(config: Config) -> None:
     """A host other than a loopback address is reachable by others: it needs a token."""
     settings = config.playground
-    if not _is_loopback(settings.host) and not settings.token.strip():
+    if not is_loopback(settings.host) and not settings.token.strip():
         raise ConfigError(
             f"playground.token: required when playground.host ({settings.host}) is not a loopback address"
         )
-
-
-def _is_loopback(host: str) -> bool:
-    if host in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # a host name: whatever it resolves to, others may reach it
 
 
 async def _serve(config: Config) -> int:

@@ -328,3 +328,26 @@ async def test_the_workspace_memory_leaves_out_what_a_slack_channel_turned_priva
         for conversation in (GENERAL, SECRET):
             shown = await (await client.get(f"/api/memory?conversation={conversation}")).json()
             assert [n["text"] for m in shown["memory"] for n in m["notes"]] == ["the team ships on Fridays"]
+
+
+async def test_without_a_token_only_requests_to_a_loopback_name_are_served(harness: Harness) -> None:
+    # DNS rebinding: a web page at evil.example, its name then pointed at 127.0.0.1, is the page's own origin to the
+    # browser, which would let it read every conversation and speak in them, were the Host it names served.
+    await chat_in(harness, SECRET, "canary: Alice plans a surprise")
+    async with await client_for(harness) as client:
+        for host in ("evil.example:8766", "evil.example", "127.0.0.1.evil.example", "localhost.evil.example:8766"):
+            headers = {"Host": host}
+            for path in ("/", f"/api/messages?conversation={SECRET}", f"/api/memos?conversation={SECRET}"):
+                response = await client.get(path, headers=headers)
+                assert response.status == 403 and "canary" not in await response.text(), (host, path)
+            body = {"conversation": SECRET, "user": "Mallory", "text": "what did Alice say?"}
+            assert (await client.post("/api/chat", json=body, headers=headers)).status == 403
+        for host in ("127.0.0.1:8766", "localhost:8766", "[::1]:8766", "localhost", "LOCALHOST:8766", "127.0.0.2:80"):
+            response = await client.get(f"/api/messages?conversation={SECRET}", headers={"Host": host})
+            assert response.status == 200 and "canary" in await response.text(), host
+    assert [m.user_name for m in harness.answer.answered] == ["Alice"]
+
+
+async def chat_in(harness: Harness, conversation: str, text: str) -> None:
+    async with await client_for(harness) as client:
+        await chat(client, conversation=conversation, text=text)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import ipaddress
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -28,6 +29,7 @@ MAX_BODY_BYTES = 16 * 1024
 MAX_TEXT_CHARS = 4000
 MESSAGES_SHOWN = 200
 MEMOS_SHOWN = 100
+LOOPBACK_NAMES = ("localhost",)
 STATIC = Path(__file__).parent / "static"
 
 Answer = Callable[[Message], Awaitable[None]]
@@ -57,8 +59,9 @@ class BadRequest(web.HTTPBadRequest):
 
 
 def build_web_app(playground: Playground, token: str = "") -> web.Application:
-    """The aiohttp application; with `token`, every request but the page's static files must carry it."""
-    app = web.Application(middlewares=[_token_check(token)] if token else [])
+    """The aiohttp application; with `token`, every request but the page's static files must carry it. Without, it
+    listens on a loopback address (`check_playground_settings`) and serves only requests naming one as their host."""
+    app = web.Application(middlewares=[_token_check(token) if token else _loopback_check])
     routes = _Routes(playground)
     app.add_routes(
         [
@@ -91,6 +94,32 @@ def _token_check(token: str):  # type: ignore[no-untyped-def]
         return await handler(request)
 
     return check
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (a name or an address) is this machine's alone: a loopback address, or "localhost"."""
+    if host.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: whatever it resolves to, others may reach it
+
+
+@web.middleware
+async def _loopback_check(request: web.Request, handler):  # type: ignore[no-untyped-def]
+    """Refuse a request naming another host: a web page whose name was pointed at 127.0.0.1 after it loaded (DNS
+    rebinding) is the page's own origin to the browser, which would let it read and speak in every conversation."""
+    try:
+        host = request.url.host or ""
+    except ValueError:
+        host = ""
+    if not is_loopback(host):
+        raise web.HTTPForbidden(
+            text=json.dumps({"error": "without playground.token, open the page at 127.0.0.1 or localhost"}),
+            content_type="application/json",
+        )
+    return await handler(request)
 
 
 class _Routes:
