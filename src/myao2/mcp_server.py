@@ -29,7 +29,7 @@ from myao2.application.notebook import DEFAULT_PRIORITY, Actor, Notebook
 from myao2.application.search import SearchError
 from myao2.composition import Application, build_application
 from myao2.config import Config
-from myao2.domain.conversation import BotIdentity
+from myao2.domain.conversation import BotIdentity, clean_text
 from myao2.domain.memo import MAX_LIST_OFFSET, Memo, MemoError, MemoRevision, lookup_name
 from myao2.domain.visibility import (
     WORKSPACE,
@@ -369,6 +369,9 @@ def build_server(  # type: ignore[no-untyped-def]
         thread: Annotated[str | None, Field(description="a thread's ts (default: the channel's top-level flow)")] = None,
         as_user: Annotated[str | None, Field(description="answer this user's latest message (response only)")] = None,
     ) -> dict[str, Any]:
+        # as ids are stored (a lone surrogate, from JSON escaping half an emoji, or a NUL, no database takes)
+        channel = clean_text(channel)
+        thread, as_user = (None if text is None else clean_text(text) for text in (thread, as_user))
         try:
             return await tools.preview(role, channel, thread, as_user)
         except ToolRefusal as exc:

@@ -147,3 +147,21 @@ def test_search_memo_shows_a_client_elsewhere_the_same_whatever_a_dm_holds(app: 
     for number in range(6):
         notebook.add(f"dm-lunch-{number}", f"lunch lunch lunch, note {number}", 3, audience=Audience(DM))
     assert {scope: call(app, scope, "search_memo", query) for scope in (Scope(), Scope(GENERAL))} == before
+
+
+def test_a_preview_of_ids_no_conversation_could_have_is_refused_as_unknown_not_a_crash(
+    app: Application,  # noqa: F811
+) -> None:
+    # A lone surrogate (half an emoji escaped in the client's JSON) or a NUL, which SQLite's codec or PostgreSQL refused:
+    # the tool crashed ("Error executing tool preview", a traceback in the server's log), or echoed the surrogate.
+    for arguments, needle in [
+        ({"channel": "C\ud83c"}, "the bot has not seen a conversation C\ufffd"),
+        ({"channel": "C\x00"}, "the bot has not seen a conversation C\ufffd"),
+        ({"channel": GENERAL, "as_user": "U\ud83c"}, "U\ufffd has no message in this conversation"),
+        ({"channel": GENERAL, "as_user": "U\x00"}, "U\ufffd has no message in this conversation"),
+    ]:
+        failed, refusal = call(app, Scope(), "preview", {"role": "response", **arguments})
+        assert failed and needle in refusal, (arguments, refusal)
+    for thread in ("1\ud83c", "1\x00"):
+        failed, shown = call(app, Scope(), "preview", {"role": "response", "channel": GENERAL, "thread": thread})
+        assert not failed and shown["thread"] == "1\ufffd", shown
