@@ -401,6 +401,27 @@ async def test_a_whole_answer_cut_short_as_its_pieces_go_out_ends_with_the_apolo
     assert fake.messages("C1")[-1]["text"].endswith("b" * 1_000 + f"\n\n{APOLOGY}")
 
 
+async def test_a_whole_answer_cut_short_with_more_than_one_call_takes_still_buffered_is_ended_whole(
+    fake, publisher_for
+):
+    # The tail left when the bot stops went out in one stopStream, which Slack refuses beyond 12,000 characters
+    # (msg_too_long): the stream was left open for the next attempt, which ended it without the rest.
+    parent = fake.post_message("C1", "U1", "hi <@UBOT>")
+    answer = "a" * 12_000 + "b" * 12_000 + "c" * 1_000  # 13,000 characters still buffered as the first piece is cut
+    fake.inject_delay("chat.appendStream", 30)
+    reply = events(ToolStarted("c1", "web", "Searching"), ReplyDone(answer))
+    task = asyncio.ensure_future(publisher_for().publish(GENERAL, parent, "U1", reply, APOLOGY, answering=parent))
+    await fake.async_wait_for(lambda: any(m == "chat.appendStream" for m, _ in fake.web_calls), 10, "the first piece")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+    [stream] = fake.streams
+    assert not stream["streaming"]
+    assert fake.messages("C1")[-1]["text"] == answer + f"\n\n{APOLOGY}"
+    assert fake.messages("C1")[-1]["metadata"]["event_payload"] == {"answers": parent}
+
+
 async def test_a_reply_cancelled_while_its_stream_is_stopped_is_stopped_once(fake, publisher_for):
     parent = fake.post_message("C1", "U1", "hi <@UBOT>")
     fake.inject_delay("chat.stopStream", 30)  # Slack stops the stream, the bot is stopping before it hears back

@@ -111,12 +111,17 @@ class SlackReplyPublisher:
     async def _end(self, channel_id: str, ts: str, tail: str, answering: str | None) -> str | None:
         """Stop stream `ts`, left unfinished, with `tail`, marked as the answer to `answering`: the one way an
         unfinished stream is stopped, by the attempt cut short as the bot stops (`_Stream`) or by the next one
-        (`finish`). Its whole text as Slack tells it; None when `ts` is no open stream; a passing failure raises."""
+        (`finish`). Its whole text as Slack tells it; None when `ts` is no open stream; a passing failure raises.
+
+        A tail longer than one call takes is appended in pieces first, so the stop itself is never refused for it."""
         try:
+            while len(tail) > STREAM_TEXT_LIMIT:
+                piece, tail = tail[:STREAM_TEXT_LIMIT], tail[STREAM_TEXT_LIMIT:]
+                await self._client.chat_appendStream(channel=channel_id, ts=ts, chunks=[_markdown(piece)])
             response = await self._client.chat_stopStream(
                 channel=channel_id,
                 ts=ts,
-                chunks=[{"type": "markdown_text", "text": tail}],
+                chunks=[_markdown(tail)],
                 metadata=answer_metadata(answering) if answering else None,
             )
         except SlackApiError as exc:
@@ -290,7 +295,7 @@ class _Stream:
         # The text leaves the buffer as it is handed to the call: cut short there, it is not sent again.
         text, self._buffer = self._buffer, ""
         if text:
-            chunks = [{"type": "markdown_text", "text": text}, *chunks]
+            chunks = [_markdown(text), *chunks]
         return not chunks or await self._call(chunks)
 
     async def _send_pieces(self) -> bool:
@@ -298,7 +303,7 @@ class _Stream:
         False when Slack refused to start the stream."""
         while len(self._buffer) > STREAM_TEXT_LIMIT:
             piece, self._buffer = self._buffer[:STREAM_TEXT_LIMIT], self._buffer[STREAM_TEXT_LIMIT:]
-            if not await self._call([{"type": "markdown_text", "text": piece}]):
+            if not await self._call([_markdown(piece)]):
                 return False
         return True
 
@@ -374,7 +379,7 @@ class _Stream:
         await self._send_pieces()  # the stream has started: nothing is refused
         rest = self._buffer
         # A broken stream lost some text: it is stopped without more, and its whole text set by chat.update.
-        chunks: list[dict[str, Any]] = [{"type": "markdown_text", "text": rest}] if rest and not self._broken else []
+        chunks: list[dict[str, Any]] = [_markdown(rest)] if rest and not self._broken else []
         self._ending = text
         try:  # sent again while it fails for a passing reason: a stream once stopped refuses another stop
             await retrying(
@@ -452,6 +457,10 @@ class _Stream:
 def _text_of(chunks: list[dict[str, Any]]) -> str:
     """The text `chunks` add to a streamed message."""
     return "".join(chunk["text"] for chunk in chunks if chunk["type"] == "markdown_text")
+
+
+def _markdown(text: str) -> dict[str, Any]:
+    return {"type": "markdown_text", "text": text}
 
 
 def _task(call_id: str, title: str, status: str) -> dict[str, Any]:
