@@ -38,7 +38,11 @@ Behaviour worth knowing:
   required and a top-level stream is refused; after stop the message is no
   longer streaming. ``refuse_streaming`` makes all three methods fail (as a
   workspace without the feature does), ``append_min_interval`` answers 429 to
-  appends that come faster than that on one stream.
+  appends that come faster than that on one stream. An injected
+  ``message_not_in_streaming_state`` ends the stream it names, as Slack says so
+  only of a message it no longer streams (stopped, or expired).
+* ``chat.update`` replaces the metadata when given one (``{}`` removes it) and
+  keeps it otherwise, as Slack documents.
 
 Subprocess use: ``python -m tests.fakes.slack_server --port N`` prints the Web
 API base URL and serves until SIGTERM/SIGINT. There the world is driven over
@@ -774,13 +778,20 @@ class FakeSlack(LoopbackServer):
                 reply_users=users,
             )
 
-    def _edit(self, ch: _Channel, ts: str, text: str, emit: bool) -> dict[str, Any]:
+    def _edit(
+        self, ch: _Channel, ts: str, text: str, emit: bool, metadata: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Change a message's text, and its metadata unless `metadata` is None (``{}`` removes it)."""
         msg = self._find_message(ch, ts)
         if msg is None:
             raise KeyError(f"no message {ts} in {ch.id}")
         previous = copy.deepcopy(msg)
         event_ts = self._next_ts()
         msg["text"] = text
+        if metadata == {}:
+            msg.pop("metadata", None)
+        elif metadata is not None:
+            msg["metadata"] = metadata
         msg["edited"] = {"user": msg.get("user"), "ts": event_ts}
         if emit and self._bot_in(ch):
             self._emit(
@@ -1011,6 +1022,8 @@ class FakeSlack(LoopbackServer):
                     headers={"Retry-After": str(injection.value)},
                 )
             if injection is not None and injection.kind == "error":
+                if injection.value == "message_not_in_streaming_state":
+                    self._end_stream(params)
                 return web.json_response({"ok": False, "error": injection.value})
             if method == "chat.appendStream" and self._append_too_soon(params):
                 return web.json_response(
@@ -1153,16 +1166,9 @@ class FakeSlack(LoopbackServer):
         if thread_ts and self._find_message(ch, str(thread_ts)) is None:
             raise _SlackError("thread_not_found")
         extra: dict[str, Any] = {"bot_id": self.bot_id, "app_id": self.app_id}
-        metadata = params.get("metadata")
-        if isinstance(metadata, str) and metadata:
-            try:
-                metadata = json.loads(metadata)
-            except ValueError:
-                raise _SlackError("invalid_metadata_format") from None
+        metadata = self._metadata_param(params)
         if metadata:
-            if not isinstance(metadata, dict) or not metadata.get("event_type"):
-                raise _SlackError("invalid_metadata_format")
-            extra["metadata"] = {"event_type": metadata["event_type"], "event_payload": metadata.get("event_payload") or {}}
+            extra["metadata"] = metadata
         if thread_ts and _truthy(params.get("reply_broadcast")):
             extra["subtype"] = "thread_broadcast"
         msg = self._store_message(ch, self.bot_user_id, text, thread_ts and str(thread_ts), None, extra)
@@ -1181,10 +1187,30 @@ class FakeSlack(LoopbackServer):
             raise _SlackError(refusal)
         return ch, ts
 
+    @staticmethod
+    def _metadata_param(params: dict[str, Any]) -> dict[str, Any] | None:
+        """The ``metadata`` argument of chat.postMessage / chat.update: None when not given, ``{}`` when given
+        empty (chat.update then removes the message's metadata), else its event_type and event_payload."""
+        metadata = params.get("metadata")
+        if isinstance(metadata, str):
+            if not metadata:
+                return None
+            try:
+                metadata = json.loads(metadata)
+            except ValueError:
+                raise _SlackError("invalid_metadata_format") from None
+        if metadata is None or metadata == {}:
+            return metadata
+        if not isinstance(metadata, dict) or not metadata.get("event_type"):
+            raise _SlackError("invalid_metadata_format")
+        return {"event_type": metadata["event_type"], "event_payload": metadata.get("event_payload") or {}}
+
     def _api_chat_update(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Slack's chat.update: the text is replaced; so is the metadata when given (``{}`` removes it), else it
+        is kept."""
         ch, ts = self._own_message(params, "cant_update_message")
         text = str(params.get("text") or "")
-        msg = self._edit(ch, ts, text, emit=True)
+        msg = self._edit(ch, ts, text, emit=True, metadata=self._metadata_param(params))
         self._record_post("chat.update", ch, msg)
         return {"channel": ch.id, "ts": ts, "text": text, "message": copy.deepcopy(msg)}
 
@@ -1270,6 +1296,13 @@ class FakeSlack(LoopbackServer):
         if not stream.streaming:
             raise _SlackError("message_not_in_streaming_state")
         return ch, stream, msg
+
+    def _end_stream(self, params: dict[str, Any]) -> None:
+        """(Holding the lock) End the stream ``channel``/``ts`` name, if any: Slack answers
+        message_not_in_streaming_state only of a message it no longer streams (stopped, or expired)."""
+        stream = self._streams.get((str(params.get("channel") or ""), str(params.get("ts") or "")))
+        if stream is not None:
+            stream.streaming = False
 
     def _append_too_soon(self, params: dict[str, Any]) -> bool:
         """(Holding the lock) An append on a stream whose last call was under ``append_min_interval`` ago."""

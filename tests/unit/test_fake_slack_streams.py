@@ -153,3 +153,40 @@ async def test_appends_faster_than_allowed_get_429(fake: FakeSlack) -> None:
     await asyncio.sleep(0.35)
     assert (await client.chat_appendStream(channel="C1", ts=started["ts"], markdown_text="b"))["ok"]
     assert fake.messages("C1")[-1]["text"] == "ab"
+
+
+async def test_an_injected_not_streaming_error_ends_the_stream_as_slack_only_says_so_of_one_it_no_longer_streams(
+    fake: FakeSlack,
+) -> None:
+    parent = fake.post_message("C1", "U1", "hi")
+    client = web_client(fake)
+    started = await client.chat_startStream(
+        channel="C1", thread_ts=parent, recipient_user_id="U1", recipient_team_id="T1", markdown_text="a"
+    )
+    fake.inject_error("chat.appendStream", "message_not_in_streaming_state")
+    for call in (
+        client.chat_appendStream(channel="C1", ts=started["ts"], markdown_text="b"),
+        client.chat_stopStream(channel="C1", ts=started["ts"], markdown_text="c"),
+    ):
+        with pytest.raises(SlackApiError) as info:
+            await call
+        assert info.value.response["error"] == "message_not_in_streaming_state"
+    assert not fake.streams[0]["streaming"] and fake.messages("C1")[-1]["text"] == "a"
+
+
+async def test_update_sets_keeps_or_removes_the_metadata_as_slack_documents(fake: FakeSlack) -> None:
+    client = web_client(fake)
+    posted = await client.chat_postMessage(channel="C1", text="hello")
+    marked = {"event_type": "answer", "event_payload": {"to": "1.0"}}
+
+    await client.chat_update(channel="C1", ts=posted["ts"], text="hello again", metadata=marked)
+    assert fake.messages("C1")[-1]["metadata"] == marked and fake.posted[-1]["metadata"] == marked
+    await client.chat_update(channel="C1", ts=posted["ts"], text="hello, third")  # no metadata: it is kept
+    assert fake.messages("C1")[-1]["metadata"] == marked
+    replies = await client.conversations_history(channel="C1", include_all_metadata=True)
+    assert replies["messages"][0]["metadata"] == marked
+    await client.chat_update(channel="C1", ts=posted["ts"], text="hello, fourth", metadata={})  # {}: removed
+    assert "metadata" not in fake.messages("C1")[-1]
+    with pytest.raises(SlackApiError) as info:
+        await client.chat_update(channel="C1", ts=posted["ts"], text="x", metadata={"event_payload": {}})
+    assert info.value.response["error"] == "invalid_metadata_format"

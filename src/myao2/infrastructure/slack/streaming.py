@@ -54,6 +54,8 @@ REFUSALS = frozenset({"not_allowed", "feature_not_enabled", "unknown_method", "m
 """Errors of chat.startStream meaning this workspace does not take streamed messages."""
 STREAM_TEXT_LIMIT = 12_000
 """The most characters of text one stream call takes (Slack answers msg_too_long beyond): more is sent in pieces."""
+NOT_STREAMING = "message_not_in_streaming_state"
+"""The error of a stream call on a message Slack no longer streams (stopped, or expired)."""
 TOP_LEVEL_REFUSALS = frozenset({"invalid_arguments", "thread_ts_required", "missing_argument"})
 """Errors of a top-level chat.startStream (a DM answered inline) meaning only threads stream."""
 
@@ -215,16 +217,28 @@ class _Stream:
     async def _complete_on_cancel(self, text: str, apology: str) -> None:
         """Complete the broken stream with its whole `text` as the bot stops, as `_complete` was doing: chat.update
         sets it again, unless what the message lost was being posted after it: that is posted again, unless Slack
-        shows it already."""
+        shows it already.
+
+        Its stop may have been cut short before Slack took it: it is sent again first (a stream once stopped
+        refuses another stop), as a message chat.update marks as the answer is not ended by the next attempt."""
         ts = self._ts
         assert ts is not None
         try:
             if not self._following:
+                await self._stop_again(ts)
                 await self._complete(ts, text, apology)
             elif await self._owner._chat.answer_ts(self._channel.id, ts, self._thread_ts) is None:
                 await self._follow(ts, text, apology)
         except Exception as exc:  # noqa: BLE001 - the message stays as it shows
             logger.warning("could not complete the reply %s as the bot stopped: %r", ts, exc)
+
+    async def _stop_again(self, ts: str) -> None:
+        """Stop broken stream `ts` without more text, in case its stop never reached Slack; refused when it did."""
+        try:
+            await self._client.chat_stopStream(channel=self._channel.id, ts=ts, chunks=[], metadata=self._metadata)
+        except CALL_FAILURES as exc:
+            if not isinstance(exc, SlackApiError) or error_code(exc) != NOT_STREAMING:
+                logger.warning("streamed reply %s could not be stopped (%s)", ts, describe(exc))
 
     async def _run(self, reply: ReplyStream, apology: str) -> PublishedReply | None:
         final = ""
