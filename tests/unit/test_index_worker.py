@@ -86,6 +86,29 @@ def test_each_commit_wakes_the_idle_worker_to_sync(database_url: str) -> None:
         engine.dispose()
 
 
+def test_two_workers_on_one_engine_are_each_woken_until_each_stops(database_url: str) -> None:
+    # Stopping one deleted the engine's commit hook outright: the other was never woken again (and stopping it
+    # too failed, the hook gone).
+    engine = open_database(database_url)
+    first, second = CountingIndex(), CountingIndex()
+    workers = [IndexWorker(first, engine, gather_seconds=0), IndexWorker(second, engine, gather_seconds=0)]  # type: ignore[arg-type]
+    for worker in workers:
+        worker.start()
+    try:
+        first.wait_syncs(1)
+        second.wait_syncs(1)
+        workers[0].stop()
+        with engine.begin() as connection:
+            connection.execute(text("INSERT INTO search_queue (kind, ref_id) VALUES ('message', 1)"))
+        second.wait_syncs(2)
+        workers[1].stop()
+        assert "do_commit" not in vars(engine.dialect)  # the dialect's own again
+    finally:
+        for worker in workers:
+            worker.stop()
+        engine.dispose()
+
+
 def test_the_worker_leaves_the_engines_connections_without_event_dispatch(database_url: str) -> None:
     """A connection-level listener on the engine (its "commit" event, say) makes every connection of it dispatch
     each of its events (connect, begin, every statement before and after, commit) through listeners it builds for

@@ -5,12 +5,13 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine
+from sqlalchemy.engine import Dialect
 
 from myao2.config import SearchConfig
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
@@ -82,27 +83,23 @@ class IndexWorker:
         """Start indexing; a worker already stopped stays stopped."""
         if self._stopped.is_set():
             return
-        self._commit = self._engine.dialect.do_commit
-        self._engine.dialect.do_commit = self._committed  # type: ignore[method-assign]
+        _CommitHook.add(self._engine.dialect, self._committed)
         self._index.wake_with(self._changed.set)
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop indexing (also before `start`, which then starts nothing)."""
-        if self._thread.ident is not None:  # started
-            del self._engine.dialect.do_commit  # the dialect's own again
+        """Stop indexing (also before `start`, which then starts nothing); stopping it again does nothing."""
+        if self._stopped.is_set():
+            return
         self._stopped.set()
+        if self._thread.ident is not None:  # started
+            _CommitHook.remove(self._engine.dialect, self._committed)
         self._changed.set()
         self._index.close()
 
-    def _committed(self, dbapi_connection: Any) -> None:
-        """The engine's commits (`Dialect.do_commit`, through which SQLAlchemy commits every transaction), each
-        waking the worker once done, unless it is its own (its writes queue nothing).
-
-        Not SQLAlchemy's "commit" event: a connection-level listener on the engine makes every connection of it
-        dispatch all its events (each statement's, before and after) through listeners it builds for itself,
-        ~50 us of CPU per trip to the database of four statements, on every trip the bot makes."""
-        self._commit(dbapi_connection)
+    def _committed(self) -> None:
+        """Told of each commit of the engine (`_CommitHook`): wakes the worker, unless it is its own (its writes
+        queue nothing)."""
         if threading.current_thread() is not self._thread:
             self._changed.set()
 
@@ -120,6 +117,45 @@ class IndexWorker:
                 self._index.sync()
             except Exception:
                 logger.exception("search indexing failed; retrying with the next change")
+
+
+class _CommitHook:
+    """A dialect's `do_commit` (through which SQLAlchemy commits every transaction), telling each worker on its
+    engine of each commit once done; installed with the first worker, the dialect's own again once the last stops.
+
+    Not SQLAlchemy's "commit" event: a connection-level listener on the engine makes every connection of it
+    dispatch all its events (each statement's, before and after) through listeners it builds for itself,
+    ~50 us of CPU per trip to the database of four statements, on every trip the bot makes."""
+
+    _lock = threading.Lock()  # workers start and stop on any thread
+
+    def __init__(self, commit: Callable[[Any], None]) -> None:
+        self._commit = commit
+        self._told: tuple[Callable[[], None], ...] = ()  # replaced, never changed: commits read it unlocked
+
+    def __call__(self, dbapi_connection: Any) -> None:
+        self._commit(dbapi_connection)
+        for tell in self._told:
+            tell()
+
+    @classmethod
+    def add(cls, dialect: Dialect, tell: Callable[[], None]) -> None:
+        """Tell `tell()` of each commit through `dialect` from now on."""
+        with cls._lock:
+            hook = vars(dialect).get("do_commit")
+            if not isinstance(hook, cls):
+                hook = cls(dialect.do_commit)
+                dialect.do_commit = hook  # type: ignore[method-assign]
+            hook._told = (*hook._told, tell)
+
+    @classmethod
+    def remove(cls, dialect: Dialect, tell: Callable[[], None]) -> None:
+        """Tell `tell()` of no more commits; the last one gone, `dialect` commits by its own `do_commit` again."""
+        with cls._lock:
+            hook = vars(dialect)["do_commit"]
+            hook._told = tuple(t for t in hook._told if t != tell)
+            if not hook._told:
+                del dialect.do_commit
 
 
 def _name_thread() -> None:
