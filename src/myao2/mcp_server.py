@@ -143,11 +143,12 @@ class NotebookTools:
         seen = self._seen(name)
         if not can_write(self._scope.writer, seen.audience):
             raise MemoError("wider_audience", name=seen.name)
-        memo = self._notebook.edit(name, audience=seen.audience, **changes)
+        memo = self._notebook.edit(seen.name, audience=seen.audience, **changes)
         return self._data(memo, self._pinned())
 
     def remove(self, name: str) -> dict[str, Any]:
-        memo = self._notebook.remove(name, audience=self._seen(name).audience)
+        seen = self._seen(name)
+        memo = self._notebook.remove(seen.name, audience=seen.audience)
         return {"removed": memo.name, "revision": memo.revision}
 
     def restore(self, name: str) -> dict[str, Any]:

@@ -165,3 +165,13 @@ def test_a_preview_of_ids_no_conversation_could_have_is_refused_as_unknown_not_a
     for thread in ("1\ud83c", "1\x00"):
         failed, shown = call(app, Scope(), "preview", {"role": "response", "channel": GENERAL, "thread": thread})
         assert not failed and shown["thread"] == "1\ufffd", shown
+
+
+def test_a_name_with_spaces_around_it_means_the_same_memo_to_every_tool(app: Application) -> None:  # noqa: F811
+    # get_memo found " lunch-day " (a name is read stripped) while edit_memo and remove_memo, writing by the raw
+    # name, said there was no such memo
+    assert call(app, Scope(), "get_memo", {"memo_name": " lunch-day "})[1]["name"] == "lunch-day"
+    failed, edited = call(app, Scope(), "edit_memo", {"memo_name": " lunch-day ", "priority": 2})
+    assert not failed and edited["priority"] == 2, edited
+    failed, removed = call(app, Scope(), "remove_memo", {"memo_name": "lunch-day\n"})
+    assert not failed and removed["removed"] == "lunch-day", removed
