@@ -129,3 +129,32 @@ def test_the_memory_preview_shows_the_public_channels_read_in_the_same_call(app:
     assert [tool["name"] for tool in public.prompt.tools] == ["ChannelsMemoryOutput"]
     assert "keep a secret" in private.prompt.query and "pizza" not in private.prompt.query
     assert [tool["name"] for tool in private.prompt.tools] == ["MemoryUpdateOutput"]
+
+
+def test_the_memory_preview_of_a_public_channel_leaves_out_notes_heard_in_a_channel_turned_private(
+    app: Application,
+) -> None:
+    # #general's notes written while #plans was read in the same call, #plans since private and not narrowed yet:
+    # they are #plans' alone from the moment it is stored so (as the answer's prompt already leaves them out), and
+    # the memory call for #general, and so its preview for a workspace MCP client, showed them.
+    app.conversations.save_channel(Channel("CPLANS", "plans"))
+    day = date(2023, 11, 14)
+    heard = (GENERAL, "CPLANS")
+    app.memories.save(
+        [
+            Memory(
+                Scope(GENERAL),
+                Term.LONG,
+                Audience(),
+                (
+                    Bullet(1, "canary: plans picks a new office", day, ("1.0",), heard_in=heard),
+                    Bullet(2, "the team likes pizza", day, ("1.5",), heard_in=(GENERAL,)),
+                ),
+                label="#general",
+            )
+        ]
+    )
+    app.conversations.set_channel_kind("CPLANS", ChannelKind.PRIVATE)
+
+    shown = preview(app, "memory", GENERAL)
+    assert "the team likes pizza" in shown.prompt.query and "canary" not in shown.prompt.query

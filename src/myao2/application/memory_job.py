@@ -481,9 +481,12 @@ class MemoryJob:
             return None
 
     async def _load(self, scope: Scope, term: Term, audience: Audience, label: str = "") -> Memory:
-        """The stored memory (with its source's current audience and label), or an empty one."""
-        memory = await asyncio.to_thread(self._memories.get, scope, term)
-        return replace(memory or Memory(scope, term, audience), audience=audience, label=label)
+        """The stored memory (with its source's current audience and label), or an empty one; without the bullets
+        written with words in sight that its readers may not all read now (a channel since turned private, before
+        its narrowing reaches them), which a save would drop: a call never shows them, nor its preview."""
+        read = await asyncio.to_thread(self._memories.for_prompt, [(scope, term)], None)
+        memory = replace(read.stored.get((scope, term)) or Memory(scope, term, audience), audience=audience, label=label)
+        return memory.heard_by_readers(read.not_public)
 
     def _fit(self, bullets: Sequence[Bullet]) -> tuple[Bullet, ...]:
         """The newest active long-term bullets that fit half the batch budget."""
