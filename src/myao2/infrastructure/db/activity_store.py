@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, case, func, insert
-from sqlmodel import Session, SQLModel, col, select
+from sqlalchemy import Engine, Executable, case, func, insert
+from sqlmodel import Session, col, select
 
 from myao2.domain.activity import CallOutcome, JudgmentOutcome, ModelCall, ReplyKind
 from myao2.infrastructure.db.engine import writing
@@ -22,26 +22,31 @@ class SqlActivityLog:
         self._engine = engine
 
     def model_call(self, call: ModelCall, at: datetime) -> None:
-        self._add(ModelCallRow, **_call_row(call, at))
+        self._add(_INSERT_CALLS, _call_row(call, at))
 
     def judgment(self, channel_id: str, outcome: JudgmentOutcome, confidence: float, at: datetime) -> None:
-        self._add(JudgmentRow, at=at, channel_id=channel_id, outcome=outcome.value, confidence=confidence)
+        self._add(
+            _INSERT_JUDGMENT, {"at": at, "channel_id": channel_id, "outcome": outcome.value, "confidence": confidence}
+        )
 
     def reply(
         self, channel_id: str, kind: ReplyKind, at: datetime, calls: Sequence[tuple[ModelCall, datetime]] = ()
     ) -> None:
         with writing(self._engine) as connection:
             if calls:
-                connection.execute(insert(_CALLS), [_call_row(call, called_at) for call, called_at in calls])
-            connection.execute(insert(_REPLIES), {"at": at, "channel_id": channel_id, "kind": kind.value})
+                connection.execute(_INSERT_CALLS, [_call_row(call, called_at) for call, called_at in calls])
+            connection.execute(_INSERT_REPLY, {"at": at, "channel_id": channel_id, "kind": kind.value})
 
-    def _add(self, row_type: type[SQLModel], /, **values: object) -> None:
+    def _add(self, statement: Executable, values: dict[str, Any]) -> None:
         """One row, by a plain INSERT: a session's unit of work cost four times as much CPU."""
         with writing(self._engine) as connection:
-            connection.execute(insert(row_type.__table__), values)  # type: ignore[attr-defined]
+            connection.execute(statement, values)
 
 
-_CALLS, _REPLIES = ModelCallRow.__table__, ReplyRow.__table__  # type: ignore[attr-defined]
+# Built once: building an INSERT cost a third of running it (~25 us of the ~75 us of a row's trip).
+_INSERT_CALLS = insert(ModelCallRow.__table__)  # type: ignore[attr-defined]
+_INSERT_REPLY = insert(ReplyRow.__table__)  # type: ignore[attr-defined]
+_INSERT_JUDGMENT = insert(JudgmentRow.__table__)  # type: ignore[attr-defined]
 
 
 def _call_row(call: ModelCall, at: datetime) -> dict[str, Any]:
