@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -30,6 +31,7 @@ from myao2.infrastructure.search import vectors
 from myao2.infrastructure.search.index import SearchIndex, keyword_bonus
 from myao2.infrastructure.search.keywords import Reach, Within, keyword_table
 from myao2.infrastructure.search.text import content_terms, fts_query, terms
+from myao2.infrastructure.search.words import WORDS_FILE, WordVectors
 from tests.clocks import ManualClock
 from tests.fakes.embedder import HashEmbedder
 
@@ -124,6 +126,23 @@ def test_a_memo_holding_part_of_a_query_gains_far_less_than_one_holding_all_of_i
 def test_a_query_is_quoted_so_fts_syntax_in_it_is_plain_text() -> None:
     assert fts_query(['a"b', "or", "a\"b"]) == '"a""b" OR "or"'
     assert fts_query([]) is None
+
+
+def test_warming_the_memos_loads_the_word_vectors_so_no_memo_search_waits_for_them(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # They loaded on the first Japanese memo search (~0.3 s inside a person's first answer); the warm-up the index
+    # worker runs at start loads them instead, off the event loop.
+    monkeypatch.setattr(index_module, "word_vectors", functools.cache(WordVectors))  # none loaded yet
+    loads: list[object] = []
+    load = np.load
+    monkeypatch.setattr(np, "load", lambda path, *args, **kwargs: loads.append(path) or load(path, *args, **kwargs))
+    world.memo("welcome-party", "新入社員の歓迎会は金曜日")
+
+    world.index.warm(["memo"])
+    assert loads == [WORDS_FILE]
+    assert world.memo_names("新人の歓迎会") == ["welcome-party"]
+    assert loads == [WORDS_FILE]
 
 
 def test_two_character_japanese_words_are_found_by_keyword(world: World) -> None:

@@ -776,10 +776,13 @@ class SearchIndex:
         return frequencies
 
     def warm(self, kinds: Iterable[str] = KINDS) -> None:
-        """Load `kinds`' vectors into memory (done on first search otherwise), and cluster those loaded that are due."""
+        """Load `kinds`' vectors into memory (done on first search otherwise), and cluster those loaded that are due;
+        with memos among them, the word vectors their searches are reordered by too (see `_nearer_by_words`)."""
         for kind in kinds:
             with self._cache_locks[kind]:
                 self._refreshed(kind)
+            if kind == "memo":
+                word_vectors().load()
         self._cluster_due()
 
     def wake_with(self, wake: Callable[[], None]) -> None:
