@@ -445,3 +445,23 @@ async def test_a_person_forgotten_while_the_model_reads_them_gets_no_note_back(j
     assert not any("canary-bob" in text for text in kept)
     assert "L dinner at seven" in texts(memories, Scope("C1"), Term.LONG)  # the others' notes are kept
     assert "L lunch at noon" in texts(memories, Scope("C1"), Term.LONG)
+
+
+async def test_a_note_remade_from_an_edited_last_message_reaches_the_workspace_memory(
+    job, writer, conversations, memories, say
+):
+    # The edit drops the channel's newest long-term note; the note made again from the new words must not take
+    # its id back, which the workspace memory has already read up to (it would never read the new note).
+    say(GENERAL, "lunch at noon")
+    message = say(GENERAL, "meeting at 3")
+    await job.run()
+    writer.prompts.clear()
+
+    conversations.edit_message(GENERAL.id, message.ts, "meeting at 4")
+    await job.run()
+
+    workspace_prompt = writer.prompts[-1]
+    assert workspace_prompt.channel is None
+    assert any(line.endswith("L meeting at 4") for line in workspace_prompt.material)
+    long_ids = [b.id for b in memories.get(Scope("C1"), Term.LONG).bullets]
+    assert len(long_ids) == len(set(long_ids)) == 2

@@ -58,20 +58,26 @@ class RoundReport:
 
 @dataclass(frozen=True)
 class _Mark:
-    """What a channel memory was made from: messages up to `ts`, edits up to `edited`."""
+    """What a channel memory was made from: messages up to `ts`, edits up to `edited`; `last_id` the highest
+    long-term bullet id given out, which a note dropped since (its message edited or deleted) does not free: the
+    workspace memory reads a channel's notes by id, those after the last it read."""
 
     ts: str = ""
     edited: datetime | None = None
+    last_id: int = 0
 
     @classmethod
     def parse(cls, covered: str) -> _Mark:
         if not covered:
             return cls()
         data = json.loads(covered)
-        return cls(data["ts"], datetime.fromisoformat(data["edited"]) if data.get("edited") else None)
+        edited = datetime.fromisoformat(data["edited"]) if data.get("edited") else None
+        return cls(data["ts"], edited, data.get("last_id", 0))
 
     def dump(self) -> str:
-        return json.dumps({"ts": self.ts, "edited": self.edited.isoformat() if self.edited else None})
+        return json.dumps(
+            {"ts": self.ts, "edited": self.edited.isoformat() if self.edited else None, "last_id": self.last_id}
+        )
 
     def behind(self, changes: ChannelChanges) -> bool:
         """Whether the channel has messages or edits this mark has not seen."""
@@ -110,6 +116,7 @@ class _Unread:
         mark = _Mark(
             ts=max(self.backlog.mark.ts, *(m.ts for m in batch)),
             edited=self.newest_edit if not rest else self.backlog.mark.edited,
+            last_id=max(self.backlog.mark.last_id, _last_id(long_term)),
         )
         long_term = replace(long_term, covered=mark.dump())
         self.backlog = replace(self.backlog, long_term=long_term, short_term=short_term, mark=mark, earlier=[], batches=rest)
@@ -357,7 +364,9 @@ class MemoryJob:
         Long-term bullets may only come from the new messages, so nothing is learnt twice.
         """
         batch = backlog.batches[0]
-        long_term = backlog.long_term.grow(self._dated(update.long_term, {m.ts for m in batch}, heard))
+        long_term = backlog.long_term.grow(
+            self._dated(update.long_term, {m.ts for m in batch}, heard), after=backlog.mark.last_id
+        )
         sources = {m.ts for m in (*backlog.earlier, *batch)}
         short_term = backlog.short_term.renewed(
             self._dated(update.short_term, sources | _sources(backlog.short_term), heard)

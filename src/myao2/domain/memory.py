@@ -89,7 +89,7 @@ class Memory:
     """The long- or short-term memory of one scope, with the audience of its source.
 
     `covered` records what it was made from: for a channel, the newest message ts it
-    saw; for the workspace, each source channel's mark.
+    saw (and the highest note id it gave out); for the workspace, each source channel's mark.
     """
 
     scope: Scope
@@ -106,13 +106,14 @@ class Memory:
         """The bullets prompts show: those nothing superseded, oldest first."""
         return tuple(b for b in self.bullets if b.active)
 
-    def grow(self, drafts: Sequence[tuple[Draft, date]]) -> Memory:
+    def grow(self, drafts: Sequence[tuple[Draft, date]], after: int = 0) -> Memory:
         """This memory with `drafts` added, each marking the active bullets it supersedes.
 
         Nothing is ever removed or rewritten. Ids that are unknown or already
-        superseded are ignored.
+        superseded are ignored. New bullets take ids above every bullet's and above
+        `after` (the highest given out before, to bullets dropped since).
         """
-        next_id = max((b.id for b in self.bullets), default=0) + 1
+        next_id = max((after, *(b.id for b in self.bullets))) + 1
         active = {b.id for b in self.active}
         superseded: dict[int, int] = {}
         added = []
