@@ -465,3 +465,58 @@ async def test_a_note_remade_from_an_edited_last_message_reaches_the_workspace_m
     assert any(line.endswith("L meeting at 4") for line in workspace_prompt.material)
     long_ids = [b.id for b in memories.get(Scope("C1"), Term.LONG).bullets]
     assert len(long_ids) == len(set(long_ids)) == 2
+
+
+async def test_the_workspace_memory_reads_the_channels_notes_within_the_batch_budget(job, writer, memories, conversations, say):
+    # Long-term notes only grow: a channel turned private drops the workspace memory, to be made again from every
+    # note of every public channel. Read in one call, a year of notes is past any model's context: the call fails
+    # every round and the workspace memory is never made again.
+    dev = Channel("C3", "dev")
+    conversations.save_channel(dev)
+    say(dev, "dev talk")
+    await job.run()  # alone: the notes of channels read with it in sight would go with its narrowing
+    for i in range(20):
+        say(GENERAL, f"general {i} " + "word " * 100)
+        say(RANDOM, f"random {i} " + "word " * 100)
+    await job.run()
+    conversations.save_channel(Channel(dev.id, dev.name, ChannelKind.PRIVATE))
+    assert memories.narrow(dev.id) and memories.get(WORKSPACE_SCOPE, Term.LONG) is None
+    writer.prompts.clear()
+
+    report = await job.run()
+
+    workspace = [p for p in writer.prompts if p.channel is None]
+    assert len(workspace) > 1
+    assert all(sum(estimate_tokens(line) for line in p.material) <= SETTINGS.batch_max_tokens for p in workspace)
+    read = [line for p in workspace for line in p.material]
+    for i in range(20):  # every public note read, once
+        assert sum(f"L general {i} " in line for line in read) == 1
+        assert sum(f"L random {i} " in line for line in read) == 1
+    assert not any("dev talk" in line for line in read)
+    assert report.failures == 0
+    assert (await job.run()).calls == 0
+
+
+async def test_a_workspace_call_that_fails_midway_leaves_only_the_notes_it_did_not_read_for_the_next_round(
+    job, writer, say
+):
+    for i in range(20):
+        say(GENERAL, f"general {i} " + "word " * 100)
+
+    def fail_second_workspace_call(prompt: MemoryPrompt) -> MemoryUpdate:
+        if prompt.channel is None and sum(p.channel is None for p in writer.prompts) == 2:
+            raise ModelUnavailable("down")
+        return echo(prompt)
+
+    writer.answer = fail_second_workspace_call
+    assert (await job.run()).failures == 1
+    first = [line for p in writer.prompts[:-1] if p.channel is None for line in p.material]  # the last one failed
+    writer.answer = echo
+    writer.prompts.clear()
+
+    await job.run()
+
+    again = [line for p in writer.prompts for line in p.material]
+    assert all(p.channel is None for p in writer.prompts)
+    read = first + again
+    assert all(sum(f"L general {i} " in line for line in read) == 1 for i in range(20))

@@ -19,6 +19,7 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 from datetime import date, datetime, timedelta, timezone
 
 from myao2.application import tracing
@@ -33,6 +34,8 @@ from myao2.domain.tokens import estimate_tokens
 from myao2.domain.visibility import WORKSPACE, Audience, audience_of, feeds_workspace
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,20 @@ class _Backlog:
     window_start: datetime
     earlier: list[Message]
     batches: list[list[Message]]
+
+
+@dataclass(frozen=True)
+class _Note:
+    """A channel's note the workspace memory reads, as its prompt shows it, and the channel's mark once read."""
+
+    channel_key: str
+    line: str
+    source_ts: tuple[str, ...]
+    heard: tuple[str, ...]
+    """The conversations whose words the note may hold: its channel's and those it was written with in sight."""
+    mark: list[Any]
+    """The channel's entry in the workspace memory's `covered` once this note is read: the channel memory's
+    `covered` (the old one until its last note) and the id of its last long-term note read."""
 
 
 @dataclass
@@ -298,7 +315,8 @@ class MemoryJob:
         fresh_ts = {m.ts for m in fresh}
         window = await asyncio.to_thread(self._conversations.messages_since, channel.id, window_start)
         earlier = self._earlier([m for m in window if m.ts not in fresh_ts], fresh)
-        return _Backlog(audience, label, long_term, short_term, mark, window_start, earlier, self._batches(fresh))
+        batches = _batches(fresh, self._settings.batch_max_tokens, _cost)
+        return _Backlog(audience, label, long_term, short_term, mark, window_start, earlier, batches)
 
     async def _thread(self, backlog: _Backlog, thread_ts: str) -> Memory:
         scope = Scope(backlog.long_term.scope.channel_id, thread_ts)
@@ -310,19 +328,6 @@ class MemoryJob:
         threads = {m.thread_ts for m in fresh if m.thread_ts}
         related = [m for m in window if m.thread_ts in threads or m.ts in threads]
         return fit_items(related, self._settings.batch_max_tokens // 4, _cost)
-
-    def _batches(self, messages: Sequence[Message]) -> list[list[Message]]:
-        """Consecutive batches of `messages`, each within the batch budget (one message at least)."""
-        batches: list[list[Message]] = []
-        size = 0
-        for message in messages:
-            cost = _cost(message)
-            if not batches or size + cost > self._settings.batch_max_tokens:
-                batches.append([])
-                size = 0
-            batches[-1].append(message)
-            size += cost
-        return batches
 
     def _channel_prompt(
         self,
@@ -420,55 +425,84 @@ class MemoryJob:
     # -- workspace -----------------------------------------------------------
 
     async def _workspace(self, report: RoundReport) -> RoundReport:
-        """Update the workspace memory from the public channels whose memory changed since it was made; what
-        was made from a message edited meanwhile (the channels' notes held its old words) is left out."""
+        """Update the workspace memory from the public channels whose memory changed since it was made, in calls
+        of at most the batch budget of their notes each, each saved with the marks of what it read (a failed call
+        leaves the rest for the next round); what was made from a message edited meanwhile (the channels' notes
+        held its old words) is left out."""
         started = self._clock.now()
         sources = await asyncio.to_thread(self._workspace_sources)
-        marks = {long.scope.key: [long.covered, _last_id(long)] for long, _ in sources}
         long_term = await self._load(WORKSPACE_SCOPE, Term.LONG, WORKSPACE)
         seen = json.loads(long_term.covered or "{}")
         changed = [(long, short) for long, short in sources if seen.get(long.scope.key, [""])[0] != long.covered]
         if not changed:
             return report
-        covered = json.dumps({**seen, **marks}, sort_keys=True)
-        short_term = await self._load(WORKSPACE_SCOPE, Term.SHORT, WORKSPACE)
-        material = []
-        allowed: set[str] = set()
-        heard = {c for b in (*long_term.active, *short_term.active) for c in b.heard_in}
+        notes = self._notes(changed, seen)
+        if not notes:  # the channels changed but learnt nothing: nothing to tell the workspace
+            covered = {**seen, **{long.scope.key: [long.covered, _last_id(long)] for long, _ in changed}}
+            covered_json = json.dumps(covered, sort_keys=True)
+            await asyncio.to_thread(self._memories.save, [replace(long_term, covered=covered_json)])
+            return report
+        calls = _batches(notes, self._settings.batch_max_tokens, lambda note: estimate_tokens(note.line))
+        for index, call in enumerate(calls):
+            if index:  # read again: a narrowing meanwhile dropped the memory, which the next round makes again
+                saved = long_term.covered
+                long_term = await self._load(WORKSPACE_SCOPE, Term.LONG, WORKSPACE)
+                if long_term.covered != saved:
+                    break
+            short_term = await self._load(WORKSPACE_SCOPE, Term.SHORT, WORKSPACE)
+            heard = {c for b in (*long_term.active, *short_term.active) for c in b.heard_in}
+            heard.update(c for note in call for c in note.heard)
+            allowed = {ts for note in call for ts in note.source_ts}
+            prompt = MemoryPrompt(
+                persona=self._persona,
+                now=self._clock.now().astimezone(self._persona.timezone),
+                channel=None,
+                long_term=self._fit(long_term.active),
+                short_term=short_term.active,
+                earlier=(),
+                material=tuple(note.line for note in call),
+                threads=(),
+            )
+            updates = await self._ask([prompt])
+            report = replace(report, calls=report.calls + 1, failures=report.failures + (updates is None))
+            if updates is None:
+                break
+            (update,) = updates
+            seen = {**seen, **{note.channel_key: note.mark for note in call}}
+            if index == len(calls) - 1:  # and the channels with nothing after what was read, up to their end too
+                seen.update({long.scope.key: [long.covered, _last_id(long)] for long, _ in changed})
+            long_term = long_term.grow(self._dated(update.long_term, allowed, tuple(sorted(heard))))
+            long_term = replace(long_term, covered=json.dumps(seen, sort_keys=True))
+            short_term = short_term.renewed(
+                self._dated(update.short_term, allowed | _sources(short_term), tuple(sorted(heard)))
+            )
+            await asyncio.to_thread(self._memories.save, [long_term, short_term], heard=True, read_at=started)
+            read = [Scope.from_key(key).channel_id or "" for key in dict.fromkeys(note.channel_key for note in call)]
+            await asyncio.to_thread(still_public, self._conversations, self._memories, read)
+            if index == 0:
+                report = replace(report, updated=report.updated + (WORKSPACE_SCOPE.key,))
+        return report
+
+    def _notes(self, changed: Sequence[tuple[Memory, Memory]], seen: dict[str, list[Any]]) -> list[_Note]:
+        """The notes of the changed channels the workspace memory has not read: each channel's long-term ones
+        after the last it read, then its short-term ones, each with the channel's mark once it is read."""
+        notes = []
         for long, short in changed:
-            read_up_to = seen.get(long.scope.key, ["", 0])[1]
-            for bullet in (*(b for b in long.active if b.id > read_up_to), *short.active):
-                allowed.update(bullet.source_ts)
-                heard.update((long.scope.channel_id or "", *bullet.heard_in))
-                when = bullet.day.isoformat()
-                material.append(f"{long.label} ts={','.join(bullet.source_ts)} [{when}] {bullet.text}")
-        if not material:  # the channels changed but learnt nothing: nothing to tell the workspace
-            await asyncio.to_thread(self._memories.save, [replace(long_term, covered=covered)])
-            return report
-        prompt = MemoryPrompt(
-            persona=self._persona,
-            now=self._clock.now().astimezone(self._persona.timezone),
-            channel=None,
-            long_term=self._fit(long_term.active),
-            short_term=short_term.active,
-            earlier=(),
-            material=tuple(material),
-            threads=(),
-        )
-        updates = await self._ask([prompt])
-        report = replace(report, calls=report.calls + 1, failures=report.failures + (updates is None))
-        if updates is None:
-            return report
-        (update,) = updates
-        long_term = long_term.grow(self._dated(update.long_term, allowed, tuple(sorted(heard))))
-        long_term = replace(long_term, covered=covered)
-        short_term = short_term.renewed(
-            self._dated(update.short_term, allowed | _sources(short_term), tuple(sorted(heard)))
-        )
-        await asyncio.to_thread(self._memories.save, [long_term, short_term], heard=True, read_at=started)
-        sources = [long.scope.channel_id for long, _ in changed if long.scope.channel_id]
-        await asyncio.to_thread(still_public, self._conversations, self._memories, sources)
-        return replace(report, updated=report.updated + (WORKSPACE_SCOPE.key,))
+            before, read_up_to = seen.get(long.scope.key, ["", 0])
+            read = [(b, [before, b.id]) for b in long.active if b.id > read_up_to]
+            read += [(b, [before, _last_id(long)]) for b in short.active]
+            for index, (bullet, mark) in enumerate(read, start=1):
+                line = f"{long.label} ts={','.join(bullet.source_ts)} [{bullet.day.isoformat()}] {bullet.text}"
+                notes.append(
+                    _Note(
+                        channel_key=long.scope.key,
+                        line=cut_text(line, self._settings.batch_max_tokens, self._settings.cut),
+                        source_ts=bullet.source_ts,
+                        heard=(long.scope.channel_id or "", *bullet.heard_in),
+                        mark=[long.covered, _last_id(long)] if index == len(read) else mark,
+                    )
+                )
+        return notes
 
     def _workspace_sources(self) -> list[tuple[Memory, Memory]]:
         """The public channels' (long, short) memories: the only ones the workspace memory is made from."""
@@ -521,6 +555,20 @@ def _heard(prompts: Sequence[MemoryPrompt]) -> tuple[str, ...]:
         shown = (*prompt.long_term, *prompt.short_term, *(b for _, bullets in prompt.threads for b in bullets))
         heard.update(c for b in shown for c in b.heard_in)
     return tuple(sorted(heard))
+
+
+def _batches(items: Sequence[T], max_tokens: int, cost: Callable[[T], int]) -> list[list[T]]:
+    """Consecutive batches of `items`, each within `max_tokens` (one item at least)."""
+    batches: list[list[T]] = []
+    size = 0
+    for item in items:
+        item_cost = cost(item)
+        if not batches or size + item_cost > max_tokens:
+            batches.append([])
+            size = 0
+        batches[-1].append(item)
+        size += item_cost
+    return batches
 
 
 def _cost(message: Message) -> int:
