@@ -94,9 +94,12 @@ CONTROL_METHODS = (
     "inject_server_error",
     "inject_delay",
     "inject_drop",
+    "inject_cursor_loop",
     "set_chaos",
 )
 MAX_RETRIES = 3
+LOOP_CURSOR = "bG9vcA=="
+"""The next cursor of a page answered by `inject_cursor_loop`."""
 _THREAD_SUMMARY = ("reply_count", "reply_users", "reply_users_count", "latest_reply")
 STREAM_CHUNK_TYPES = ("markdown_text", "task_update", "plan_update", "blocks")
 TASK_STATUSES = ("pending", "in_progress", "complete", "error")
@@ -183,7 +186,7 @@ class _Stream:
 
 @dataclass
 class _Injection:
-    kind: str  # "error" | "rate_limit" | "server_error" | "delay" | "drop"
+    kind: str  # "error" | "rate_limit" | "server_error" | "delay" | "drop" | "cursor_loop"
     value: Any
     remaining: int
     after: bool = False  # the call takes effect before the failure is answered
@@ -639,6 +642,12 @@ class FakeSlack(LoopbackServer):
         with self._lock:
             self._injections.setdefault(method, []).append(_Injection("drop", None, times, True))
 
+    def inject_cursor_loop(self, method: str, times: int = 1) -> None:
+        """Answer the next ``times`` calls of the paginated ``method`` with its first page (whatever cursor they
+        carry) and the cursor ``LOOP_CURSOR`` for the next one: a cursor that leads back to where it started."""
+        with self._lock:
+            self._injections.setdefault(method, []).append(_Injection("cursor_loop", None, times))
+
     def set_chaos(self, rate: float, seed: int | None = None) -> None:
         """Fail a random ``rate`` of Web API calls (not auth.test nor apps.connections.open).
 
@@ -1031,8 +1040,12 @@ class FakeSlack(LoopbackServer):
                 )
             if injection is not None and injection.kind == "server_error" and not injection.after:
                 return web.Response(status=injection.value, text="server error")
+            if injection is not None and injection.kind == "cursor_loop":
+                params.pop("cursor", None)
             try:
                 result = handler(params)
+                if injection is not None and injection.kind == "cursor_loop":
+                    result = {**result, "has_more": True, "response_metadata": {"next_cursor": LOOP_CURSOR}}
             except _SlackError as e:
                 return web.json_response({"ok": False, "error": str(e)})
         if injection is not None and injection.kind == "server_error":

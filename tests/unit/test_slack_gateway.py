@@ -11,6 +11,7 @@ from decimal import Decimal
 
 import aiohttp
 import pytest
+from slack_sdk.errors import SlackClientError
 from slack_sdk.http_retry import HttpRequest, RetryState
 from slack_sdk.http_retry.builtin_async_handlers import AsyncConnectionErrorRetryHandler
 
@@ -172,6 +173,23 @@ async def test_fetch_history_cut_by_replies_is_complete_only_from_the_oldest_kep
 
     assert [m.ts for m in history.messages] == replies[-3:]
     assert Decimal(replies[0]) < Decimal(history.complete_after) < Decimal(replies[1])
+
+
+@pytest.mark.parametrize("method", ["users.conversations", "conversations.history", "conversations.replies"])
+async def test_a_cursor_that_leads_back_fails_the_reading_instead_of_going_round_for_ever(
+    fake: FakeSlack, gateway: SlackGateway, method: str
+) -> None:
+    # Slack answering a page with a cursor it gave before would have the reading go round for ever: no history
+    # sync, and with it no catch-up of mentions, would ever end. Nor may the pages read before count as all there
+    # is: channels left out would count as left, messages left out as deleted.
+    parent = fake.post_message("C1", "U1", "a thread", emit=False)
+    fake.post_message("C1", "U2", "a reply", thread_ts=parent, emit=False)
+    fake.inject_cursor_loop(method, times=50)
+
+    with pytest.raises(SlackClientError, match="gave a cursor it gave before"):
+        await (gateway.member_channels() if method == "users.conversations" else gateway.fetch_history("C1", "0", 100))
+
+    assert len(calls(fake, method)) == 2  # the second page gave the first one's cursor again
 
 
 async def test_a_rate_limit_is_waited_out(fake: FakeSlack, gateway: SlackGateway) -> None:

@@ -19,6 +19,7 @@ from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncRateLimitErrorRetryHandler,
 )
 from slack_sdk.web.async_client import AsyncWebClient
+from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, History, Person
 from myao2.domain.ports import ConversationClosed, ConversationHidden
@@ -197,7 +198,7 @@ class SlackGateway:
             fetch = self._client.conversations_history
         try:
             response = await retrying("answer lookup", lambda: fetch(**arguments, include_all_metadata=True))
-            async for page in response:
+            async for page in pages(response):
                 for raw in page["messages"]:
                     if raw.get("bot_id") == self._bot_id:
                         yield raw
@@ -251,7 +252,7 @@ class SlackGateway:
         response = await self._client.users_conversations(
             types=MEMBER_CHANNEL_TYPES, exclude_archived=True, limit=PAGE_SIZE
         )
-        return [await self._to_channel(info) async for page in response for info in page["channels"]]
+        return [await self._to_channel(info) async for page in pages(response) for info in page["channels"]]
 
     async def fetch_history(self, channel_id: str, oldest: str, limit: int) -> History:
         """Spoken messages after `oldest`, replies of the threads started in that span included.
@@ -272,7 +273,7 @@ class SlackGateway:
                         channel=channel_id, ts=ts, oldest=oldest, limit=PAGE_SIZE
                     ),
                 )
-                async for page in replies:
+                async for page in pages(replies):
                     raws.update((raw["ts"], raw) for raw in page["messages"])
         spoken = sorted(
             (raw for raw in raws.values() if raw.get("subtype") in translate.SPOKEN_SUBTYPES),
@@ -297,7 +298,7 @@ class SlackGateway:
             "conversations.history",
             lambda: self._client.conversations_history(channel=channel_id, oldest=oldest, limit=min(limit, PAGE_SIZE)),
         )
-        async for page in response:
+        async for page in pages(response):
             found.extend(page["messages"])
             if len(found) >= limit:
                 return found[:limit], len(found) > limit or bool(page.get("has_more"))
@@ -345,6 +346,20 @@ async def retrying(
         await asyncio.sleep(wait)
         if landed is not None and (found := await landed()) is not None:
             return found
+
+
+async def pages(response: AsyncSlackResponse) -> AsyncIterator[AsyncSlackResponse]:
+    """The pages of a paginated answer, the first one included. A page whose cursor Slack gave before, which would
+    lead round the same pages for ever, fails the reading (`SlackClientError`), as a page Slack did not answer
+    does: what was read is not all there is."""
+    followed: set[str] = set()
+    async for page in response:
+        cursor = (page.get("response_metadata") or {}).get("next_cursor") or page.get("next_cursor")
+        if cursor in followed:
+            raise SlackClientError(f"Slack {response.api_url.rsplit('/', 1)[-1]} gave a cursor it gave before")
+        if cursor:
+            followed.add(cursor)
+        yield page
 
 
 def transient(exc: Exception) -> bool:
