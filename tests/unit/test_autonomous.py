@@ -412,3 +412,25 @@ async def test_the_judges_reason_is_logged_at_debug_only(world: World, caplog: p
     assert any("joining" in line for line in above_debug)
     assert not any("secret ramen" in line or "ramen place" in line for line in above_debug)
     assert any("secret ramen" in r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG)
+
+
+@pytest.mark.parametrize("meanwhile", ["answered in its thread", "answered below it", "deleted"])
+async def test_a_reply_written_while_the_question_is_answered_or_deleted_is_not_posted(
+    world: World, meanwhile: str
+) -> None:
+    # The judgment saw a question nobody had answered; someone answers it while the reply is written, at the top
+    # level or (as people do) in the question's thread: the reply would answer what is answered already.
+    question = world.say("does anyone know a good ramen place?")
+    write = world.writer.write
+
+    async def answered_meanwhile(context: PromptContext, origin: Origin) -> str:
+        if meanwhile == "deleted":
+            world.store.delete_message("C1", question)
+        else:
+            world.say("Ichiran!", user="UBOB", thread_ts=question if meanwhile == "answered in its thread" else None)
+        return await write(context, origin)
+
+    world.writer.write = answered_meanwhile  # type: ignore[method-assign]
+    assert await world.check(after=WAIT) == 1
+
+    assert len(world.writer.calls) == 1 and world.chat.posts == []

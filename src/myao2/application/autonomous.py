@@ -199,9 +199,11 @@ class AutonomousResponder:
             self._considering.discard(key)
 
     async def _still_newest(self, channel_id: str, key: ConversationKey, newest: Message) -> bool:
+        """Whether `newest` is still what the conversation waits on: nobody spoke there since, nor, in the top-level
+        flow, answered it in its thread (`_newest_per_conversation`); nor was it deleted."""
         since = newest.posted_at - timedelta(seconds=1)
-        latest = await self._conversations.messages(channel_id, key.thread_ts, 1, since)
-        return not latest or latest[-1].ts == newest.ts
+        latest = _newest_per_conversation(await asyncio.to_thread(self._store.messages_since, channel_id, since))
+        return key in latest and latest[key].ts == newest.ts
 
     def _remember(self, key: ConversationKey, newest: Message, confidence: float) -> None:
         skip = self._settings.skip
