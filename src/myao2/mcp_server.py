@@ -17,7 +17,7 @@ import asyncio
 import hmac
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeVar
 from urllib.parse import quote
@@ -176,7 +176,23 @@ class NotebookTools:
             shown = await Previewer(self._app, self._bot).preview(role, channel, thread, as_user)  # type: ignore[arg-type]
         except PreviewError as exc:
             raise ToolRefusal(str(exc)) from None
+        if not await asyncio.to_thread(self._reads_all, shown.memos):
+            # A public channel's memos of its own: its prompt shows them, get_memo of this client does not.
+            raise ToolRefusal(
+                f"the prompt of {channel} shows memos kept for {channel} alone, which this server does not show:"
+                f" start it with --conversation {channel} to preview it"
+            )
         return shown.to_json()
+
+    def _reads_all(self, memos: Iterable[Memo]) -> bool:
+        """Whether each of `memos` is the one its name means for this client (what get_memo gives it)."""
+        for memo in memos:
+            try:
+                if self._seen(memo.name).id != memo.id:
+                    return False
+            except MemoError:
+                return False
+        return True
 
     def _seen(self, name: str) -> Memo:
         """The live memo `name` means for this client (a name no memo could bear: an unknown memo)."""
@@ -358,7 +374,8 @@ def build_server(  # type: ignore[no-untyped-def]
     @server.tool(
         description=(
             "The exact prompt the bot would send its model now for a conversation, from its database: the system "
-            "prompt, the query, the tools with their JSON schemas, and estimated tokens per section with their budgets."
+            "prompt, the query, the tools with their JSON schemas, and estimated tokens per section with their budgets. "
+            "Refused where the prompt shows memos this server does not (a conversation's own)."
         )
     )
     async def preview(

@@ -17,6 +17,7 @@ from myao2.application.context import PromptContext, line_tokens, section_tokens
 from myao2.application.conversations import Conversations
 from myao2.composition import Application, memory_budgets
 from myao2.domain.conversation import BotIdentity, Message
+from myao2.domain.memo import Memo
 from myao2.domain.tokens import estimate_tokens
 from myao2.domain.visibility import shows_its_own
 from myao2.infrastructure.llm.agents import ModelPrompt
@@ -50,6 +51,8 @@ class Preview:
     thread_ts: str | None
     prompt: ModelPrompt | None
     sections: tuple[Section, ...] = ()
+    memos: tuple[Memo, ...] = ()
+    """The memos the prompt shows (pinned, important, recent)."""
 
     def to_json(self) -> dict[str, object]:
         """The preview as JSON-ready data."""
@@ -106,7 +109,8 @@ class Previewer:
             answering = self._answering(messages, as_user)
             context = await self._app.contexts.build(channel, messages, names, answering=answering)
             prompt = self._app.writer.prompt(context)
-        return Preview(role, channel_id, thread_ts, prompt, self._sections(prompt, context))
+        memos = (*context.rules, *context.important_memos, *context.recent_memos)
+        return Preview(role, channel_id, thread_ts, prompt, self._sections(prompt, context), memos)
 
     def _answering(self, messages: list[Message], as_user: str | None) -> Message | None:
         def answerable(message: Message) -> bool:

@@ -37,6 +37,24 @@ def test_a_workspace_client_previews_public_channels_only(app: Application) -> N
     assert failed and "--conversation" in refusal and "secret" not in refusal
 
 
+def test_a_public_channels_memos_of_its_own_are_shown_by_no_tool_of_a_client_not_started_for_it(
+    app: Application,  # noqa: F811
+) -> None:
+    # A memo kept for #general alone (e.g. added by a client started for it) was in a workspace client's preview
+    # of #general, while its get_memo refused the same memo: what a client previews is now what it may read.
+    Notebook(app.memos, Actor.CLI).add("house-style", "canary-style: casual here", 4, audience=Audience(GENERAL))
+
+    for scope in (Scope(), Scope(DM)):
+        failed, refusal = call(app, scope, "get_memo", {"memo_name": "house-style"})
+        assert failed and "canary" not in refusal
+        failed, refusal = call(app, scope, "preview", {"role": "response", "channel": GENERAL})
+        assert failed and f"--conversation {GENERAL}" in refusal and "canary" not in refusal
+    failed, shown = call(app, Scope(GENERAL), "preview", {"role": "response", "channel": GENERAL})
+    assert not failed and "canary-style" in shown["query"]
+    failed, memo = call(app, Scope(GENERAL), "get_memo", {"memo_name": "house-style"})
+    assert not failed and memo["kept_for"] == GENERAL
+
+
 def test_a_public_channel_the_bot_has_left_is_previewed_by_no_client(app: Application) -> None:  # noqa: F811
     # Nothing said there reaches a conversation until the bot joins it again (`can_read_conversation`): not even its own.
     app.conversations.leave_channel(GENERAL)
