@@ -379,7 +379,9 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
         # BotProcess reads only the tokens, URLs and connection_count of the fakes.
         bot = BotProcess(tmp, slack, llm)  # type: ignore[arg-type]
         bot.settings.update(BOT_SETTINGS)
-        bot.migrated = False  # a new database, as at the bot's first start
+        # A new database, as at the bot's first start: an empty file, which BotProcess leaves to the bot (where
+        # there is none it copies one migrated already).
+        bot.database.touch()
         if args.profile:
             profiled(bot, args.profile)
         if not launch(bot, slack, "start-up on a new database"):

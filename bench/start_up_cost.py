@@ -14,7 +14,8 @@ each stage counted as it ends:
 * cli: ``myao2.cli`` (argument parsing);
 * config: ``myao2.config`` imported and a config file read;
 * bot modules: ``myao2.bot`` and everything it imports (Slack, the stores, SQLAlchemy), as ``cli.load_bot`` does;
-* database: opening an SQLite database already at the newest migration;
+* database: opening an SQLite database already at the newest migration (every start but the first), or with
+  ``--new-database`` a new, empty one (the bot's first start);
 * model libraries: `import_model_libraries` (openai, strands, the tools), which the bot runs in a thread;
 * model clients: the models built (`ModelClients.load`'s building: the HTTP client, its TLS context).
 
@@ -80,14 +81,15 @@ memory: {{database_path: {database}}}
 _PART = re.compile(r"^part: (\d+)$.*?^totals: (\d+)$", re.MULTILINE | re.DOTALL)
 
 
-def measure(src: Path, folder: Path) -> list[int]:
+def measure(src: Path, folder: Path, new_database: bool) -> list[int]:
     """Each stage's instructions with the bot's modules from `src`, its database (made in `folder`) at the newest
-    migration."""
+    migration, or new if `new_database`."""
     folder.mkdir()
     database, config = folder / "memory.db", folder / "config.yaml"
     config.write_text(CONFIG.format(database=database), encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": str(src), "PYTHONHASHSEED": "0"}
-    subprocess.run([sys.executable, "-c", SCRIPT, str(config)], env=env, check=True)  # migrates: then at head
+    if not new_database:
+        subprocess.run([sys.executable, "-c", SCRIPT, str(config)], env=env, check=True)  # migrates: then at head
     subprocess.run(
         ["valgrind", "--tool=callgrind", "--dump-before=getppid", f"--callgrind-out-file={folder}/counts",
          sys.executable, "-c", SCRIPT, str(config)],
@@ -105,6 +107,7 @@ def measure(src: Path, folder: Path) -> list[int]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--src", type=Path, action="append", default=[], help="another tree's src/ to count too")
+    parser.add_argument("--new-database", action="store_true", help="a new, empty database (the bot's first start)")
     args = parser.parse_args(argv)
     if shutil.which("valgrind") is None:
         print("needs valgrind (apt-get install valgrind)", file=sys.stderr)
@@ -114,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "myao2")], check=True)
     with tempfile.TemporaryDirectory(prefix="myao2-start-up-cost-") as tmp:
         with ThreadPoolExecutor(max_workers=2) as pool:
-            counts = list(pool.map(lambda i: measure(trees[i], Path(tmp) / str(i)), range(len(trees))))
+            counts = list(pool.map(lambda i: measure(trees[i], Path(tmp) / str(i), args.new_database), range(len(trees))))
     for i, tree in enumerate(trees):
         print(f"[{i}] {tree}")
     width = max(len(stage) for stage in STAGES)
