@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import os
+import sqlite3
+import subprocess
+import sys
 import threading
 import warnings
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -12,10 +19,14 @@ from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, create_engine, inspect, text
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError, SAWarning
 
-from myao2.infrastructure.db.engine import MIGRATIONS, migrate, newest_revision, open_database
-from tests.postgres import PostgresServer, fresh_database
+from myao2.infrastructure.db import engine as engine_module
+from myao2.infrastructure.db import recorded
+from myao2.infrastructure.db.engine import MIGRATIONS, migrate, newest_revision, open_database, upgrade
+from myao2.infrastructure.db.recorded import record, recording
+from tests.postgres import PostgresServer, fresh_database, server_binaries
 
 SQLITE_KEYWORDS = ("search_fts", "search_vocab")
 """The search index's keyword tables on SQLite (FTS5 and its shadow tables)."""
@@ -35,6 +46,40 @@ def head_revision() -> str:
 def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """An empty database of each kind the bot stores in."""
     yield from fresh_database(request, tmp_path, migrated=False)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def two_empty_urls(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """Two empty databases of one kind the bot stores in."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'a.db'}", f"sqlite:///{tmp_path / 'b.db'}"
+        return
+    server: PostgresServer = request.getfixturevalue("postgres")
+    with server.database(migrated=False) as first, server.database(migrated=False) as second:
+        yield first, second
+
+
+SQLITE_HEADER = ("user_version", "application_id", "page_count", "encoding", "auto_vacuum")
+
+
+def everything_in(url: str) -> object:
+    """All a database holds: on SQLite every row of sqlite_master (each table's, index's, trigger's and FTS
+    table's SQL, in order, with its root page), of every table (FTS's shadow tables too) and the file's header
+    values; on PostgreSQL pg_dump's whole dump (tables, indexes, functions, triggers, sequences, rows)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        with closing(sqlite3.connect(str(parsed.database))) as db:
+            master = db.execute("SELECT type, name, tbl_name, rootpage, sql FROM sqlite_master ORDER BY rowid").fetchall()
+            tables = [name for kind, name, *_ in master if kind == "table"]
+            rows = {name: db.execute(f'SELECT * FROM "{name}"').fetchall() for name in tables}
+            header = {name: db.execute(f"PRAGMA {name}").fetchall() for name in SQLITE_HEADER}
+        return master, rows, header
+    binaries = server_binaries()
+    assert binaries is not None
+    where = ["-h", str(parsed.host), "-p", str(parsed.port), "-U", str(parsed.username), str(parsed.database)]
+    dump = subprocess.run([str(binaries / "pg_dump"), *where], check=True, capture_output=True, text=True).stdout
+    # pg_dump's \restrict lines carry a key of its own, new at every dump
+    return [line for line in dump.splitlines() if not line.startswith(("\\restrict", "\\unrestrict"))]
 
 
 def schema(engine: Engine) -> dict[str, list[str]]:
@@ -62,6 +107,39 @@ def test_an_empty_database_gets_the_tables_and_the_head_version(empty_url: str) 
     engine = open_database(empty_url)
     assert {"memos", "memo_revisions", "claims", "alembic_version"} <= set(schema(engine))
     assert version(engine) == [(head_revision(),)]
+
+
+def test_a_new_database_is_made_just_as_running_every_migration_makes_it(two_empty_urls: tuple[str, str]) -> None:
+    migrated_url, opened_url = two_empty_urls
+    migrated = create_engine(migrated_url)
+    with migrated.begin() as connection:
+        upgrade_to(connection, "head")
+    migrated.dispose()
+    open_database(opened_url).dispose()
+    assert everything_in(opened_url) == everything_in(migrated_url)
+
+
+def test_the_recording_is_what_running_every_migration_executes(empty_url: str) -> None:
+    engine = create_engine(empty_url)
+    with engine.begin() as connection:
+        executed = record(connection, upgrade)
+    engine.dispose()
+    stored = recording(engine.dialect.name)
+    assert stored is not None
+    assert (stored.revision, stored.statements) == (head_revision(), executed), (
+        "the migrations changed since they were recorded: run .venv/bin/python tools/record_migrations.py"
+    )
+
+
+def test_a_new_database_and_one_at_the_newest_migration_are_opened_without_loading_alembic(empty_url: str) -> None:
+    code = (
+        "import sys; from myao2.infrastructure.db.engine import open_database; open_database(sys.argv[1]); "
+        "print(sorted(name for name in sys.modules if name.split('.')[0] == 'alembic'))"
+    )
+    for _start in ("first", "second"):
+        done = subprocess.run([sys.executable, "-c", code, empty_url], capture_output=True, text=True, env=os.environ)
+        assert (done.returncode, done.stderr, done.stdout) == (0, "", "[]\n")
+        assert version(create_engine(empty_url)) == [(head_revision(),)]
 
 
 def test_an_sqlite_file_gets_its_folder(tmp_path: Path) -> None:
@@ -198,3 +276,40 @@ def test_sql_errors_carry_no_parameters(tmp_path: Path) -> None:
         assert "hidden due to hide_parameters" in str(error)
     else:
         raise AssertionError("the duplicate id was accepted")
+
+
+def test_a_recording_behind_the_newest_migration_is_not_replayed(
+    empty_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Someone added a migration and did not record again: every migration runs, the recording's last is not enough."""
+    stale = tmp_path / "recorded"
+    stale.mkdir()
+    for dialect in ("sqlite", "postgresql"):
+        failing = {"revision": "0001", "statements": [["SELECT no_such_function()", [], False]]}
+        (stale / f"{dialect}.json").write_text(json.dumps(failing), encoding="utf-8")
+    monkeypatch.setattr(recorded, "RECORDINGS", stale)
+    engine = open_database(empty_url)
+    assert version(engine) == [(head_revision(),)]
+    assert "claims" in schema(engine)
+
+
+def test_replicas_opening_a_new_database_together_both_find_it_made(
+    postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both read that it has no schema yet; one makes it, the other waits for that and makes nothing again."""
+    read_version = engine_module._version
+    both_read = threading.Barrier(2, timeout=120)
+
+    def version_then_wait(engine: Engine) -> str | None:
+        found = read_version(engine)
+        both_read.wait()
+        return found
+
+    monkeypatch.setattr(engine_module, "_version", version_then_wait)
+    with postgres.database(migrated=False) as url:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            engines = list(pool.map(lambda _: open_database(url), range(2)))
+        assert version(engines[0]) == [(head_revision(),)]
+        assert "claims" in schema(engines[0])
+        for engine in engines:
+            engine.dispose()
