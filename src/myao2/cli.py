@@ -227,8 +227,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# Libraries whose INFO lines (one per migration step, HTTP request, ...) are noise to a user.
-QUIET_LOGGERS = ("alembic", "httpx", "httpx2", "openai", "strands", "slack_bolt", "slack_sdk")
+# Libraries whose INFO lines (one per migration step, HTTP request, ...) are noise to a user. slack_sdk's Web API
+# client formats its debug lines of every call (the request, the whole response) unless the level set on its own
+# logger is above DEBUG, whatever the level it inherits: named too, a mention's three calls format none.
+QUIET_LOGGERS = (
+    "alembic",
+    "httpx",
+    "httpx2",
+    "openai",
+    "strands",
+    "slack_bolt",
+    "slack_sdk",
+    "slack_sdk.web.async_base_client",
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

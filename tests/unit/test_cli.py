@@ -1,6 +1,7 @@
 """Tests for the myao2 command line."""
 
 import argparse
+import asyncio
 import logging
 import os
 import subprocess
@@ -15,6 +16,8 @@ from sqlalchemy import text
 from myao2.cli import main
 from myao2.config import Config, ConfigError
 from myao2.infrastructure.db.engine import open_database
+from myao2.infrastructure.slack.gateway import make_web_client
+from tests.fakes.slack_server import FakeSlack
 
 
 class Calls:
@@ -69,6 +72,26 @@ def test_run_is_the_default(calls: Calls, config_file: Path) -> None:
 
     assert [config.persona.name for config in calls.run] == ["custom"]
     assert logging.getLogger().level == logging.DEBUG
+
+
+@pytest.mark.parametrize(("level", "formatted"), [("INFO", False), ("DEBUG", True)])
+def test_slack_sdk_formats_its_debug_lines_of_a_web_api_call_only_when_logging_is_at_debug(
+    calls: Calls, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, level: str, formatted: bool
+) -> None:
+    """slack_sdk builds its debug lines of a call (the request, the whole response) unless the level set on its
+    client's own logger is above DEBUG, whatever the level it inherits."""
+    web_logger = logging.getLogger("slack_sdk.web.async_base_client")
+    monkeypatch.setattr(web_logger, "level", web_logger.level)  # main sets it: restored after the test
+    config = tmp_path / "config.yaml"
+    config.write_text(f"logging: {{level: {level}}}\n", encoding="utf-8")
+    main(["--config", str(config)])
+    lines: list[object] = []
+    monkeypatch.setattr(web_logger, "debug", lambda message, *args, **kwargs: lines.append(message))
+
+    with FakeSlack() as fake:
+        asyncio.run(make_web_client(fake.bot_token, fake.base_url).auth_test())
+
+    assert bool(lines) is formatted
 
 
 @pytest.mark.parametrize(
