@@ -121,11 +121,10 @@ class SqlConversationStore:
         """
         channel_id = history.channel_id
         since = ts_to_datetime(history.complete_after) - timedelta(seconds=1)
-        table = _table(MessageRow)
         with writing(self._engine) as connection:
             take_write_lock(connection)  # an edit arriving meanwhile is not overwritten by the older fetched text
             rows = connection.execute(
-                core_select(table)
+                core_select(*_MESSAGE, _MESSAGES.c.edited_at)
                 .where(MessageRow.channel_id == channel_id, col(MessageRow.posted_at) > since)
                 .with_for_update()
             ).all()
@@ -189,9 +188,9 @@ class SqlConversationStore:
         return self._newest(_CHANNEL_NEWEST_SINCE, channel=channel_id, since=since, limit=limit)
 
     def messages_since(self, channel_id: str, since: datetime) -> list[Message]:
-        with Session(self._engine) as session:
-            rows = session.exec(
-                select(MessageRow)
+        with reading(self._engine) as connection:
+            rows = connection.execute(
+                core_select(*_MESSAGE)
                 .where(MessageRow.channel_id == channel_id, col(MessageRow.posted_at) > since)
                 .order_by(col(MessageRow.posted_at), col(MessageRow.ts))
             ).all()
@@ -213,7 +212,7 @@ class SqlConversationStore:
         changed = [MessageRow.ts > after_ts, edited.is_not(None) if edited_after is None else edited > edited_after]
         with reading(self._engine) as connection:
             rows = connection.execute(
-                core_select(_table(MessageRow))
+                core_select(*_MESSAGE)
                 .where(MessageRow.channel_id == channel_id, or_(*changed))
                 .order_by(col(MessageRow.posted_at), col(MessageRow.ts))
             ).all()
@@ -232,7 +231,7 @@ class SqlConversationStore:
     def messages_by(self, user_id: str, channel_ids: Iterable[str], after_ts: str, limit: int) -> list[Message]:
         with reading(self._engine) as connection:
             rows = connection.execute(
-                core_select(_table(MessageRow))
+                core_select(*_MESSAGE)
                 .where(
                     MessageRow.user_id == user_id,
                     col(MessageRow.channel_id).in_(list(channel_ids)),
@@ -291,7 +290,7 @@ class SqlConversationStore:
     def messages_between(self, channel_id: str, start: datetime, end: datetime) -> list[Message]:
         with reading(self._engine) as connection:
             rows = connection.execute(
-                core_select(_table(MessageRow))
+                core_select(*_MESSAGE)
                 .where(
                     MessageRow.channel_id == channel_id,
                     col(MessageRow.posted_at) >= start,
@@ -512,7 +511,7 @@ class SqlConversationStore:
     def due_answers(self, now: datetime, since: datetime, *, holder: str | None = None) -> list[PendingAnswer]:
         with reading(self._engine) as connection:
             rows = connection.execute(
-                core_select(_MESSAGES, _CLAIMS.c.attempts)
+                core_select(*_MESSAGE, _CLAIMS.c.attempts)
                 .join(_CLAIMS, (_CLAIMS.c.channel_id == MessageRow.channel_id) & (_CLAIMS.c.ts == MessageRow.ts))
                 .where(
                     col(ClaimRow.settled_at).is_(None),
@@ -553,7 +552,7 @@ class SqlConversationStore:
         )
         with reading(self._engine) as connection:
             rows = connection.execute(
-                core_select(_MESSAGES)
+                core_select(*_MESSAGE)
                 .where(
                     col(MessageRow.posted_at) > since,
                     col(MessageRow.is_bot).is_(False),
@@ -600,6 +599,13 @@ class SqlConversationStore:
         return [_to_message(r) for r in reversed(rows)]
 
 
+_MESSAGES: Table = MessageRow.__table__  # type: ignore[attr-defined]
+_MESSAGE_COLUMNS = ("channel_id", "ts", "user_id", "text", "user_name", "is_bot", "thread_ts", "mentions", "posted_at")
+"""The columns of a message row, each filled from the `Message` attribute of its name: its fields in their order,
+then `posted_at` (its ts as a datetime)."""
+_MESSAGE = tuple(_MESSAGES.c[name] for name in _MESSAGE_COLUMNS[:-1])
+"""The columns a `Message` is made of, the first of every read of messages: `_to_message` reads them by position."""
+
 # Statements of the calls every answer makes, built once (building one cost more than running it).
 _CHANNELS, _CLAIMS = ChannelRow.__table__, ClaimRow.__table__  # type: ignore[attr-defined]
 _ONE_CHANNEL = core_select(_CHANNELS).where(_CHANNELS.c.id == bindparam("channel"))
@@ -619,7 +625,7 @@ _SETTLE = update(_CLAIMS).where(*_HELD_HERE).values(answer_ts=bindparam("answer"
 def _around(in_thread: bool) -> tuple[Executable, Executable]:
     """The messages before (newest first) and after (oldest first) the one at `at` in its flow: its thread,
     or the channel's top level; `n` of them, the later ones up to `until` (the statements of `around`)."""
-    messages: Table = MessageRow.__table__  # type: ignore[attr-defined]
+    messages = _MESSAGES
     flow = (
         or_(messages.c.thread_ts == bindparam("thread"), messages.c.ts == bindparam("thread"))
         if in_thread
@@ -627,13 +633,13 @@ def _around(in_thread: bool) -> tuple[Executable, Executable]:
     )
     here = (messages.c.channel_id == bindparam("channel"), flow)
     older = (
-        core_select(messages)
+        core_select(*_MESSAGE)
         .where(*here, messages.c.posted_at < bindparam("at"))
         .order_by(messages.c.posted_at.desc(), messages.c.ts.desc())
         .limit(bindparam("n"))
     )
     later = (
-        core_select(messages)
+        core_select(*_MESSAGE)
         .where(*here, messages.c.posted_at > bindparam("at"), messages.c.posted_at <= bindparam("until"))
         .order_by(messages.c.posted_at, messages.c.ts)
         .limit(bindparam("n"))
@@ -642,8 +648,7 @@ def _around(in_thread: bool) -> tuple[Executable, Executable]:
 
 
 _AROUND = {in_thread: _around(in_thread) for in_thread in (False, True)}
-_MESSAGES: Table = MessageRow.__table__  # type: ignore[attr-defined]
-_BY_IDS = core_select(_MESSAGES).where(_MESSAGES.c.id.in_(bindparam("ids", expanding=True)))
+_BY_IDS = core_select(*_MESSAGE, _MESSAGES.c.id).where(_MESSAGES.c.id.in_(bindparam("ids", expanding=True)))
 
 
 def _neighbours(until: bool) -> Executable:
@@ -776,13 +781,8 @@ def _newest_first() -> tuple[Any, ...]:
 def _newest(*conditions: Any) -> Executable:
     """The newest `limit` messages matching `conditions`, newest first (see `SqlConversationStore._newest`):
     only the columns `_to_message` reads (the datetimes, which cost most of making a row, are left unread)."""
-    table = _table(MessageRow)
-    columns = [table.c[name] for name in _MESSAGE_COLUMNS if name != "posted_at"]
-    return core_select(*columns).where(*conditions).order_by(*_newest_first()).limit(bindparam("limit"))
+    return core_select(*_MESSAGE).where(*conditions).order_by(*_newest_first()).limit(bindparam("limit"))
 
-
-_MESSAGE_COLUMNS = ("channel_id", "ts", "posted_at", "thread_ts", "user_id", "user_name", "text", "is_bot", "mentions")
-"""The columns of a message row, each filled from the `Message` attribute of its name."""
 
 # The reads of the recent conversation every prompt makes, built once like the statements above.
 _IN_CHANNEL = MessageRow.channel_id == bindparam("channel")
@@ -804,14 +804,6 @@ def _to_channel(row: Any) -> Channel:
 
 
 def _to_message(row: Any) -> Message:
-    """A message from a `MessageRow` or a Core row of the messages table."""
-    return Message(
-        channel_id=row.channel_id,
-        ts=row.ts,
-        user_id=row.user_id,
-        text=row.text,
-        user_name=row.user_name,
-        is_bot=row.is_bot,
-        thread_ts=row.thread_ts,
-        mentions=tuple(row.mentions),
-    )
+    """A message from a row whose first columns are `_MESSAGE`, read by position: reading a column by its name
+    cost more than making the message (an AttributeError formatted at each, then caught)."""
+    return Message(*row[:7], tuple(row[7]))
