@@ -349,3 +349,27 @@ async def test_ten_rounds_never_drop_or_rewrite_a_fact(keeper, writer, profiles,
     profile = profiles.get("U1")
     assert len(profile.facts) == 10
     assert [f.text for f in profile.readable(None)] == ["likes thing 9"]  # each superseded by the next
+
+
+async def test_many_people_are_read_in_calls_within_the_batch_budget(conversations, profiles, writer, clock, say):
+    # Each person's known facts are shown (up to a quarter of the budget) with their new messages: read in one
+    # call, a busy hour of a hundred people who have been around is past any model's context, and the call
+    # fails every round (their messages are never read, nor deleted).
+    keeper = profile_keeper(conversations, profiles, writer, clock, batch_max_tokens=2000)
+    people = [f"U{i:02}" for i in range(40)]
+    known = [(NewFact(f"likes the {j}th kind of noodle soup with extra toppings", 0.7, ("1.0",)), GENERAL.id, DAY) for j in range(30)]
+    profiles.save([Profile(user).learn(WORKSPACE, known, []) for user in people])
+    for user in people:
+        say(GENERAL, user, f"I like {user} " + "word " * 100)
+
+    await keeper.run()
+
+    def size(prompt: ProfilePrompt) -> int:
+        return sum(
+            estimate_tokens(line) for person in prompt.people for line in (*(f.text for f in person.facts), *person.messages)
+        )
+
+    assert len(writer.prompts) > 1
+    assert all(size(prompt) <= 2000 * 1.5 for prompt in writer.prompts), [size(p) for p in writer.prompts]
+    assert sorted(user for _, users in writer.calls() for user in users) == people  # each once
+    assert all(f"likes {user} word" in " ".join(text for text, _, _ in facts(profiles, user)) for user in people)

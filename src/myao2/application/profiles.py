@@ -4,7 +4,8 @@ Part of each memory job round. A person's messages are read per audience (the
 workspace, or one private conversation), so a model call about a DM sees and changes
 only the facts learnt in that DM. In one round each person with new messages takes
 part in one call at most: the audience read least recently goes first, the others
-wait for the next round. People whose turn falls on the same audience share one call.
+wait for the next round. People whose turn falls on the same audience share calls, as
+many as fit the batch budget with their known facts.
 Each call's profiles are saved in one transaction with how far they were read, so a
 failed call keeps the old profiles and the messages are read again next round.
 """
@@ -30,6 +31,8 @@ logger = logging.getLogger(__name__)
 
 MESSAGE_OVERHEAD_TOKENS = 16
 """About what a message line's prefix (ts, channel, time, name) costs."""
+MIN_SHARE_TOKENS = 4 * MESSAGE_OVERHEAD_TOKENS
+"""The least of the batch budget a person's messages get in a call (a longer message is cut to its share)."""
 
 
 @dataclass(frozen=True)
@@ -66,7 +69,7 @@ class ProfileKeeper:
         self._cut = cut
 
     async def run(self) -> ProfileRound:
-        """One round: one model call per audience whose turn it is for someone with new messages."""
+        """One round: the model calls of each audience whose turn it is for someone with new messages."""
         newest = await asyncio.to_thread(self._conversations.newest_by_author)
         channels = await asyncio.to_thread(self._channels, {channel_id for _, channel_id in newest})
         profiles = await asyncio.to_thread(self._profiles.many, {user_id for user_id, _ in newest})
@@ -92,8 +95,26 @@ class ProfileKeeper:
                 turns[audience].append((profile, ids))
         report = ProfileRound()
         for audience, people in sorted(turns.items(), key=lambda item: audience_key(item[0])):
-            report = await self._update(audience, people, channels, report)
+            for call in self._calls(audience, people):
+                report = await self._update(audience, call, channels, report)
         return report
+
+    def _calls(
+        self, audience: Audience, people: Sequence[tuple[Profile, list[str]]]
+    ) -> list[list[tuple[Profile, list[str]]]]:
+        """`people` in calls whose known facts fit half the batch budget together, each call with at most as many
+        people as leave each a share of the budget for their messages of `MIN_SHARE_TOKENS` at least."""
+        most = max(1, self._batch_max_tokens // MIN_SHARE_TOKENS)
+        calls: list[list[tuple[Profile, list[str]]]] = []
+        size = 0
+        for person in people:
+            cost = sum(_fact_cost(f) for f in self._known(person[0].of(audience)))
+            if not calls or size + cost > self._batch_max_tokens // 2 or len(calls[-1]) >= most:
+                calls.append([])
+                size = 0
+            calls[-1].append(person)
+            size += cost
+        return calls
 
     def absorbed(self, channel: Channel, messages: Sequence[Message]) -> set[str]:
         """The ts of those of the channel's `messages` read into their authors' profiles (a bot's, which no
@@ -147,7 +168,7 @@ class ProfileKeeper:
                     profile.user_id,
                     names[profile.user_id].display_name if profile.user_id in names else messages[-1].user_name,
                     self._known(profile.of(audience)),
-                    tuple(self._line(m, channels) for m in messages if m.text.strip()),
+                    tuple(self._line(m, channels, share) for m in messages if m.text.strip()),
                 )
                 for profile, messages in read
             ),
@@ -198,12 +219,17 @@ class ProfileKeeper:
 
     def _known(self, facts: Sequence[Fact]) -> tuple[Fact, ...]:
         """The most recent known facts that fit a quarter of the batch budget."""
-        return tuple(fit_items(facts, self._batch_max_tokens // 4, lambda f: estimate_tokens(f.text) + 12))
+        return tuple(fit_items(facts, self._batch_max_tokens // 4, _fact_cost))
 
-    def _line(self, message: Message, channels: dict[str, Channel]) -> str:
+    def _line(self, message: Message, channels: dict[str, Channel], max_tokens: int) -> str:
         channel = channels[message.channel_id]
         line = f"ts={message.ts} #{channel.name} {format_message(message, self._persona.timezone, {})}"
-        return cut_text(line, self._batch_max_tokens, self._cut)
+        return cut_text(line, max_tokens, self._cut)
+
+
+def _fact_cost(fact: Fact) -> int:
+    """About what a known fact costs in a profile prompt: its text and its line's id and figures."""
+    return estimate_tokens(fact.text) + 12
 
 
 def _within(messages: Sequence[Message], max_tokens: int) -> list[Message]:
