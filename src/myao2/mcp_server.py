@@ -344,7 +344,8 @@ def build_server(  # type: ignore[no-untyped-def]
     @server.tool(
         description=(
             "Change a memo: only the fields given change. An empty detail clears it; an empty tag list removes "
-            "the tags. A pinned memo (a rule a person set) is refused unless the server allows it; so is a "
+            "the tags. Give the revision you read, so that a change the bot made since is not overwritten unseen. "
+            "A pinned memo (a rule a person set) is refused unless the server allows it; so is a "
             "workspace memo when the server was started for one conversation."
         )
     )
@@ -355,8 +356,14 @@ def build_server(  # type: ignore[no-untyped-def]
         tags: Tags = None,
         detail: Annotated[str | None, Field(description="the new detail")] = None,
         new_name: Annotated[str | None, Field(description="rename the memo")] = None,
+        revision: Annotated[
+            int | None, Field(description="the revision you read (get_memo, list_memo): refused if changed since")
+        ] = None,
     ) -> dict[str, Any]:
-        changes = {"content": content, "priority": priority, "tags": tags, "detail": detail, "new_name": new_name}
+        changes = {
+            "content": content, "priority": priority, "tags": tags, "detail": detail, "new_name": new_name,
+            "revision": revision,
+        }
         return await call(lambda: tools.edit(memo_name, **changes))
 
     @server.tool(description="Remove a memo that is no longer true or useful; restore_memo brings it back.")

@@ -11,7 +11,7 @@ from mcp.client import Client
 from myao2.application.notebook import Actor, Notebook
 from myao2.composition import Application
 from myao2.domain.conversation import Channel, ChannelKind
-from myao2.domain.memo import MemoDraft, Origin
+from myao2.domain.memo import MemoChanges, MemoDraft, Origin
 from myao2.domain.visibility import Audience
 from myao2.mcp_server import Scope, build_server
 from tests.unit.test_preview import BOT, DM, GENERAL, app  # noqa: F401  (a fixture)
@@ -193,3 +193,20 @@ def test_a_name_with_spaces_around_it_means_the_same_memo_to_every_tool(app: App
     assert not failed and edited["priority"] == 2, edited
     failed, removed = call(app, Scope(), "remove_memo", {"memo_name": "lunch-day\n"})
     assert not failed and removed["removed"] == "lunch-day", removed
+
+
+def test_an_edit_made_from_a_revision_the_bot_has_changed_since_is_refused(app: Application) -> None:  # noqa: F811
+    # An agent reads a memo, the bot changes it in a conversation meanwhile, the agent's edit of what it read
+    # replaced the bot's change without a word; given the revision it read, it is told to read the memo again.
+    read = call(app, Scope(), "get_memo", {"memo_name": "lunch-day"})[1]
+    app.memos.edit("lunch-day", MemoChanges.create(content="Team lunch moved to Thursdays"), Origin(GENERAL), "bot")
+
+    stale = {"memo_name": "lunch-day", "content": "Team lunch is on Fridays at noon", "revision": read["revision"]}
+    failed, refusal = call(app, Scope(), "edit_memo", stale)
+    assert failed and "changed meanwhile" in refusal, refusal
+    assert app.memos.get("lunch-day", GENERAL).content == "Team lunch moved to Thursdays"
+
+    fresh = call(app, Scope(), "get_memo", {"memo_name": "lunch-day"})[1]
+    failed, edited = call(app, Scope(), "edit_memo", {**stale, "revision": fresh["revision"]})
+    assert not failed and edited["content"] == "Team lunch is on Fridays at noon"
+    assert edited["revision"] == fresh["revision"] + 1

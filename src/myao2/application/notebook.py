@@ -72,13 +72,15 @@ class Notebook:
         detail: object = None,
         new_name: object = None,
         audience: Audience | None = None,
+        revision: int | None = None,
     ) -> Memo:
-        """Change the given fields (None: unchanged; an empty detail clears it, empty tags remove them)."""
+        """Change the given fields (None: unchanged; an empty detail clears it, empty tags remove them), of the memo
+        at `revision` if given (one changed since, by the bot say, is refused as `changed_meanwhile`)."""
         changes = MemoChanges.create(
             content=content, priority=priority, tags=tags, detail=detail, new_name=new_name
         )
         return self._store.edit(
-            name, changes, None, self._actor, audience=audience, keep_pins=self._keep_pins
+            name, changes, None, self._actor, audience=audience, keep_pins=self._keep_pins, revision=revision
         )
 
     def remove(self, name: str, *, audience: Audience | None = None) -> Memo:

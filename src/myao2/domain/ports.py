@@ -53,8 +53,10 @@ class MemoStore(Protocol):
         *,
         audience: Audience | None = None,
         keep_pins: bool = False,
+        revision: int | None = None,
     ) -> Memo:
-        """Change a memo; `keep_pins` refuses a pinned one even from a person's own view."""
+        """Change a memo; `keep_pins` refuses a pinned one even from a person's own view, and `revision` (the one
+        the change was made from) one changed since (`changed_meanwhile`)."""
         ...
 
     def remove(

@@ -95,9 +95,12 @@ class SqlMemoStore:
         *,
         audience: Audience | None = None,
         keep_pins: bool = False,
+        revision: int | None = None,
     ) -> Memo:
         with self._change() as session:
             row = self._resolve(session, name, _reader(origin), audience)
+            if revision is not None and row.revision != revision:
+                raise MemoError("changed_meanwhile", name=row.name)
             _refuse_pinned(session, row, origin, keep_pins)
             before = _to_memo(row)
             if origin is not None and not can_write(origin.audience, before.audience):
