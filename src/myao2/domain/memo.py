@@ -78,6 +78,20 @@ def memo_audience(visibility: Visibility, memo_channel_id: str | None) -> Audien
     return Audience(memo_channel_id if visibility is Visibility.CONVERSATION else None)
 
 
+def memo_visible_in(
+    reader: str | None, audience: Audience, memo_channel_id: str | None, not_public: Container[str]
+) -> bool:
+    """Whether a memo kept for `audience`, written in conversation `memo_channel_id` (None: in none), may be shown
+    in conversation `reader` (`Memo.visible_in`, of a memo known by these alone, as the search index knows it).
+
+    Only when `reader` may read its audience and the audience now of the conversation it was written in (`heard_now`,
+    `not_public` the ids of the stored conversations that keep to themselves): a memo is heard in its conversation,
+    not said there, so it stays the workspace's when the bot leaves it.
+    """
+    heard = heard_now(() if memo_channel_id is None else (memo_channel_id,), not_public)
+    return can_read_from(reader, audience, None, heard=heard)
+
+
 @dataclass(frozen=True)
 class Memo:
     """One memo as stored."""
@@ -113,8 +127,7 @@ class Memo:
         them while it was public is its alone from then on, though still kept for the workspace until the
         narrowing reaches it (the store's reads apply the same rule in SQL).
         """
-        heard = heard_now(() if self.channel_id is None else (self.channel_id,), not_public)
-        return can_read_from(channel_id, self.audience, None, heard=heard)
+        return memo_visible_in(channel_id, self.audience, self.channel_id, not_public)
 
     def snapshot(self) -> dict[str, Any]:
         """The full state as JSON-ready data, for revisions and exports."""
