@@ -22,6 +22,7 @@ from sqlalchemy import Connection, Engine, create_engine, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError, SAWarning
 
+from myao2.domain.memory import Scope
 from myao2.infrastructure.db import engine as engine_module
 from myao2.infrastructure.db import recorded
 from myao2.infrastructure.db.engine import MIGRATIONS, migrate, newest_revision, open_database, upgrade
@@ -212,6 +213,44 @@ def test_what_0019_and_0020_queued_of_indexed_texts_still_there_is_left_to_the_b
             text("SELECT m.name, q.reembed FROM search_queue q JOIN memos m ON m.id = q.ref_id ORDER BY m.name")
         ).fetchall()
     assert queued == [("kept", True), ("new", False), ("removed", False)]
+    engine.dispose()
+
+
+def test_documents_indexed_before_0025_get_the_conversation_they_came_from(empty_url: str) -> None:
+    engine = create_engine(empty_url)
+    with engine.begin() as connection:
+        upgrade_to(connection, "0024")
+        sources = {
+            "memo": "INSERT INTO memos (name, content, priority, tags, channel_id, visibility, created_at, updated_at)"
+            " VALUES ('m', 'c', 1, '[]', 'C1', 'workspace', 'x', 'x')",
+            "digest": "INSERT INTO digests (channel_id, day, stage, audience, label, lines, first_ts, last_ts, authors, made_at)"
+            " VALUES ('C2', '2026-01-01', 'digest', NULL, '#c2', '[]', '1', '2', '[]', 'x')",
+            "message": "INSERT INTO messages (channel_id, ts, user_name, text, is_bot, mentions, posted_at)"
+            " VALUES ('C4', '1', 'a', 't', FALSE, '[]', 'x')",
+        }
+        for kind, insert in sources.items():
+            connection.execute(text(insert))
+        for key in (Scope("C3").key, Scope().key, Scope("C5", "1.0").key):
+            connection.execute(
+                text(
+                    "INSERT INTO memories (scope, term, label, bullets, covered, updated_at) "
+                    "VALUES (:key, 'long', '', '[]', '', 'x')"
+                ),
+                {"key": key},
+            )
+        for kind, table in (("memo", "memos"), ("digest", "digests"), ("message", "messages"), ("summary", "memories")):
+            connection.execute(
+                text(f"INSERT INTO search_docs (kind, ref_id, at, text, seq) SELECT :kind, id, 0, 't', id FROM {table}"),
+                {"kind": kind},
+            )
+    engine.dispose()
+    engine = open_database(empty_url)
+    with engine.connect() as connection:
+        channels = connection.execute(text("SELECT kind, channel FROM search_docs")).all()
+    assert sorted(channels, key=str) == sorted(
+        [("memo", "C1"), ("digest", "C2"), ("message", None), ("summary", "C3"), ("summary", None), ("summary", "C5")],
+        key=str,
+    )
     engine.dispose()
 
 

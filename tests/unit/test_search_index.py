@@ -153,7 +153,7 @@ def test_two_character_japanese_words_are_found_by_keyword(world: World) -> None
     assert world.memo_names("味噌", limit=1) == ["miso"]
     world.index.sync()
     with world.engine.connect() as connection:
-        held, _, _ = keyword_table(world.engine).holders(connection, "会議", Reach((Within("memo", (), True),)), 10)
+        held, _, _ = keyword_table(world.engine).holders(connection, "会議", Reach((Within("memo", (), True, ("C1",), True),)), 10)
     assert held == 1  # the keyword index itself matches the two-character word, and only there
 
 
@@ -229,9 +229,9 @@ def test_a_channel_turned_private_stops_showing_its_messages_elsewhere(world: Wo
     assert world.message_texts("budget", reader="C1") == []
 
 
-def test_what_a_dm_holds_changes_no_rank_nor_score_of_a_search_elsewhere(world: World) -> None:
-    # The keyword weights (how rare each word of the query is) were counted over every document, a DM's too: how
-    # often a word was said in DMs moved the scores (and ranks) a search elsewhere showed, e.g. to an MCP client.
+def _search_unmoved_by(world: World, hide: Callable[[], None]) -> None:
+    """A search from #c1 and from the workspace view finds the same memos and messages, with the same scores, once
+    `hide` stored what they may not read, the query's words in it many times."""
     world.memo("ramen-shop", "the ramen shop near the station", PUBLIC)
     world.memo("tokyo-trip", "our trip to tokyo next month", PUBLIC)
     world.memo("ramen-tokyo", "the best ramen in tokyo", OTHER_PUBLIC)
@@ -249,35 +249,82 @@ def test_what_a_dm_holds_changes_no_rank_nor_score_of_a_search_elsewhere(world: 
     world.index.warm()  # as the background does: every kind's vectors loaded, among which the weights are counted
     readers = ("C1", WORKSPACE_VIEW)
     before = {reader: seen(reader) for reader in readers}
-    for number in range(6):
-        world.memo(f"dm-{number}", f"ramen ramen number {number}", PRIVATE)
-        world.message("D1", f"ramen again, number {number}", START + timedelta(hours=1, minutes=number))
-    world.conversations.save_channel(Channel("C3", "c3", ChannelKind.PUBLIC))
-    world.message("C3", "ramen station ramen", START + timedelta(hours=2))
-    world.conversations.leave_channel("C3")  # nor what a channel the bot has left holds
+    hide()
     assert {reader: seen(reader) for reader in readers} == before
+
+
+def _japanese_memo_search_unmoved_by(world: World, hide: Callable[[], None]) -> None:
+    """A memo search in Japanese from #c1 and from the workspace view finds the same memos, with the same scores (as
+    an MCP client is shown them, 4 decimals: a float32 product over a larger matrix differs in its last bits), once
+    `hide` stored memos they may not read, nearer the query than any."""
+    world.memo("sato-lunch", "佐藤さんは担々麺に目がない", PUBLIC)
+    world.memo("sato-desk", "佐藤さんの席は窓際", PUBLIC)
+    world.memo("sato-english", "Sato likes noodles", PUBLIC)  # as near as the others are on average
+    world.memo("suzuki-lunch", "鈴木さんは毎日お弁当を持ってくる", OTHER_PUBLIC)
+    world.index.sync()
+    world.index.warm()
+
+    def seen(reader: str) -> list[tuple[str, float]]:
+        return [(hit.memo.name, round(hit.score, 4)) for hit in world.search.memos("佐藤さんの好物は？", reader, None, 5)]
+
+    readers = ("C1", WORKSPACE_VIEW)
+    before = {reader: seen(reader) for reader in readers}
+    hide()
+    assert {reader: seen(reader) for reader in readers} == before
+
+
+def test_what_a_dm_holds_changes_no_rank_nor_score_of_a_search_elsewhere(world: World) -> None:
+    # The keyword weights (how rare each word of the query is) were counted over every document, a DM's too: how
+    # often a word was said in DMs moved the scores (and ranks) a search elsewhere showed, e.g. to an MCP client.
+    def hide() -> None:
+        for number in range(6):
+            world.memo(f"dm-{number}", f"ramen ramen number {number}", PRIVATE)
+            world.message("D1", f"ramen again, number {number}", START + timedelta(hours=1, minutes=number))
+        world.conversations.save_channel(Channel("C3", "c3", ChannelKind.PUBLIC))
+        world.message("C3", "ramen station ramen", START + timedelta(hours=2))
+        world.conversations.leave_channel("C3")  # nor what a channel the bot has left holds
+
+    _search_unmoved_by(world, hide)
     assert world.memo_names("ramen", reader="D1")[0].startswith("dm-")  # the DM's own search finds its own
 
 
 def test_what_a_dm_holds_in_japanese_changes_no_rank_nor_score_of_a_memo_search_elsewhere(world: World) -> None:
     # The best memos are reordered by how near their Japanese words are to the query's (WORD_WEIGHT): a DM's memos,
     # whose words are nearer still, must neither take part in that nor move what a search elsewhere shows.
-    world.memo("sato-lunch", "佐藤さんは担々麺に目がない", PUBLIC)
-    world.memo("sato-desk", "佐藤さんの席は窓際", PUBLIC)
-    world.memo("suzuki-lunch", "鈴木さんは毎日お弁当を持ってくる", OTHER_PUBLIC)
-    world.index.sync()
-    world.index.warm()
+    def hide() -> None:
+        for number in range(3):
+            world.memo(f"dm-{number}", f"佐藤さんの好物はラーメンと餃子 その{number}", PRIVATE)
 
-    def seen(reader: str) -> list[tuple[str, float]]:
-        # As an MCP client is shown them (4 decimals): a float32 product over a larger matrix differs in its last bits.
-        return [(hit.memo.name, round(hit.score, 4)) for hit in world.search.memos("佐藤さんの好物は？", reader, None, 5)]
-
-    readers = ("C1", WORKSPACE_VIEW)
-    before = {reader: seen(reader) for reader in readers}
-    for number in range(3):
-        world.memo(f"dm-{number}", f"佐藤さんの好物はラーメンと餃子 その{number}", PRIVATE)
-    assert {reader: seen(reader) for reader in readers} == before
+    _japanese_memo_search_unmoved_by(world, hide)
     assert world.memo_names("佐藤さんの好物は？", reader="D1")[0].startswith("dm-")  # the DM's own search finds its own
+
+
+def test_memos_of_a_channel_since_turned_private_change_no_rank_nor_score_of_a_search_elsewhere(world: World) -> None:
+    # The index knew a memo's audience, not its channel: the workspace memos written in a channel since turned private
+    # (hidden elsewhere until the narrowing reaches them) still counted in the keyword weights of a search elsewhere.
+    def hide() -> None:
+        world.conversations.save_channel(Channel("C3", "c3", ChannelKind.PUBLIC))
+        for number in range(6):
+            world.memo(f"c3-{number}", f"ramen ramen number {number}", Origin("C3", user_id="U1"))
+        world.conversations.set_channel_kind("C3", ChannelKind.PRIVATE)  # the memos are not narrowed yet
+
+    _search_unmoved_by(world, hide)
+    assert world.memo_names("ramen", reader="C3")[0].startswith("c3-")  # the channel's own search finds them
+
+
+def test_japanese_memos_of_a_channel_since_turned_private_change_no_rank_nor_score_of_a_memo_search_elsewhere(
+    world: World,
+) -> None:
+    # Nor did they stay out of the word-vector reordering of the best memos (WORD_WEIGHT): more of them than it
+    # reorders, nearer the query than any, left the memos a search elsewhere shows without it.
+    def hide() -> None:
+        world.conversations.save_channel(Channel("C3", "c3", ChannelKind.PUBLIC))
+        for number in range(index_module.WORD_RERANKED + 1):
+            world.memo(f"c3-{number}", f"佐藤さんの好物はラーメンと餃子 その{number}", Origin("C3", user_id="U1"))
+        world.conversations.set_channel_kind("C3", ChannelKind.PRIVATE)
+
+    _japanese_memo_search_unmoved_by(world, hide)
+    assert world.memo_names("佐藤さんの好物は？", reader="C3")[0].startswith("c3-")
 
 
 def test_a_channel_filter_keeps_to_that_channel(world: World) -> None:

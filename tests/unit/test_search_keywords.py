@@ -14,33 +14,34 @@ from myao2.infrastructure.search.text import fts_document
 from tests.e2e.conftest import wait_until
 from tests.postgres import PostgresServer
 
-EVERY_MESSAGE = Reach((Within("message", ("C1", "C2", "D1"), True),))
+EVERY_MESSAGE = Reach((Within("message", ("C1", "C2", "D1"), True, (), True),))
 
 
-def within(kind: str, scopes: tuple[str, ...], workspace: bool) -> Reach:
-    return Reach((Within(kind, scopes, workspace),))
+def within(kind: str, scopes: tuple[str, ...], workspace: bool, channels: tuple[str, ...] = ()) -> Reach:
+    return Reach((Within(kind, scopes, workspace, channels, True),))
 
 DOCUMENTS = [
-    # (kind, scope, at, text)
-    ("message", "C1", 10.0, "明日の会議は十時から"),
-    ("message", "C1", 20.0, "会議室が使えません"),
-    ("message", "D1", 30.0, "会議のあとでラーメン"),
-    ("message", None, 40.0, "味噌ラーメンが好き"),
-    ("memo", "C1", 50.0, "会議 memo for the team"),
-    ("message", "C2", 60.0, "Tanaka's RAMEN, 2 bowls"),
+    # (kind, scope, channel, at, text)
+    ("message", "C1", None, 10.0, "明日の会議は十時から"),
+    ("message", "C1", None, 20.0, "会議室が使えません"),
+    ("message", "D1", None, 30.0, "会議のあとでラーメン"),
+    ("message", None, None, 40.0, "味噌ラーメンが好き"),
+    ("memo", "C1", "C1", 50.0, "会議 memo for the team"),
+    ("message", "C2", None, 60.0, "Tanaka's RAMEN, 2 bowls"),
+    ("memo", None, "C3", 70.0, "会議 memo of the workspace, written in C3"),
 ]
 
 
 def store(connection: Connection, engine: Engine) -> list[int]:
     keywords = keyword_table(engine)
     ids = []
-    for seq, (kind, scope, at, body) in enumerate(DOCUMENTS, start=1):
+    for seq, (kind, scope, channel, at, body) in enumerate(DOCUMENTS, start=1):
         doc_id = connection.execute(
             text(
-                "INSERT INTO search_docs (kind, ref_id, scope, at, text, seq) "
-                "VALUES (:kind, :ref, :scope, :at, :text, :seq) RETURNING id"
+                "INSERT INTO search_docs (kind, ref_id, scope, channel, at, text, seq) "
+                "VALUES (:kind, :ref, :scope, :channel, :at, :text, :seq) RETURNING id"
             ),
-            {"kind": kind, "ref": seq, "scope": scope, "at": at, "text": body, "seq": seq},
+            {"kind": kind, "ref": seq, "scope": scope, "channel": channel, "at": at, "text": body, "seq": seq},
         ).scalar_one()
         keywords.write(connection, doc_id, fts_document(body))
         ids.append(doc_id)
@@ -69,9 +70,11 @@ def test_only_the_documents_within_reach_are_counted(engine: Engine, stored: lis
         assert keywords.holders(connection, "会議", within("message", ("C1",), False), 10) == (2, stored[0], stored[1])
         assert keywords.holders(connection, "会議", within("message", ("D1",), False), 10) == (1, stored[2], stored[2])
         assert keywords.holders(connection, "ラー", within("message", (), True), 10) == (1, stored[3], stored[3])
-        assert keywords.holders(connection, "会議", within("memo", ("C1",), False), 10) == (1, stored[4], stored[4])
+        assert keywords.holders(connection, "会議", within("memo", ("C1",), False, ("C1",)), 10) == (1, stored[4], stored[4])
+        assert keywords.holders(connection, "会議", within("memo", ("C1",), False), 10)[0] == 0  # not of its channel
         assert keywords.holders(connection, "会議", within("memo", ("C2", "D1"), True), 10)[0] == 0
-        both = Reach((Within("message", ("C1",), False), Within("memo", ("C1",), False)))
+        assert keywords.holders(connection, "会議", within("memo", (), True, ("C3",)), 10) == (1, stored[6], stored[6])
+        both = Reach((Within("message", ("C1",), False, (), True), Within("memo", ("C1",), False, ("C1",), True)))
         assert keywords.holders(connection, "会議", both, 10) == (3, stored[0], stored[4])
         assert keywords.holders(connection, "会議", both.only("memo"), 10) == (1, stored[4], stored[4])
         assert keywords.holders(connection, "会議", Reach(()), 10)[0] == 0
@@ -82,7 +85,7 @@ def test_the_best_documents_keep_to_the_kind_the_readable_scopes_and_the_cutoff(
     weights = {"会議": 1.0, "ラー": 2.0}
     with engine.connect() as connection:
         def top(scopes: list[str], workspace: bool, before: float = math.inf, kind: str = "message") -> set[int]:
-            return set(keywords.top(connection, within(kind, tuple(scopes), workspace), weights, before, 10))
+            return set(keywords.top(connection, within(kind, tuple(scopes), workspace, ("C1",)), weights, before, 10))
 
         assert top(["C1"], False) == {stored[0], stored[1]}
         assert top(["C1", "D1"], True) == {stored[0], stored[1], stored[2], stored[3]}
@@ -100,8 +103,8 @@ def test_rows_give_each_document_with_its_terms_and_removed_documents_are_gone(e
     with engine.begin() as connection:
         rows = {row[0]: row for row in keywords.rows(connection, [stored[0], stored[5], 10_000])}
         assert set(rows) == {stored[0], stored[5]}
-        assert rows[stored[5]][1:5] == ("message", 6, "C2", 60.0)
-        assert set(rows[stored[5]][5].split()) == {"tanaka", "s", "ramen", "2", "bowls"}
+        assert rows[stored[5]][1:6] == ("message", 6, "C2", None, 60.0)
+        assert set(rows[stored[5]][6].split()) == {"tanaka", "s", "ramen", "2", "bowls"}
         keywords.write(connection, stored[5], fts_document("udon now"))
         keywords.remove(connection, stored[0])
     with engine.connect() as connection:

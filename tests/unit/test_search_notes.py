@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import date, datetime, timedelta, timezone
 
@@ -262,20 +262,19 @@ def test_a_digest_of_a_channel_stored_as_private_makes_room_for_the_next_while_n
     assert top("C1") == ["#c1"]
 
 
-def test_what_a_private_channel_holds_changes_no_rank_nor_score_of_a_recall_elsewhere(notes: Notes) -> None:
-    # The keyword weights were counted over every document, a private channel's too: how often a word was said
-    # there moved the scores, and so the order, of what a recall elsewhere found.
-    day = START.date()
+def _bullet(number: int, text: str, hours: int) -> Bullet:
+    return Bullet(number, text, START.date(), (ts(START + timedelta(hours=hours)),))
 
-    def bullet(number: int, text: str, hours: int) -> Bullet:
-        return Bullet(number, text, day, (ts(START + timedelta(hours=hours)),))
 
+def _recall_unmoved_by(notes: Notes, hide: Callable[[], None]) -> None:
+    """A recall from #c2 finds the same, with the same scores, once `hide` stored what it may not read, the query's
+    words in it many times."""
     notes.digest("C1", 0, "ramen for lunch near the station")
     notes.digest("C2", 1, "the trip to tokyo is next month")
     notes.memories.save(
         [
-            Memory(Scope("C1"), Term.LONG, WORKSPACE, (bullet(1, "Alice loves ramen", 1), bullet(2, "Bob lives in tokyo", 2)), label="#c1"),
-            Memory(Scope("C2"), Term.LONG, WORKSPACE, (bullet(1, "the station is being rebuilt", 3),), label="#c2"),
+            Memory(Scope("C1"), Term.LONG, WORKSPACE, (_bullet(1, "Alice loves ramen", 1), _bullet(2, "Bob lives in tokyo", 2)), label="#c1"),
+            Memory(Scope("C2"), Term.LONG, WORKSPACE, (_bullet(1, "the station is being rebuilt", 3),), label="#c2"),
         ]
     )
     for minute, text in enumerate(["ramen at noon?", "tokyo is far", "meet at the station", "the ramen in tokyo was great"]):
@@ -289,10 +288,48 @@ def test_what_a_private_channel_holds_changes_no_rank_nor_score_of_a_recall_else
     notes.index.sync()
     notes.index.warm()  # as the background does: every kind's vectors loaded, among which the weights are counted
     before = recalled("C2")
-    for number in range(6):
-        notes.digest("G1", 2 + number, f"ramen ramen, said {number} times", private=True)
-        notes.conversations.save_message(Message("G1", ts(START + timedelta(hours=5, minutes=number)), "U1", "ramen again", "Bob"))
-    notes.memories.save(
-        [Memory(Scope("G1"), Term.LONG, Audience("G1"), tuple(bullet(n, f"ramen {n}", 6) for n in range(1, 5)), label="#g1")]
-    )
+    hide()
     assert recalled("C2") == before
+
+
+def _workspace_notes_of_c3(notes: Notes) -> None:
+    """Digests and a long-term memory of a public channel C3, kept for the workspace, the query's words in them."""
+    notes.conversations.save_channel(Channel("C3", "c3", ChannelKind.PUBLIC))
+    for number in range(6):
+        notes.digest("C3", 2 + number, f"ramen ramen, said {number} times")
+    notes.memories.save(
+        [Memory(Scope("C3"), Term.LONG, WORKSPACE, tuple(_bullet(n, f"ramen {n}", 6) for n in range(1, 5)), label="#c3")]
+    )
+
+
+def test_what_a_private_channel_holds_changes_no_rank_nor_score_of_a_recall_elsewhere(notes: Notes) -> None:
+    # The keyword weights were counted over every document, a private channel's too: how often a word was said
+    # there moved the scores, and so the order, of what a recall elsewhere found.
+    def hide() -> None:
+        for number in range(6):
+            notes.digest("G1", 2 + number, f"ramen ramen, said {number} times", private=True)
+            notes.conversations.save_message(Message("G1", ts(START + timedelta(hours=5, minutes=number)), "U1", "ramen again", "Bob"))
+        notes.memories.save(
+            [Memory(Scope("G1"), Term.LONG, Audience("G1"), tuple(_bullet(n, f"ramen {n}", 6) for n in range(1, 5)), label="#g1")]
+        )
+
+    _recall_unmoved_by(notes, hide)
+
+
+def test_what_a_channel_stored_as_private_holds_changes_no_rank_nor_score_of_a_recall_elsewhere(notes: Notes) -> None:
+    # The index knew a note's audience, not its channel: the digests and memories of a channel now stored as private,
+    # still kept for the workspace until the narrowing reaches them, counted in the keyword weights of a recall elsewhere.
+    def hide() -> None:
+        _workspace_notes_of_c3(notes)
+        notes.conversations.set_channel_kind("C3", ChannelKind.PRIVATE)
+
+    _recall_unmoved_by(notes, hide)
+
+
+def test_what_a_channel_the_bot_has_left_holds_changes_no_rank_nor_score_of_a_recall_elsewhere(notes: Notes) -> None:
+    # Nor did the notes of a channel the bot has left (hidden until it joins again).
+    def hide() -> None:
+        _workspace_notes_of_c3(notes)
+        notes.conversations.leave_channel("C3")
+
+    _recall_unmoved_by(notes, hide)

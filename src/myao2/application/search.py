@@ -16,9 +16,9 @@ from typing import Protocol, TypeVar
 
 from myao2.application import tracing
 from myao2.domain.conversation import Channel, Message, clean_text, ts_to_datetime
-from myao2.domain.memo import Memo
+from myao2.domain.memo import Memo, memo_visible_in
 from myao2.domain.memory import Bullet, Digest, Memory
-from myao2.domain.visibility import Audience, can_read, can_read_conversation, can_read_from, not_public
+from myao2.domain.visibility import WORKSPACE, Audience, can_read_conversation, can_read_from, not_public
 
 MAX_QUERY_LENGTH = 500
 MAX_LIMIT = 20
@@ -37,8 +37,42 @@ class SearchError(Exception):
         self.params = params
 
 
-Reads = Callable[[str, str | None], bool]
-"""Whether a reader may read the documents the index keeps of a kind under a scope (see `_reads`)."""
+@dataclass(frozen=True)
+class Reads:
+    """What a reader may read of the documents the index keeps, by what the index knows of each: its kind, its scope
+    (the conversation of its audience, None: the workspace; a message's is its channel) and its channel (the
+    conversation a memo was written in, or a digest or memory made of; None: in no one conversation, and for a
+    message, whose scope tells it). It may read a document when it may read both: the domain's rule, split in two
+    (`of`) so that the index can list the scopes and channels a search may read."""
+
+    scope: Callable[[str, str | None], bool]
+    channel: Callable[[str, str | None], bool]
+
+    def __call__(self, kind: str, scope: str | None, channel: str | None) -> bool:
+        return self.scope(kind, scope) and self.channel(kind, channel)
+
+    @classmethod
+    def of(cls, reader: str | None, channels: dict[str, Channel]) -> Reads:
+        """What `reader` may read, `channels` the conversations stored, by id: a message as its channel's
+        (`can_read_conversation`), a memo as `memo_visible_in` tells, a digest or memory as `can_read_from` does (each
+        predicate answers the rule for the part it is given, the other part read as open to all)."""
+        hidden = not_public(channels.values())
+
+        @functools.cache
+        def scope(kind: str, scope: str | None) -> bool:
+            if kind == "message":
+                return scope is not None and can_read_conversation(reader, scope, channels.get(scope))
+            if kind == "memo":
+                return memo_visible_in(reader, Audience(scope), None, hidden)
+            return can_read_from(reader, Audience(scope), None)
+
+        @functools.cache
+        def channel(kind: str, channel: str | None) -> bool:
+            if kind == "memo":
+                return memo_visible_in(reader, WORKSPACE, channel, hidden)
+            return can_read_from(reader, WORKSPACE, channel, None if channel is None else channels.get(channel))
+
+        return cls(scope, channel)
 
 
 class RankingIndex(Protocol):
@@ -154,7 +188,6 @@ class Search:
         self._index.catch_up()
 
         channels = {c.id: c for c in self._conversations.channels()}
-        # The index knows a memo's audience, not its channel: some found may be of a channel no longer public.
         hidden = not_public(channels.values())
 
         def memo_hits(found: list) -> tuple[list[MemoHit], bool]:
@@ -173,7 +206,7 @@ class Search:
                     hid = True
             return hits, hid
 
-        return self._best("memo", text, _reads(reader, channels), _seconds(before), count, count, memo_hits)[:count]
+        return self._best("memo", text, Reads.of(reader, channels), _seconds(before), count, count, memo_hits)[:count]
 
     @_traced("search.messages")
     def messages(
@@ -189,13 +222,13 @@ class Search:
         text, count = validate(query, limit)
         self._index.catch_up()
         channels = {c.id: c for c in self._conversations.channels()}
-        reads = _reads(reader, channels)
+        reads = Reads.of(reader, channels)
         hits = self._index.search("message", text, reads, _seconds(before), count, channel)
         messages = self._conversations.messages_by_ids([hit.ref_id for hit in hits])
         found = []
         for hit in hits:
             message = messages.get(hit.ref_id)
-            if message is None or not reads("message", message.channel_id) or channel not in (None, message.channel_id):
+            if message is None or not reads("message", message.channel_id, None) or channel not in (None, message.channel_id):
                 continue
             if before is not None and message.posted_at > before:
                 continue
@@ -222,12 +255,9 @@ class Search:
 
         seconds = _seconds(before)
         channels = {c.id: c for c in self._conversations.channels()}
-        reads = _reads(reader, channels)
+        reads = Reads.of(reader, channels)
         hidden = not_public(channels.values())
-        # The index knows a note's audience, not its channel: some found may be of other channels, or of one the
-        # bot has left.
-        sifted = channel is not None or not all(c.is_member for c in channels.values())
-        wanted = count * 4 if sifted else count
+        wanted = count if channel is None else count * 4  # the index is not asked for the channel's alone
 
         def digest_hits(found: list) -> tuple[list[NoteHit], bool]:
             digests = notes.digests_by_ids([hit.ref_id for hit in found])
@@ -348,18 +378,6 @@ def parse_before(value: str, zone: tzinfo) -> datetime:
 
 def _seconds(moment: datetime | None) -> float | None:
     return None if moment is None else moment.timestamp()
-
-
-def _reads(reader: str | None, channels: dict[str, Channel]) -> Reads:
-    """Whether `reader` may read the documents the index keeps of a kind under a scope: a message under its channel's
-    id (`can_read_conversation`), any other under its audience's conversation id (None: the workspace)."""
-
-    def reads(kind: str, scope: str | None) -> bool:
-        if kind != "message":
-            return can_read(reader, Audience(scope))
-        return scope is not None and can_read_conversation(reader, scope, channels.get(scope))
-
-    return reads
 
 
 def _newest(bullet: Bullet) -> datetime:

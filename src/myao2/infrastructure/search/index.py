@@ -10,8 +10,9 @@ which keep their former vector, if any, until then; it also clusters the vectors
 large collection (see vectors.py), which a search never does. Each hit is scored by the cosine of
 its vector, plus a keyword bonus that only a close keyword match earns (see `keyword_bonus`); a message
 also by its neighbours, the dates the query names and how nearly it is the query's very text. How much
-each keyword weighs is counted among the documents the reader may read (its `Reach`), of every kind: how
-often a word is written where the reader may not read moves neither a score nor a rank.
+each keyword weighs is counted among the documents the reader may read (its `Reach`, by each document's audience
+and the conversation it came from, the rule that hides a hit), of every kind: how often a word is written where the
+reader may not read moves neither a score nor a rank.
 The SQL that differs by database (keyword terms) lives in keywords.py; the rest is portable.
 """
 
@@ -28,10 +29,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from sqlalchemy import Connection, Engine, bindparam, text
 
+from myao2.application.search import Reads
 from myao2.domain.conversation import Message
 from myao2.domain.memory import Memory, Term, bullet_line
 from myao2.infrastructure.clock import SystemClock
@@ -106,9 +108,6 @@ its exact text finds it first, before the message after it, whose window holds t
 
 Progress = Callable[[int, int], None]
 """Called with (done, total) while indexing."""
-Reads = Callable[[str, str | None], bool]
-"""Whether the reader a search is for may read documents of a kind in a scope (a memo's, digest's or memory's is
-its audience's conversation, None for the workspace; a message's its channel)."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +115,10 @@ class Document:
     """What is indexed for one memo or message."""
 
     scope: str | None
+    """Its audience's conversation (None: the workspace); a message's, its channel."""
+    channel: str | None
+    """The conversation a memo was written in, or a digest or memory made of (None: in no one conversation, and for a
+    message, whose scope tells it): who may read it depends on it too (`Reads`)."""
     at: float
     text: str
     keywords: str
@@ -498,6 +501,7 @@ class SearchIndex:
                 body = "\n".join(part for part in (memo.content, " ".join(memo.tags), memo.detail or "") if part)
                 found[memo_id] = Document(
                     scope=memo.audience.conversation_id,
+                    channel=memo.channel_id,
                     at=memo.created_at.timestamp(),
                     # The name often spells the person in Latin letters ("sato-food"), which
                     # lets English questions find Japanese memos.
@@ -514,6 +518,7 @@ class SearchIndex:
                 before = previous.get(message_id)
                 found[message_id] = Document(
                     scope=message.channel_id,
+                    channel=None,
                     at=float(message.ts),
                     # Embedded with the message before it in its flow (never a later one, never
                     # another channel's): a reply ("yes, on Friday") is found by what it answers.
@@ -528,6 +533,7 @@ class SearchIndex:
                 body = f"{digest.label} {digest.day.isoformat()}\n" + "\n".join(digest.lines)
                 found[digest_id] = Document(
                     scope=digest.audience.conversation_id,
+                    channel=digest.channel_id,
                     at=float(digest.last_ts),
                     text=body,
                     keywords=fts_document(body),
@@ -557,7 +563,6 @@ class SearchIndex:
 
     def _weights(self, kind: str, query: str, reads: Reads) -> dict[str, float]:
         """Each of `query`'s keyword terms for `kind`, with its weight for a reader that `reads` what it does."""
-        reads = functools.lru_cache(maxsize=None)(reads)
         with reading(self._engine) as connection:
             return self._statistics(connection, _query_terms(kind, query), self._reach(reads), reads)[1]
 
@@ -578,9 +583,8 @@ class SearchIndex:
         Call `catch_up` first for the newest changes to count.
         """
         query_vector = self._query_vector(query)
-        # Asked once per scope: a search checks a few scopes for hundreds of documents.
-        reads = functools.lru_cache(maxsize=None)(reads)
-        readable = functools.lru_cache(maxsize=None)(lambda scope: reads(kind, scope) and within in (None, scope))
+        # Asked once per scope and channel: a search checks a few of them for hundreds of documents.
+        readable = functools.lru_cache(maxsize=None)(lambda place: reads(kind, *place) and within in (None, place[0]))
         with self._cache_locks[kind]:
             cache = self._refreshed(kind)
             dense = cache.top(query_vector, readable, before, CANDIDATES)
@@ -612,9 +616,11 @@ class SearchIndex:
             for doc_id in order:
                 row = found.get(doc_id)
                 # Checked again on the row itself: the cache may trail another process's changes.
-                if row is None or row[0] != kind or not readable(row[2]) or (before is not None and row[3] > before):
+                if row is None or row.kind != kind or not readable((row.scope, row.channel)):
                     continue
-                keyword_coverage = covered(row[4])
+                if before is not None and row.at > before:
+                    continue
+                keyword_coverage = covered(row.terms)
                 cosine = cosines.get(doc_id)
                 if cosine is None:
                     with self._cache_locks[kind]:
@@ -624,11 +630,11 @@ class SearchIndex:
                     # document's, so its exact words find it first.
                     cosine = float(vector @ query_vector) if vector is not None else floor + (top - floor) * keyword_coverage
                 score = cosine + keyword_bonus(kind, keyword_coverage)
-                if any(start <= row[3] < end + DATE_SLACK for start, end in named):
+                if any(start <= row.at < end + DATE_SLACK for start, end in named):
                     score += DATE_WEIGHT
                 if messages:
-                    exact[row[1]] = EXACT_WEIGHT * nearness(query_set, row[4]) ** 4
-                scores[row[1]] = score
+                    exact[row.ref_id] = EXACT_WEIGHT * nearness(query_set, row.terms) ** 4
+                scores[row.ref_id] = score
             return scores
 
         scores = scored(rows, candidates)
@@ -706,18 +712,30 @@ class SearchIndex:
 
     def _reach(self, reads: Reads) -> Reach:
         """The documents of the kinds whose vectors are loaded that a reader that `reads` what it does may read: those
-        of each scope it may read, of the scopes the index has given each kind. Keyword weights are counted among
-        them (every kind once the background has loaded them all; a memo search never waits for them, see `warm`)."""
-        loaded = list(self._caches.items())
-        scopes = sorted({scope for _, cache in loaded for scope in cache.scopes if scope is not None})
+        of each scope and of each channel it may read, of the scopes and channels the index has given each kind.
+        Keyword weights are counted among them (every kind once the background has loaded them all; a memo search
+        never waits for them, see `warm`)."""
+        loaded = list(self._caches)
+        places = {place for kind in loaded for place in self._caches[kind].scopes}
+        scopes = sorted({scope for scope, _ in places if scope is not None})
+        channels = sorted({channel for _, channel in places if channel is not None})
         return Reach(
-            tuple(Within(kind, tuple(s for s in scopes if reads(kind, s)), reads(kind, None)) for kind, _ in loaded)
+            tuple(
+                Within(
+                    kind,
+                    tuple(s for s in scopes if reads.scope(kind, s)),
+                    reads.scope(kind, None),
+                    tuple(c for c in channels if reads.channel(kind, c)),
+                    reads.channel(kind, None),
+                )
+                for kind in loaded
+            )
         )
 
     def _loaded(self, reach: Reach, reads: Reads) -> int:
         """How many vectors loaded within `reach` (what `reads` tells) there are: the documents counted (of a kind not
         searched, as of its last search)."""
-        return sum(self._caches[within.kind].count(functools.partial(reads, within.kind)) for within in reach.kinds)
+        return sum(self._caches[within.kind].count(_readable(reads, within.kind)) for within in reach.kinds)
 
     def _loaded_between(self, reach: Reach, reads: Reads, low: int, high: int) -> int | None:
         """How many vectors loaded within `reach` (what `reads` tells) have a document id from `low` to `high`; None
@@ -728,7 +746,7 @@ class SearchIndex:
             if not lock.acquire(blocking=False):
                 return None
             try:
-                count += self._caches[within.kind].count_between(functools.partial(reads, within.kind), low, high)
+                count += self._caches[within.kind].count_between(_readable(reads, within.kind), low, high)
             finally:
                 lock.release()
         return count
@@ -828,25 +846,25 @@ class SearchIndex:
         # index). The first load finds this kind's rows by kind (reading a million messages' rows once, not once per
         # kind) and puts them in `seq` order, as a refresh would. Either reads the last `seq` given in the same
         # statement: rows of the other kinds up to it need no reading again.
-        # A row without this model's vector (not embedded yet, see `catch_up`) is read for its scope alone: the
-        # keyword ranking looks in every scope the cache knows.
+        # A row without this model's vector (not embedded yet, see `catch_up`) is read for its scope and channel alone:
+        # the keyword ranking looks in every scope and channel the cache knows.
         found = "kind = :kind" if first else "kind || '' = :kind AND seq > :seq"
         loaded: list[StoredVector] = []
         with reading(self._engine) as connection:
             result = connection.execute(
                 text(
-                    "SELECT id, scope, at, CASE WHEN model = :model THEN vector ELSE :bare END, seq "
+                    "SELECT id, scope, channel, at, CASE WHEN model = :model THEN vector ELSE :bare END, seq "
                     f"FROM search_docs WHERE {found} "
-                    "UNION ALL SELECT NULL, NULL, NULL, NULL, value FROM search_seq"
+                    "UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, value FROM search_seq"
                 ),
                 {"kind": kind, "seq": cache.seq, "model": self._embedder.model_id, "bare": b""},
             )
             for part in result.partitions(_LOAD_CHUNK):
                 for row in part:
                     if row[0] is None:
-                        newest = max(newest, row[4])
+                        newest = max(newest, row[5])
                     else:
-                        loaded.append(StoredVector(*row))
+                        loaded.append(StoredVector(row[0], (row[1], row[2]), row[3], row[4], row[5]))
         if first:
             loaded.sort(key=lambda row: row.seq)
         cache.put(loaded, len(loaded))
@@ -887,6 +905,7 @@ def _memory_document(memory: Memory) -> Document | None:
     return Document(
         # Dated by its oldest bullet: readers drop the bullets past their cutoff.
         scope=memory.audience.conversation_id,
+        channel=memory.scope.channel_id,
         at=min(float(max(b.source_ts)) for b in bullets),
         text=body,
         keywords=fts_document(body),
@@ -949,16 +968,30 @@ def _idf(documents: int, frequency: float) -> float:
 
 
 
-_DocRow = tuple[str, int, str | None, float, str]
-"""(kind, ref_id, scope, at, keyword terms) of a stored document."""
+class _DocRow(NamedTuple):
+    """A stored document as a search scores it."""
+
+    kind: str
+    ref_id: int
+    scope: str | None
+    channel: str | None
+    at: float
+    terms: str
+    """Its keyword terms, separated by spaces."""
 
 
 def _rows(connection: Connection, keywords: KeywordTable, doc_ids: list[int]) -> dict[int, _DocRow]:
-    """(kind, ref_id, scope, at, keyword terms) of each document id still stored."""
+    """Each document id still stored, with its row."""
     if not doc_ids:
         return {}
     rows: list[DocumentRow] = keywords.rows(connection, doc_ids)
-    return {row[0]: (row[1], row[2], row[3], row[4], row[5]) for row in rows}
+    return {row[0]: _DocRow(*row[1:]) for row in rows}
+
+
+def _readable(reads: Reads, kind: str) -> Callable[[tuple[str | None, str | None]], bool]:
+    """Whether a reader that `reads` what it does may read the documents of `kind` in a cache's place (their scope
+    and channel, see `_refreshed`)."""
+    return lambda place: reads(kind, *place)
 
 
 def _execute_each(connection: Connection, statement: str, rows: list[dict[str, object]]) -> None:
@@ -974,9 +1007,9 @@ def _upsert(
     seq = connection.execute(text("UPDATE search_seq SET value = value + 1 RETURNING value")).scalar_one()
     doc_id = connection.execute(
         text(
-            "INSERT INTO search_docs (kind, ref_id, scope, at, text, model, vector, seq) "
-            "VALUES (:kind, :ref, :scope, :at, :text, :model, :vector, :seq) "
-            "ON CONFLICT (kind, ref_id) DO UPDATE SET scope = excluded.scope, at = excluded.at, "
+            "INSERT INTO search_docs (kind, ref_id, scope, channel, at, text, model, vector, seq) "
+            "VALUES (:kind, :ref, :scope, :channel, :at, :text, :model, :vector, :seq) "
+            "ON CONFLICT (kind, ref_id) DO UPDATE SET scope = excluded.scope, channel = excluded.channel, at = excluded.at, "
             "text = excluded.text, model = excluded.model, vector = excluded.vector, seq = excluded.seq "
             "RETURNING id"
         ),
@@ -984,6 +1017,7 @@ def _upsert(
             "kind": kind,
             "ref": ref_id,
             "scope": doc.scope,
+            "channel": doc.channel,
             "at": doc.at,
             "text": doc.text,
             "model": model,

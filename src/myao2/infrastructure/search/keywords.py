@@ -14,15 +14,15 @@ import json
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from sqlalchemy import Connection, Engine, text
 
 from myao2.infrastructure.search.text import fts_query
 
-DocumentRow = tuple[int, str, int, str | None, float, str]
-"""(document id, kind, ref_id, scope, at, keyword terms separated by spaces)."""
+DocumentRow = tuple[int, str, int, str | None, str | None, float, str]
+"""(document id, kind, ref_id, scope, channel, at, keyword terms separated by spaces)."""
 
 SYNC_LOCK = 0x6D79616F33
 """PostgreSQL advisory lock key held while a process indexes (next to engine.MIGRATION_LOCK)."""
@@ -32,11 +32,14 @@ LOCK_POLL_SECONDS = 0.05
 
 @dataclass(frozen=True)
 class Within:
-    """Documents of `kind` in one of `scopes`, and those of no scope when `workspace`."""
+    """Documents of `kind` in one of `scopes` (or of no scope, when `workspace`), and of one of `channels` (or of no
+    channel, when `nowhere`)."""
 
     kind: str
     scopes: tuple[str, ...]
     workspace: bool
+    channels: tuple[str, ...]
+    nowhere: bool
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,7 @@ class Reach:
         """The documents of `kind` within this reach (in `scope` alone, when given)."""
         return Reach(
             tuple(
-                within if scope is None else Within(kind, tuple(s for s in within.scopes if s == scope), False)
+                within if scope is None else replace(within, scopes=tuple(s for s in within.scopes if s == scope), workspace=False)
                 for within in self.kinds
                 if within.kind == kind
             )
@@ -146,7 +149,7 @@ class Fts5Keywords:
             tuple(row)  # type: ignore[misc]
             for row in connection.execute(
                 text(
-                    "SELECT d.id, d.kind, d.ref_id, d.scope, d.at, f.terms FROM search_docs d "
+                    "SELECT d.id, d.kind, d.ref_id, d.scope, d.channel, d.at, f.terms FROM search_docs d "
                     "JOIN search_fts f ON f.rowid = d.id WHERE d.id IN (SELECT value FROM json_each(:ids))"
                 ),
                 {"ids": json.dumps(doc_ids)},
@@ -205,7 +208,7 @@ class PostgresKeywords:
             tuple(row)  # type: ignore[misc]
             for row in connection.execute(
                 text(
-                    "SELECT d.id, d.kind, d.ref_id, d.scope, d.at, array_to_string(t.terms, ' ') FROM search_docs d "
+                    "SELECT d.id, d.kind, d.ref_id, d.scope, d.channel, d.at, array_to_string(t.terms, ' ') FROM search_docs d "
                     "JOIN search_terms t ON t.doc_id = d.id WHERE d.id = ANY(CAST(:ids AS bigint[]))"
                 ),
                 {"ids": doc_ids},
@@ -230,19 +233,24 @@ class PostgresKeywords:
 
 def _fts5_within(reach: Reach) -> str:
     """What keeps a query on `search_docs d` within `reach` in SQLite (its parameters: `_parameters`)."""
-    return _within(reach, "d.scope IN (SELECT value FROM json_each(:scopes{i}))")
+    return _within(reach, "{column} IN (SELECT value FROM json_each(:{names}))")
 
 
 def _postgres_within(reach: Reach) -> str:
     """What keeps a query on `search_docs d` within `reach` in PostgreSQL (its parameters: `_parameters`)."""
-    return _within(reach, "d.scope = ANY(CAST(:scopes{i} AS text[]))")
+    return _within(reach, "{column} = ANY(CAST(:{names} AS text[]))")
 
 
-def _within(reach: Reach, in_scopes: str) -> str:
-    """The condition of `reach` on `search_docs d`, `in_scopes` this database's test that `d.scope` is one of the
-    list bound as `:scopes{i}`."""
+def _within(reach: Reach, in_list: str) -> str:
+    """The condition of `reach` on `search_docs d`, `in_list` this database's test that `{column}` is one of the
+    list bound as `:{names}`."""
+
+    def held(column: str, names: str, or_null: str) -> str:
+        return f"(({column} IS NULL AND :{or_null}) OR {in_list.format(column=column, names=names)})"
+
     return _any(
-        f"(d.kind = :kind{i} AND ((d.scope IS NULL AND :workspace{i}) OR {in_scopes.format(i=i)}))"
+        f"(d.kind = :kind{i} AND {held('d.scope', f'scopes{i}', f'workspace{i}')} "
+        f"AND {held('d.channel', f'channels{i}', f'nowhere{i}')})"
         for i in range(len(reach.kinds))
     )
 
@@ -251,11 +259,18 @@ def _any(conditions: Iterable[str]) -> str:
     return "(" + (" OR ".join(conditions) or "FALSE") + ")"
 
 
-def _parameters(reach: Reach, scopes: Callable[[list[str]], object]) -> dict[str, object]:
-    """The parameters of `_fts5_within` or `_postgres_within`, each list of scopes given as `scopes` makes it."""
+def _parameters(reach: Reach, listed: Callable[[list[str]], object]) -> dict[str, object]:
+    """The parameters of `_fts5_within` or `_postgres_within`, each list (of scopes, of channels) given as `listed`
+    makes it."""
     parameters: dict[str, object] = {}
     for i, within in enumerate(reach.kinds):
-        parameters |= {f"kind{i}": within.kind, f"workspace{i}": within.workspace, f"scopes{i}": scopes(list(within.scopes))}
+        parameters |= {
+            f"kind{i}": within.kind,
+            f"workspace{i}": within.workspace,
+            f"scopes{i}": listed(list(within.scopes)),
+            f"nowhere{i}": within.nowhere,
+            f"channels{i}": listed(list(within.channels)),
+        }
     return parameters
 
 

@@ -18,7 +18,7 @@ a clustering of the rows as they are (`plan_clustering`), builds it holding noth
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -39,7 +39,8 @@ class StoredVector(NamedTuple):
     """A document row as the cache needs it (a tuple: a million of them are made at start-up)."""
 
     doc_id: int
-    scope: str | None
+    scope: Hashable
+    """Who may read it, as the index tells (its audience and the conversation it came from)."""
     at: float
     vector: bytes
     """Empty when the document has no vector of this model yet: only its scope counts."""
@@ -67,8 +68,8 @@ class VectorCache:
         self._at = np.zeros(0, dtype=np.float64)
         self._alive = np.zeros(0, dtype=bool)
         self._positions: dict[int, int] = {}
-        self._scope_codes: dict[str | None, int] = {}
-        self._scope_names: list[str | None] = []
+        self._scope_codes: dict[Hashable, int] = {}
+        self._scope_names: list[Hashable] = []
         self._live_per_scope = np.zeros(0, dtype=np.int64)
         self._clustered = 0
         self._centroids: np.ndarray | None = None
@@ -80,7 +81,7 @@ class VectorCache:
         return len(self._positions)
 
     @property
-    def scopes(self) -> list[str | None]:
+    def scopes(self) -> list[Hashable]:
         """Every scope a stored document has had (with a vector or none yet)."""
         return list(self._scope_names)
 
@@ -173,7 +174,7 @@ class VectorCache:
     def top(
         self,
         query: np.ndarray,
-        readable: Callable[[str | None], bool],
+        readable: Callable[[Hashable], bool],
         before: float | None,
         count: int,
     ) -> list[tuple[int, float]]:
@@ -191,20 +192,20 @@ class VectorCache:
         best = best[np.argsort(-cosines[best])]
         return [(int(self._ids[found[i]]), float(cosines[i])) for i in best]
 
-    def count(self, readable: Callable[[str | None], bool]) -> int:
+    def count(self, readable: Callable[[Hashable], bool]) -> int:
         """How many vectors are in a readable scope; safe without the cache's lock (a count as of some moment)."""
         live = self._live_per_scope  # replaced whole when a scope is added, before any row of it is counted
         names = self._scope_names[: len(live)]
         allowed = np.fromiter((readable(s) for s in names), dtype=bool, count=len(names))
         return int(live[: len(names)][allowed].sum())
 
-    def count_between(self, readable: Callable[[str | None], bool], low: int, high: int) -> int:
+    def count_between(self, readable: Callable[[Hashable], bool], low: int, high: int) -> int:
         """How many vectors with a document id from `low` to `high` are in a readable scope."""
         ids = self._ids[: self._size]
         eligible = self._alive[: self._size] & self._allowed(readable)[self._scopes[: self._size]]
         return int(np.count_nonzero(eligible & (ids >= low) & (ids <= high)))
 
-    def _allowed(self, readable: Callable[[str | None], bool]) -> np.ndarray:
+    def _allowed(self, readable: Callable[[Hashable], bool]) -> np.ndarray:
         """Whether each scope code is readable."""
         return np.fromiter((readable(s) for s in self._scope_names), dtype=bool, count=len(self._scope_names))
 
@@ -299,7 +300,7 @@ class VectorCache:
         self.discard(gone)
         self._put_batch(again, self._size + len(again))
 
-    def _scope_code(self, scope: str | None) -> int:
+    def _scope_code(self, scope: Hashable) -> int:
         code = self._scope_codes.get(scope)
         if code is None:
             code = self._scope_codes[scope] = len(self._scope_names)
