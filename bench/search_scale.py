@@ -97,13 +97,13 @@ def write(plain: sqlite3.Connection, kind: str, numbers: range, texts: list[str]
             at = START + i
             if kind == "memo":
                 source.append((i + 1, f"memo-{i}", body, 3, "[]", "C0", "workspace", *["2024-01-01T00:00:00.000000+00:00"] * 2))
-                scope = None
+                scope, channel = None, "C0"
             else:
                 channel = f"C{i % CHANNELS}"
                 source.append((i + 1, channel, f"{at:.6f}", "U1", "Alice", body, 0, "[]", datetime.fromtimestamp(at, timezone.utc).isoformat(timespec="microseconds")))
-                scope = channel
+                scope, channel = channel, None
             seq += 1
-            docs.append((kind, i + 1, scope, at, body, model, noisy(i), seq))
+            docs.append((kind, i + 1, scope, channel, at, body, model, noisy(i), seq))
             terms.append(fts_document(body))
         if kind == "memo":
             plain.executemany(
@@ -118,7 +118,8 @@ def write(plain: sqlite3.Connection, kind: str, numbers: range, texts: list[str]
                 source,
             )
         plain.executemany(
-            "INSERT INTO search_docs (kind, ref_id, scope, at, text, model, vector, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", docs
+            "INSERT INTO search_docs (kind, ref_id, scope, channel, at, text, model, vector, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            docs,
         )
         first = plain.execute("SELECT max(id) FROM search_docs").fetchone()[0] - len(docs) + 1
         plain.executemany("INSERT INTO search_fts (rowid, terms) VALUES (?, ?)", [(first + j, t) for j, t in enumerate(terms)])
