@@ -165,6 +165,32 @@ async def test_a_model_failure_keeps_the_raw_messages_and_the_next_round_retries
     assert report.deleted == 1
 
 
+async def test_a_day_the_model_always_refuses_holds_back_no_other_conversation(
+    job, conversations, memories, writer, clock
+):
+    # A model that refuses one day for good (a content filter, say) must not keep every conversation after it in
+    # the round's order from being digested, and so their raw text from being deleted, for ever.
+    random = Channel("C2", "random")
+    conversations.save_channel(random)
+    refused = say(conversations, clock, GENERAL, "what the filter refuses")
+    kept = say(conversations, clock, random, "cake on Friday")
+    clock.advance(15 * DAY)
+    digest = writer.digest
+
+    async def refusing_general(prompt: DigestPrompt) -> tuple[str, ...]:
+        if prompt.channel.id == GENERAL.id:
+            raise ModelUnavailable("content filter")
+        return await digest(prompt)
+
+    writer.digest = refusing_general
+    for _ in range(2):
+        assert (await job.run()).failures == 1  # a model that is down costs a round one call still
+
+    assert [d.channel_id for d in memories.digests()] == [random.id]
+    assert stored_message(conversations, random.id, kept.ts) is None
+    assert stored_message(conversations, GENERAL.id, refused.ts) is not None
+
+
 async def test_a_run_cut_short_resumes_without_redoing_finished_days(job, conversations, memories, writer, clock):
     say(conversations, clock, GENERAL, "day one")
     clock.advance(DAY)

@@ -7,7 +7,8 @@ after `delete_after_days` the raw messages are deleted, once the day's last dige
 made and the memory job has read them (into channel memories and profiles). Messages of a thread the bot still takes part in are kept until it has been
 quiet for a day. Each digest and each deletion is its own transaction, and what is
 done is read back from the store, so a crash resumes where it stopped; a failed model
-call keeps the raw messages and ends the round, to be tried again next round.
+call keeps the raw messages and ends the round, to be tried again next round, which
+begins with the conversations after it.
 """
 
 from __future__ import annotations
@@ -81,6 +82,8 @@ class RetentionJob:
         """The most message text one digest call reads; the day's oldest messages are left out beyond it."""
         self._memory = memory
         self._lock = asyncio.Lock()
+        self._failed_in = ""
+        """The conversation whose digest the model failed last: the next round begins after it."""
 
     async def run(self) -> RetentionReport:
         """One round over every conversation's days old enough for a step."""
@@ -92,11 +95,16 @@ class RetentionJob:
                 today = self._clock.now().astimezone(self._persona.timezone).date()
                 before = self._day_start(today - timedelta(days=horizon - 1))
                 keys = await asyncio.to_thread(self._conversations.message_keys_before, before)
+                channels = [(channel_id, list(of)) for channel_id, of in groupby(keys, key=lambda key: key[0])]
+                # those after the one whose model call failed last first: a day the model refuses for good
+                # holds back no other conversation
+                channels.sort(key=lambda channel: channel[0] <= self._failed_in)
                 report = RetentionReport()
-                for channel_id, in_channel in groupby(keys, key=lambda key: key[0]):
+                for channel_id, in_channel in channels:
                     with tracing.span("memory.retention.channel", {"slack.channel_id": channel_id}):
-                        report, going_on = await self._channel(channel_id, list(in_channel), today, report)
+                        report, going_on = await self._channel(channel_id, in_channel, today, report)
                     if not going_on:
+                        self._failed_in = channel_id
                         break
                 span.set_attribute("myao2.retention.digests", report.digests)
                 span.set_attribute("myao2.retention.failures", report.failures)
