@@ -11,6 +11,8 @@ from decimal import Decimal
 
 import aiohttp
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 from slack_sdk.errors import SlackClientError
 from slack_sdk.http_retry import HttpRequest, RetryState
 from slack_sdk.http_retry.builtin_async_handlers import AsyncConnectionErrorRetryHandler
@@ -19,7 +21,7 @@ from myao2.domain.answers import words_digest
 from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Person
 from myao2.domain.ports import ConversationClosed
 from myao2.infrastructure.slack import gateway as gateway_module
-from myao2.infrastructure.slack.gateway import PAGE_SIZE, SlackAuthError, SlackGateway, make_web_client
+from myao2.infrastructure.slack.gateway import PAGE_SIZE, SlackAuthError, SlackGateway, make_web_client, web_session
 from tests.fakes.slack_server import FakeSlack
 
 
@@ -438,3 +440,23 @@ async def test_a_reaction_that_keeps_failing_is_only_logged(
     fake.inject_server_error("reactions.add", 500, times=10)
     await gateway.react("C1", ts, "eyes")
     assert len(calls(fake, "reactions.add")) == 4
+
+
+async def test_the_web_api_session_sends_no_cookie_slack_set_back() -> None:
+    """Web API calls carry the token; a cookie Slack sets is never kept (nor parsed) for the next call."""
+    cookies: list[str | None] = []
+
+    async def api(request: web.Request) -> web.Response:
+        cookies.append(request.headers.get("Cookie"))
+        response = web.json_response({"ok": True, "user_id": "UBOT", "team_id": "T1"})
+        response.set_cookie("b", "1", path="/")
+        return response
+
+    app = web.Application()
+    app.router.add_post("/api/{method}", api)
+    async with TestServer(app, host="localhost") as server, web_session() as session:  # a host name: IPs keep none
+        client = make_web_client("xoxb-test", f"http://localhost:{server.port}/api/", session)
+        await client.auth_test()
+        await client.auth_test()
+
+    assert cookies == [None, None]

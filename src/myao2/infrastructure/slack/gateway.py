@@ -108,8 +108,11 @@ def web_session() -> aiohttp.ClientSession:
 
     A connection that Slack closed while idle fails the next call with a connection
     error, which the client's retry handler retries (but for a call of `NOT_RESENT`).
+    Calls carry the token: no cookie is kept, which spares every call the cookie jar's work.
     """
-    return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=WEB_API_TIMEOUT_SECONDS))
+    return aiohttp.ClientSession(
+        timeout=aiohttp.ClientTimeout(total=WEB_API_TIMEOUT_SECONDS), cookie_jar=aiohttp.DummyCookieJar()
+    )
 
 
 class SlackGateway:
