@@ -507,3 +507,18 @@ def test_task_titles_name_the_memo_or_the_search_in_the_persona_language():
     assert tool_title("list_memo", {}, "ja") is None
     assert tool_title("add_memo", {"name": 42}, "ja") is None
     assert tool_title("web_fetch", {"url": "https://example.com"}, "en") is None
+
+
+async def test_without_tracing_a_reply_serialises_nothing_for_strands_spans(fake, make_writer, monkeypatch):
+    """Strands fills its spans with the prompt and the answer as JSON (16 times in this reply); with no tracing
+    nothing records them, so none is made."""
+    from strands.telemetry import tracer
+
+    serialised: list[str] = []
+    serialize = tracer.serialize
+    monkeypatch.setattr(tracer, "serialize", lambda value: serialised.append(serialize(value)) or serialised[-1])
+    fake.script(ToolCalls([ToolCall("list_memo_tags", {})]), Text("Nothing yet."))
+
+    assert await make_writer().write(CONTEXT, ORIGIN) == "Nothing yet."
+    assert len(fake.requests) == 2
+    assert serialised == []

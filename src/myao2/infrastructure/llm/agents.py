@@ -768,7 +768,8 @@ def import_model_libraries() -> None:
 
     Strands' tracer, made on first use, instruments threading for OpenTelemetry
     (context carried into every thread-pool task); without tracing that only costs
-    CPU on every `asyncio.to_thread`, so it is undone then.
+    CPU on every `asyncio.to_thread`, so it is undone then, and strands' spans are left unfilled
+    (`leave_spans_unfilled`: they record nothing, and filling them serialised the prompt ~6 times a model call).
 
     anyio, under the SDK's HTTP client, imports its event loop backend and streams when
     first run (~35 ms of CPU, on the loop at the first model call). The SDK names the
@@ -793,11 +794,15 @@ def import_model_libraries() -> None:
     import myao2.infrastructure.llm.web_tools  # noqa: F401
     import myao2.infrastructure.llm.search_tools  # noqa: F401
     import myao2.infrastructure.llm.tool_registry  # noqa: F401
+    from myao2.infrastructure.llm.unrecorded_tracer import leave_spans_unfilled
 
-    get_tracer()
-    instrumentor = ThreadingInstrumentor()
-    if not tracing.enabled() and instrumentor.is_instrumented_by_opentelemetry:
-        instrumentor.uninstrument()
+    if tracing.enabled():
+        get_tracer()
+    else:
+        leave_spans_unfilled()  # a strands tracer too: made, it instruments threading
+        instrumentor = ThreadingInstrumentor()
+        if instrumentor.is_instrumented_by_opentelemetry:
+            instrumentor.uninstrument()
     anyio.run(anyio.sleep, 0)
     platform.platform()
 
