@@ -463,7 +463,9 @@ def _not_hidden(table: Any, own: Sequence[str]) -> ColumnElement[bool]:
     channel = table.channel_id
     # correlated, one key lookup a row: a NOT IN built the set of every DM anew at each of a prompt's reads
     hidden = exists(NOT_PUBLIC_IDS.where(NOT_PUBLIC_IDS.selected_columns.id == channel))
-    return or_(channel.is_(None), *([channel.in_(own)] if own else []), ~hidden)
+    # one equality a conversation, not an IN: SQLAlchemy writes a list's values into the SQL anew at each run
+    # (its "post-compile" step), which cost more than the rest of running a prompt's memo read
+    return or_(channel.is_(None), *(channel == c for c in own), ~hidden)
 
 
 def _seen(query: Any, audiences: Audiences, *, removed: bool = False, shadow: bool = True) -> Any:
