@@ -520,3 +520,28 @@ async def test_a_workspace_call_that_fails_midway_leaves_only_the_notes_it_did_n
     assert all(p.channel is None for p in writer.prompts)
     read = first + again
     assert all(sum(f"L general {i} " in line for line in read) == 1 for i in range(20))
+
+
+@pytest.mark.parametrize("words", [1000, 10], ids=["a call each", "one call for all"])
+async def test_a_channel_the_model_always_refuses_holds_back_no_other_channel(
+    job, writer, memories, conversations, say, words
+):
+    # A call the model refuses for good (a content filter, say) must not keep the public channels read with it, or
+    # after it in the round's order, unread for ever (their memories stale, their raw text never deleted).
+    dev = Channel("C3", "dev")
+    conversations.save_channel(dev)
+    for channel in (GENERAL, RANDOM, dev):
+        say(channel, f"{channel.name} news " + "word " * words)
+
+    def refusing_general(prompt: MemoryPrompt) -> MemoryUpdate:
+        if prompt.channel == GENERAL:
+            raise ModelUnavailable("content filter")
+        return echo(prompt)
+
+    writer.answer = refusing_general
+    for _ in range(2):
+        assert (await job.run()).failures == 1  # a model that is down costs a round one call still
+
+    assert texts(memories, Scope("C1"), Term.LONG) == []
+    assert [t.split()[1:3] for t in texts(memories, Scope("C2"), Term.LONG)] == [["random", "news"]]
+    assert [t.split()[1:3] for t in texts(memories, Scope("C3"), Term.LONG)] == [["dev", "news"]]

@@ -162,6 +162,10 @@ class MemoryJob:
         self._settings = settings
         self._profiles = profiles
         self._lock = asyncio.Lock()
+        self._suspects: set[str] = set()
+        """The channels of failed calls not read since: each is read alone, after the others."""
+        self._failed_in = ""
+        """The first channel of the last call that failed: the next round reads those after it first."""
 
     async def run(self) -> RoundReport:
         """One round over every channel with changes, then the workspace, then people's profiles."""
@@ -241,11 +245,15 @@ class MemoryJob:
     async def _read(self, unread: Sequence[_Unread], report: RoundReport, started: datetime) -> RoundReport:
         """Read the channels' backlogs, those of one audience together: each model call reads the next batch
         of as many of them as fit the batch budget. A call's memories are saved in one transaction with the
-        marks of what they covered; after a failed call the audience's channels wait for the next round.
+        marks of what they covered; after a failed call the audience's channels wait for the next round, which
+        reads the channels of that call last, each alone, those after its first channel first.
         What was made from a message edited since `started` (the round read it and the memories before) is
         left out: the notes may hold its old words, and the next round reads its new ones."""
         audiences: dict[str, list[_Unread]] = {}
-        for item in unread:
+        # a call the model refuses for good (a content filter, say) must hold back no other channel for ever: the
+        # channels of failed calls come last, each read alone, those after the first of the last failed call first
+        order = sorted(unread, key=lambda item: (item.channel.id in self._suspects, item.channel.id <= self._failed_in))
+        for item in order:
             audiences.setdefault(item.backlog.audience.conversation_id or "", []).append(item)
         for _, pending in sorted(audiences.items()):
             while pending:
@@ -253,8 +261,12 @@ class MemoryJob:
                 prompts, threads = await self._prompts(together)
                 updates = await self._ask(prompts)
                 report = replace(report, calls=report.calls + 1, failures=report.failures + (updates is None))
+                read = {item.channel.id for item in together}
                 if updates is None:
+                    self._suspects |= read
+                    self._failed_in = together[0].channel.id
                     break
+                self._suspects -= read
                 saved: list[Memory] = []
                 heard = _heard(prompts)
                 for item, item_threads, update in zip(together, threads, updates):
@@ -289,12 +301,14 @@ class MemoryJob:
         return prompts, threads
 
     def _together(self, pending: Sequence[_Unread]) -> list[_Unread]:
-        """The channels whose next batches one call reads: the first, and the others that still fit."""
+        """The channels whose next batches one call reads: the first, and the others that still fit, but for a
+        channel of a failed call, which is read alone."""
         together: list[_Unread] = []
         size = 0
         for item in pending:
             cost = sum(_cost(m) for m in item.backlog.batches[0])
-            if together and size + cost > self._settings.batch_max_tokens:
+            alone = {item.channel.id, together[0].channel.id} & self._suspects if together else set()
+            if together and (size + cost > self._settings.batch_max_tokens or alone):
                 continue
             together.append(item)
             size += cost
