@@ -27,6 +27,7 @@ from pydantic import Field
 from myao2.application.memo_markdown import render_memo
 from myao2.application.notebook import DEFAULT_PRIORITY, Actor, Notebook
 from myao2.application.search import SearchError
+from myao2.cli import WORKSPACE_OPTION
 from myao2.composition import Application, build_application
 from myao2.config import Config
 from myao2.domain.conversation import BotIdentity, clean_text
@@ -434,7 +435,7 @@ def run_mcp_command(config: Config, args: argparse.Namespace) -> int:
         clock = SystemClock()
         bot = SqlConversationStore(engine, clock).identity()
         app = build_application(config, engine, clock, bot.user_id if bot else "")
-        scope = Scope(args.conversation, args.allow_pinned)
+        scope = scope_of(args)
         server = build_server(app, scope, bot, token, config.mcp.host, config.mcp.port)
         # Texts changed here, or by the bot while only this server runs, are embedded in the background, as the bot
         # does (one process's batch is never embedded by another); only the memos' vectors are loaded for searching.
@@ -453,6 +454,12 @@ def run_mcp_command(config: Config, args: argparse.Namespace) -> int:
             listening.close()
         engine.dispose()
     return 0
+
+
+def scope_of(args: argparse.Namespace) -> Scope:
+    """The scope `myao2 mcp`'s options ask for (`--conversation workspace`, as the memo commands take it: none)."""
+    conversation = None if args.conversation == WORKSPACE_OPTION else args.conversation
+    return Scope(conversation, args.allow_pinned)
 
 
 def _serve_http(server, listening: socket.socket, host: str, port: int) -> None:  # type: ignore[no-untyped-def]

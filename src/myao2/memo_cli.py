@@ -17,6 +17,7 @@ from datetime import datetime, tzinfo
 from typing import Any
 
 from myao2.application.notebook import DEFAULT_PRIORITY, Actor, Notebook
+from myao2.cli import WORKSPACE_OPTION
 from myao2.config import Config
 from myao2.domain.memo import Memo, MemoError, MemoRevision, validate_priority
 from myao2.domain.ports import MemoStore
@@ -175,7 +176,7 @@ def _audience(args: argparse.Namespace) -> Audience | None:
     """The audience `--conversation` names: a conversation id, or `workspace`."""
     if args.conversation is None:
         return None
-    return WORKSPACE if args.conversation == "workspace" else Audience(args.conversation)
+    return WORKSPACE if args.conversation == WORKSPACE_OPTION else Audience(args.conversation)
 
 
 _COMMANDS: dict[str, Command] = {

@@ -13,7 +13,8 @@ from myao2.composition import Application
 from myao2.domain.conversation import Channel, ChannelKind
 from myao2.domain.memo import MemoChanges, MemoDraft, Origin
 from myao2.domain.visibility import Audience
-from myao2.mcp_server import Scope, build_server
+from myao2.cli import build_parser
+from myao2.mcp_server import Scope, build_server, scope_of
 from tests.unit.test_preview import BOT, DM, GENERAL, app  # noqa: F401  (a fixture)
 
 
@@ -210,3 +211,12 @@ def test_an_edit_made_from_a_revision_the_bot_has_changed_since_is_refused(app: 
     failed, edited = call(app, Scope(), "edit_memo", {**stale, "revision": fresh["revision"]})
     assert not failed and edited["content"] == "Team lunch is on Fridays at noon"
     assert edited["revision"] == fresh["revision"] + 1
+
+
+def test_started_for_the_workspace_by_name_a_client_writes_the_workspaces_memos(app: Application) -> None:  # noqa: F811
+    # `--conversation workspace`, as the memo commands take it: the server took "workspace" for a conversation's id
+    # and kept the memos it added for that conversation, which no prompt ever shows
+    scope = scope_of(build_parser().parse_args(["mcp", "--conversation", "workspace"]))
+    failed, added = call(app, scope, "add_memo", {"name": "offsite", "content": "The offsite is in Hakone"})
+    assert not failed and app.memos.get("offsite", GENERAL).audience.is_workspace
+    assert scope_of(build_parser().parse_args(["mcp", "--conversation", DM])) == Scope(DM)
