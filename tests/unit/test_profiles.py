@@ -373,3 +373,23 @@ async def test_many_people_are_read_in_calls_within_the_batch_budget(conversatio
     assert all(size(prompt) <= 2000 * 1.5 for prompt in writer.prompts), [size(p) for p in writer.prompts]
     assert sorted(user for _, users in writer.calls() for user in users) == people  # each once
     assert all(f"likes {user} word" in " ".join(text for text, _, _ in facts(profiles, user)) for user in people)
+
+
+async def test_a_person_whose_words_the_model_always_refuses_holds_back_no_one_read_with_them(keeper, writer, profiles, say):
+    # A call the model refuses for good (a content filter on one person's words, say) must not keep the people
+    # read with that person from being read for ever (no profile, and their raw text never deleted).
+    for user in ("U1", "U2", "U3"):
+        say(GENERAL, user, f"I like {user.lower()}-things")
+
+    def refusing_u2(prompt: ProfilePrompt) -> tuple[PersonUpdate, ...]:
+        if any(person.user_id == "U2" for person in prompt.people):
+            raise ModelUnavailable("content filter")
+        return liking(prompt)
+
+    writer.answer = refusing_u2
+    for _ in range(3):
+        assert (await keeper.run()).failures == 1  # a model that is down costs a round one call still
+
+    assert facts(profiles, "U1") == [("likes u1-things", 0, 0.7)]
+    assert facts(profiles, "U3") == [("likes u3-things", 0, 0.7)]
+    assert facts(profiles, "U2") == []
