@@ -261,20 +261,20 @@ def build_server(  # type: ignore[no-untyped-def]
     from mcp.server.auth.provider import AccessToken
     from mcp.server.auth.settings import AuthSettings
     from mcp.server.mcpserver import MCPServer
-    from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.server.mcpserver.exceptions import ResourceError, ToolError
     from mcp.server.mcpserver.resources.templates import ResourceSecurity
     from mcp.types import Resource
 
     tools = NotebookTools(app, scope, bot)
 
-    async def call(work: Callable[[], T]) -> T:
-        """Run a store operation off the event loop; a refusal becomes the tool's error message."""
+    async def call(work: Callable[[], T], refused: type[Exception] = ToolError) -> T:
+        """Run a store operation off the event loop; a refusal becomes the tool's (or resource's) error message."""
         try:
             return await asyncio.to_thread(work)
         except MemoError as exc:
-            raise ToolError(_refused(exc)) from None
+            raise refused(_refused(exc)) from None
         except ToolRefusal as exc:
-            raise ToolError(str(exc)) from None
+            raise refused(str(exc)) from None
 
     class StaticToken:
         """Accepts the one configured bearer token."""
@@ -411,7 +411,7 @@ def build_server(  # type: ignore[no-untyped-def]
         security=ResourceSecurity(exempt_params={"name"}),  # a memo's name, not a path
     )
     async def memo_markdown(name: str) -> str:
-        return await call(lambda: tools.markdown(name))
+        return await call(lambda: tools.markdown(name), ResourceError)
 
     return server
 

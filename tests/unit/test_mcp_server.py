@@ -14,7 +14,7 @@ from myao2.domain.conversation import Channel, ChannelKind
 from myao2.domain.memo import MemoChanges, MemoDraft, Origin
 from myao2.domain.visibility import Audience
 from myao2.cli import build_parser
-from myao2.mcp_server import Scope, build_server, scope_of
+from myao2.mcp_server import Scope, build_server, memo_uri, scope_of
 from tests.unit.test_preview import BOT, DM, GENERAL, app  # noqa: F401  (a fixture)
 
 
@@ -220,3 +220,22 @@ def test_started_for_the_workspace_by_name_a_client_writes_the_workspaces_memos(
     failed, added = call(app, scope, "add_memo", {"name": "offsite", "content": "The offsite is in Hakone"})
     assert not failed and app.memos.get("offsite", GENERAL).audience.is_workspace
     assert scope_of(build_parser().parse_args(["mcp", "--conversation", DM])) == Scope(DM)
+
+
+def test_a_memo_resource_the_client_may_not_read_is_refused_as_an_unknown_memo(app: Application) -> None:  # noqa: F811
+    # The refusal reached the client as "Error creating resource from template ..." (a crash, its traceback in the
+    # server's log), not as the tools' reason.
+    server = build_server(app, Scope(), BOT, None, "127.0.0.1", 8765)
+
+    async def read(uri: str) -> str:
+        async with Client(server) as client:
+            try:
+                return (await client.read_resource(uri)).contents[0].text
+            except Exception as exc:  # noqa: BLE001 - the client's error is what is asserted
+                return f"refused: {exc}"
+
+    assert "Team lunch is on Fridays" in asyncio.run(read(memo_uri("lunch-day")))
+    for name in ("surprise", "nowhere"):
+        refusal = asyncio.run(read(memo_uri(name)))
+        assert refusal.startswith("refused") and f'no memo named "{name}"' in refusal, refusal
+        assert "surprise party" not in refusal
