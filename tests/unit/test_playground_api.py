@@ -351,3 +351,14 @@ async def test_without_a_token_only_requests_to_a_loopback_name_are_served(harne
 async def chat_in(harness: Harness, conversation: str, text: str) -> None:
     async with await client_for(harness) as client:
         await chat(client, conversation=conversation, text=text)
+
+
+async def test_a_token_is_read_without_the_spaces_around_it_as_the_settings_check_reads_it(harness: Harness) -> None:
+    # playground.token "  " counts as none for check_playground_settings (a loopback host needs none), but the server
+    # took it for a token, and served a DNS-rebinding page that sent it; "s3cret\n" (from a file) refused "s3cret".
+    async with await client_for(harness, token="  ") as client:
+        assert (await client.get("/api/conversations")).status == 200
+        assert (await client.get("/api/conversations?token=%20%20", headers={"Host": "evil.example"})).status == 403
+    async with await client_for(harness, token=" s3cret\n") as client:
+        assert (await client.get("/api/conversations", headers={"Authorization": "Bearer s3cret"})).status == 200
+        assert (await client.get("/api/conversations")).status == 401

@@ -59,8 +59,10 @@ class BadRequest(web.HTTPBadRequest):
 
 
 def build_web_app(playground: Playground, token: str = "") -> web.Application:
-    """The aiohttp application; with `token`, every request but the page's static files must carry it. Without, it
-    listens on a loopback address (`check_playground_settings`) and serves only requests naming one as their host."""
+    """The aiohttp application; with `token` (the spaces around it aside, as `check_playground_settings` reads it),
+    every request but the page's static files must carry it. Without, it listens on a loopback address and serves
+    only requests naming one as their host."""
+    token = token.strip()
     app = web.Application(middlewares=[_token_check(token) if token else _loopback_check])
     routes = _Routes(playground)
     app.add_routes(
