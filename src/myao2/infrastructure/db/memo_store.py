@@ -9,6 +9,7 @@ replays to the stored rows, even with another process writing too.
 from __future__ import annotations
 
 import threading
+from collections import namedtuple
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -238,18 +239,18 @@ class SqlMemoStore:
         self, channel_id: str | None, *, min_priority: int, important: int, recent: int
     ) -> tuple[tuple[Memo, ...], tuple[Memo, ...], tuple[Memo, ...]]:
         rows = self._rows(_prompt_query(_audiences(channel_id)), min_priority=min_priority, important=important, recent=recent)
-        parts: dict[int, list[Any]] = {_PINNED: [], _IMPORTANT: [], _RECENT: []}
-        for row in rows:
-            parts[row.part].append(row)
-        parts[_PINNED].sort(key=lambda row: (row.pinned_at, row.id))
-        parts[_IMPORTANT].sort(key=lambda row: (row.priority, row.updated_at, row.id), reverse=True)
-        parts[_RECENT].sort(key=lambda row: (row.updated_at, row.id), reverse=True)
-        pinned = {row.id for row in parts[_PINNED]}
-        return (
-            tuple(_to_memo(row) for row in parts[_PINNED]),
-            tuple(_to_memo(row) for row in parts[_IMPORTANT] if row.id not in pinned),
-            tuple(_to_memo(row) for row in parts[_RECENT]),
-        )
+        parts: dict[int, list[tuple[Any, Memo]]] = {_PINNED: [], _IMPORTANT: [], _RECENT: []}
+        # each row read by position (a memo's columns, its part, its pinned_at): reading a Row's column by its name
+        # cost more than making the memo (an AttributeError formatted at each, then caught)
+        for *columns, part, pinned_at in rows:
+            parts[part].append((pinned_at, _to_memo(_MemoColumns._make(columns))))
+        pins = sorted(parts[_PINNED], key=lambda pin: (pin[0], pin[1].id))
+        pinned = {memo.id for _, memo in pins}
+        important_memos = [memo for _, memo in parts[_IMPORTANT] if memo.id not in pinned]
+        important_memos.sort(key=lambda memo: (memo.priority, memo.updated_at, memo.id), reverse=True)
+        recent_memos = [memo for _, memo in parts[_RECENT]]
+        recent_memos.sort(key=lambda memo: (memo.updated_at, memo.id), reverse=True)
+        return tuple(memo for _, memo in pins), tuple(important_memos), tuple(recent_memos)
 
     def _rows(self, query: Any, **params: object) -> Sequence[Any]:
         """The Core rows of a read: no ORM session, whose unit of work cost most of a prompt's memo reads."""
@@ -594,6 +595,10 @@ def _flush(session: Session, name: str, read_as: str | None = None) -> None:
 _PINS = MemoPinRow.__table__  # type: ignore[attr-defined]
 _BY_IDS = select(MemoRow).where(col(MemoRow.id).in_(bindparam("ids", expanding=True)))
 """The statement of `by_ids`, built once (every memo search runs it)."""
+
+
+_MemoColumns = namedtuple("_MemoColumns", [column.name for column in MemoRow.__table__.c])  # type: ignore[attr-defined, misc]
+"""A memo row's columns by name, from its values in the table's order: read like a `MemoRow` by `_to_memo`."""
 
 
 def _to_memo(row: MemoRow) -> Memo:
