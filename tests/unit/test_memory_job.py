@@ -545,3 +545,24 @@ async def test_a_channel_the_model_always_refuses_holds_back_no_other_channel(
     assert texts(memories, Scope("C1"), Term.LONG) == []
     assert [t.split()[1:3] for t in texts(memories, Scope("C2"), Term.LONG)] == [["random", "news"]]
     assert [t.split()[1:3] for t in texts(memories, Scope("C3"), Term.LONG)] == [["dev", "news"]]
+
+
+async def test_a_channel_whose_notes_the_model_always_refuses_holds_back_no_other_from_the_workspace_memory(
+    job, writer, memories, conversations, say
+):
+    dev = Channel("C3", "dev")
+    conversations.save_channel(dev)
+    for channel in (GENERAL, RANDOM, dev):
+        say(channel, f"{channel.name} news")
+
+    def refusing_general_notes(prompt: MemoryPrompt) -> MemoryUpdate:
+        if prompt.channel is None and any("general news" in line for line in prompt.material):
+            raise ModelUnavailable("content filter")
+        return echo(prompt)
+
+    writer.answer = refusing_general_notes
+    for _ in range(2):
+        assert (await job.run()).failures == 1  # a model that is down costs a round one call still
+
+    learnt = " ".join(texts(memories, WORKSPACE_SCOPE, Term.LONG))
+    assert "random news" in learnt and "dev news" in learnt and "general news" not in learnt

@@ -163,7 +163,8 @@ class MemoryJob:
         self._profiles = profiles
         self._lock = asyncio.Lock()
         self._suspects: set[str] = set()
-        """The channels of failed calls not read since: each is read alone, after the others."""
+        """The channels of failed calls (of their memories, or of the workspace's from their notes) not read since:
+        each is read alone, after the others."""
         self._failed_in = ""
         """The first channel of the last call that failed: the next round reads those after it first."""
 
@@ -440,9 +441,9 @@ class MemoryJob:
 
     async def _workspace(self, report: RoundReport) -> RoundReport:
         """Update the workspace memory from the public channels whose memory changed since it was made, in calls
-        of at most the batch budget of their notes each, each saved with the marks of what it read (a failed call
-        leaves the rest for the next round); what was made from a message edited meanwhile (the channels' notes
-        held its old words) is left out."""
+        of at most the batch budget of their notes each (`_workspace_calls`), each saved with the marks of what it
+        read (a failed call leaves the rest for the next round); what was made from a message edited meanwhile
+        (the channels' notes held its old words) is left out."""
         started = self._clock.now()
         sources = await asyncio.to_thread(self._workspace_sources)
         long_term = await self._load(WORKSPACE_SCOPE, Term.LONG, WORKSPACE)
@@ -456,7 +457,7 @@ class MemoryJob:
             covered_json = json.dumps(covered, sort_keys=True)
             await asyncio.to_thread(self._memories.save, [replace(long_term, covered=covered_json)])
             return report
-        calls = _batches(notes, self._settings.batch_max_tokens, lambda note: estimate_tokens(note.line))
+        calls = self._workspace_calls(notes)
         for index, call in enumerate(calls):
             if index:  # read again: a narrowing meanwhile dropped the memory, which the next round makes again
                 saved = long_term.covered
@@ -479,8 +480,12 @@ class MemoryJob:
             )
             updates = await self._ask([prompt])
             report = replace(report, calls=report.calls + 1, failures=report.failures + (updates is None))
+            read = [Scope.from_key(key).channel_id or "" for key in dict.fromkeys(note.channel_key for note in call)]
             if updates is None:
+                self._suspects |= set(read)
+                self._failed_in = read[0]
                 break
+            self._suspects -= set(read)
             (update,) = updates
             seen = {**seen, **{note.channel_key: note.mark for note in call}}
             if index == len(calls) - 1:  # and the channels with nothing after what was read, up to their end too
@@ -491,11 +496,28 @@ class MemoryJob:
                 self._dated(update.short_term, allowed | _sources(short_term), tuple(sorted(heard)))
             )
             await asyncio.to_thread(self._memories.save, [long_term, short_term], heard=True, read_at=started)
-            read = [Scope.from_key(key).channel_id or "" for key in dict.fromkeys(note.channel_key for note in call)]
             await asyncio.to_thread(still_public, self._conversations, self._memories, read)
             if index == 0:
                 report = replace(report, updated=report.updated + (WORKSPACE_SCOPE.key,))
         return report
+
+    def _workspace_calls(self, notes: Sequence[_Note]) -> list[list[_Note]]:
+        """`notes` in calls within the batch budget: those of the channels of failed calls last, in calls of their
+        own channel's, those after the first of the last failed call first (notes the model refuses for good, a
+        content filter say, hold back no other channel's for ever)."""
+
+        def channel_id(note: _Note) -> str:
+            return Scope.from_key(note.channel_key).channel_id or ""
+
+        def cost(note: _Note) -> int:
+            return estimate_tokens(note.line)
+
+        budget = self._settings.batch_max_tokens
+        calls = _batches([n for n in notes if channel_id(n) not in self._suspects], budget, cost)
+        suspects = sorted({channel_id(n) for n in notes} & self._suspects, key=lambda c: (c <= self._failed_in, c))
+        for suspect in suspects:
+            calls += _batches([n for n in notes if channel_id(n) == suspect], budget, cost)
+        return calls
 
     def _notes(self, changed: Sequence[tuple[Memory, Memory]], seen: dict[str, list[Any]]) -> list[_Note]:
         """The notes of the changed channels the workspace memory has not read: each channel's long-term ones
