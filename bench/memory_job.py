@@ -134,7 +134,7 @@ async def main() -> None:
             bot_user_id="UBOT",
             budget=Budget(defaults.response.conversation_max_tokens, defaults.response.message_max_tokens),
             marks=prompt_marks("en"),
-            absorbed=Absorbed(memories, profiles, memory_budgets(defaults), store),
+            absorbed=Absorbed(memories, profiles, memory_budgets(defaults)),
         )
 
         step = timedelta(hours=args.interval_hours)
