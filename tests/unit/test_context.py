@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import datetime, timezone
 from zoneinfo import ZoneInfo
 
@@ -144,6 +145,22 @@ def test_format_message_uses_the_time_zone_and_known_names():
 
     assert line == "[2025-01-02 12:00] Alice: @Bob and @Carol and <@U9>, lunch?"
     assert format_message(message, timezone.utc, {}).startswith("[2025-01-02 03:00] Alice: <@U2>")
+
+
+def test_a_messages_time_is_formatted_once_for_every_prompt_that_shows_it(monkeypatch):
+    """Each prompt shows mostly the messages the one before it showed: their times are not formatted again."""
+    from myao2.application import context as module
+
+    formatted: list[datetime] = []
+    format_time = module.format_time
+    monkeypatch.setattr(module, "format_time", lambda moment, tz: formatted.append(moment) or format_time(moment, tz))
+    message = Message("C1", "1735786861.000042", "U1", "hello", "Alice")
+
+    lines = {format_message(message, TOKYO, {}), format_message(replace(message), TOKYO, {})}
+
+    assert lines == {"[2025-01-02 12:01] Alice: hello"}
+    assert len(formatted) == 1
+    assert format_message(message, timezone.utc, {}) == "[2025-01-02 03:01] Alice: hello"
 
 
 def said(ts: int, text: str, user: str = "U1", name: str = "Alice", is_bot: bool = False) -> Message:

@@ -6,6 +6,7 @@ This module is also the one place that formats a message (and a time) for a prom
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -13,7 +14,7 @@ from datetime import datetime, tzinfo
 from typing import Literal
 
 from myao2.domain.budget import cut_text, fit_items
-from myao2.domain.conversation import MENTION, Channel, Message
+from myao2.domain.conversation import MENTION, Channel, Message, ts_to_datetime
 from myao2.domain.memo import IMPORTANT_PRIORITY, Memo
 from myao2.domain.memory import WORKSPACE_SCOPE, Memory, Scope, Term, bullet_line, digest_line
 from myao2.domain.ports import Clock, MemoryStore, MemoStore, ProfileStore
@@ -29,6 +30,8 @@ CONTINUATION_INDENT = "  "
 """Begins each further line of a message, so a line break cannot start a line that looks like another message."""
 MARKER_TOKENS = 16
 """Room kept in a budget for the line saying how many notes were left out."""
+REMEMBERED_TIMES = 4096
+"""How many messages' formatted times are remembered (the least recently used go first)."""
 
 
 @dataclass(frozen=True)
@@ -349,7 +352,14 @@ def format_message(
     text = MENTION.sub(mention, message.text)
     body = ("\n" + CONTINUATION_INDENT).join(text.splitlines() or [""])
     mark = OWN_MARK if own else ""
-    return f"{mark}[{format_time(message.posted_at, timezone)}] {one_line(message.user_name)}: {body}"
+    return f"{mark}[{_posted_time(message.ts, timezone)}] {one_line(message.user_name)}: {body}"
+
+
+@functools.lru_cache(maxsize=REMEMBERED_TIMES)
+def _posted_time(ts: str, timezone: tzinfo) -> str:
+    """`format_time` of the moment Slack timestamp `ts` names, remembered: each prompt shows mostly the messages
+    the one before it showed (their times were most of the cost of formatting them)."""
+    return format_time(ts_to_datetime(ts), timezone)
 
 
 def one_line(name: str) -> str:
