@@ -268,12 +268,20 @@ async def test_events_that_are_no_pair_always_run() -> None:
     assert app.runs == ["message", "message", "message", "member_joined_channel"]
 
 
-async def test_the_bots_own_messages_are_not_handed_to_the_app(fake: FakeSlack) -> None:
+async def test_the_bots_own_messages_are_acknowledged_and_dropped_without_a_task_or_the_app(fake: FakeSlack) -> None:
     seen: list[str] = []
     states = States()
     bot = BotIdentity(user_id=fake.bot_user_id, bot_id=fake.bot_id, team_id=None)
     client = make_web_client(None, fake.base_url)
     mode = SocketMode(bolt_app(fake, seen, ignoring_self_events=False), fake.app_token, client, states, bot=bot)
+    handled: list[str] = []  # the envelopes given a task of their own
+    handle = mode._handle
+
+    async def noted(ws: Any, frame: dict[str, Any]) -> None:
+        handled.append(frame["payload"]["event"].get("text", ""))
+        await handle(ws, frame)
+
+    mode._handle = noted  # type: ignore[method-assign]
     task = asyncio.create_task(mode.run())
     try:
         await fake.async_wait_for(lambda: states.connected, what="hello")
@@ -285,5 +293,6 @@ async def test_the_bots_own_messages_are_not_handed_to_the_app(fake: FakeSlack) 
         await fake.async_wait_for(lambda: seen, what="the person's message handled")
         await fake.async_wait_for(lambda: len(fake.acks) == 4, what="every event acknowledged")
         assert seen == ["a person's"]
+        assert handled == ["a person's"]  # the bot's own are dropped as they are acknowledged, with no task started
     finally:
         task.cancel()

@@ -255,11 +255,18 @@ class SocketMode:
                     # An event's acknowledgement carries nothing: it goes out at once, before the app
                     # runs (bolt would acknowledge it before running the listeners too).
                     await self._acknowledge(ws, {"envelope_id": frame["envelope_id"]})
+                    if self._own(frame):
+                        continue  # no task to start for it: a streamed answer brings several
                 task = asyncio.create_task(self._handle(ws, frame))
                 self._envelopes.add(task)
                 task.add_done_callback(self._envelopes.discard)
         error = ws.exception()
         return f"closed: {describe(error)}" if error else f"closed with code {ws.close_code}"
+
+    def _own(self, frame: dict[str, Any]) -> bool:
+        """Whether an Events API envelope carries a message event of the bot's own (see `_own_message`)."""
+        payload = frame.get("payload")
+        return self._bot is not None and isinstance(payload, dict) and _own_message(payload.get("event"), self._bot)
 
     async def _handle(self, ws: aiohttp.ClientWebSocketResponse, frame: dict[str, Any]) -> None:
         """Run the app on one envelope and, unless it is an event (acknowledged on arrival), acknowledge it
@@ -268,8 +275,6 @@ class SocketMode:
         if request is None:
             return
         if request.type == "events_api":
-            if self._bot is not None and _own_message(request.payload.get("event"), self._bot):
-                return
 
             async def handled() -> bool:
                 response = await self._run_app(request)
