@@ -7,7 +7,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from myao2.application.context import OWN_MARK, Budget, ContextBuilder, Persona, format_message
+from myao2.application.context import OWN_MARK, Budget, ContextBuilder, MemorySections, Persona, format_message
 from myao2.domain.conversation import Channel, ChannelKind, Message
 from myao2.domain.memo import MemoChanges, MemoDraft, Origin
 from myao2.infrastructure.db.engine import open_database
@@ -161,6 +161,21 @@ def test_a_messages_time_is_formatted_once_for_every_prompt_that_shows_it(monkey
     assert lines == {"[2025-01-02 12:01] Alice: hello"}
     assert len(formatted) == 1
     assert format_message(message, timezone.utc, {}) == "[2025-01-02 03:01] Alice: hello"
+
+
+def test_a_memos_time_is_formatted_once_for_every_prompt_that_shows_it(store, clock, monkeypatch):
+    from myao2.application import context as module
+
+    formatted: list[datetime] = []
+    format_time = module.format_time
+    monkeypatch.setattr(module, "format_time", lambda moment, tz: formatted.append(moment) or format_time(moment, tz))
+    context = builder(store, clock).assemble(GENERAL, [], (((), (), ()), MemorySections()))
+    updated = datetime(2025, 1, 2, 15, 31, 7, 42, tzinfo=timezone.utc)
+
+    shown = {context.local_time(updated), context.local_time(updated.replace()), context.local_time(updated)}
+
+    assert shown == {"2025-01-03 00:31"}
+    assert formatted == [updated]
 
 
 def said(ts: int, text: str, user: str = "U1", name: str = "Alice", is_bot: bool = False) -> Message:

@@ -31,7 +31,7 @@ CONTINUATION_INDENT = "  "
 MARKER_TOKENS = 16
 """Room kept in a budget for the line saying how many notes were left out."""
 REMEMBERED_TIMES = 4096
-"""How many messages' formatted times are remembered (the least recently used go first)."""
+"""How many formatted times of messages, and of other moments, are remembered (the least recently used go first)."""
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ class PromptContext:
 
     def local_time(self, moment: datetime) -> str:
         """`moment` as prompts show it, in the persona's time zone."""
-        return format_time(moment, self.persona.timezone)
+        return _shown_time(moment, self.persona.timezone)
 
 
 @dataclass(frozen=True)
@@ -360,6 +360,12 @@ def _posted_time(ts: str, timezone: tzinfo) -> str:
     """`format_time` of the moment Slack timestamp `ts` names, remembered: each prompt shows mostly the messages
     the one before it showed (their times were most of the cost of formatting them)."""
     return format_time(ts_to_datetime(ts), timezone)
+
+
+@functools.lru_cache(maxsize=REMEMBERED_TIMES)
+def _shown_time(moment: datetime, timezone: tzinfo) -> str:
+    """`format_time`, remembered: each prompt shows mostly the memos the one before it showed, with their times."""
+    return format_time(moment, timezone)
 
 
 def one_line(name: str) -> str:
