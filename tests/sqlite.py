@@ -1,7 +1,8 @@
 """Migrated SQLite files for tests: copies of one the migrations ran on once per process.
 
 As `tests/postgres.py` does with a template database: a bot process started on a new
-file spent about 0.2 s of CPU importing Alembic and migrating it, at every start of every test.
+file spent about 0.2 s of CPU importing Alembic and migrating it, at every start of every test
+(now that a new database gets the migrations' recording replayed, about 20 ms).
 """
 
 from __future__ import annotations
