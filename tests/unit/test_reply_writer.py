@@ -522,3 +522,24 @@ async def test_without_tracing_a_reply_serialises_nothing_for_strands_spans(fake
     assert await make_writer().write(CONTEXT, ORIGIN) == "Nothing yet."
     assert len(fake.requests) == 2
     assert serialised == []
+
+
+async def test_a_reply_estimates_each_tool_spec_once_as_strands_would(fake, make_writer, monkeypatch):
+    """Strands estimates the input tokens before every model call, the read-only tool specs as JSON each time:
+    they are counted once, and the estimate is strands' own."""
+    from strands.models import model as strands_model
+
+    writer = make_writer()
+    await writer.write(CONTEXT, ORIGIN)
+    specs = writer._registry.get_all_tool_specs()
+    messages = [{"role": "user", "content": [{"text": "hi"}]}]
+    counted = strands_model.Model.count_tokens(writer._clients.model("response"), messages, specs, "system")
+    assert await writer._clients.model("response").count_tokens(messages, specs, "system") == await counted
+    estimated: list[object] = []
+    estimate = strands_model._heuristic_estimate_json
+    monkeypatch.setattr(strands_model, "_heuristic_estimate_json", lambda value: estimated.append(value) or estimate(value))
+
+    await writer.write(CONTEXT, ORIGIN)
+    await writer.write(CONTEXT, ORIGIN)
+
+    assert len(fake.requests) == 3 and not [spec for spec in estimated if spec in specs]

@@ -180,9 +180,9 @@ class ModelClients:
 
     def _build(self, role: Role) -> Model:
         import openai
-        from strands.models.openai import OpenAIModel
 
         from myao2.infrastructure.llm.chat_client import LeanChatClient
+        from myao2.infrastructure.llm.tool_registry import SpecCountingModel
 
         config = self.config(role)
         if config.provider == "litellm":
@@ -203,7 +203,7 @@ class ModelClients:
                 raise ConfigError(f"agents.{role}.client_args: {exc}") from None
             self._clients[shared] = base
         client = base.with_options(max_retries=config.max_retries, timeout=config.timeout_seconds)
-        return OpenAIModel(client=LeanChatClient(client), model_id=config.model_id, params=config.params)
+        return SpecCountingModel(client=LeanChatClient(client), model_id=config.model_id, params=config.params)
 
 
 _Output = TypeVar("_Output", bound=BaseModel)

@@ -11,14 +11,19 @@ call does changes them. Specs that cannot be changed need no copy: given
 `read_only_specs`, they are read-only mappings whose deep copy is themselves (the
 copy was about a third of the Python calls of a reply). Only for a model whose
 client sends the specs as given, as the openai provider's does; another client
-(litellm) may adjust them in place.
+(litellm) may adjust them in place. That model (`SpecCountingModel`) estimates
+each read-only spec's tokens once, where strands serialised every spec again
+before every model call for its input token estimate.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from strands.models.openai import OpenAIModel
 from strands.tools.registry import ToolRegistry
+from strands.types.content import Messages, SystemContentBlock
+from strands.types.tools import ToolSpec
 
 
 class FixedToolRegistry(ToolRegistry):
@@ -63,3 +68,35 @@ def read_only(value: Any) -> Any:
     if isinstance(value, list):
         return tuple(read_only(item) for item in value)
     return value
+
+
+class SpecCountingModel(OpenAIModel):
+    """Strands' `OpenAIModel` that estimates each read-only tool spec's tokens once (`read_only`: it cannot change).
+
+    Strands estimates a model call's input tokens before it (for hooks and context managers), serialising each
+    tool spec to JSON again. The estimate is the same: strands' own of the messages, plus its own of each spec.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._spec_tokens: dict[int, tuple[ReadOnlyJson, int]] = {}
+
+    async def count_tokens(
+        self,
+        messages: Messages,
+        tool_specs: list[ToolSpec] | None = None,
+        system_prompt: str | None = None,
+        system_prompt_content: list[SystemContentBlock] | None = None,
+    ) -> int:
+        counted = await super().count_tokens(messages, None, system_prompt, system_prompt_content)
+        for spec in tool_specs or ():
+            counted += await self._spec_count(spec)
+        return counted
+
+    async def _spec_count(self, spec: ToolSpec) -> int:
+        if not isinstance(spec, ReadOnlyJson):
+            return await super().count_tokens([], [spec])
+        known = self._spec_tokens.get(id(spec))
+        if known is None or known[0] is not spec:
+            known = self._spec_tokens[id(spec)] = (spec, await super().count_tokens([], [spec]))
+        return known[1]
