@@ -85,3 +85,15 @@ async def test_clients_share_the_one_loading_of_the_model_libraries() -> None:
     await first.load()
     await second.load()
     assert load_model_libraries() is load_model_libraries() and load_model_libraries().done()
+
+
+async def test_loaded_clients_load_again_without_waiting_for_anything() -> None:
+    """Every model call awaits `load` first: once the models are built, that takes no turn of the event loop."""
+    config = AgentConfig(model_id="m", client_args={"api_key": "sk-test", "base_url": "http://127.0.0.1:9/v1"})
+    clients = ModelClients(AgentsConfig(response=config))
+    await clients.load()
+
+    again = clients.load()
+    with pytest.raises(StopIteration):
+        again.send(None)
+    await clients.close()

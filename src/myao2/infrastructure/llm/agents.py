@@ -138,8 +138,12 @@ class ModelClients:
         Model calls await this first: the event loop goes on meanwhile, and never
         imports the libraries itself nor builds a model (its client's TLS context
         alone is ~30 ms of CPU). A role whose model cannot be built is left to fail
-        at its first call.
+        at its first call. Once built, it returns at once (waiting on the libraries' future took a turn of the
+        loop at every model call).
         """
+        if self._building is not None and self._building.done():
+            self._building.result()  # what building raised, if anything
+            return
         await asyncio.shield(asyncio.wrap_future(load_model_libraries()))
         if self._building is None:
             self._building = asyncio.ensure_future(asyncio.to_thread(self._build_all))
