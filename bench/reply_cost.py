@@ -21,15 +21,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench import callgrind  # noqa: E402
+
 STAGES = ("context", "reply")
 
 # os.getppid() (called nowhere else) marks the end of each stage, where callgrind writes out what it counted so far.
@@ -110,25 +113,11 @@ async def main():
 asyncio.run(main())
 """
 
-_PART = re.compile(r"^part: (\d+)$.*?^totals: (\d+)$", re.MULTILINE | re.DOTALL)
-
-
 def measure(src: Path, folder: Path, replies: int) -> list[int]:
     """Each stage's instructions per reply with the bot's modules from `src`."""
-    folder.mkdir()
     env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{ROOT}", "PYTHONHASHSEED": "0"}
-    subprocess.run(
-        ["valgrind", "--tool=callgrind", "--dump-before=getppid", f"--callgrind-out-file={folder}/counts",
-         sys.executable, "-c", SCRIPT, str(replies)],
-        env=env, capture_output=True, text=True, check=True, cwd=ROOT,
-    )
-    parts: dict[int, int] = {}
-    for path in folder.glob("counts.*"):
-        for number, total in _PART.findall(path.read_text(encoding="utf-8", errors="replace")):
-            parts[int(number)] = int(total)
-    if len(parts) < len(STAGES) + 1:
-        raise RuntimeError(f"callgrind wrote {len(parts)} parts, not {len(STAGES) + 1}")
-    return [parts[i + 2] // replies for i in range(len(STAGES))]  # part 1: start-up and warm-up
+    counted = callgrind.parts(SCRIPT, [str(replies)], folder, len(STAGES) + 1, env=env, cwd=ROOT)
+    return [count // replies for count in counted[1:]]  # part 1: start-up and warm-up
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -141,15 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     trees = [ROOT / "src", *(path.resolve() for path in args.src)]
     with tempfile.TemporaryDirectory(prefix="myao2-reply-cost-") as tmp:
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            counts = list(pool.map(lambda i: measure(trees[i], Path(tmp) / str(i), args.replies), range(len(trees))))
-    for i, tree in enumerate(trees):
-        print(f"[{i}] {tree}")
-    width = max(len(stage) for stage in (*STAGES, "total"))
-    print(f"{'instructions per reply (K)':<{width}}  " + "  ".join(f"{f'[{i}]':>8}" for i in range(len(trees))))
-    for i, stage in enumerate(STAGES):
-        print(f"{stage:<{width}}  " + "  ".join(f"{count[i] / 1e3:8,.0f}" for count in counts))
-    print(f"{'total':<{width}}  " + "  ".join(f"{sum(count) / 1e3:8,.0f}" for count in counts))
+        counts = callgrind.count_trees(trees, Path(tmp), lambda tree, folder: measure(tree, folder, args.replies))
+    callgrind.print_table(trees, STAGES, counts, "per reply (K)", 1e3)
     return 0
 
 

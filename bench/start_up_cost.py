@@ -30,15 +30,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench import callgrind  # noqa: E402
 
 STAGES = ("interpreter", "cli", "config", "bot modules", "database", "model libraries", "model clients")
 
@@ -78,30 +80,15 @@ persona: {{name: myao, language: ja, timezone: UTC}}
 memory: {{database_path: {database}}}
 """
 
-_PART = re.compile(r"^part: (\d+)$.*?^totals: (\d+)$", re.MULTILINE | re.DOTALL)
-
-
 def measure(src: Path, folder: Path, new_database: bool) -> list[int]:
     """Each stage's instructions with the bot's modules from `src`, its database (made in `folder`) at the newest
     migration, or new if `new_database`."""
-    folder.mkdir()
     database, config = folder / "memory.db", folder / "config.yaml"
     config.write_text(CONFIG.format(database=database), encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": str(src), "PYTHONHASHSEED": "0"}
     if not new_database:
         subprocess.run([sys.executable, "-c", SCRIPT, str(config)], env=env, check=True)  # migrates: then at head
-    subprocess.run(
-        ["valgrind", "--tool=callgrind", "--dump-before=getppid", f"--callgrind-out-file={folder}/counts",
-         sys.executable, "-c", SCRIPT, str(config)],
-        env=env, capture_output=True, text=True, check=True,
-    )
-    parts: dict[int, int] = {}
-    for path in folder.glob("counts.*"):
-        for number, total in _PART.findall(path.read_text(encoding="utf-8", errors="replace")):
-            parts[int(number)] = int(total)
-    if len(parts) < len(STAGES):
-        raise RuntimeError(f"callgrind wrote {len(parts)} parts, not {len(STAGES)}")
-    return [parts[i + 1] for i in range(len(STAGES))]
+    return callgrind.parts(SCRIPT, [str(config)], folder, len(STAGES), env=env)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,15 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     for tree in trees:  # as installed: pip compiles the modules, and compiling is not start-up
         subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "myao2")], check=True)
     with tempfile.TemporaryDirectory(prefix="myao2-start-up-cost-") as tmp:
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            counts = list(pool.map(lambda i: measure(trees[i], Path(tmp) / str(i), args.new_database), range(len(trees))))
-    for i, tree in enumerate(trees):
-        print(f"[{i}] {tree}")
-    width = max(len(stage) for stage in STAGES)
-    print(f"{'instructions (M)':<{width}}  " + "  ".join(f"{f'[{i}]':>8}" for i in range(len(trees))))
-    for i, stage in enumerate(STAGES):
-        print(f"{stage:<{width}}  " + "  ".join(f"{count[i] / 1e6:8,.0f}" for count in counts))
-    print(f"{'total':<{width}}  " + "  ".join(f"{sum(count) / 1e6:8,.0f}" for count in counts))
+        counts = callgrind.count_trees(trees, Path(tmp), lambda tree, folder: measure(tree, folder, args.new_database))
+    callgrind.print_table(trees, STAGES, counts, "(M)", 1e6)
     return 0
 
 
