@@ -52,12 +52,8 @@ def period(value: str) -> timedelta:
     return length
 
 
-WORKSPACE_OPTION = "workspace"
-"""The `--conversation` value that names the workspace, not one conversation."""
-
-
 def conversation_id(value: str) -> str:
-    """A `--conversation` value: a conversation id (or `WORKSPACE_OPTION`), never blank."""
+    """A `--conversation` value: a conversation id (or `workspace`: `named_audience`), never blank."""
     if not value.strip():
         raise argparse.ArgumentTypeError("give a conversation id such as C0123 (or workspace)")
     return value.strip()

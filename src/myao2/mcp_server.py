@@ -27,7 +27,6 @@ from pydantic import Field
 from myao2.application.memo_markdown import render_memo
 from myao2.application.notebook import DEFAULT_PRIORITY, Actor, Notebook
 from myao2.application.search import SearchError
-from myao2.cli import WORKSPACE_OPTION
 from myao2.composition import Application, build_application
 from myao2.config import Config
 from myao2.domain.conversation import BotIdentity, clean_text
@@ -38,6 +37,7 @@ from myao2.domain.visibility import (
     Audience,
     can_read_conversation,
     can_write,
+    named_audience,
     readable_audiences,
     shows_its_own,
 )
@@ -458,8 +458,8 @@ def run_mcp_command(config: Config, args: argparse.Namespace) -> int:
 
 def scope_of(args: argparse.Namespace) -> Scope:
     """The scope `myao2 mcp`'s options ask for (`--conversation workspace`, as the memo commands take it: none)."""
-    conversation = None if args.conversation == WORKSPACE_OPTION else args.conversation
-    return Scope(conversation, args.allow_pinned)
+    audience = WORKSPACE if args.conversation is None else named_audience(args.conversation)
+    return Scope(audience.conversation_id, args.allow_pinned)
 
 
 def _serve_http(server, listening: socket.socket, host: str, port: int) -> None:  # type: ignore[no-untyped-def]

@@ -17,11 +17,10 @@ from datetime import datetime, tzinfo
 from typing import Any
 
 from myao2.application.notebook import DEFAULT_PRIORITY, Actor, Notebook
-from myao2.cli import WORKSPACE_OPTION
 from myao2.config import Config
 from myao2.domain.memo import Memo, MemoError, MemoRevision, validate_priority
 from myao2.domain.ports import MemoStore
-from myao2.domain.visibility import WORKSPACE, Audience
+from myao2.domain.visibility import WORKSPACE, Audience, named_audience
 from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
@@ -174,9 +173,7 @@ def _audience_label(audience: Audience) -> str:
 
 def _audience(args: argparse.Namespace) -> Audience | None:
     """The audience `--conversation` names: a conversation id, or `workspace`."""
-    if args.conversation is None:
-        return None
-    return WORKSPACE if args.conversation == WORKSPACE_OPTION else Audience(args.conversation)
+    return None if args.conversation is None else named_audience(args.conversation)
 
 
 _COMMANDS: dict[str, Command] = {

@@ -102,6 +102,13 @@ def test_a_file_written_by_hand_takes_defaults_and_tolerates_crlf_and_a_bom():
     assert (draft.content, draft.priority, draft.tags, draft.detail) == ("Standup at 10:00", 3, (), None)
 
 
+@pytest.mark.parametrize("visibility", ["visibility: conversation\n", "visibility: workspace\n", ""])
+def test_conversation_workspace_names_the_workspace_as_the_conversation_option_does(visibility):
+    file = parse_memo(f"---\nname: standup\n{visibility}conversation: workspace\n---\nStandup at 10:00\n")
+
+    assert file.audience == WORKSPACE
+
+
 BAD_CONVERSATION = "conversation must be one conversation's id, such as C123 (one word, no control characters)"
 
 

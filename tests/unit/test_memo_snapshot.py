@@ -229,6 +229,16 @@ def test_refusals_and_invalid_files_are_reported_and_the_rest_applies(store, not
     assert {memo.name for memo in store.list(None).memos} == {"alice-ramen", "standup", "surprise", "fine"}
 
 
+def test_a_file_kept_for_conversation_workspace_is_imported_for_the_workspace(store, notebook):
+    files = files_of(store)
+    files["lunch.md"] = b"---\nname: lunch\nvisibility: conversation\nconversation: workspace\n---\nLunch at noon\n"
+
+    plan = apply_import(store, plan_import(store, files, Scope.WORKSPACE))
+
+    assert [(o, p) for o, p in outcomes(plan) if o != "unchanged"] == [("added", "lunch.md")]
+    assert store.get("lunch", None).audience == WORKSPACE
+
+
 def test_a_name_clash_and_the_tag_kind_limit_are_foreseen_in_the_plan(store, notebook):
     files = files_of(store, Scope.ALL)
     files["dm.md"] = b"---\nname: standup\nvisibility: conversation\nconversation: D1\n---\nhi\n"

@@ -36,7 +36,7 @@ import yaml
 from myao2.application.notebook import DEFAULT_PRIORITY
 from myao2.application.yaml_text import load_yaml
 from myao2.domain.memo import Memo, MemoDraft, Visibility, memo_audience, validate_name
-from myao2.domain.visibility import Audience
+from myao2.domain.visibility import WORKSPACE, Audience, named_audience
 
 FENCE = "---"
 DETAIL_HEADING = "## Detail"
@@ -149,6 +149,8 @@ def _audience(front: dict[str, object]) -> Audience:
         visibility = Visibility(front.get("visibility", Visibility.WORKSPACE.value))
     except ValueError:
         raise MemoFileError("visibility must be workspace or conversation") from None
+    if isinstance(conversation, str) and named_audience(conversation.strip()).is_workspace:
+        return WORKSPACE  # `conversation: workspace` names the workspace, as `--conversation workspace` does
     if visibility is Visibility.WORKSPACE and conversation is not None:
         raise MemoFileError("conversation is only for a memo with visibility: conversation")
     if visibility is Visibility.CONVERSATION and not (isinstance(conversation, str) and conversation.strip()):

@@ -38,6 +38,15 @@ class Audience:
 
 WORKSPACE = Audience()
 
+WORKSPACE_NAME = "workspace"
+"""What a person writes to name the workspace where a conversation's id is asked for (`named_audience`)."""
+
+
+def named_audience(name: str) -> Audience:
+    """The audience a person names where a conversation's id is asked for (a `--conversation` option, a memo
+    file's `conversation:`): `WORKSPACE_NAME` the workspace, any other word that conversation."""
+    return WORKSPACE if name == WORKSPACE_NAME else Audience(name)
+
 WORKSPACE_VIEW = ""
 """A reader that is no conversation: it sees what the whole workspace may read and nothing of any
 conversation's own (e.g. an MCP client started without a conversation). No conversation has this id."""
