@@ -26,6 +26,7 @@ from myao2.application import tracing
 from myao2.application.agents import MemoryPrompt, MemoryUpdate, MemoryWriter, ModelUnavailable
 from myao2.application.context import Persona, format_message
 from myao2.application.profiles import ProfileKeeper
+from myao2.application.suspects import Suspects
 from myao2.domain.budget import cut_text, fit_items
 from myao2.domain.conversation import Channel, ChannelChanges, Message, ts_to_datetime
 from myao2.domain.memory import WORKSPACE_SCOPE, Bullet, Draft, Memory, Scope, Term
@@ -162,11 +163,8 @@ class MemoryJob:
         self._settings = settings
         self._profiles = profiles
         self._lock = asyncio.Lock()
-        self._suspects: set[str] = set()
-        """The channels of failed calls (of their memories, or of the workspace's from their notes) not read since:
-        each is read alone, after the others."""
-        self._failed_in = ""
-        """The first channel of the last call that failed: the next round reads those after it first."""
+        self._suspects = Suspects()
+        """The channels of failed calls, of their memories or of the workspace's from their notes."""
 
     async def run(self) -> RoundReport:
         """One round over every channel with changes, then the workspace, then people's profiles."""
@@ -250,11 +248,13 @@ class MemoryJob:
         reads the channels of that call last, each alone, those after its first channel first.
         What was made from a message edited since `started` (the round read it and the memories before) is
         left out: the notes may hold its old words, and the next round reads its new ones."""
+        def channel_id(item: _Unread) -> str:
+            return item.channel.id
+
         audiences: dict[str, list[_Unread]] = {}
         # a call the model refuses for good (a content filter, say) must hold back no other channel for ever: the
         # channels of failed calls come last, each read alone, those after the first of the last failed call first
-        order = sorted(unread, key=lambda item: (item.channel.id in self._suspects, item.channel.id <= self._failed_in))
-        for item in order:
+        for item in self._suspects.order(self._suspects.rotated(unread, channel_id), channel_id):
             audiences.setdefault(item.backlog.audience.conversation_id or "", []).append(item)
         for _, pending in sorted(audiences.items()):
             while pending:
@@ -262,12 +262,11 @@ class MemoryJob:
                 prompts, threads = await self._prompts(together)
                 updates = await self._ask(prompts)
                 report = replace(report, calls=report.calls + 1, failures=report.failures + (updates is None))
-                read = {item.channel.id for item in together}
+                read = [item.channel.id for item in together]
                 if updates is None:
-                    self._suspects |= read
-                    self._failed_in = together[0].channel.id
+                    self._suspects.failed(read)
                     break
-                self._suspects -= read
+                self._suspects.read(read)
                 saved: list[Memory] = []
                 heard = _heard(prompts)
                 for item, item_threads, update in zip(together, threads, updates):
@@ -308,8 +307,10 @@ class MemoryJob:
         size = 0
         for item in pending:
             cost = sum(_cost(m) for m in item.backlog.batches[0])
-            alone = {item.channel.id, together[0].channel.id} & self._suspects if together else set()
-            if together and (size + cost > self._settings.batch_max_tokens or alone):
+            if together and (
+                size + cost > self._settings.batch_max_tokens
+                or self._suspects.apart(together[0].channel.id, item.channel.id)
+            ):
                 continue
             together.append(item)
             size += cost
@@ -482,10 +483,9 @@ class MemoryJob:
             report = replace(report, calls=report.calls + 1, failures=report.failures + (updates is None))
             read = [Scope.from_key(key).channel_id or "" for key in dict.fromkeys(note.channel_key for note in call)]
             if updates is None:
-                self._suspects |= set(read)
-                self._failed_in = read[0]
+                self._suspects.failed(read)
                 break
-            self._suspects -= set(read)
+            self._suspects.read(read)
             (update,) = updates
             seen = {**seen, **{note.channel_key: note.mark for note in call}}
             if index == len(calls) - 1:  # and the channels with nothing after what was read, up to their end too
@@ -512,12 +512,7 @@ class MemoryJob:
         def cost(note: _Note) -> int:
             return estimate_tokens(note.line)
 
-        budget = self._settings.batch_max_tokens
-        calls = _batches([n for n in notes if channel_id(n) not in self._suspects], budget, cost)
-        suspects = sorted({channel_id(n) for n in notes} & self._suspects, key=lambda c: (c <= self._failed_in, c))
-        for suspect in suspects:
-            calls += _batches([n for n in notes if channel_id(n) == suspect], budget, cost)
-        return calls
+        return self._suspects.calls(notes, channel_id, cost, self._settings.batch_max_tokens)
 
     def _notes(self, changed: Sequence[tuple[Memory, Memory]], seen: dict[str, list[Any]]) -> list[_Note]:
         """The notes of the changed channels the workspace memory has not read: each channel's long-term ones

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from myao2.application.agents import ModelUnavailable, PersonMaterial, PersonUpdate, ProfilePrompt, ProfileWriter
 from myao2.application.context import Persona, format_message
+from myao2.application.suspects import Suspects
 from myao2.domain.budget import cut_text, fit_items
 from myao2.domain.conversation import Channel, Message, ts_to_datetime
 from myao2.domain.ports import Clock, ConversationStore, ProfileStore
@@ -67,10 +68,8 @@ class ProfileKeeper:
         self._persona = persona
         self._batch_max_tokens = batch_max_tokens
         self._cut = cut
-        self._suspects: set[str] = set()
-        """The people of failed calls not read since: each is read in a call of their own, after the others."""
-        self._failed_in = ""
-        """The first person of the last call that failed: the next round reads the people after them first."""
+        self._suspects = Suspects()
+        """The people of failed calls."""
 
     async def run(self) -> ProfileRound:
         """One round: the model calls of each audience whose turn it is for someone with new messages."""
@@ -100,16 +99,15 @@ class ProfileKeeper:
         report = ProfileRound()
         for audience, people in sorted(turns.items(), key=lambda item: audience_key(item[0])):
             for call in self._calls(audience, people):
-                ids = {profile.user_id for profile, _ in call}
-                if report.failures and ids & self._suspects:
+                ids = [profile.user_id for profile, _ in call]
+                if report.failures and any(user_id in self._suspects for user_id in ids):
                     continue  # a model that is down costs a round one call of theirs, not one each
                 failures = report.failures
                 report = await self._update(audience, call, channels, report)
                 if report.failures > failures:
-                    self._suspects |= ids
-                    self._failed_in = call[0][0].user_id
+                    self._suspects.failed(ids)
                 else:
-                    self._suspects -= ids
+                    self._suspects.read(ids)
         return report
 
     def _calls(
@@ -119,20 +117,15 @@ class ProfileKeeper:
         people as leave each a share of the budget for their messages of `MIN_SHARE_TOKENS` at least. Those of a
         failed call come last, each in a call of their own (one the model refuses for good, a content filter say,
         holds back no one else for ever), those after the first of the last failed call first."""
+
+        def user_id(person: tuple[Profile, list[str]]) -> str:
+            return person[0].user_id
+
+        def cost(person: tuple[Profile, list[str]]) -> int:
+            return sum(_fact_cost(f) for f in self._known(person[0].of(audience)))
+
         most = max(1, self._batch_max_tokens // MIN_SHARE_TOKENS)
-        calls: list[list[tuple[Profile, list[str]]]] = []
-        size = 0
-        suspect = [p for p in people if p[0].user_id in self._suspects]
-        suspect.sort(key=lambda person: person[0].user_id <= self._failed_in)
-        for person in [*(p for p in people if p[0].user_id not in self._suspects), *suspect]:
-            cost = sum(_fact_cost(f) for f in self._known(person[0].of(audience)))
-            alone = person[0].user_id in self._suspects
-            if not calls or alone or size + cost > self._batch_max_tokens // 2 or len(calls[-1]) >= most:
-                calls.append([])
-                size = 0
-            calls[-1].append(person)
-            size += cost
-        return calls
+        return self._suspects.calls(people, user_id, cost, self._batch_max_tokens // 2, most)
 
     def absorbed(self, channel: Channel, messages: Sequence[Message]) -> set[str]:
         """The ts of those of the channel's `messages` read into their authors' profiles (a bot's, which no

@@ -25,6 +25,7 @@ from myao2.application import tracing
 from myao2.application.agents import DigestPrompt, DigestWriter, ModelUnavailable
 from myao2.application.context import Persona, format_message
 from myao2.application.memory_job import still_public
+from myao2.application.suspects import LastFailure
 from myao2.domain.budget import fit_items
 from myao2.domain.conversation import Channel, ChannelKind, Message, ts_to_datetime
 from myao2.domain.memory import Digest, RetentionPolicy, Stage
@@ -82,8 +83,8 @@ class RetentionJob:
         """The most message text one digest call reads; the day's oldest messages are left out beyond it."""
         self._memory = memory
         self._lock = asyncio.Lock()
-        self._failed_in = ""
-        """The conversation whose digest the model failed last: the next round begins after it."""
+        self._last_failure = LastFailure()
+        """The conversation whose digest the model failed last."""
 
     async def run(self) -> RetentionReport:
         """One round over every conversation's days old enough for a step."""
@@ -98,13 +99,13 @@ class RetentionJob:
                 channels = [(channel_id, list(of)) for channel_id, of in groupby(keys, key=lambda key: key[0])]
                 # those after the one whose model call failed last first: a day the model refuses for good
                 # holds back no other conversation
-                channels.sort(key=lambda channel: channel[0] <= self._failed_in)
+                channels = self._last_failure.rotated(channels, lambda channel: channel[0])
                 report = RetentionReport()
                 for channel_id, in_channel in channels:
                     with tracing.span("memory.retention.channel", {"slack.channel_id": channel_id}):
                         report, going_on = await self._channel(channel_id, in_channel, today, report)
                     if not going_on:
-                        self._failed_in = channel_id
+                        self._last_failure.failed([channel_id])
                         break
                 span.set_attribute("myao2.retention.digests", report.digests)
                 span.set_attribute("myao2.retention.failures", report.failures)
