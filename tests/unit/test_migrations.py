@@ -254,6 +254,24 @@ def test_documents_indexed_before_0025_get_the_conversation_they_came_from(empty
     engine.dispose()
 
 
+def test_profiles_stored_before_0026_never_give_again_the_ids_of_the_facts_they_keep(empty_url: str) -> None:
+    engine = create_engine(empty_url)
+    with engine.begin() as connection:
+        upgrade_to(connection, "0025")
+        for user_id, ids in (("U1", [1, 4, 2]), ("U2", [])):
+            facts = json.dumps([{"id": fact_id} for fact_id in ids])
+            connection.execute(
+                text("INSERT INTO profiles (user_id, facts, read_up_to, updated_at) VALUES (:u, :f, '{}', 'x')"),
+                {"u": user_id, "f": facts},
+            )
+    engine.dispose()
+    engine = open_database(empty_url)
+    with engine.connect() as connection:
+        last = connection.execute(text("SELECT user_id, last_fact_id FROM profiles ORDER BY user_id")).all()
+    assert [tuple(row) for row in last] == [("U1", 4), ("U2", 0)]
+    engine.dispose()
+
+
 def test_migrating_again_changes_nothing(empty_url: str) -> None:
     engine = open_database(empty_url)
     with engine.begin() as connection:

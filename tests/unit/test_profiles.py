@@ -141,6 +141,12 @@ def test_a_private_conversation_neither_confirms_nor_supersedes_what_another_aud
     assert [f.text for f in profile.readable(GENERAL.id)] == ["likes tea"]
 
 
+def test_the_id_of_a_fact_dropped_is_never_given_again():
+    profile = Profile("U1").learn(WORKSPACE, [(NewFact("likes tea", 0.7, ("1.0",)), "C1", DAY)], [])
+    profile = profile.without_sources({"1.0"}).learn(WORKSPACE, [(NewFact("likes coffee", 0.7, ("2.0",)), "C1", DAY)], [])
+    assert [(f.id, f.text) for f in profile.facts] == [(2, "likes coffee")]
+
+
 # -- the keeper ---------------------------------------------------------------
 
 
@@ -393,3 +399,16 @@ async def test_a_person_whose_words_the_model_always_refuses_holds_back_no_one_r
     assert facts(profiles, "U1") == [("likes u1-things", 0, 0.7)]
     assert facts(profiles, "U3") == [("likes u3-things", 0, 0.7)]
     assert facts(profiles, "U2") == []
+
+
+async def test_a_fact_learnt_after_one_was_dropped_never_takes_its_id(keeper, conversations, profiles, say):
+    # `myao2 profile promote USER FACT_ID` after a listing must never promote another fact than the one listed
+    say(GENERAL, "U1", "I like ramen")
+    tea = say(GENERAL, "U1", "I like tea")
+    await keeper.run()
+    assert [(f.id, f.text) for f in profiles.get("U1").facts] == [(1, "likes ramen"), (2, "likes tea")]
+
+    conversations.delete_message(GENERAL.id, tea.ts)  # deleted in Slack: what was learnt from it goes
+    say(GENERAL, "U1", "I like coffee")
+    await keeper.run()
+    assert [(f.id, f.text) for f in profiles.get("U1").facts] == [(1, "likes ramen"), (3, "likes coffee")]

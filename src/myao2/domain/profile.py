@@ -84,6 +84,9 @@ class Profile:
     facts: tuple[Fact, ...] = ()
     read_up_to: Mapping[str, str] = field(default_factory=dict)
     """Audience key (see `audience_key`) -> the newest ts read from that audience."""
+    last_fact_id: int = 0
+    """The highest fact id given out: a fact dropped since does not free its id (`myao2 profile promote` names a
+    fact by the id a listing showed)."""
 
     def readable(self, reader: str | None) -> tuple[Fact, ...]:
         """The active facts conversation `reader` may see (None: a person's own view), oldest first."""
@@ -124,9 +127,9 @@ class Profile:
                     confidence=_clamp(confirmation.confidence),
                     source_ts=fact.source_ts + fresh,
                 )
-        next_id = max(facts, default=0) + 1
-        for offset, (draft, conversation_id, day) in enumerate(new):
-            fact_id = next_id + offset
+        last_id = max(self.last_fact_id, max(facts, default=0))
+        for offset, (draft, conversation_id, day) in enumerate(new, start=1):
+            fact_id = last_id + offset
             for old in draft.supersedes:
                 if old in own and facts[old].active:
                     facts[old] = replace(facts[old], superseded_by=fact_id)
@@ -141,7 +144,7 @@ class Profile:
                 draft.source_ts,
                 heard_in=heard_in,
             )
-        return replace(self, facts=tuple(facts[i] for i in sorted(facts)))
+        return replace(self, facts=tuple(facts[i] for i in sorted(facts)), last_fact_id=last_id + len(new))
 
     def read(self, audience: Audience, ts: str) -> Profile:
         """This profile having read `audience`'s messages up to `ts`."""

@@ -73,6 +73,7 @@ class SqlProfileStore:
                     profile = profile.without_sources(_gone(session, profile, row, read_at))
                 row.facts = [fact_to_json(f) for f in profile.facts]
                 row.read_up_to = dict(profile.read_up_to)
+                row.last_fact_id = max(row.last_fact_id, profile.last_fact_id, *(f.id for f in profile.facts))
                 row.updated_at = now
                 session.add(row)
 
@@ -157,4 +158,4 @@ def row_to_profile(row: ProfileRow) -> Profile:
         )
         for f in row.facts
     )
-    return Profile(row.user_id, facts, dict(row.read_up_to))
+    return Profile(row.user_id, facts, dict(row.read_up_to), row.last_fact_id)

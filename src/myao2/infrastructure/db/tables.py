@@ -256,3 +256,5 @@ class ProfileRow(SQLModel, table=True):
     facts: list[dict[str, Any]] = Field(sa_column=Column(JSONText, nullable=False))
     read_up_to: dict[str, str] = Field(sa_column=Column(JSONText, nullable=False))
     updated_at: datetime = Field(sa_column=Column(UTCDateTime, nullable=False))
+    last_fact_id: int = Field(default=0, sa_column=Column(Integer, nullable=False, server_default="0"))
+    """The highest fact id given out (`Profile.last_fact_id`)."""
