@@ -218,6 +218,33 @@ def test_a_mention_lost_to_a_users_info_failure_is_answered_by_the_periodic_sync
     assert bot.stop() == 0
 
 
+def test_a_mention_in_a_reply_to_a_thread_older_than_the_synced_span_is_answered_once_from_the_history(
+    bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
+) -> None:
+    # The reply's event is lost; conversations.history lists only the thread's parent, posted days before the span
+    # the sync reads (response.max_message_age_seconds). The sync finds the reply from the parent's latest_reply.
+    bot.settings["response.history_sync_interval_seconds"] = 1
+    llm.set_responder(lambda request: Text("Yes, still on."))
+    days_ago = lambda days: f"{time.time() - days * 86400:.6f}"  # noqa: E731
+    parent = slack.post_message(GENERAL, ALICE, "the spring trip", ts=days_ago(3), emit=False)
+    slack.post_message(GENERAL, ALICE, "dates to follow", thread_ts=parent, ts=days_ago(2), emit=False)
+    bot.start()
+    ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> is it still on?", thread_ts=parent, emit=False)
+
+    slack.wait_for(lambda: answers_to(slack, ts), what="the answer found from the history")
+    wait_until(lambda: settled(bot, ts), what="the claim settled")
+    reads = thread_reads(slack, parent)
+    slack.wait_for(lambda: thread_reads(slack, parent) >= reads + 2, what="two more syncs reading the thread")
+    assert [(p["text"], p["thread_ts"]) for p in answers_to(slack, ts)] == [("Yes, still on.", parent)]
+    assert len(slack.posted) == 1 and len(llm.requests) == 1
+    assert bot.stop() == 0
+
+
+def thread_reads(slack: FakeSlack, thread_ts: str) -> int:
+    """How many times the bot read thread `thread_ts` (conversations.replies)."""
+    return sum(name == "conversations.replies" and params.get("ts") == thread_ts for name, params in slack.web_calls)
+
+
 def test_a_replaced_database_turns_ready_to_503_and_old_answers_are_not_repeated(
     bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
 ) -> None:

@@ -21,7 +21,14 @@ from myao2.domain.answers import words_digest
 from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Person
 from myao2.domain.ports import ConversationClosed
 from myao2.infrastructure.slack import gateway as gateway_module
-from myao2.infrastructure.slack.gateway import PAGE_SIZE, SlackAuthError, SlackGateway, make_web_client, web_session
+from myao2.infrastructure.slack.gateway import (
+    MICROSECOND,
+    PAGE_SIZE,
+    SlackAuthError,
+    SlackGateway,
+    make_web_client,
+    web_session,
+)
 from tests.fakes.slack_server import FakeSlack
 
 
@@ -175,6 +182,84 @@ async def test_fetch_history_cut_by_replies_is_complete_only_from_the_oldest_kep
 
     assert [m.ts for m in history.messages] == replies[-3:]
     assert Decimal(replies[0]) < Decimal(history.complete_after) < Decimal(replies[1])
+
+
+async def test_fetch_history_finds_replies_in_its_span_under_a_thread_started_before_it(
+    fake: FakeSlack, gateway: SlackGateway
+) -> None:
+    # conversations.history lists only the parents posted in the span: a reply posted now under a thread started
+    # days ago, its event lost, must be found all the same (from its parent's latest_reply), or a mention there
+    # goes unanswered.
+    now = time.time()
+    oldest = f"{now - 3600:.6f}"
+    parent = fake.post_message("C1", "U1", "an old plan", ts=f"{now - 3 * 86400:.6f}", emit=False)
+    fake.post_message("C1", "U2", "an old reply", thread_ts=parent, ts=f"{now - 2 * 86400:.6f}", emit=False)
+    quiet = fake.post_message("C1", "U1", "an old thread, quiet since", ts=f"{now - 86400:.6f}", emit=False)
+    fake.post_message("C1", "U2", "its old reply", thread_ts=quiet, ts=f"{now - 86000:.6f}", emit=False)
+    reply = fake.post_message("C1", "U2", f"<@{fake.bot_user_id}> is it still on?", thread_ts=parent, emit=False)
+
+    history = await gateway.fetch_history("C1", oldest, 100)
+
+    assert [(m.ts, m.thread_ts) for m in history.messages] == [(reply, parent)]
+    assert history.complete_after == oldest and {parent, quiet} <= history.threads
+    assert [params["ts"] for params in calls(fake, "conversations.replies")] == [parent]  # not the quiet one
+    assert len(calls(fake, "conversations.history")) == 1  # a quiet channel: one page holds the span and before
+
+
+async def test_fetch_history_looks_for_replies_under_the_newest_parents_only(
+    fake: FakeSlack, gateway: SlackGateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Finding threads by their parents costs a history page per PAGE_SIZE parents: the search goes back through
+    # the newest THREAD_PARENTS_READ top-level messages, not the whole channel.
+    monkeypatch.setattr(gateway_module, "PAGE_SIZE", 2)
+    monkeypatch.setattr(gateway_module, "THREAD_PARENTS_READ", 4)
+    now = time.time()
+    parents = [fake.post_message("C1", "U1", f"p{i}", ts=f"{now - 86400 + i:.6f}", emit=False) for i in range(6)]
+    replies = [fake.post_message("C1", "U2", f"r{i}", thread_ts=p, emit=False) for i, p in enumerate(parents)]
+
+    history = await gateway.fetch_history("C1", f"{now - 3600:.6f}", 100)
+
+    assert [m.ts for m in history.messages] == replies[2:]
+    assert len(calls(fake, "conversations.history")) == 2
+
+
+async def test_fetch_history_reads_the_newest_replies_of_a_long_thread_not_the_whole_thread(
+    fake: FakeSlack, gateway: SlackGateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # conversations.replies lists a thread oldest first: reading a thread of thousands of replies whole, page by
+    # page, to keep the newest `limit` costs a call per page. Only the newest are read.
+    monkeypatch.setattr(gateway_module, "PAGE_SIZE", 10)
+    now = time.time()
+    parent = fake.post_message("C1", "U1", "a busy thread", ts=f"{now - 3000:.6f}", emit=False)
+    replies = [
+        fake.post_message("C1", "U2", f"r{i}", thread_ts=parent, ts=f"{now - 2000 + 10 * i:.6f}", emit=False)
+        for i in range(200)
+    ]
+
+    history = await gateway.fetch_history("C1", f"{now - 3600:.6f}", 10)
+
+    assert [m.ts for m in history.messages] == replies[-10:]
+    assert Decimal(replies[-11]) <= Decimal(history.complete_after) < Decimal(replies[-10])
+    reads = calls(fake, "conversations.replies")
+    assert all(int(params["limit"]) <= 10 for params in reads)
+    assert len(reads) <= 6  # reading the thread whole takes 21 pages
+
+
+async def test_fetch_history_reads_a_long_thread_posted_in_a_burst_in_few_calls(
+    fake: FakeSlack, gateway: SlackGateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(gateway_module, "PAGE_SIZE", 10)
+    start = Decimal(f"{time.time():.6f}")
+    parent = fake.post_message("C1", "U1", "a burst", ts=f"{start:.6f}", emit=False)
+    replies = [
+        fake.post_message("C1", "U2", f"r{i}", thread_ts=parent, ts=f"{start + i * MICROSECOND:.6f}", emit=False)
+        for i in range(1, 401)
+    ]
+
+    history = await gateway.fetch_history("C1", "0", 10)
+
+    assert [m.ts for m in history.messages] == replies[-10:]
+    assert len(calls(fake, "conversations.replies")) <= 6  # reading it whole takes 41
 
 
 @pytest.mark.parametrize("method", ["users.conversations", "conversations.history", "conversations.replies"])

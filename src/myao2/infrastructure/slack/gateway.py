@@ -32,6 +32,10 @@ T = TypeVar("T")
 RATE_LIMIT_RETRIES = 5
 CONNECTION_RETRIES = 2
 PAGE_SIZE = 200
+THREAD_PARENTS_READ = 1000
+"""The most top-level messages of a channel one history fetch reads, newest first, to find the threads with replies
+in its span (by their `latest_reply`): a quiet channel's first page holds them all, a busy one's few pages."""
+MICROSECOND = Decimal("0.000001")
 WEB_API_TIMEOUT_SECONDS = 30  # slack_sdk's default
 MEMBER_CHANNEL_TYPES = "public_channel,private_channel,mpim,im"
 RETRY_DELAYS = (0.5, 1.0, 2.0)
@@ -258,53 +262,106 @@ class SlackGateway:
         return [await self._to_channel(info) async for page in pages(response) for info in page["channels"]]
 
     async def fetch_history(self, channel_id: str, oldest: str, limit: int) -> History:
-        """Spoken messages after `oldest`, replies of the threads started in that span included.
+        """Spoken messages after `oldest`, the replies posted then in threads started earlier included.
 
         Oldest first, one per ts, the newest `limit` when there are more; the span
-        returned in full shrinks to what was kept when messages were cut.
+        returned in full shrinks to what was kept when messages were cut. Threads are
+        found from their parents' `latest_reply` among the newest `THREAD_PARENTS_READ`
+        top-level messages, and of each only the replies that may be kept are read.
         """
-        top_level, cut = await self._history(channel_id, oldest, limit)
-        complete_after = oldest
-        if cut and top_level:
-            complete_after = _just_before(top_level[-1]["ts"])
-        raws = {raw["ts"]: raw for raw in top_level}
-        for parent in top_level:
-            if parent.get("reply_count"):
-                replies = await retrying(
-                    "conversations.replies",
-                    lambda ts=parent["ts"]: self._client.conversations_replies(
-                        channel=channel_id, ts=ts, oldest=oldest, limit=PAGE_SIZE
-                    ),
-                )
-                async for page in pages(replies):
-                    raws.update((raw["ts"], raw) for raw in page["messages"])
+        listed = await self._top_level(channel_id, oldest, limit)
+        in_span = [raw for raw in listed if Decimal(raw["ts"]) > Decimal(oldest)]
+        raws = {raw["ts"]: raw for raw in in_span[:limit]}
+        complete_after = oldest if len(in_span) <= limit else _just_before(in_span[limit - 1]["ts"])
+        threads = sorted(
+            (raw for raw in listed if raw.get("reply_count") and raw.get("latest_reply")),
+            key=lambda raw: Decimal(raw["latest_reply"]),
+            reverse=True,
+        )
+        for parent in threads:
+            if Decimal(parent["latest_reply"]) <= Decimal(complete_after):
+                continue  # nothing to keep was posted there (a later reply counts at the next sync)
+            replies, after = await self._newest_replies(channel_id, parent, complete_after, limit)
+            raws.update((raw["ts"], raw) for raw in replies)
+            complete_after = _cut(raws, limit, max(complete_after, after, key=Decimal))
         spoken = sorted(
             (raw for raw in raws.values() if raw.get("subtype") in translate.SPOKEN_SUBTYPES),
             key=lambda raw: Decimal(raw["ts"]),
-        )
-        if len(spoken) > limit:
-            spoken = spoken[-limit:]
-            complete_after = max(complete_after, _just_before(spoken[0]["ts"]), key=Decimal)
+        )[-limit:]
         user_ids = {raw["user"] for raw in spoken if raw.get("user")}
         people = {p.user_id: p for p in await asyncio.gather(*map(self.person, user_ids))}
         return History(
             channel_id=channel_id,
             messages=[translate.to_message(raw, channel_id, _author_name(raw, people)) for raw in spoken],
             complete_after=complete_after,
-            threads=frozenset(raw["ts"] for raw in top_level),
+            threads=frozenset(raw["ts"] for raw in listed),
         )
 
-    async def _history(self, channel_id: str, oldest: str, limit: int) -> tuple[list[dict[str, Any]], bool]:
-        """Up to `limit` top-level messages after `oldest`, newest first, and whether more were left."""
+    async def _top_level(self, channel_id: str, oldest: str, limit: int) -> list[dict[str, Any]]:
+        """The channel's top-level messages, newest first: those after `oldest` (up to one more than `limit`) and
+        before it, up to `THREAD_PARENTS_READ` in all, whose `latest_reply` tells which threads have new replies."""
         found: list[dict[str, Any]] = []
+        in_span = 0
         response = await retrying(
             "conversations.history",
-            lambda: self._client.conversations_history(channel=channel_id, oldest=oldest, limit=min(limit, PAGE_SIZE)),
+            lambda: self._client.conversations_history(channel=channel_id, limit=PAGE_SIZE),
         )
         async for page in pages(response):
-            found.extend(page["messages"])
-            if len(found) >= limit:
-                return found[:limit], len(found) > limit or bool(page.get("has_more"))
+            for raw in page["messages"]:
+                found.append(raw)
+                in_span += Decimal(raw["ts"]) > Decimal(oldest)
+            if len(found) >= THREAD_PARENTS_READ and (in_span > limit or in_span < len(found)):
+                break
+        return found
+
+    async def _newest_replies(
+        self, channel_id: str, parent: dict[str, Any], after: str, keep: int
+    ) -> tuple[list[dict[str, Any]], str]:
+        """The newest replies of thread `parent` posted after `after`, at most about `keep` of them, and the ts
+        after which every reply was returned.
+
+        conversations.replies lists a thread oldest first: when more than `keep` were
+        posted after `after`, spans ending at the newest reply are read, each widened or
+        narrowed from what the one before held, instead of the whole thread.
+        """
+        replies, more = await self._replies(channel_id, parent["ts"], after, None, keep)
+        if not more:
+            return replies, after
+        bottom = Decimal(after)  # more than are still wanted were posted after it
+        ceiling = Decimal(parent["latest_reply"]) + MICROSECOND  # every reply at or after it is read
+        step = _span_of(keep, replies)
+        newest: list[dict[str, Any]] = []
+        complete_after: str | None = None
+        top: str | None = None  # what is read is before it (None: up to now)
+        while len(newest) < keep and ceiling - bottom > MICROSECOND:
+            low = max(ceiling - step, (bottom + ceiling) / 2).quantize(MICROSECOND)
+            wanted = keep - len(newest)
+            found, more = await self._replies(channel_id, parent["ts"], f"{low:.6f}", top, wanted)
+            if more:
+                bottom, step = low, _span_of(wanted, found)
+                continue
+            newest = found + newest
+            step = (ceiling - low) * (keep - len(newest)) / len(found) if found else (ceiling - low) * 2
+            complete_after, top, ceiling = f"{low:.6f}", f"{low + MICROSECOND:.6f}", low + MICROSECOND
+        if complete_after is None:  # the thread grew faster than it was read: read it whole
+            replies, _ = await self._replies(channel_id, parent["ts"], after, None, None)
+            return replies, after
+        return newest, complete_after
+
+    async def _replies(
+        self, channel_id: str, thread_ts: str, after: str, before: str | None, keep: int | None
+    ) -> tuple[list[dict[str, Any]], bool]:
+        """The replies of thread `thread_ts` posted after `after` (and before `before`), oldest first, and whether
+        there were more than `keep`: then only the first `keep` and one more are read."""
+        arguments: dict[str, Any] = {"channel": channel_id, "ts": thread_ts, "oldest": after, "limit": PAGE_SIZE}
+        if before is not None:
+            arguments["latest"] = before
+        found: list[dict[str, Any]] = []
+        response = await retrying("conversations.replies", lambda: self._client.conversations_replies(**arguments))
+        async for page in pages(response):
+            found.extend(raw for raw in page["messages"] if raw["ts"] != thread_ts)
+            if keep is not None and len(found) > keep:
+                return found, True
         return found, False
 
     async def _look_up(self, user_id: str) -> Person:
@@ -420,6 +477,21 @@ def _author_name(raw: dict[str, Any], people: dict[str, Person]) -> str:
     if person is not None:
         return person.display_name
     return translate.posted_name(raw) or translate.author_of(raw) or "unknown"
+
+
+def _span_of(wanted: int, replies: list[dict[str, Any]]) -> Decimal:
+    """About the time `wanted` replies take, posted as often as `replies` were (a little less, to read no more)."""
+    span = Decimal(replies[-1]["ts"]) - Decimal(replies[0]["ts"])
+    return max(span * wanted * Decimal("0.9") / len(replies), MICROSECOND)
+
+
+def _cut(raws: dict[str, dict[str, Any]], limit: int, complete_after: str) -> str:
+    """The ts after which all of `raws` that are kept were read: past the oldest kept when more than `limit` of them
+    are spoken (only the newest `limit` are kept), else `complete_after`."""
+    spoken = sorted(Decimal(ts) for ts, raw in raws.items() if raw.get("subtype") in translate.SPOKEN_SUBTYPES)
+    if len(spoken) <= limit:
+        return complete_after
+    return max(complete_after, _just_before(f"{spoken[-limit]:.6f}"), key=Decimal)
 
 
 def _just_before(ts: str) -> str:
