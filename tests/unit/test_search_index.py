@@ -327,6 +327,36 @@ def test_japanese_memos_of_a_channel_since_turned_private_change_no_rank_nor_sco
     assert world.memo_names("佐藤さんの好物は？", reader="C3")[0].startswith("c3-")
 
 
+def test_a_search_counts_every_document_indexed_before_it_as_an_index_loaded_afresh_does(world: World) -> None:
+    # Each kind's loaded vectors tell the keyword weights where its documents are (the scopes and channels listed in
+    # the SQL) and how many there are: a kind not searched was known as of its own last search, so a message just
+    # indexed (in a new channel or not) moved no weight of a memo search until a message search read it.
+    world.memo("ramen-shop", "the ramen shop near the station", PUBLIC)
+    world.memo("tokyo-trip", "our trip to tokyo next month", PUBLIC)
+    world.message("C1", "ramen for lunch?", START)
+    world.message("C2", "see you at the station", START + timedelta(minutes=1))
+    world.index.sync()
+    world.index.warm()
+    query = "ramen station tokyo"
+
+    def seen(search: Search) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
+        memos = [(hit.memo.name, round(hit.score, 4)) for hit in search.memos(query, "C1", None, 5)]
+        messages = [(hit.message.text, round(hit.score, 4)) for hit in search.messages(query, "C1", None, None, 5)]
+        return memos, messages
+
+    seen(world.search)
+    world.conversations.save_channel(Channel("C3", "c3", ChannelKind.PUBLIC))
+    for number in range(3):
+        world.message("C3", f"ramen in tokyo, day {number}", START + timedelta(hours=1, minutes=number))
+        world.message("C1", f"ramen again, day {number}", START + timedelta(hours=2, minutes=number))
+    world.memo("c3-ramen", "the ramen place c3 likes", Origin("C3", user_id="U1"))
+    found = seen(world.search)
+    afresh = SearchIndex(world.engine, world.embedder, world.memos, world.conversations)
+    afresh.warm()
+    assert found == seen(Search(afresh, world.memos, world.conversations))
+    assert "ramen in tokyo, day 0" in [text for text, _ in found[1]]
+
+
 def test_a_channel_filter_keeps_to_that_channel(world: World) -> None:
     world.message("C1", "deploy on monday", START)
     world.message("C2", "deploy on tuesday", START)

@@ -714,27 +714,44 @@ class SearchIndex:
         """The documents of the kinds whose vectors are loaded that a reader that `reads` what it does may read: those
         of each scope and of each channel it may read, of the scopes and channels the index has given each kind.
         Keyword weights are counted among them (every kind once the background has loaded them all; a memo search
-        never waits for them, see `warm`)."""
-        loaded = list(self._caches)
-        places = {place for kind in loaded for place in self._caches[kind].scopes}
+        never waits for them, see `warm`). Each kind is first read as this process has written it (`_read_written`)."""
+        self._read_written()
+        return Reach(tuple(self._within(kind, reads) for kind in list(self._caches)))
+
+    def _read_written(self) -> None:
+        """Refresh the loaded kinds this process has written rows of since they were read (`VectorCache.unread`), but
+        one being loaded or clustered (a search never waits for it): a document indexed before a search is counted in
+        its keyword weights, where it is and in the documents' number, whatever kind was searched. Another process's
+        rows are read at that kind's next refresh (its search, the end of the background's `sync`)."""
+        for kind, cache in list(self._caches.items()):
+            lock = self._cache_locks[kind]
+            if not cache.unread or not lock.acquire(blocking=False):
+                continue
+            try:
+                due = self._refreshed(kind).clustering_due()
+            finally:
+                lock.release()
+            if due:
+                self._wake()
+
+    def _within(self, kind: str, reads: Reads) -> Within:
+        """What a reader that `reads` what it does may read of `kind`: the scopes and channels of this kind's own
+        documents (those its cache knows) that it may read, each asked once. A document of a scope or channel not
+        listed (one the cache does not know yet) is left out, never counted by mistake."""
+        places = self._caches[kind].scopes
         scopes = sorted({scope for scope, _ in places if scope is not None})
         channels = sorted({channel for _, channel in places if channel is not None})
-        return Reach(
-            tuple(
-                Within(
-                    kind,
-                    tuple(s for s in scopes if reads.scope(kind, s)),
-                    reads.scope(kind, None),
-                    tuple(c for c in channels if reads.channel(kind, c)),
-                    reads.channel(kind, None),
-                )
-                for kind in loaded
-            )
+        return Within(
+            kind,
+            tuple(s for s in scopes if reads.scope(kind, s)),
+            reads.scope(kind, None),
+            tuple(c for c in channels if reads.channel(kind, c)),
+            reads.channel(kind, None),
         )
 
     def _loaded(self, reach: Reach, reads: Reads) -> int:
         """How many vectors loaded within `reach` (what `reads` tells) there are: the documents counted (of a kind not
-        searched, as of its last search)."""
+        searched, as of its last refresh, see `_read_written`)."""
         return sum(self._caches[within.kind].count(_readable(reads, within.kind)) for within in reach.kinds)
 
     def _loaded_between(self, reach: Reach, reads: Reads, low: int, high: int) -> int | None:
