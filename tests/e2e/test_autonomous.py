@@ -255,3 +255,29 @@ def test_a_reply_made_stale_by_a_new_message_is_not_posted(bot: BotProcess, slac
     assert len(generations(llm)) == 1
     assert slack.posted == []
     assert bot.stop() == 0
+
+
+def test_after_a_restart_only_conversations_with_something_new_are_judged(
+    bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
+) -> None:
+    def where(request: dict) -> str:
+        return re.search(r"Where: #(\w+)", prompt_text(request)).group(1)
+
+    slack.add_channel("CDEV", "dev", members=[ALICE, BOB])
+    llm.set_responder(responder(lambda r: judgment(False, 0.95), lambda r: Text("should never be written")))
+    start(bot)
+    slack.post_message(GENERAL, ALICE, "did you see the match?")
+    slack.post_message("CDEV", BOB, "the build is green again")
+    slack.wait_for(lambda: len(judgments(llm)) == 2, what="a judgment in each channel")
+    assert sorted(where(r) for r in judgments(llm)) == ["dev", "general"]
+    assert bot.stop() == 0
+
+    before = len(llm.requests)
+    start(bot)
+    slack.post_message("CDEV", ALICE, "nice, merging now")
+    slack.wait_for(lambda: len(judgments(llm)) > 2, what="the judgment of the new message")
+    time.sleep(8 * CHECK)  # room for a judgment of #general, unchanged since its own
+    after = [where(r) for r in llm.requests[before:]]
+    assert after == ["dev"], f"only the conversation with a new message is judged again: {after}"
+    assert "Alice: nice, merging now" in prompt_text(judgments(llm)[-1])
+    assert bot.stop() == 0

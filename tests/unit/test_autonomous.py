@@ -18,6 +18,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from myao2.application.activity import Activity
 from myao2.application.agents import ModelUnavailable
 from myao2.application.autonomous import AutonomousResponder, AutonomySettings
 from myao2.application.context import Budget, ContextBuilder, Persona, PromptContext
@@ -25,6 +26,7 @@ from myao2.application.conversations import Conversations
 from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Message, mentions_in
 from myao2.domain.judgment import Judgment, SkipPolicy, WaitPolicy
 from myao2.domain.memo import Origin
+from myao2.infrastructure.db.activity_store import SqlActivityLog
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
@@ -46,6 +48,7 @@ SETTINGS = AutonomySettings(
     ),
     interval_seconds=(0, 0),
     max_replies_per_hour=100,
+    judgments_at_once=100,
     reply_to_bots=False,
     include=frozenset(),
     exclude=frozenset(),
@@ -105,7 +108,8 @@ class World:
             budget=Budget(conversation_tokens=6000, message_tokens=1000),
             marks=prompt_marks("en"),
         )
-        self.conversations = Conversations(self.store, self.chat, BOT, "myao")
+        activity = Activity(SqlActivityLog(engine), self.clock)  # where the bot's unasked posts are counted
+        self.conversations = Conversations(self.store, self.chat, BOT, "myao", activity=activity)
         self.responder = self.build(settings)
         for channel in (Channel("C1", "general"), Channel("C2", "random"), Channel("D1", "alice", ChannelKind.IM)):
             self.store.save_channel(channel)
@@ -434,3 +438,84 @@ async def test_a_reply_written_while_the_question_is_answered_or_deleted_is_not_
     assert await world.check(after=WAIT) == 1
 
     assert len(world.writer.calls) == 1 and world.chat.posts == []
+
+
+def restarted(world: World, **changes: Any) -> World:
+    """The bot started again (or another replica taking over): a new responder over the same database."""
+    return with_settings(world, **changes)
+
+
+async def test_a_standing_judgment_survives_a_restart(world: World) -> None:
+    world.judge.decide = lambda context: Judgment(False, "they are chatting", 0.95)
+    world.say("did you see the match?")
+    world.say("anyone for lunch?", channel="C2")
+    assert await world.check(after=WAIT) == 2
+
+    restarted(world)
+    assert await world.check(after=WAIT) == 0, "nothing new: no judgment after the restart"
+    world.say("what a goal", user="UBOB")
+    assert await world.check(after=WAIT) == 1
+    assert world.judged_texts()[-1].endswith("Bob: what a goal")
+    assert len(world.judge.calls) == 3
+
+
+async def test_the_hourly_budget_counts_replies_sent_before_a_restart(world: World) -> None:
+    with_settings(world, max_replies_per_hour=2)
+    for i in range(2):
+        parent = world.say(f"question {i}?")
+        world.say("anyone?", user="UBOB", thread_ts=parent)
+    assert await world.check(after=WAIT) == 2
+    assert len(world.chat.posts) == 2
+
+    restarted(world, max_replies_per_hour=2)
+    world.say("one more question?")
+    assert await world.check(after=WAIT) == 0, "C1 is still out of budget after the restart"
+    assert len(world.judge.calls) == 2
+    assert await world.check(after=3600) == 1, "an hour after those replies it is considered"
+    assert len(world.chat.posts) == 3
+
+
+async def test_the_pause_after_a_post_holds_across_a_restart(world: World) -> None:
+    with_settings(world, interval_seconds=(30, 30))
+    world.say("first question?")
+    assert await world.check(after=WAIT) == 1
+    world.say("second question?", user="UBOB")
+    restarted(world, interval_seconds=(30, 30), wait=replace(SETTINGS.wait, min_wait_seconds=10))
+    assert await world.check(after=10) == 1
+    assert len(world.chat.posts) == 2
+    assert world.sleeps == [pytest.approx(20.0, abs=1e-3)], "30 s after the first post, 10 s of them gone by"
+
+
+async def test_judgments_run_a_few_at_once(world: World) -> None:
+    gate = asyncio.Event()
+    running: list[int] = [0]
+    peak: list[int] = [0]
+
+    class GatedJudge(FakeJudge):
+        async def judge(self, context: PromptContext, elapsed: timedelta) -> Judgment:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+            try:
+                await gate.wait()
+                return await super().judge(context, elapsed)
+            finally:
+                running[0] -= 1
+
+    world.judge = GatedJudge()
+    world.judge.decide = lambda context: Judgment(False, "no", 0.95)
+    world.responder = world.build(replace(SETTINGS, judgments_at_once=2))
+    for i in range(5):
+        parent = world.say(f"question {i}?")
+        world.say("anyone?", user="UBOB", thread_ts=parent)
+    world.clock.advance(WAIT)
+    assert await world.responder.check() == 5
+    considering = asyncio.ensure_future(world.run())
+    for _ in range(200):  # the considerations build their prompts in worker threads: give them time to queue
+        await asyncio.sleep(0.005)
+        if peak[0] > 2:
+            break
+    assert peak[0] == 2, "two judgments at a time; the others wait their turn"
+    gate.set()
+    await considering
+    assert len(world.judge.calls) == 5
+    assert peak[0] == 2

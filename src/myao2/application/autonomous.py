@@ -39,6 +39,7 @@ class AutonomySettings:
     skip: SkipPolicy | None
     interval_seconds: tuple[float, float]
     max_replies_per_hour: int
+    judgments_at_once: int
     reply_to_bots: bool
     include: frozenset[str]
     exclude: frozenset[str]
