@@ -24,6 +24,7 @@ from myao2.config import Config, ConfigError
 from myao2.domain.conversation import BotIdentity
 from myao2.domain.judgment import SkipPolicy, WaitPolicy
 from myao2.infrastructure.clock import SystemClock
+from myao2.infrastructure.db.autonomy_store import SqlAutonomyStore
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.health import DatabaseCheck
 from myao2.infrastructure.db.lease_store import SqlLeaseStore
@@ -189,6 +190,7 @@ class Bot:
 
         autonomous = AutonomousResponder(
             store=conversations,
+            autonomy=SqlAutonomyStore(engine),
             conversations=talk,
             contexts=parts.contexts,
             judge=parts.judge,
@@ -387,6 +389,7 @@ def autonomy_settings(config: Config) -> AutonomySettings:
         else None,
         interval_seconds=(response.response_interval.min, response.response_interval.max),
         max_replies_per_hour=response.max_autonomous_replies_per_hour,
+        judgments_at_once=response.max_concurrent_judgments,
         reply_to_bots=response.reply_to_bots,
         include=frozenset(response.channels.include),
         exclude=frozenset(response.channels.exclude),

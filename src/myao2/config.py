@@ -298,6 +298,8 @@ class ResponseConfig(_Section):
     judgment_skip: JudgmentSkipConfig = _section()
     response_interval: IntervalConfig = _section()
     max_autonomous_replies_per_hour: int = Field(default=6, ge=0)
+    max_concurrent_judgments: int = Field(default=2, ge=1)
+    """Judgments made at once; the other conversations due one wait their turn (no burst of model calls)."""
     max_memo_changes_per_reply: int = Field(default=10, ge=1)
     """Memo adds, edits and removals one reply may make; further ones are refused to the model."""
     reply_to_bots: bool = False

@@ -27,6 +27,7 @@ from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Message
 from myao2.domain.judgment import Judgment, SkipPolicy, WaitPolicy
 from myao2.domain.memo import Origin
 from myao2.infrastructure.db.activity_store import SqlActivityLog
+from myao2.infrastructure.db.autonomy_store import SqlAutonomyStore
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
@@ -95,6 +96,7 @@ class World:
         self.clock = ManualClock(START)
         engine = open_database(f"sqlite:///{tmp_path}/a.db")
         self.store = SqlConversationStore(engine, self.clock)
+        self.autonomy = SqlAutonomyStore(engine)
         self.judge = FakeJudge()
         self.writer = FakeWriter()
         self.chat = FakeChat(self)
@@ -117,6 +119,7 @@ class World:
     def build(self, settings: AutonomySettings) -> AutonomousResponder:
         return AutonomousResponder(
             store=self.store,
+            autonomy=self.autonomy,
             conversations=self.conversations,
             contexts=self.contexts,
             judge=self.judge,

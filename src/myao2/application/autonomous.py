@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -19,9 +18,9 @@ from myao2.application.inbox import Spawn
 from myao2.application.locks import KeyedLocks
 from myao2.domain.activity import judgment_outcome
 from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Message
-from myao2.domain.judgment import ConversationKey, SkipPolicy, WaitPolicy, messages_per_minute
+from myao2.domain.judgment import LIVELINESS_WINDOW, ConversationKey, SkipPolicy, WaitPolicy, messages_per_minute
 from myao2.domain.memo import Origin
-from myao2.domain.ports import Clock, ConversationStore
+from myao2.domain.ports import AutonomyStore, Clock, ConversationStore
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +39,7 @@ class AutonomySettings:
     interval_seconds: tuple[float, float]
     max_replies_per_hour: int
     judgments_at_once: int
+    """Judgments made at once (prompt and model call); the other conversations due one wait their turn."""
     reply_to_bots: bool
     include: frozenset[str]
     exclude: frozenset[str]
@@ -54,21 +54,19 @@ class AutonomySettings:
         return not names & self.exclude
 
 
-@dataclass
-class _Standing:
-    """A judgment that stands until `newest_ts` changes or `until` passes."""
-
-    newest_ts: str
-    until: datetime
-
-
 class AutonomousResponder:
-    """One `check()` per interval: finds quiet conversations and considers each in the background."""
+    """One `check()` per interval: finds quiet conversations and considers each in the background.
+
+    What outlives a consideration is kept in the database (`AutonomyStore`): the judgments that stand, and the
+    posts the hourly budget and the pause between posts count. A restart, or another replica taking over the
+    check, judges only the conversations with something new since their last judgment.
+    """
 
     def __init__(
         self,
         *,
         store: ConversationStore,
+        autonomy: AutonomyStore,
         conversations: Conversations,
         contexts: ContextBuilder,
         judge: Judge,
@@ -83,6 +81,7 @@ class AutonomousResponder:
     ) -> None:
         """`activity` records each judgment's outcome."""
         self._store = store
+        self._autonomy = autonomy
         self._conversations = conversations
         self._contexts = contexts
         self._judge = judge
@@ -94,47 +93,50 @@ class AutonomousResponder:
         self._sleep = sleep
         self._rng = rng or random.Random()
         self._activity = activity
-        self._standing: dict[ConversationKey, _Standing] = {}
         self._considering: set[ConversationKey] = set()
         self._channel_turns = KeyedLocks()
-        self._next_post: dict[str, datetime] = {}
-        self._posts: dict[str, deque[datetime]] = {}
+        self._judging = asyncio.Semaphore(settings.judgments_at_once)
 
     async def check(self) -> int:
         """Start considering every conversation that has waited long enough; returns how many."""
         now = self._clock.now()
         active_since = now - timedelta(days=self._settings.active_channel_days)
         channels = await asyncio.to_thread(self._store.active_channels, active_since)
+        posts = await asyncio.to_thread(self._autonomy.unasked_posts, now - HOUR)
+        allowed = {c.id: c for c in channels if self._settings.allows(c) and not self._out_of_budget(posts.get(c.id))}
         started = 0
-        for channel in channels:
-            if not self._settings.allows(channel) or self._out_of_budget(channel.id, now):
-                continue
-            for key, newest, elapsed in await self._quiet_conversations(channel, now):
-                self._considering.add(key)
-                self._spawn(self._consider(channel, key, newest, elapsed))
-                started += 1
+        for key, newest, elapsed in await self._quiet_conversations(allowed, now):
+            self._considering.add(key)
+            self._spawn(self._consider(allowed[key.channel_id], key, newest, elapsed))
+            started += 1
         return started
 
     async def _quiet_conversations(
-        self, channel: Channel, now: datetime
+        self, channels: dict[str, Channel], now: datetime
     ) -> list[tuple[ConversationKey, Message, timedelta]]:
+        """The conversations of `channels` with something new since their last judgment, to someone to answer,
+        unclaimed, that have waited long enough."""
         since = now - timedelta(seconds=self._settings.max_message_age_seconds)
-        messages = await asyncio.to_thread(self._store.messages_since, channel.id, since)
-        rate = messages_per_minute([m.posted_at for m in messages], now)
+        unjudged = await asyncio.to_thread(self._autonomy.unjudged, list(channels), since, now)
+        waiting = [
+            (ConversationKey(m.channel_id, m.thread_ts), m)
+            for m in unjudged
+            if self._from_someone_to_answer(m) and ConversationKey(m.channel_id, m.thread_ts) not in self._considering
+        ]
+        if not waiting:
+            return []
+        lively = {m.channel_id for _, m in waiting} if self._settings.wait.dynamic else set()
+        recent = await asyncio.to_thread(self._autonomy.counts_since, lively, now - LIVELINESS_WINDOW)
         candidates = []
-        for key, newest in _newest_per_conversation(messages).items():
-            if key in self._considering or not self._from_someone_to_answer(newest):
-                continue
-            standing = self._standing.get(key)
-            if standing and standing.newest_ts == newest.ts and now < standing.until:
-                continue
+        for key, newest in waiting:
             elapsed = now - newest.posted_at
             seed = f"{key.channel_id}/{key.thread_ts}/{newest.ts}"
-            if elapsed >= self._settings.wait.wait(rate, seed):
+            if elapsed >= self._settings.wait.wait(messages_per_minute(recent.get(key.channel_id, 0)), seed):
                 candidates.append((key, newest, elapsed))
-        if not candidates:
-            return []
-        claimed = await asyncio.to_thread(self._store.claimed, channel.id, [m.ts for _, m, _ in candidates])
+        claimed: set[str] = set()
+        for channel_id in {key.channel_id for key, _, _ in candidates}:
+            ts = [m.ts for key, m, _ in candidates if key.channel_id == channel_id]
+            claimed |= await asyncio.to_thread(self._store.claimed, channel_id, ts)
         return [c for c in candidates if c[1].ts not in claimed]
 
     def _from_someone_to_answer(self, message: Message) -> bool:
@@ -156,22 +158,23 @@ class AutonomousResponder:
         self, channel: Channel, key: ConversationKey, newest: Message, elapsed: timedelta, span: tracing.Span
     ) -> None:
         try:
-            since = self._clock.now() - timedelta(seconds=self._settings.max_message_age_seconds)
-            messages = await self._conversations.messages(
-                channel.id, key.thread_ts, self._settings.context_message_limit, since
-            )
-            context = await self._contexts.build(channel, messages, await self._conversations.names(messages))
-            try:
-                judgment = await self._judge.judge(context, elapsed)
-            except ModelUnavailable as exc:
-                logger.warning("no judgment for %s: %s", key, exc)
-                judgment = None
+            async with self._judging:
+                since = self._clock.now() - timedelta(seconds=self._settings.max_message_age_seconds)
+                messages = await self._conversations.messages(
+                    channel.id, key.thread_ts, self._settings.context_message_limit, since
+                )
+                context = await self._contexts.build(channel, messages, await self._conversations.names(messages))
+                try:
+                    judgment = await self._judge.judge(context, elapsed)
+                except ModelUnavailable as exc:
+                    logger.warning("no judgment for %s: %s", key, exc)
+                    judgment = None
             span.set_attribute("myao2.judgment.outcome", judgment_outcome(judgment).value)
             if judgment is not None:
                 span.set_attribute("myao2.judgment.confidence", judgment.confidence)
             if self._activity is not None:
                 await self._activity.judgment(channel.id, judgment)
-            self._remember(key, newest, judgment.confidence if judgment else 0.0)
+            await self._remember(key, newest, judgment.confidence if judgment else 0.0)
             if judgment is None or not judgment.should_respond:
                 return
             # The reason is the model's free text about the conversation: DEBUG only.
@@ -181,10 +184,9 @@ class AutonomousResponder:
                 channel_id=channel.id, channel_private=channel.is_private, user_id=newest.user_id, message_ts=newest.ts
             )
             async with self._channel_turns.hold(channel.id):
-                await self._pace(channel.id)
-                if self._out_of_budget(channel.id, self._clock.now()):
+                if not await self._pace(channel.id):
                     # Unclaimed and not standing: judged afresh once the budget allows.
-                    self._standing.pop(key, None)
+                    await asyncio.to_thread(self._autonomy.drop, key)
                     return
                 if not await asyncio.to_thread(self._store.claim, channel.id, newest.ts):
                     return
@@ -192,8 +194,7 @@ class AutonomousResponder:
                 if not await self._still_newest(channel.id, key, newest):
                     logger.info("not joining %s: someone spoke while the reply was written", key)
                     return
-                await self._conversations.post(channel.id, text, key.thread_ts)
-                self._posted(channel.id)
+                await self._conversations.post(channel.id, text, key.thread_ts)  # recorded as an unasked post
         except ModelUnavailable as exc:
             logger.warning("gave up joining %s: %s", key, exc)
         finally:
@@ -206,32 +207,29 @@ class AutonomousResponder:
         latest = _newest_per_conversation(await asyncio.to_thread(self._store.messages_since, channel_id, since))
         return key in latest and latest[key].ts == newest.ts
 
-    def _remember(self, key: ConversationKey, newest: Message, confidence: float) -> None:
+    async def _remember(self, key: ConversationKey, newest: Message, confidence: float) -> None:
         skip = self._settings.skip
         holds = skip.holds_for(confidence) if skip else timedelta(0)
-        self._standing[key] = _Standing(newest_ts=newest.ts, until=self._clock.now() + holds)
+        now = self._clock.now()
+        await asyncio.to_thread(self._autonomy.stand, key, newest.ts, now + holds, now)
 
-    async def _pace(self, channel_id: str) -> None:
-        """Wait out the pause since the bot's last unasked post in this channel."""
-        ready_at = self._next_post.get(channel_id)
-        if ready_at is not None:
-            delay = (ready_at - self._clock.now()).total_seconds()
+    async def _pace(self, channel_id: str) -> bool:
+        """Wait out a pause (drawn from `interval_seconds`) after the bot's last unasked post in this channel;
+        False, without waiting, when the channel is out of its hourly budget."""
+        now = self._clock.now()
+        posts = (await asyncio.to_thread(self._autonomy.unasked_posts, now - HOUR)).get(channel_id, [])
+        if self._out_of_budget(posts):
+            return False
+        if posts:
+            low, high = self._settings.interval_seconds
+            delay = (posts[-1] - now).total_seconds() + self._rng.uniform(low, high)
             if delay > 0:
                 await self._sleep(delay)
+        return True
 
-    def _posted(self, channel_id: str) -> None:
-        now = self._clock.now()
-        self._posts.setdefault(channel_id, deque()).append(now)
-        low, high = self._settings.interval_seconds
-        self._next_post[channel_id] = now + timedelta(seconds=self._rng.uniform(low, high))
-
-    def _out_of_budget(self, channel_id: str, now: datetime) -> bool:
-        posts = self._posts.get(channel_id)
-        if not posts:
-            return self._settings.max_replies_per_hour <= 0
-        while posts and now - posts[0] >= HOUR:
-            posts.popleft()
-        return len(posts) >= self._settings.max_replies_per_hour
+    def _out_of_budget(self, posts: Sequence[datetime] | None) -> bool:
+        """Whether the unasked posts of a channel in the last hour use up its budget."""
+        return len(posts or ()) >= self._settings.max_replies_per_hour
 
 
 def _newest_per_conversation(messages: Sequence[Message]) -> dict[ConversationKey, Message]:

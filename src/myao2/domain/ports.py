@@ -9,6 +9,7 @@ from typing import Protocol
 
 from myao2.domain.activity import JudgmentOutcome, ModelCall, ReplyKind
 from myao2.domain.conversation import BotIdentity, Channel, ChannelChanges, ChannelKind, History, Message, Person
+from myao2.domain.judgment import ConversationKey
 from myao2.domain.memory import Digest, Memory, PromptMemories, Scope, Term
 from myao2.domain.profile import Profile
 from myao2.domain.answers import PendingAnswer, Unfinished
@@ -439,6 +440,37 @@ class ConversationStore(Protocol):
 
         Channels the bot has left are left out.
         """
+        ...
+
+
+class AutonomyStore(Protocol):
+    """What joining conversations unasked keeps in the shared database, so that a restart or another replica
+    taking over picks up where it was (synchronous; run in a thread)."""
+
+    def unjudged(self, channel_ids: Collection[str], since: datetime, now: datetime) -> list[Message]:
+        """The newest message of each conversation of these channels with one posted after `since`, unless a
+        judgment on that message stands at `now`; oldest first.
+
+        A conversation is a thread, or a channel's top-level flow; the flow only when its newest
+        message started no thread with a reply posted after `since` (answered there).
+        """
+        ...
+
+    def counts_since(self, channel_ids: Collection[str], since: datetime) -> dict[str, int]:
+        """How many messages each of these channels has posted after `since` (channels with none left out)."""
+        ...
+
+    def stand(self, key: ConversationKey, newest_ts: str, until: datetime, now: datetime) -> None:
+        """A judgment on `newest_ts`, the newest message of conversation `key`, stands until `until` (it replaces
+        the conversation's last one); those no longer standing at `now` are forgotten."""
+        ...
+
+    def drop(self, key: ConversationKey) -> None:
+        """The conversation's judgment no longer stands: it is judged afresh."""
+        ...
+
+    def unasked_posts(self, since: datetime) -> dict[str, list[datetime]]:
+        """When the bot posted unasked (as the activity log recorded it) after `since`, per channel, oldest first."""
         ...
 
 

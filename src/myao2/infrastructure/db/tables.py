@@ -258,3 +258,16 @@ class ProfileRow(SQLModel, table=True):
     updated_at: datetime = Field(sa_column=Column(UTCDateTime, nullable=False))
     last_fact_id: int = Field(default=0, sa_column=Column(Integer, nullable=False, server_default="0"))
     """The highest fact id given out (`Profile.last_fact_id`)."""
+
+
+class StandingJudgmentRow(SQLModel, table=True):
+    """The last judgment on joining a conversation: it stands while `newest_ts` is the conversation's newest
+    message, until `until`."""
+
+    __tablename__ = "standing_judgments"
+
+    channel_id: str = Field(primary_key=True, max_length=32)
+    thread_ts: str = Field(primary_key=True, max_length=32)
+    """The thread's ts; "": the channel's top-level flow."""
+    newest_ts: str = Field(max_length=32)
+    until: datetime = Field(sa_column=Column(UTCDateTime, nullable=False))

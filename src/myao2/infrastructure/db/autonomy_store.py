@@ -1,0 +1,119 @@
+"""`AutonomyStore` on the bot's database: standing judgments, which conversations have something new since
+theirs, and the bot's unasked posts (read from the activity log)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from datetime import datetime
+
+from sqlalchemy import Engine, Table, and_, bindparam, delete, exists, func, insert, or_
+from sqlalchemy import select as core_select
+
+from myao2.domain.activity import ReplyKind
+from myao2.domain.conversation import Message
+from myao2.infrastructure.db.conversation_store import _MESSAGE, _to_message
+from myao2.domain.judgment import ConversationKey
+from myao2.infrastructure.db.engine import reading, writing
+from myao2.infrastructure.db.tables import MessageRow, ReplyRow, StandingJudgmentRow
+
+_MESSAGES: Table = MessageRow.__table__  # type: ignore[attr-defined]
+_STANDING: Table = StandingJudgmentRow.__table__  # type: ignore[attr-defined]
+_REPLIES: Table = ReplyRow.__table__  # type: ignore[attr-defined]
+_TOP_LEVEL = ""
+"""`standing_judgments.thread_ts` of a channel's top-level flow."""
+
+
+class SqlAutonomyStore:
+    """`AutonomyStore` over a SQLAlchemy engine (SQLite or PostgreSQL); safe to share between threads."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def unjudged(self, channel_ids: Collection[str], since: datetime, now: datetime) -> list[Message]:
+        if not channel_ids:
+            return []
+        with reading(self._engine) as connection:
+            rows = connection.execute(_UNJUDGED, {"channels": list(channel_ids), "since": since, "now": now}).all()
+        return [_to_message(row) for row in rows]
+
+    def counts_since(self, channel_ids: Collection[str], since: datetime) -> dict[str, int]:
+        if not channel_ids:
+            return {}
+        with reading(self._engine) as connection:
+            rows = connection.execute(_COUNTS, {"channels": list(channel_ids), "since": since}).all()
+        return {channel: count for channel, count in rows}
+
+    def stand(self, key: ConversationKey, newest_ts: str, until: datetime, now: datetime) -> None:
+        with writing(self._engine) as connection:
+            connection.execute(delete(_STANDING).where(*_here(key)))
+            connection.execute(delete(_STANDING).where(_STANDING.c.until <= now))
+            if until > now:
+                thread = key.thread_ts or _TOP_LEVEL
+                row = {"channel_id": key.channel_id, "thread_ts": thread, "newest_ts": newest_ts, "until": until}
+                connection.execute(insert(_STANDING).values(row))
+
+    def drop(self, key: ConversationKey) -> None:
+        with writing(self._engine) as connection:
+            connection.execute(delete(_STANDING).where(*_here(key)))
+
+    def unasked_posts(self, since: datetime) -> dict[str, list[datetime]]:
+        posts: dict[str, list[datetime]] = {}
+        with reading(self._engine) as connection:
+            for channel, at in connection.execute(_UNASKED, {"since": since}).all():
+                posts.setdefault(channel, []).append(at)
+        return posts
+
+
+def _here(key: ConversationKey) -> tuple[object, ...]:
+    return _STANDING.c.channel_id == key.channel_id, _STANDING.c.thread_ts == (key.thread_ts or _TOP_LEVEL)
+
+
+def _unjudged() -> object:
+    """The statement of `unjudged`: one row per conversation, by the messages' (channel_id, posted_at) index and
+    the messages' thread index, without reading a message but each conversation's newest."""
+    messages = _MESSAGES
+    in_window = (
+        messages.c.channel_id.in_(bindparam("channels", expanding=True)),
+        messages.c.posted_at > bindparam("since", type_=messages.c.posted_at.type),
+    )
+    conversations = (
+        core_select(messages.c.channel_id, messages.c.thread_ts, func.max(messages.c.ts).label("newest"))
+        .where(*in_window)
+        .group_by(messages.c.channel_id, messages.c.thread_ts)
+        .subquery("conversations")
+    )
+    reply = messages.alias("reply")
+    standing = exists().where(
+        _STANDING.c.channel_id == conversations.c.channel_id,
+        _STANDING.c.thread_ts == func.coalesce(conversations.c.thread_ts, _TOP_LEVEL),
+        _STANDING.c.newest_ts == conversations.c.newest,
+        _STANDING.c.until > bindparam("now", type_=_STANDING.c.until.type),
+    )
+    answered_in_thread = exists().where(
+        reply.c.channel_id == conversations.c.channel_id,
+        reply.c.thread_ts == conversations.c.newest,
+        reply.c.posted_at > bindparam("since", type_=messages.c.posted_at.type),
+    )
+    newest = and_(messages.c.channel_id == conversations.c.channel_id, messages.c.ts == conversations.c.newest)
+    return (
+        core_select(*_MESSAGE)
+        .select_from(conversations.join(messages, newest))
+        .where(~standing, or_(conversations.c.thread_ts.is_not(None), ~answered_in_thread))
+        .order_by(messages.c.posted_at, messages.c.ts)
+    )
+
+
+_UNJUDGED = _unjudged()
+_COUNTS = (
+    core_select(_MESSAGES.c.channel_id, func.count())
+    .where(
+        _MESSAGES.c.channel_id.in_(bindparam("channels", expanding=True)),
+        _MESSAGES.c.posted_at > bindparam("since", type_=_MESSAGES.c.posted_at.type),
+    )
+    .group_by(_MESSAGES.c.channel_id)
+)
+_UNASKED = (
+    core_select(_REPLIES.c.channel_id, _REPLIES.c.at)
+    .where(_REPLIES.c.at > bindparam("since", type_=_REPLIES.c.at.type), _REPLIES.c.kind == ReplyKind.UNASKED.value)
+    .order_by(_REPLIES.c.at)
+)
