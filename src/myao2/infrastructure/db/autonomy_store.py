@@ -69,8 +69,8 @@ def _here(key: ConversationKey) -> tuple[object, ...]:
 
 
 def _unjudged() -> object:
-    """The statement of `unjudged`: one row per conversation, by the messages' (channel_id, posted_at) index and
-    the messages' thread index, without reading a message but each conversation's newest."""
+    """The statement of `unjudged`: the conversations by the messages' (channel_id, posted_at) index, their
+    threads by the thread index; of the messages, only each conversation's newest is read whole."""
     messages = _MESSAGES
     in_window = (
         messages.c.channel_id.in_(bindparam("channels", expanding=True)),
@@ -89,10 +89,9 @@ def _unjudged() -> object:
         _STANDING.c.newest_ts == conversations.c.newest,
         _STANDING.c.until > bindparam("now", type_=_STANDING.c.until.type),
     )
+    # A reply is posted after its parent: one to the flow's newest message is in the window too.
     answered_in_thread = exists().where(
-        reply.c.channel_id == conversations.c.channel_id,
-        reply.c.thread_ts == conversations.c.newest,
-        reply.c.posted_at > bindparam("since", type_=messages.c.posted_at.type),
+        reply.c.channel_id == conversations.c.channel_id, reply.c.thread_ts == conversations.c.newest
     )
     newest = and_(messages.c.channel_id == conversations.c.channel_id, messages.c.ts == conversations.c.newest)
     return (

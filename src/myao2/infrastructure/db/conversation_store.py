@@ -361,11 +361,10 @@ class SqlConversationStore:
         return None if row is None else _to_channel(row)
 
     def active_channels(self, since: datetime) -> list[Channel]:
-        active = select(MessageRow.channel_id).where(col(MessageRow.posted_at) > since).distinct()
+        """One look-up of the (channel_id, posted_at) index per channel, not a scan of every message's entry."""
+        active = exists().where(MessageRow.channel_id == ChannelRow.id, col(MessageRow.posted_at) > since)
         with Session(self._engine) as session:
-            rows = session.exec(
-                select(ChannelRow).where(col(ChannelRow.id).in_(active), col(ChannelRow.left_at).is_(None))
-            ).all()
+            rows = session.exec(select(ChannelRow).where(active, col(ChannelRow.left_at).is_(None))).all()
         return [_to_channel(r) for r in rows]
 
     def _leave(self, where: list[Any]) -> None:

@@ -1,0 +1,111 @@
+"""SqlAutonomyStore against a real database (an SQLite file, and PostgreSQL): which conversations have something
+new since their last judgment, how lively a channel is, and the bot's unasked posts."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from sqlalchemy import Engine
+
+from myao2.domain.activity import ReplyKind
+from myao2.domain.conversation import Message, ts_to_datetime
+from myao2.domain.judgment import ConversationKey
+from myao2.infrastructure.db.activity_store import SqlActivityLog
+from myao2.infrastructure.db.autonomy_store import SqlAutonomyStore
+from myao2.infrastructure.db.conversation_store import SqlConversationStore
+
+T0 = 1_700_000_000
+SINCE = ts_to_datetime(f"{T0}.000000")
+NOW = SINCE + timedelta(hours=1)
+TOP = ConversationKey("C1", None)
+
+
+def ts(seconds: int) -> str:
+    return f"{T0 + seconds}.000000"
+
+
+@pytest.fixture
+def stores(engine: Engine) -> tuple[SqlConversationStore, SqlAutonomyStore]:
+    return SqlConversationStore(engine), SqlAutonomyStore(engine)
+
+
+def say(conversations: SqlConversationStore, seconds: int, channel: str = "C1", thread: int | None = None) -> str:
+    thread_ts = None if thread is None else ts(thread)
+    conversations.save_message(Message(channel, ts(seconds), "U1", f"said at {seconds}", "alice", thread_ts=thread_ts))
+    return ts(seconds)
+
+
+def newest(autonomy: SqlAutonomyStore, channels: tuple[str, ...] = ("C1", "C2")) -> list[tuple[str, str | None, str]]:
+    return [(m.channel_id, m.thread_ts, m.ts) for m in autonomy.unjudged(channels, SINCE, NOW)]
+
+
+def test_the_newest_message_of_each_conversation_in_the_window(
+    stores: tuple[SqlConversationStore, SqlAutonomyStore],
+) -> None:
+    conversations, autonomy = stores
+    say(conversations, -10)  # before the window
+    say(conversations, 10)
+    say(conversations, 20, thread=10)
+    say(conversations, 30, thread=10)
+    say(conversations, 40)
+    say(conversations, -20, channel="C2")
+    say(conversations, 50, channel="C3")  # not asked about
+    assert newest(autonomy) == [("C1", ts(10), ts(30)), ("C1", None, ts(40))]
+
+
+def test_a_top_level_flow_whose_newest_started_a_thread_is_answered_there(
+    stores: tuple[SqlConversationStore, SqlAutonomyStore],
+) -> None:
+    conversations, autonomy = stores
+    say(conversations, 10)
+    say(conversations, 20, thread=10)
+    assert newest(autonomy) == [("C1", ts(10), ts(20))]
+
+
+def test_a_standing_judgment_hides_its_conversation_until_a_new_message_or_its_end(
+    stores: tuple[SqlConversationStore, SqlAutonomyStore],
+) -> None:
+    conversations, autonomy = stores
+    say(conversations, 10)
+    autonomy.stand(TOP, ts(10), NOW + timedelta(seconds=1), NOW)
+    assert newest(autonomy) == []
+    assert [m.ts for m in autonomy.unjudged(["C1"], SINCE, NOW + timedelta(seconds=1))] == [ts(10)], "it ended"
+
+    say(conversations, 20)
+    assert newest(autonomy) == [("C1", None, ts(20))]
+    autonomy.stand(TOP, ts(20), NOW + timedelta(hours=1), NOW)
+    assert newest(autonomy) == []
+    autonomy.drop(TOP)
+    assert newest(autonomy) == [("C1", None, ts(20))]
+
+
+def test_judgments_no_longer_standing_are_forgotten(
+    stores: tuple[SqlConversationStore, SqlAutonomyStore], engine: Engine
+) -> None:
+    _, autonomy = stores
+    autonomy.stand(ConversationKey("C1", ts(1)), ts(1), NOW, NOW - timedelta(seconds=1))
+    autonomy.stand(ConversationKey("C2", None), ts(2), NOW + timedelta(hours=1), NOW)
+    autonomy.stand(ConversationKey("C3", None), ts(3), NOW, NOW)  # holds for no time (judgment skip off)
+    with engine.connect() as connection:
+        kept = connection.exec_driver_sql("SELECT channel_id, thread_ts FROM standing_judgments").all()
+    assert [tuple(row) for row in kept] == [("C2", "")]
+
+
+def test_messages_counted_per_channel_since(stores: tuple[SqlConversationStore, SqlAutonomyStore]) -> None:
+    conversations, autonomy = stores
+    for seconds in (-5, 5, 6, 7):
+        say(conversations, seconds)
+    say(conversations, 8, channel="C2")
+    assert autonomy.counts_since(["C1", "C2", "C3"], SINCE) == {"C1": 3, "C2": 1}
+    assert autonomy.counts_since([], SINCE) == {}
+
+
+def test_unasked_posts_per_channel_oldest_first(engine: Engine) -> None:
+    log, autonomy = SqlActivityLog(engine), SqlAutonomyStore(engine)
+    at = datetime(2026, 1, 2, 12, 0, tzinfo=timezone.utc)
+    log.reply("C1", ReplyKind.UNASKED, at + timedelta(minutes=2))
+    log.reply("C1", ReplyKind.UNASKED, at + timedelta(minutes=1))
+    log.reply("C1", ReplyKind.ANSWER, at + timedelta(minutes=3))
+    log.reply("C2", ReplyKind.UNASKED, at - timedelta(minutes=1))
+    assert autonomy.unasked_posts(at) == {"C1": [at + timedelta(minutes=1), at + timedelta(minutes=2)]}
