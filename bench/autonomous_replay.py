@@ -1,6 +1,6 @@
 """Replay a synthetic multi-channel Slack conversation against the real bot and count what it costs.
 
-    .venv/bin/python bench/autonomous_replay.py [--messages N] [--seed S]
+    .venv/bin/python bench/autonomous_replay.py [--messages N] [--seed S] [--restart]
 
 FakeSlack and FakeOpenAI run in this process on 127.0.0.1; the bot runs as a subprocess
 (`python -m myao2 run`, no health server). Four channels get lively exchanges, monologues,
@@ -11,6 +11,8 @@ message it is shown is a person's question; every other judgment is a confident 
 Printed per 100 human messages: judgment calls, generation calls, estimated prompt tokens
 (characters / 4 of the request messages, as the fake's usage reports them) and replies
 posted; then whether every unanswered question got its reply, and signs of waste.
+With `--restart` the bot is stopped and started again once half the messages are replayed:
+the judgments after it of conversations unchanged since their last one show as re-judged.
 The run stops by itself within two minutes.
 """
 
@@ -231,7 +233,7 @@ def _message_text(message: dict[str, Any]) -> str:
 # ---------------------------------------------------------------- the run
 
 
-def replay(total: int, seed: int, judgment_skip: bool = True) -> int:
+def replay(total: int, seed: int, judgment_skip: bool = True, restart: bool = False) -> int:
     started = time.monotonic()
     for name in PROXY_VARIABLES:
         os.environ.pop(name, None)
@@ -263,6 +265,9 @@ def replay(total: int, seed: int, judgment_skip: bool = True) -> int:
         try:
             t0 = time.monotonic()
             for event in script.events:
+                if restart and event.index == len(script.events) // 2:
+                    bot.stop()
+                    bot.start()
                 if time.monotonic() - started > RUN_LIMIT_SECONDS - DRAIN_SECONDS:
                     print("run time limit reached while replaying; stopping early", file=sys.stderr)
                     break
@@ -396,8 +401,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-judgment-skip", action="store_true", help="disable standing judgments (shows what they save)"
     )
+    parser.add_argument("--restart", action="store_true", help="restart the bot halfway through the replay")
     args = parser.parse_args(argv)
-    return replay(max(4, args.messages), args.seed, judgment_skip=not args.no_judgment_skip)
+    return replay(max(4, args.messages), args.seed, judgment_skip=not args.no_judgment_skip, restart=args.restart)
 
 
 if __name__ == "__main__":

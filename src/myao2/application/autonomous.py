@@ -119,9 +119,10 @@ class AutonomousResponder:
         since = now - timedelta(seconds=self._settings.max_message_age_seconds)
         unjudged = await asyncio.to_thread(self._autonomy.unjudged, list(channels), since, now)
         waiting = [
-            (ConversationKey(m.channel_id, m.thread_ts), m)
+            (key, m)
             for m in unjudged
-            if self._from_someone_to_answer(m) and ConversationKey(m.channel_id, m.thread_ts) not in self._considering
+            if (key := ConversationKey(m.channel_id, m.thread_ts)) not in self._considering
+            and self._from_someone_to_answer(m)
         ]
         if not waiting:
             return []
