@@ -3,6 +3,7 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import timedelta
 from zoneinfo import ZoneInfo
 
@@ -566,3 +567,32 @@ async def test_a_channel_whose_notes_the_model_always_refuses_holds_back_no_othe
 
     learnt = " ".join(texts(memories, WORKSPACE_SCOPE, Term.LONG))
     assert "random news" in learnt and "dev news" in learnt and "general news" not in learnt
+
+
+async def test_a_runaway_models_short_term_notes_are_kept_up_to_a_quarter_of_the_batch_budget_the_rest_logged(
+    job, writer, memories, say, caplog
+):
+    # a model that runs away writes short-term notes until its output limit: stored whole, every later memory
+    # call (and its preview) showed them all again
+    say(GENERAL, "lunch at noon")
+    parent = say(GENERAL, "release on friday")
+    say(GENERAL, "I will write the notes", thread_ts=parent.ts)
+
+    def runaway(prompt: MemoryPrompt) -> MemoryUpdate:
+        update = echo(prompt)
+        source = sources(prompt.material[0])
+        notes = (Draft("x" * 40_000, source), *(Draft(f"S note {i} of many words", source) for i in range(500)))
+        return replace(update, short_term=notes, threads=tuple((ts, notes) for ts, _ in update.threads))
+
+    writer.answer = runaway
+    report = await job.run()
+
+    assert report.failures == 0
+    cap = SETTINGS.batch_max_tokens // 4
+    for scope in (Scope("C1"), Scope("C1", parent.ts), WORKSPACE_SCOPE):
+        kept = texts(memories, scope, Term.SHORT)
+        assert kept[0] == "S note 0 of many words"  # a note alone over the cap is dropped, the others read on
+        assert kept == [f"S note {i} of many words" for i in range(len(kept))]
+        assert len(kept) < 500
+        assert cap // 4 < sum(estimate_tokens(text) for text in kept) <= cap
+        assert f"short-term note(s) of {scope.key} dropped" in caplog.text

@@ -389,12 +389,12 @@ class MemoryJob:
             self._dated(update.long_term, {m.ts for m in batch}, heard), after=backlog.mark.last_id
         )
         sources = {m.ts for m in (*backlog.earlier, *batch)}
-        short_term = backlog.short_term.renewed(
-            self._dated(update.short_term, sources | _sources(backlog.short_term), heard)
+        short_term = self._renewed(
+            backlog.short_term, self._dated(update.short_term, sources | _sources(backlog.short_term), heard)
         )
         drafts = dict(update.threads)
         renewed = [
-            thread.renewed(self._dated(drafts[thread.scope.thread_ts], sources | _sources(thread), heard))
+            self._renewed(thread, self._dated(drafts[thread.scope.thread_ts], sources | _sources(thread), heard))
             for thread in threads
             if thread.scope.thread_ts in drafts
         ]
@@ -412,6 +412,27 @@ class MemoryJob:
             day = ts_to_datetime(max(source_ts)).astimezone(self._persona.timezone).date()
             dated.append((replace(draft, text=text, source_ts=source_ts, heard_in=heard), day))
         return dated
+
+    def _renewed(self, memory: Memory, dated: Sequence[tuple[Draft, date]]) -> Memory:
+        """Short-term `memory` made afresh from the notes `dated` that fit, in the model's order, a quarter of the
+        batch budget: what a runaway model writes beyond it is dropped (logged), not stored and shown again in
+        every later call."""
+        max_tokens = self._settings.batch_max_tokens // 4
+        kept = []
+        size = 0
+        for note in dated:
+            cost = _note_cost(note[0].text)
+            if size + cost <= max_tokens:
+                kept.append(note)
+                size += cost
+        if len(kept) < len(dated):
+            logger.warning(
+                "memory: %d short-term note(s) of %s dropped, over %d tokens",
+                len(dated) - len(kept),
+                memory.scope.key,
+                max_tokens,
+            )
+        return memory.renewed(kept)
 
     def _expire_short_terms(self) -> None:
         """Drop short-term bullets whose messages all left the window (no model call)."""
@@ -492,8 +513,8 @@ class MemoryJob:
                 seen.update({long.scope.key: [long.covered, _last_id(long)] for long, _ in changed})
             long_term = long_term.grow(self._dated(update.long_term, allowed, tuple(sorted(heard))))
             long_term = replace(long_term, covered=json.dumps(seen, sort_keys=True))
-            short_term = short_term.renewed(
-                self._dated(update.short_term, allowed | _sources(short_term), tuple(sorted(heard)))
+            short_term = self._renewed(
+                short_term, self._dated(update.short_term, allowed | _sources(short_term), tuple(sorted(heard)))
             )
             await asyncio.to_thread(self._memories.save, [long_term, short_term], heard=True, read_at=started)
             await asyncio.to_thread(still_public, self._conversations, self._memories, read)
@@ -565,7 +586,7 @@ class MemoryJob:
     def _fit(self, bullets: Sequence[Bullet]) -> tuple[Bullet, ...]:
         """The newest active long-term bullets that fit half the batch budget."""
         return tuple(
-            fit_items(bullets, self._settings.batch_max_tokens // 2, lambda b: estimate_tokens(b.text) + 8)
+            fit_items(bullets, self._settings.batch_max_tokens // 2, lambda b: _note_cost(b.text))
         )
 
 
@@ -605,6 +626,11 @@ def _batches(items: Sequence[T], max_tokens: int, cost: Callable[[T], int]) -> l
 def _cost(message: Message) -> int:
     """About what a message costs in a memory prompt: its text and its line's prefix."""
     return estimate_tokens(message.text) + 16
+
+
+def _note_cost(text: str) -> int:
+    """About what a note costs in a memory prompt: its text and its line's id and day."""
+    return estimate_tokens(text) + 8
 
 
 def _last_id(memory: Memory) -> int:
