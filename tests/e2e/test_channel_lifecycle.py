@@ -175,6 +175,30 @@ def test_a_channel_turned_private_after_the_bot_was_removed_keeps_what_was_said_
     assert bot.stop() == 0
 
 
+def test_a_public_channel_deleted_after_the_bot_was_removed_keeps_what_was_said_there_the_workspaces(
+    bot: BotProcess, slack: FakeSlack, llm
+) -> None:
+    # Slack answers channel_not_found about a deleted channel as about a private one the bot is out of: taken for
+    # one turned private, the channel's memos would be narrowed and the workspace memory made again. What was said
+    # there was public when it was said; the bot keeps what the workspace learnt from it, as from a channel it left.
+    plan_a_party_in_a_public_channel(bot, slack, llm)  # no sync meets the deletion: the next is the restart's
+    slack.remove_member(PLANS, slack.bot_user_id)
+    wait_until(lambda: query(bot, "SELECT left_at FROM channels WHERE id = ?", PLANS) != [(None,)], what="the bot out")
+    slack.delete_channel(PLANS)
+    wait_until(lambda: query(bot, "SELECT deleted_at FROM channels WHERE id = ?", PLANS) != [(None,)], what="deleted")
+    assert bot.stop() == 0
+    ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> still there?", emit=False)
+    llm.set_responder(lambda request: Text("Here."))
+    asked = len(slack.web_calls)
+
+    bot.start()  # the start-up sync, then the narrowing of what turned private, then the mention found
+    slack.wait_for(lambda: replies_in(slack, ts), what="the mention answered after the start-up sync")
+    assert query(bot, "SELECT kind FROM channels WHERE id = ?", PLANS) == [("public",)]
+    assert query(bot, "SELECT visibility FROM memos") == [("workspace",)]
+    assert [p for name, p in slack.web_calls[asked:] if name == "conversations.info" and p["channel"] == PLANS] == []
+    assert bot.stop() == 0
+
+
 def test_a_channel_the_bot_was_removed_from_is_no_longer_judged_until_it_is_back(
     bot: BotProcess, slack: FakeSlack, llm
 ) -> None:

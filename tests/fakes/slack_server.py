@@ -89,6 +89,7 @@ CONTROL_METHODS = (
     "share_externally",
     "remove_member",
     "add_member",
+    "delete_channel",
     "set_fault",
     "refuse_streaming",
     "inject_server_error",
@@ -516,6 +517,16 @@ class FakeSlack(LoopbackServer):
             ch.is_ext_shared = True
             if self._bot_in(ch):
                 self._emit({"type": "channel_shared", "connected_team_id": team_id, "channel": ch.id})
+
+    def delete_channel(self, channel: str) -> None:
+        """Delete a channel and its messages: ``channel_deleted`` goes to every connection of the workspace, members
+        or not (``group_deleted``, for a private channel, to its members only). Then no method finds it."""
+        with self._lock:
+            ch = self._channels.pop(channel)
+            if not ch.is_private:
+                self._emit({"type": "channel_deleted", "channel": ch.id})
+            elif self._bot_in(ch):
+                self._emit({"type": "group_deleted", "channel": ch.id})
 
     def add_member(self, channel: str, user: str) -> None:
         """Add someone to a channel and tell its members (the newcomer included) ``member_joined_channel``."""

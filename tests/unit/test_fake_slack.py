@@ -314,6 +314,24 @@ async def test_edit_delete_and_custom_events(fake: FakeSlack, recorder: Recorder
     assert fake.messages("C1") == []
 
 
+async def test_a_deleted_channel_is_told_to_every_app_and_gone_from_every_method(
+    fake: FakeSlack, recorder: Recorder
+) -> None:
+    # As Slack: channel_deleted goes to every connection of the workspace, members or not (group_deleted, for a
+    # private channel, only to its members); the channel is then not found, as a private one the bot is out of.
+    fake.delete_channel("C3")  # the bot is not in it
+    fake.delete_channel("C2")
+    await fake.async_wait_for(lambda: len(recorder.requests) >= 2, 5)
+    told = [(e["type"], e["channel"]) for e in recorder.events()]
+    assert told == [("channel_deleted", "C3"), ("group_deleted", "C2")]
+    client = web_client(fake)
+    for method in (client.conversations_info, client.conversations_history):
+        with pytest.raises(SlackApiError, match="channel_not_found"):
+            await method(channel="C3")
+    listed = await client.users_conversations(types="public_channel,private_channel")
+    assert [c["id"] for c in listed["channels"]] == ["C1"]
+
+
 async def test_unacked_envelope_is_redelivered(fake: FakeSlack) -> None:
     fake.ack_timeout = 0.3
     rec = Recorder(fake, ack=False)

@@ -229,6 +229,26 @@ async def test_a_public_channel_the_bot_was_removed_from_is_known_to_have_turned
     assert store.get_channel("C3") == Channel("C3", "still-public", ChannelKind.PUBLIC, is_member=False)
 
 
+async def test_a_deleted_public_channel_the_bot_had_left_is_not_taken_for_one_turned_private(
+    fake: FakeSlack, store: SqlConversationStore, history: HistorySync
+) -> None:
+    # Slack answers channel_not_found about a deleted channel as about a private one the bot is out of. Told of
+    # the deletion (channel_deleted goes to every app of the workspace), the sync no longer asks: counted private,
+    # what was said there while it was public would be narrowed to it and the workspace memory made again.
+    fake.add_channel("C2", "plans", members=["U1"])
+    await history.sync()
+    fake.remove_member("C2", fake.bot_user_id)
+    await history.sync()
+    fake.delete_channel("C2")
+    store.channel_deleted("C2")  # what the channel lifecycle does on channel_deleted
+
+    calls = len(fake.web_calls)
+    await history.sync()
+
+    assert store.get_channel("C2") == Channel("C2", "plans", ChannelKind.PUBLIC, is_member=False, deleted=True)
+    assert [params for method, params in fake.web_calls[calls:] if method == "conversations.info"] == []
+
+
 async def test_public_channels_the_bot_is_out_of_are_asked_about_a_few_per_sync_in_turn(
     fake: FakeSlack, store: SqlConversationStore, history: HistorySync
 ) -> None:

@@ -72,6 +72,12 @@ class ChannelLifecycle:
             logger.info("channel %s is %s: what it kept for the workspace narrowed", channel.id, channel.kind.value)
             await asyncio.to_thread(self._profiles.narrow, channel.id)
 
+    async def deleted(self, channel_id: str) -> None:
+        """Slack deleted the channel: it counts as left, and what was learnt there is kept as it is (a public
+        channel's, the workspace's: it was public when it was said), as for a channel the bot left."""
+        await asyncio.to_thread(self._store.channel_deleted, channel_id)
+        logger.info("channel %s deleted", channel_id)
+
     async def left(self, channel_id: str) -> None:
         """The bot left the channel or was removed: no more judging, catching up or answering there."""
         await asyncio.to_thread(self._store.leave_channel, channel_id)

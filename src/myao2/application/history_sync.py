@@ -75,9 +75,12 @@ class HistorySync:
         """Ask again about each public channel the bot is out of: one turned private or shared outside meanwhile
         sends it no event, and what was said there while it was public must stop being the workspace's (the
         channel lifecycle narrows every channel stored as not public). Slack shows no private channel to a bot
-        outside it: one hidden counts as private. At most `LEFT_CHANNELS_ASKED_PER_SYNC` of them, in turn."""
+        outside it: one hidden counts as private. So would a deleted one, which Slack hides alike: one Slack said
+        it deleted (`channel_deleted`) is not asked about. At most `LEFT_CHANNELS_ASKED_PER_SYNC` of them, in
+        turn."""
         stored = await asyncio.to_thread(self._store.channels)
-        left = sorted((c for c in stored if not c.is_member and c.kind is ChannelKind.PUBLIC), key=lambda c: c.id)
+        asked = (c for c in stored if not c.is_member and not c.deleted and c.kind is ChannelKind.PUBLIC)
+        left = sorted(asked, key=lambda c: c.id)
         later = [c for c in left if c.id > self._last_asked]
         turn = (later + [c for c in left if c.id <= self._last_asked])[:LEFT_CHANNELS_ASKED_PER_SYNC]
         if turn:

@@ -67,12 +67,14 @@ class ChannelKind(str, Enum):
 
 @dataclass(frozen=True)
 class Channel:
-    """A Slack conversation; `is_member` is False once the bot has left it or been removed."""
+    """A Slack conversation; `is_member` is False once the bot has left it or been removed, `deleted` once Slack
+    said it deleted it."""
 
     id: str
     name: str
     kind: ChannelKind = ChannelKind.PUBLIC
     is_member: bool = True
+    deleted: bool = False
 
     @property
     def is_private(self) -> bool:

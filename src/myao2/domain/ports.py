@@ -315,6 +315,10 @@ class ConversationStore(Protocol):
         """
         ...
 
+    def channel_deleted(self, channel_id: str) -> None:
+        """Slack deleted the channel: it counts as left for good, and is not asked about again."""
+        ...
+
     def leave_channels_except(self, channel_ids: Iterable[str], as_of: datetime) -> None:
         """Every stored channel but these (all the bot was a member of at `as_of`) counts as left.
 

@@ -352,6 +352,10 @@ class SqlConversationStore:
     def leave_channel(self, channel_id: str) -> None:
         self._leave([ChannelRow.id == channel_id])
 
+    def channel_deleted(self, channel_id: str) -> None:
+        self._leave([ChannelRow.id == channel_id])
+        self._update(ChannelRow, [ChannelRow.id == channel_id], {"deleted_at": self._clock.now()})
+
     def leave_channels_except(self, channel_ids: Iterable[str], as_of: datetime) -> None:
         self._leave([col(ChannelRow.id).not_in(list(channel_ids)), col(ChannelRow.updated_at) < as_of])
 
@@ -608,7 +612,9 @@ _MESSAGE = tuple(_MESSAGES.c[name] for name in _MESSAGE_COLUMNS[:-1])
 # Statements of the calls every answer makes, built once (building one cost more than running it).
 _CHANNELS, _CLAIMS = ChannelRow.__table__, ClaimRow.__table__  # type: ignore[attr-defined]
 _ONE_CHANNEL = core_select(_CHANNELS).where(_CHANNELS.c.id == bindparam("channel"))
-_ALL_CHANNELS = core_select(_CHANNELS.c.id, _CHANNELS.c.name, _CHANNELS.c.kind, _CHANNELS.c.left_at)
+_ALL_CHANNELS = core_select(
+    _CHANNELS.c.id, _CHANNELS.c.name, _CHANNELS.c.kind, _CHANNELS.c.left_at, _CHANNELS.c.deleted_at
+)
 _THIS_CLAIM = (_CLAIMS.c.channel_id == bindparam("claim_channel"), _CLAIMS.c.ts == bindparam("claim_ts"))
 _HELD_HERE = (*_THIS_CLAIM, _CLAIMS.c.holder.is_not_distinct_from(bindparam("claim_holder", type_=_CLAIMS.c.holder.type)))
 """The claim, held by `holder` still: one taken over while its holder stalled is no longer changed by it."""
@@ -799,7 +805,13 @@ def _message_row(message: Message) -> dict[str, Any]:
 
 def _to_channel(row: Any) -> Channel:
     """A channel from a `ChannelRow` or a Core row of the channels table."""
-    return Channel(id=row.id, name=row.name, kind=ChannelKind(row.kind), is_member=row.left_at is None)
+    return Channel(
+        id=row.id,
+        name=row.name,
+        kind=ChannelKind(row.kind),
+        is_member=row.left_at is None,
+        deleted=row.deleted_at is not None,
+    )
 
 
 def _to_message(row: Any) -> Message:

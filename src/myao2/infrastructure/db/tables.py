@@ -71,6 +71,7 @@ class ChannelRow(SQLModel, table=True):
     kind: str = Field(max_length=8)
     updated_at: datetime = Field(sa_column=Column(UTCDateTime, nullable=False))
     left_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime, nullable=True))
+    deleted_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime, nullable=True))
 
 
 class PersonRow(SQLModel, table=True):

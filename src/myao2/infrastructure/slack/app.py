@@ -178,6 +178,10 @@ def build_app(
     async def on_channel_left(event: dict[str, Any]) -> None:
         await channels.left(event["channel"])
 
+    @listen("channel_deleted")
+    async def on_channel_deleted(event: dict[str, Any]) -> None:
+        await channels.deleted(event["channel"])
+
     @listen("group_left")
     async def on_group_left(event: dict[str, Any]) -> None:
         await channels.left(event["channel"])
