@@ -149,6 +149,23 @@ async def test_a_message_deleted_while_away_is_deleted_from_the_store(
     assert [m.ts for m in store.channel_messages("C1", 10)] == [parent, kept]
 
 
+async def test_replies_under_a_thread_started_before_the_span_are_stored_and_their_deletion_applied(
+    fake: FakeSlack, store: SqlConversationStore, history: HistorySync
+) -> None:
+    parent = fake.post_message("C1", "U1", "an old plan", ts=f"{time.time() - 2 * DAY:.6f}", emit=False)
+    gone = fake.post_message("C1", "U2", "the key is 1234", thread_ts=parent, emit=False)
+    kept = fake.post_message("C1", "U2", f"<@{fake.bot_user_id}> still on?", thread_ts=parent, emit=False)
+    assert [m.ts for m in await history.sync()] == [gone, kept]
+    assert stored_message(store, "C1", kept).mentions == (fake.bot_user_id,)
+
+    fake.delete_message("C1", gone, emit=False)
+    await history.sync()
+
+    assert stored_message(store, "C1", gone) is None
+    assert stored_message(store, "C1", kept) is not None
+    assert stored_message(store, "C1", parent) is None  # older than the span: not stored again
+
+
 async def test_a_message_edited_while_away_is_updated(
     fake: FakeSlack, store: SqlConversationStore, history: HistorySync
 ) -> None:

@@ -21,8 +21,8 @@ class HistorySync:
     """Keeps the store in step with what was said in the bot's channels during the last `max_age_seconds`.
 
     Every run re-reads that whole span (at most `limit` messages per channel) and
-    reconciles it with the store: new messages are stored (replies posted since the
-    last run under threads started earlier in the span included), texts edited
+    reconciles it with the store: new messages are stored (replies posted in it under
+    threads started earlier, even before it, included), texts edited
     while the bot was away are updated, and messages deleted meanwhile are deleted.
     """
 
