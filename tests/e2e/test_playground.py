@@ -87,8 +87,11 @@ def page(browser: Browser) -> Iterator[Page]:
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     context.set_default_timeout(WAIT_SECONDS * 1000)  # as expect's: page loads and wait_for_function too
     page = context.new_page()
+    refused: list[str] = []
+    page.on("console", lambda message: refused.append(message.text) if "Content Security Policy" in message.text else None)
     yield page
     context.close()
+    assert refused == [], "the page's Content-Security-Policy refused some of the page"
 
 
 def open_chat(page: Page, playground: PlaygroundProcess, conversation: str, name: str = "Alice") -> None:

@@ -362,3 +362,26 @@ async def test_a_token_is_read_without_the_spaces_around_it_as_the_settings_chec
     async with await client_for(harness, token=" s3cret\n") as client:
         assert (await client.get("/api/conversations", headers={"Authorization": "Bearer s3cret"})).status == 200
         assert (await client.get("/api/conversations")).status == 401
+
+
+def assert_framing_and_sniffing_are_refused(response, what: object) -> None:
+    policy = response.headers.get("Content-Security-Policy", "")
+    assert response.headers.get("X-Frame-Options") == "DENY", what
+    assert "frame-ancestors 'none'" in policy and "default-src 'none'" in policy, what
+    assert response.headers.get("X-Content-Type-Options") == "nosniff", what
+
+
+async def test_every_response_refuses_framing_and_content_sniffing(harness: Harness) -> None:
+    # A page of another site could frame the playground and have its visitor click in it (clickjacking), or take a
+    # served file for a script or a page of another type.
+    async with await client_for(harness) as client:
+        for path in ("/", "/avatar", "/static/playground.js", "/static/playground.css", "/api/conversations",
+                     f"/api/messages?conversation={GENERAL}", f"/api/memos?conversation={GENERAL}",
+                     f"/api/memory?conversation={GENERAL}", "/api/messages?conversation=nowhere", "/missing"):
+            assert_framing_and_sniffing_are_refused(await client.get(path), path)
+        chat = await client.post("/api/chat", json={"conversation": GENERAL, "user": "Alice", "text": "hi"})
+        assert_framing_and_sniffing_are_refused(chat, "/api/chat")
+        await chat.read()
+        assert_framing_and_sniffing_are_refused(await client.get("/", headers={"Host": "evil.example"}), "rebinding")
+    async with await client_for(harness, token="s3cret") as client:
+        assert_framing_and_sniffing_are_refused(await client.get("/api/conversations"), "no token")

@@ -31,6 +31,18 @@ MESSAGES_SHOWN = 200
 MEMOS_SHOWN = 100
 LOOPBACK_NAMES = ("localhost",)
 STATIC = Path(__file__).parent / "static"
+SECURITY_HEADERS = {
+    # the page's own files and API only: no inline script or style, no other site's, and no site may frame it
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    ),
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",  # the page's address may hold the token
+}
+"""Headers of every response: another site may not frame the page (clickjacking), nor a file be taken for
+another type."""
 
 Answer = Callable[[Message], Awaitable[None]]
 """Answers a stored message addressed to the bot (the application's mention use case)."""
@@ -64,6 +76,7 @@ def build_web_app(playground: Playground, token: str = "") -> web.Application:
     only requests naming one as their host."""
     token = token.strip()
     app = web.Application(middlewares=[_token_check(token) if token else _loopback_check])
+    app.on_response_prepare.append(_add_security_headers)
     routes = _Routes(playground)
     app.add_routes(
         [
@@ -78,6 +91,10 @@ def build_web_app(playground: Playground, token: str = "") -> web.Application:
         ]
     )
     return app
+
+
+async def _add_security_headers(request: web.Request, response: web.StreamResponse) -> None:
+    response.headers.update(SECURITY_HEADERS)
 
 
 def _token_check(token: str):  # type: ignore[no-untyped-def]
