@@ -174,7 +174,9 @@ class NotebookTools:
         if self._bot is None:
             raise ToolRefusal("the bot had not connected to Slack with this database when this server started")
         try:
-            shown = await Previewer(self._app, self._bot).preview(role, channel, thread, as_user)  # type: ignore[arg-type]
+            shown = await Previewer(self._app, self._bot).preview(
+                role, channel, thread, as_user, self._scope.reader  # type: ignore[arg-type]
+            )
         except PreviewError as exc:
             raise ToolRefusal(str(exc)) from None
         if not await asyncio.to_thread(self._reads_all, shown.memos):

@@ -78,13 +78,20 @@ class Previewer:
         self._talk = Conversations(app.conversations, None, bot, app.persona.name)
 
     async def preview(
-        self, role: Role, channel_id: str, thread_ts: str | None = None, as_user: str | None = None
+        self,
+        role: Role,
+        channel_id: str,
+        thread_ts: str | None = None,
+        as_user: str | None = None,
+        reader: str | None = None,
     ) -> Preview:
         """The preview of `role`'s next call for the conversation (a thread, or the channel's top-level flow).
 
         The response answers the latest message of `as_user` (default: of anyone but the bot). Refused for a
         conversation the bot is no longer in: it sends no prompt there, and what was said there is shown in no
-        conversation, its own included, until it joins again (`shows_its_own`).
+        conversation, its own included, until it joins again (`shows_its_own`). Refused too where the prompt shows
+        notes, digests or facts about people that conversation `reader` (who is shown the preview; None: a
+        person's own view) may not read: kept for the conversation alone, say. The refusal never shows them.
         """
         channel = await asyncio.to_thread(self._app.conversations.get_channel, channel_id)
         if channel is None:
@@ -109,6 +116,13 @@ class Previewer:
             answering = self._answering(messages, as_user)
             context = await self._app.contexts.build(channel, messages, names, answering=answering)
             prompt = self._app.writer.prompt(context)
+        if reader is not None and context.memory != await self._app.contexts.memory_also_shown_to(
+            channel, messages, reader
+        ):
+            raise PreviewError(
+                f"the prompt of {channel_id} shows what the bot remembers for {channel_id} alone (notes, digests or"
+                f" facts about people): preview it for {channel_id} itself (--conversation {channel_id})"
+            )
         memos = (*context.rules, *context.important_memos, *context.recent_memos)
         return Preview(role, channel_id, thread_ts, prompt, self._sections(prompt, context), memos)
 

@@ -4,18 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import date
 from typing import Any
 
+import pytest
 from mcp.client import Client
 
 from myao2.application.notebook import Actor, Notebook
 from myao2.composition import Application
-from myao2.domain.conversation import Channel, ChannelKind
+from myao2.domain.conversation import Channel, ChannelKind, Message
 from myao2.domain.memo import MemoChanges, MemoDraft, Origin
+from myao2.domain.memory import Bullet, Digest, Memory, Stage, Term
+from myao2.domain.memory import Scope as Scope_
+from myao2.domain.profile import NewFact, Profile
 from myao2.domain.visibility import Audience
 from myao2.cli import build_parser
 from myao2.mcp_server import Scope, build_server, memo_uri, scope_of
-from tests.unit.test_preview import BOT, DM, GENERAL, app  # noqa: F401  (a fixture)
+from tests.unit.test_preview import BOT, DM, GENERAL, T0, app  # noqa: F401  (a fixture)
+
+THREAD = f"{T0 + 1}.000000"
 
 
 def call(app: Application, scope: Scope, tool: str, arguments: dict[str, Any]) -> tuple[bool, Any]:
@@ -54,6 +61,35 @@ def test_a_public_channels_memos_of_its_own_are_shown_by_no_tool_of_a_client_not
     assert not failed and "canary-style" in shown["query"]
     failed, memo = call(app, Scope(GENERAL), "get_memo", {"memo_name": "house-style"})
     assert not failed and memo["kept_for"] == GENERAL
+
+
+@pytest.mark.parametrize("kept", ["note", "thread note", "digest", "fact"])
+def test_what_the_bot_remembers_of_a_public_channel_for_it_alone_is_previewed_by_no_client_not_started_for_it(
+    app: Application, kept: str  # noqa: F811
+) -> None:
+    # Notes, digests and facts about people kept for #general alone (learnt, say, while it was private) were in a
+    # workspace client's preview of #general, as its memos were before: the preview shows them to no one else.
+    own, day = Audience(GENERAL), date(2023, 11, 14)
+    if kept == "note":
+        app.memories.save([Memory(Scope_(GENERAL), Term.LONG, own, (Bullet(1, "canary-note: Bob naps", day, ("1.0",)),))])
+    if kept == "thread note":
+        app.conversations.save_message(Message(GENERAL, f"{T0 + 5}.000000", "UALICE", "naps?", "Alice", thread_ts=THREAD))
+        app.memories.save(
+            [Memory(Scope_(GENERAL, THREAD), Term.SHORT, own, (Bullet(1, "canary-thread: Bob naps", day, ("1.0",)),))]
+        )
+    if kept == "digest":
+        app.memories.save_digest(Digest(GENERAL, day, Stage.DIGEST, own, ("canary-digest: Bob naps",), "1.0", "2.0"))
+    if kept == "fact":
+        app.profiles.save([Profile("UALICE").learn(own, [(NewFact("canary-fact: naps", 0.9, ("2.0",)), GENERAL, day)], [])])
+    thread = {"thread": THREAD} if kept == "thread note" else {}
+
+    failed, shown = call(app, Scope(GENERAL), "preview", {"role": "response", "channel": GENERAL, **thread})
+    assert not failed and "canary-" in shown["query"]
+    for scope in (Scope(), Scope(DM)):
+        failed, refusal = call(app, scope, "preview", {"role": "response", "channel": GENERAL, **thread})
+        assert failed and f"--conversation {GENERAL}" in refusal and "canary" not in refusal, refusal
+        failed, refusal = call(app, scope, "preview", {"role": "judgment", "channel": GENERAL, **thread})
+        assert failed and "canary" not in refusal, refusal
 
 
 def test_a_public_channel_the_bot_has_left_is_previewed_by_no_client(app: Application) -> None:  # noqa: F811

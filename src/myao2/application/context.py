@@ -18,6 +18,7 @@ from myao2.domain.conversation import MENTION, Channel, Message, ts_to_datetime
 from myao2.domain.memo import IMPORTANT_PRIORITY, Memo
 from myao2.domain.memory import WORKSPACE_SCOPE, Memory, Scope, Term, bullet_line, digest_line
 from myao2.domain.ports import Clock, MemoryStore, MemoStore, ProfileStore
+from myao2.domain.profile import Fact, Profile
 from myao2.domain.tokens import estimate_tokens
 from myao2.domain.visibility import audience_of, can_read_from, shows_elsewhere
 
@@ -235,7 +236,14 @@ class ContextBuilder:
     def _read(self, channel: Channel, thread_ts: str | None, speakers: Sequence[tuple[str, str]]) -> StoredContext:
         """The memos and the memories a prompt in `channel` shows."""
         memos = self._read_memos(channel.id)
-        return memos, self._read_memories(channel, thread_ts, speakers) if self._absorbed else MemorySections()
+        return memos, self._read_memories(channel, thread_ts, speakers, (channel.id,))
+
+    async def memory_also_shown_to(self, channel: Channel, messages: Sequence[Message], reader: str) -> MemorySections:
+        """The memory sections of `build`'s context, of what conversation `reader` may read too (the same rules,
+        asked for both): those of `build` exactly when `reader` may read all they show."""
+        thread_ts = next((m.thread_ts for m in messages if m.thread_ts), None)
+        speakers = _speakers(messages, self._bot_user_id)
+        return await asyncio.to_thread(self._read_memories, channel, thread_ts, speakers, (channel.id, reader))
 
     def _read_memos(self, channel_id: str) -> tuple[tuple[Memo, ...], tuple[Memo, ...], tuple[Memo, ...]]:
         """The pinned memos, then the important and the recent ones other than those."""
@@ -244,11 +252,12 @@ class ContextBuilder:
         )
 
     def _read_memories(
-        self, channel: Channel, thread_ts: str | None, speakers: Sequence[tuple[str, str]]
+        self, channel: Channel, thread_ts: str | None, speakers: Sequence[tuple[str, str]], readers: Sequence[str]
     ) -> MemorySections:
-        """The memories and profile facts of `speakers` (user id, name) that `channel` may read, each section
-        within its budget."""
-        assert self._absorbed is not None
+        """The memories and profile facts of `speakers` (user id, name) that every one of `readers` (conversations;
+        a prompt's: its own) may read, each section within its budget."""
+        if self._absorbed is None:
+            return MemorySections()
         memories, budgets = self._absorbed.memories, self._absorbed.budgets
 
         keys = [(WORKSPACE_SCOPE, Term.LONG), (Scope(channel.id), Term.SHORT), (Scope(channel.id), Term.LONG)]
@@ -258,9 +267,13 @@ class ContextBuilder:
         read = memories.for_prompt(keys, Term.SHORT if shows_news else None)
         stored = read.stored
 
+        def shown_to_all(memory: Memory | None, source: Channel | None) -> Memory | None:
+            for reader in readers:
+                memory = None if memory is None else memory.shown_in(reader, source, read.not_public)
+            return memory
+
         def shown(scope: Scope, term: Term) -> Memory | None:
-            memory = stored.get((scope, term))
-            return None if memory is None else memory.shown_in(channel.id, channel, read.not_public)
+            return shown_to_all(stored.get((scope, term)), channel)
 
         workspace = shown(WORKSPACE_SCOPE, Term.LONG)
         short = shown(Scope(channel.id), Term.SHORT)
@@ -270,7 +283,7 @@ class ContextBuilder:
         elsewhere = MemorySection()
         if shows_news:
             news = (
-                memory.shown_in(channel.id, source, read.not_public)
+                shown_to_all(memory, source)
                 for memory, source in read.news
                 if memory.scope.channel_id != channel.id
             )
@@ -279,14 +292,14 @@ class ContextBuilder:
         digests = [
             digest_line(d)
             for d in memories.digests(channel.id)
-            if d.lines and can_read_from(channel.id, d.audience, d.channel_id, channel)
+            if d.lines and all(can_read_from(reader, d.audience, d.channel_id, channel) for reader in readers)
         ]
         profiles = self._absorbed.profiles.many(user_id for user_id, _ in speakers)
         facts = [
             f"- {one_line(name)}: {fact.text}"
             for user_id, name in speakers
             if user_id in profiles
-            for fact in sorted(profiles[user_id].readable(channel.id), key=lambda f: (-f.confidence, f.id))
+            for fact in sorted(_readable_by_all(profiles[user_id], readers), key=lambda f: (-f.confidence, f.id))
         ]
         return MemorySections(
             workspace=_section(workspace, budgets.workspace),
@@ -297,6 +310,15 @@ class ContextBuilder:
             digests=_fit_lines(digests, budgets.digest),
             people=_fit_lines(facts, budgets.people, drop="last"),
         )
+
+
+def _readable_by_all(profile: Profile, readers: Sequence[str]) -> tuple[Fact, ...]:
+    """The active facts of `profile` every one of `readers` may see (`Profile.readable`)."""
+    facts = profile.readable(readers[0])
+    for reader in readers[1:]:
+        also = set(profile.readable(reader))
+        facts = tuple(fact for fact in facts if fact in also)
+    return facts
 
 
 def _speakers(messages: Sequence[Message], bot_user_id: str) -> list[tuple[str, str]]:
