@@ -540,6 +540,74 @@ async def test_a_stop_whose_connection_dropped_after_slack_stopped_it_is_stopped
     assert fake.messages("C1")[-1]["metadata"]["event_payload"] == {"answers": parent}
 
 
+@pytest.mark.parametrize("failure", ["server error", "ratelimited"])
+async def test_a_stream_whose_stop_fails_for_a_passing_reason_is_left_unmarked_for_the_next_attempt_to_end(
+    fake, publisher_for, failure
+):
+    # chat.update marked the message as the answer while its stream stayed open (until Slack expired it): the
+    # attempt was settled on a message still streaming, which no attempt then ended.
+    parent = fake.post_message("C1", "U1", "hi <@UBOT>")
+    if failure == "ratelimited":
+        # past the client's own retries of a 429 (5), each time the stop is sent again for a passing failure (4)
+        fake.inject_rate_limit("chat.stopStream", times=6 * 4, retry_after=0)
+    else:
+        fake.inject_server_error("chat.stopStream", 503, times=4)
+    text = "x" * 150 + "y" * 100
+    publisher = publisher_for()
+
+    with pytest.raises(SlackApiError):
+        await publisher.publish(
+            GENERAL, parent, "U1", events(*deltas(text, 150), ReplyDone(text)), APOLOGY, answering=parent
+        )
+
+    [stream] = fake.streams
+    assert stream["streaming"] and "chat.update" not in [method for method, _ in fake.web_calls]
+    assert not fake.messages("C1")[-1].get("metadata")  # the next attempt finds no answer: it ends this one
+    ended = await publisher.finish("C1", stream["ts"], APOLOGY, answering=parent)
+    assert not fake.streams[0]["streaming"] and fake.messages("C1")[-1]["text"] == ended
+    assert fake.messages("C1")[-1]["metadata"]["event_payload"] == {"answers": parent}
+
+
+async def test_the_next_attempt_ends_a_stream_whose_stop_failed_for_a_passing_reason_with_the_text_it_did_not_take(
+    fake, publisher_for
+):
+    # It ended it with the apology alone: the y's, sent with the stop that failed, were missing.
+    parent = fake.post_message("C1", "U1", "hi <@UBOT>")
+    fake.inject_server_error("chat.stopStream", 503, times=4)  # past the retries of a passing failure
+    text = "x" * 150 + "y" * 100
+    publisher = publisher_for()
+    with pytest.raises(SlackApiError):
+        await publisher.publish(
+            GENERAL, parent, "U1", events(*deltas(text, 150), ReplyDone(text)), APOLOGY, answering=parent
+        )
+
+    assert await publisher.finish("C1", fake.streams[0]["ts"], APOLOGY, answering=parent) == text
+    assert fake.messages("C1")[-1]["text"] == text and not fake.streams[0]["streaming"]
+
+
+async def test_a_long_tail_cut_short_after_a_piece_went_out_is_finished_by_the_next_attempt_before_the_apology(
+    fake, publisher_for
+):
+    # The tail sent as the bot stops went out in pieces; the stop with the last one failed: the next attempt ended
+    # the stream with the apology alone, the last piece missing.
+    parent = fake.post_message("C1", "U1", "hi <@UBOT>")
+    answer = "a" * 12_000 + "b" * 12_000 + "c" * 1_000
+    fake.inject_delay("chat.appendStream", 30)
+    fake.inject_server_error("chat.stopStream", 503)
+    publisher = publisher_for()
+    reply = events(ToolStarted("c1", "web", "Searching"), ReplyDone(answer))
+    task = asyncio.ensure_future(publisher.publish(GENERAL, parent, "U1", reply, APOLOGY, answering=parent))
+    await fake.async_wait_for(lambda: any(m == "chat.appendStream" for m, _ in fake.web_calls), 10, "the first piece")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    [stream] = fake.streams
+    assert stream["streaming"]  # its stop failed
+
+    assert await publisher.finish("C1", stream["ts"], APOLOGY, answering=parent) == answer + f"\n\n{APOLOGY}"
+    assert fake.messages("C1")[-1]["text"] == answer + f"\n\n{APOLOGY}" and not fake.streams[0]["streaming"]
+
+
 async def test_finishing_a_stream_whose_connection_dropped_after_slack_stopped_it_raises_rather_than_say_none_was_open(
     fake, publisher_for
 ):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +59,8 @@ NOT_STREAMING = "message_not_in_streaming_state"
 """The error of a stream call on a message Slack no longer streams (stopped, or expired)."""
 TOP_LEVEL_REFUSALS = frozenset({"invalid_arguments", "thread_ts_required", "missing_argument"})
 """Errors of a top-level chat.startStream (a DM answered inline) meaning only threads stream."""
+ENDINGS_KEPT = 1000
+"""How many streams left open by a failed stop have their unsent end kept for the next attempt (`finish`)."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,9 @@ class SlackReplyPublisher:
         self._settings = settings
         self._streaming = settings.streaming
         self._top_level = True  # a refused top-level stream (an inline DM answer) is not tried again
+        # ts -> the end a stream left open did not take (its stop failed for a passing reason), for `finish`: in
+        # this process only (no text is kept with an answer's claim), the most recent `ENDINGS_KEPT`
+        self._endings: OrderedDict[str, str] = OrderedDict()
 
     async def publish(
         self,
@@ -106,16 +112,27 @@ class SlackReplyPublisher:
         return PublishedReply(await self._chat.post(channel.id, text, thread_ts, answering), text)
 
     async def finish(self, channel_id: str, ts: str, apology: str, *, answering: str | None = None) -> str | None:
-        """Stop a stream left open (the bot stopped while it streamed), ending it with `apology`; its whole text as
-        Slack tells it, None when `ts` is no open stream."""
-        return await self._end(channel_id, ts, f"\n\n{apology}", answering)
+        """Stop a stream left open (the bot stopped while it streamed, or its stop failed), ending it with what
+        an attempt in this process failed to end it with (`_keep_ending`), else with `apology`; its whole text
+        as Slack tells it, None when `ts` is no open stream."""
+        return await self._end(channel_id, ts, self._endings.pop(ts, None) or f"\n\n{apology}", answering)
+
+    def _keep_ending(self, ts: str, ending: str) -> None:
+        """Keep `ending`, which stream `ts` (left open) surely does not show, for `finish` to end it with."""
+        if ending:
+            self._endings[ts] = ending
+            while len(self._endings) > ENDINGS_KEPT:
+                self._endings.popitem(last=False)
 
     async def _end(self, channel_id: str, ts: str, tail: str, answering: str | None) -> str | None:
         """Stop stream `ts`, left unfinished, with `tail`, marked as the answer to `answering`: the one way an
         unfinished stream is stopped, by the attempt cut short as the bot stops (`_Stream`) or by the next one
         (`finish`). Its whole text as Slack tells it; None when `ts` is no open stream; a passing failure raises.
 
-        A tail longer than one call takes is appended in pieces first, so the stop itself is never refused for it."""
+        A tail longer than one call takes is appended in pieces first, so the stop itself is never refused for it.
+        Should a call fail for a passing reason, what the stream surely lacks of the tail is kept for the next
+        attempt (`finish`): from the failed stop on (a stop Slack took ends the stream: its text cannot show twice),
+        or from after the failed piece (Slack may show it already)."""
         try:
             while len(tail) > STREAM_TEXT_LIMIT:
                 piece, tail = tail[:STREAM_TEXT_LIMIT], tail[STREAM_TEXT_LIMIT:]
@@ -126,11 +143,12 @@ class SlackReplyPublisher:
                 chunks=[_markdown(tail)],
                 metadata=answer_metadata(answering) if answering else None,
             )
-        except SlackApiError as exc:
+        except CALL_FAILURES as exc:
             if transient(exc):
+                self._keep_ending(ts, tail)
                 raise  # Slack failed to stop it now: the next attempt tries again
             # stopped or expired already, or never streamed
-            logger.warning("could not stop the unfinished reply %s: %s", ts, error_code(exc))
+            logger.warning("could not stop the unfinished reply %s: %s", ts, describe(exc))
             return None
         return str((response.get("message") or {}).get("text") or "")
 
@@ -383,7 +401,9 @@ class _Stream:
         """Stop the stream with what is still buffered plus `tail`; the stored text is all of it.
 
         Should the message not take all of it (a broken stream, whose chat.update fails too), what it lost
-        follows in the thread, with `apology` (empty: `tail` holds it already).
+        follows in the thread, with `apology` (empty: `tail` holds it already). A stop that fails for a passing
+        reason however often it is sent raises: the stream is still open, not to be marked as the answer, and the
+        next attempt ends it (`finish`) with the text the stop was to add.
         """
         assert self._ts is not None
         ts = self._ts
@@ -404,6 +424,9 @@ class _Stream:
             )
         except CALL_FAILURES as exc:  # perhaps stopped by a try unheard: chat.update sets the whole text either way
             logger.warning("streamed reply %s could not be stopped (%s)", ts, describe(exc))
+            if transient(exc):  # still open: the next attempt ends it, with what the stop was to add
+                self._owner._keep_ending(ts, _text_of(chunks))
+                raise
             self._broken = True
             self._unsure += _text_of(chunks)
         if not self._broken:
