@@ -34,6 +34,12 @@ INERT_CONTROLS = (
 )
 """Control characters as their pictures (ESC as ␛, CR as ␍, DEL as ␡); the C1 set, which has none, as U+FFFD."""
 
+
+def inert(text: str) -> str:
+    """`text` with its control characters (but newline and tab) as `INERT_CONTROLS` shows them, for a person's
+    terminal: what people and the model wrote is stored as written."""
+    return text.translate(INERT_CONTROLS)
+
 MAX_PERIOD = timedelta(days=36525)
 """The longest period: 100 years (a longer one reached past year 1, which no date can hold)."""
 
@@ -291,7 +297,7 @@ class InertControls:
         self._stream = stream
 
     def write(self, text: str) -> int:
-        return self._stream.write(text.translate(INERT_CONTROLS))
+        return self._stream.write(inert(text))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)

@@ -27,6 +27,7 @@ from pydantic import Field
 from myao2.application.memo_markdown import render_memo
 from myao2.application.notebook import DEFAULT_PRIORITY, Actor, Notebook
 from myao2.application.search import SearchError
+from myao2.cli import inert
 from myao2.composition import Application, build_application
 from myao2.config import Config
 from myao2.domain.conversation import BotIdentity, clean_text
@@ -185,7 +186,7 @@ class NotebookTools:
                 f"the prompt of {channel} shows memos kept for {channel} alone, which this server does not show:"
                 f" start it with --conversation {channel} to preview it"
             )
-        return shown.to_json()
+        return _printable(shown.to_json())
 
     def _reads_all(self, memos: Iterable[Memo]) -> bool:
         """Whether each of `memos` is the one its name means for this client (what get_memo gives it)."""
@@ -416,6 +417,12 @@ def build_server(  # type: ignore[no-untyped-def]
         return await call(lambda: tools.markdown(name), ResourceError)
 
     return server
+
+
+def _printable(preview: dict[str, Any]) -> dict[str, Any]:
+    """A preview's prompt with its control characters as their pictures (`inert`), as the command line prints it:
+    what people said in Slack is stored as written, and a terminal client (Claude Code) prints tool results."""
+    return {**preview, **{part: inert(preview[part]) for part in ("system", "query") if preview[part] is not None}}
 
 
 def _refused(error: MemoError) -> str:

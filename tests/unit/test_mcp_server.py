@@ -20,6 +20,7 @@ from myao2.domain.profile import NewFact, Profile
 from myao2.domain.visibility import Audience
 from myao2.cli import build_parser
 from myao2.mcp_server import Scope, build_server, memo_uri, scope_of
+from myao2.preview import Previewer
 from tests.unit.test_preview import BOT, DM, GENERAL, T0, app  # noqa: F401  (a fixture)
 
 THREAD = f"{T0 + 1}.000000"
@@ -90,6 +91,19 @@ def test_what_the_bot_remembers_of_a_public_channel_for_it_alone_is_previewed_by
         assert failed and f"--conversation {GENERAL}" in refusal and "canary" not in refusal, refusal
         failed, refusal = call(app, scope, "preview", {"role": "judgment", "channel": GENERAL, **thread})
         assert failed and "canary" not in refusal, refusal
+
+
+def test_control_characters_of_a_previewed_prompt_reach_the_client_as_their_pictures(app: Application) -> None:  # noqa: F811
+    # A terminal client (Claude Code) prints tool results: an escape sequence in a Slack message (OSC 52 sets the
+    # clipboard; the C1 CSI clears the screen) reached its user's terminal, as it did the command line's before 01753ad.
+    said = "copy \x1b]52;c;ZWNobyBoaQ==\x07 then \x9b2J\x7f"
+    app.conversations.save_message(Message(GENERAL, f"{T0 + 5}.000000", "UALICE", said, "Alice"))
+
+    failed, shown = call(app, Scope(), "preview", {"role": "response", "channel": GENERAL})
+
+    assert not failed and "copy ␛]52;c;ZWNobyBoaQ==␇ then \ufffd2J␡" in shown["query"]
+    assert not any(ch in json.dumps(shown, ensure_ascii=False) for ch in "\x1b\x07\x9b\x7f")
+    assert said in asyncio.run(Previewer(app, BOT).preview("response", GENERAL)).prompt.query  # the model's, as sent
 
 
 def test_a_public_channel_the_bot_has_left_is_previewed_by_no_client(app: Application) -> None:  # noqa: F811
