@@ -210,6 +210,39 @@ async def test_a_deletion_during_a_fetch_is_not_undone(
     assert stored_message(store, "C1", ts) is None
 
 
+async def test_messages_posted_while_a_fetch_reads_threads_are_not_taken_for_deleted(
+    fake: FakeSlack, store: SqlConversationStore, gateway: SlackGateway
+) -> None:
+    # A fetch lists the channel, then reads its threads one call after another: what was posted after the listing
+    # (or after its thread was read) is missing from what it returned, yet older than a reply a later call read.
+    first = fake.post_message("C1", "U1", "first thread", emit=False)
+    fake.post_message("C1", "U2", "a reply", thread_ts=first, emit=False)
+    second = fake.post_message("C1", "U1", "second thread", emit=False)
+    fake.post_message("C1", "U2", "another reply", thread_ts=second, emit=False)
+    posted: list[Message] = []
+    replies = gateway._client.conversations_replies
+    read: list[str] = []
+
+    async def meanwhile(**arguments):  # type: ignore[no-untyped-def]
+        read.append(arguments["ts"])
+        if read == [second, first]:  # the second thread read first (its reply is newer), the first one next
+            for text, thread in [("said meanwhile", None), ("answered meanwhile", second), ("late", first)]:
+                ts = fake.post_message("C1", "U1", text, thread_ts=thread, emit=False)
+                posted.append(Message("C1", ts, "U1", text, "Alice", thread_ts=thread))
+        return await replies(**arguments)
+
+    gateway._client.conversations_replies = meanwhile  # type: ignore[method-assign]
+    fetched_at = SystemClock().now()
+    fetched = await gateway.fetch_history("C1", "0", 100)
+    store.save_messages(posted[:2])  # their events land while the fetch is on its way
+
+    store.reconcile(fetched, fetched_at)
+
+    assert [m.text for m in fetched.messages][-1] == "late"
+    assert stored_message(store, "C1", posted[0].ts) is not None  # posted after the listing
+    assert stored_message(store, "C1", posted[1].ts) is not None  # posted after its thread was read
+
+
 async def test_an_edit_during_a_fetch_is_not_undone(
     fake: FakeSlack, store: SqlConversationStore, gateway: SlackGateway, history: HistorySync
 ) -> None:

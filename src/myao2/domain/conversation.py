@@ -148,20 +148,22 @@ class History:
         """The stored messages this fetch, started at `fetched_at`, shows to be deleted.
 
         Only messages posted before the fetch started (less clock skew), or before the
-        newest message it returned, count: a newer one may simply have come too late.
+        newest message it returned of the top-level flow or of their own thread, count:
+        a newer one may simply have come too late. The top-level flow is read first,
+        then each thread, one call after another: a reply a later call returned tells
+        nothing of what was posted in the flow or another thread after an earlier one.
         """
         returned = {m.ts for m in self.messages}
-        until = max(
-            (Decimal(m.ts) for m in self.messages),
-            default=Decimal(0),
-        )
-        until = max(until, Decimal(str((fetched_at - CLOCK_SKEW).timestamp())))
+        newest: dict[str | None, Decimal] = {}
+        for m in self.messages:
+            newest[m.thread_ts] = max(newest.get(m.thread_ts, Decimal(0)), Decimal(m.ts))
+        listed = max(Decimal(str((fetched_at - CLOCK_SKEW).timestamp())), newest.get(None, Decimal(0)))
         after = Decimal(self.complete_after)
         return [
             m
             for m in stored
             if m.ts not in returned
-            and after < Decimal(m.ts) <= until
+            and after < Decimal(m.ts) <= max(listed, newest.get(m.thread_ts, Decimal(0)))
             and (m.thread_ts is None or m.thread_ts in self.threads)
         ]
 
