@@ -606,8 +606,12 @@ _MESSAGES: Table = MessageRow.__table__  # type: ignore[attr-defined]
 _MESSAGE_COLUMNS = ("channel_id", "ts", "user_id", "text", "user_name", "is_bot", "thread_ts", "mentions", "posted_at")
 """The columns of a message row, each filled from the `Message` attribute of its name: its fields in their order,
 then `posted_at` (its ts as a datetime)."""
-_MESSAGE = tuple(_MESSAGES.c[name] for name in _MESSAGE_COLUMNS[:-1])
-"""The columns a `Message` is made of, the first of every read of messages: `_to_message` reads them by position."""
+_MESSAGE = (
+    *(_MESSAGES.c[name] for name in _MESSAGE_COLUMNS[:-2]),
+    type_coerce(_MESSAGES.c.mentions, Text).label("mentions"),
+)
+"""The columns a `Message` is made of, the first of every read of messages: `_to_message` reads them by position
+(the mentions as their JSON text, see `_mentions`)."""
 
 # Statements of the calls every answer makes, built once (building one cost more than running it).
 _CHANNELS, _CLAIMS = ChannelRow.__table__, ClaimRow.__table__  # type: ignore[attr-defined]
@@ -817,4 +821,11 @@ def _to_channel(row: Any) -> Channel:
 def _to_message(row: Any) -> Message:
     """A message from a row whose first columns are `_MESSAGE`, read by position: reading a column by its name
     cost more than making the message (an AttributeError formatted at each, then caught)."""
-    return Message(*row[:7], tuple(row[7]))
+    return Message(*row[:7], _mentions(row[7]))
+
+
+@lru_cache(maxsize=1024)
+def _mentions(stored: str) -> tuple[str, ...]:
+    """A message's mentions from their stored JSON text, parsed once per text: the messages read are mostly those
+    of a few people, who mention the same few (json.loads of each row's cost more than the rest of making it)."""
+    return tuple(json.loads(stored))
