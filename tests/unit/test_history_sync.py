@@ -166,6 +166,23 @@ async def test_replies_under_a_thread_started_before_the_span_are_stored_and_the
     assert stored_message(store, "C1", parent) is None  # older than the span: not stored again
 
 
+async def test_a_thread_whose_parent_lists_no_latest_reply_is_read_not_emptied(
+    fake: FakeSlack, store: SqlConversationStore, history: HistorySync
+) -> None:
+    parent = fake.post_message("C1", "U1", "thread", emit=False)
+    reply = fake.post_message("C1", "U2", "first reply", thread_ts=parent, emit=False)
+    fake.post_message("C1", "U2", "later, in the channel", emit=False)
+    await history.sync()
+
+    late = fake.post_message("C1", "U2", "late reply <@UBOT>", thread_ts=parent, emit=False)
+    with fake._lock:  # Slack's thread summary without its latest_reply
+        fake._find_message(fake._get_channel("C1"), parent).pop("latest_reply")
+    new = await history.sync()
+
+    assert stored_message(store, "C1", reply) is not None
+    assert [m.ts for m in new] == [late]
+
+
 async def test_a_message_edited_while_away_is_updated(
     fake: FakeSlack, store: SqlConversationStore, history: HistorySync
 ) -> None:

@@ -273,13 +273,9 @@ class SlackGateway:
         in_span = [raw for raw in listed if Decimal(raw["ts"]) > Decimal(oldest)]
         raws = {raw["ts"]: raw for raw in in_span[:limit]}
         complete_after = oldest if len(in_span) <= limit else _just_before(in_span[limit - 1]["ts"])
-        threads = sorted(
-            (raw for raw in listed if raw.get("reply_count") and raw.get("latest_reply")),
-            key=lambda raw: Decimal(raw["latest_reply"]),
-            reverse=True,
-        )
+        threads = sorted((raw for raw in listed if raw.get("reply_count")), key=_latest_reply, reverse=True)
         for parent in threads:
-            if Decimal(parent["latest_reply"]) <= Decimal(complete_after):
+            if _latest_reply(parent) <= Decimal(complete_after):
                 continue  # nothing to keep was posted there (a later reply counts at the next sync)
             replies, after = await self._newest_replies(channel_id, parent, complete_after, limit)
             raws.update((raw["ts"], raw) for raw in replies)
@@ -328,7 +324,7 @@ class SlackGateway:
         if not more:
             return replies, after
         bottom = Decimal(after)  # more than are still wanted were posted after it
-        ceiling = Decimal(parent["latest_reply"]) + MICROSECOND  # every reply at or after it is read
+        ceiling = _latest_reply(parent) + MICROSECOND  # every reply at or after it is read
         step = _span_of(keep, replies)
         newest: list[dict[str, Any]] = []
         complete_after: str | None = None
@@ -477,6 +473,12 @@ def _author_name(raw: dict[str, Any], people: dict[str, Person]) -> str:
     if person is not None:
         return person.display_name
     return translate.posted_name(raw) or translate.author_of(raw) or "unknown"
+
+
+def _latest_reply(parent: dict[str, Any]) -> Decimal:
+    """The ts of the newest reply of thread `parent`; now when Slack does not say (any reply may be new)."""
+    latest = parent.get("latest_reply")
+    return Decimal(latest) if latest else Decimal(f"{time.time():.6f}")
 
 
 def _span_of(wanted: int, replies: list[dict[str, Any]]) -> Decimal:
