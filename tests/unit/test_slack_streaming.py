@@ -585,6 +585,30 @@ async def test_the_next_attempt_ends_a_stream_whose_stop_failed_for_a_passing_re
     assert fake.messages("C1")[-1]["text"] == text and not fake.streams[0]["streaming"]
 
 
+async def test_the_end_kept_of_a_stream_whose_stop_failed_is_never_given_to_a_stream_of_another_conversation(
+    fake, publisher_for, monkeypatch
+):
+    # Slack's ts tells a message within its conversation only: a DM's stream with the ts of a channel's took the
+    # end the channel's failed stop left (kept by ts alone), and the channel's the DM's words.
+    parent = fake.post_message("C1", "U1", "hi <@UBOT>")
+    fake.inject_server_error("chat.stopStream", 503, times=8)  # past the retries of both stops
+    publisher = publisher_for()
+    public = "x" * 150 + "public words"
+    with pytest.raises(SlackApiError):
+        await publisher.publish(GENERAL, parent, "U1", events(*deltas(public, 150), ReplyDone(public)), APOLOGY)
+    ts = fake.streams[0]["ts"]
+    same_ts = fake._next_ts
+    monkeypatch.setattr(fake, "_next_ts", lambda given=None: same_ts(given) if given else ts)
+    secret = "z" * 150 + "secret words"
+    with pytest.raises(SlackApiError):
+        await publisher.publish(DM, None, "U1", events(*deltas(secret, 150), ReplyDone(secret)), APOLOGY)
+    monkeypatch.setattr(fake, "_next_ts", same_ts)
+    assert [s["ts"] for s in fake.streams] == [ts, ts]
+
+    assert await publisher.finish("C1", ts, APOLOGY, answering=parent) == public
+    assert await publisher.finish("D1", ts, APOLOGY) == secret
+
+
 async def test_a_long_tail_cut_short_after_a_piece_went_out_is_finished_by_the_next_attempt_before_the_apology(
     fake, publisher_for
 ):

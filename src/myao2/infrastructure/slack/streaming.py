@@ -86,9 +86,10 @@ class SlackReplyPublisher:
         self._settings = settings
         self._streaming = settings.streaming
         self._top_level = True  # a refused top-level stream (an inline DM answer) is not tried again
-        # ts -> the end a stream left open did not take (its stop failed for a passing reason), for `finish`: in
-        # this process only (no text is kept with an answer's claim), the most recent `ENDINGS_KEPT`
-        self._endings: OrderedDict[str, str] = OrderedDict()
+        # (channel, ts) -> the end a stream left open did not take (its stop failed for a passing reason), for
+        # `finish`: in this process only (no text is kept with an answer's claim), the most recent `ENDINGS_KEPT`.
+        # A ts tells a message within its conversation only: another's may have the same.
+        self._endings: OrderedDict[tuple[str, str], str] = OrderedDict()
 
     async def publish(
         self,
@@ -115,12 +116,14 @@ class SlackReplyPublisher:
         """Stop a stream left open (the bot stopped while it streamed, or its stop failed), ending it with what
         an attempt in this process failed to end it with (`_keep_ending`), else with `apology`; its whole text
         as Slack tells it, None when `ts` is no open stream."""
-        return await self._end(channel_id, ts, self._endings.pop(ts, None) or f"\n\n{apology}", answering)
+        ending = self._endings.pop((channel_id, ts), None)
+        return await self._end(channel_id, ts, ending or f"\n\n{apology}", answering)
 
-    def _keep_ending(self, ts: str, ending: str) -> None:
-        """Keep `ending`, which stream `ts` (left open) surely does not show, for `finish` to end it with."""
+    def _keep_ending(self, channel_id: str, ts: str, ending: str) -> None:
+        """Keep `ending`, which stream `ts` of `channel_id` (left open) surely does not show, for `finish` to end it
+        with."""
         if ending:
-            self._endings[ts] = ending
+            self._endings[(channel_id, ts)] = ending
             while len(self._endings) > ENDINGS_KEPT:
                 self._endings.popitem(last=False)
 
@@ -145,7 +148,7 @@ class SlackReplyPublisher:
             )
         except CALL_FAILURES as exc:
             if transient(exc):
-                self._keep_ending(ts, tail)
+                self._keep_ending(channel_id, ts, tail)
                 raise  # Slack failed to stop it now: the next attempt tries again
             # stopped or expired already, or never streamed
             logger.warning("could not stop the unfinished reply %s: %s", ts, describe(exc))
@@ -425,7 +428,7 @@ class _Stream:
         except CALL_FAILURES as exc:  # perhaps stopped by a try unheard: chat.update sets the whole text either way
             logger.warning("streamed reply %s could not be stopped (%s)", ts, describe(exc))
             if transient(exc):  # still open: the next attempt ends it, with what the stop was to add
-                self._owner._keep_ending(ts, _text_of(chunks))
+                self._owner._keep_ending(self._channel.id, ts, _text_of(chunks))
                 raise
             self._broken = True
             self._unsure += _text_of(chunks)
