@@ -97,4 +97,4 @@ def test_the_search_index_weighs_the_documents_of_exactly_those_the_domain_shows
             weighed = set(keywords.top(connection, reach, {"canary": 1.0}, math.inf, 1000))
         expected = {doc_id for doc_id, kind, ref in documents if shown(reader, kind, ref)}
         assert weighed == expected, reader
-        assert index._loaded(reach, reads) == len(expected), reader
+        assert index._loaded(reach) == len(expected), reader

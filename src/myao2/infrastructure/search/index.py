@@ -564,7 +564,7 @@ class SearchIndex:
     def _weights(self, kind: str, query: str, reads: Reads) -> dict[str, float]:
         """Each of `query`'s keyword terms for `kind`, with its weight for a reader that `reads` what it does."""
         with reading(self._engine) as connection:
-            return self._statistics(connection, _query_terms(kind, query), self._reach(reads), reads)[1]
+            return self._statistics(connection, _query_terms(kind, query), self._reach(reads))[1]
 
     # -- searching --------------------------------------------------------------
 
@@ -594,7 +594,7 @@ class SearchIndex:
         reach = self._reach(reads)
         with reading(self._engine) as connection:
             query_terms = _query_terms(kind, query)
-            frequencies, weights = self._statistics(connection, query_terms, reach, reads)
+            frequencies, weights = self._statistics(connection, query_terms, reach)
             # A term in very many documents says little and would take long to rank by: it only
             # counts towards the keyword bonus of the documents proposed.
             rare = {term: weights[term] for term in query_terms if 0 < frequencies[term] < FREQUENT}
@@ -749,13 +749,13 @@ class SearchIndex:
             reads.channel(kind, None),
         )
 
-    def _loaded(self, reach: Reach, reads: Reads) -> int:
-        """How many vectors loaded within `reach` (what `reads` tells) there are: the documents counted (of a kind not
-        searched, as of its last refresh, see `_read_written`)."""
-        return sum(self._caches[within.kind].count(_readable(reads, within.kind)) for within in reach.kinds)
+    def _loaded(self, reach: Reach) -> int:
+        """How many vectors loaded within `reach` there are: the documents counted (of a kind not searched, as of its
+        last refresh, see `_read_written`)."""
+        return sum(self._caches[within.kind].count(_holding(within)) for within in reach.kinds)
 
-    def _loaded_between(self, reach: Reach, reads: Reads, low: int, high: int) -> int | None:
-        """How many vectors loaded within `reach` (what `reads` tells) have a document id from `low` to `high`; None
+    def _loaded_between(self, reach: Reach, low: int, high: int) -> int | None:
+        """How many vectors loaded within `reach` have a document id from `low` to `high`; None
         while those of a kind are being read or clustered (a search never waits for them)."""
         count = 0
         for within in reach.kinds:
@@ -763,26 +763,26 @@ class SearchIndex:
             if not lock.acquire(blocking=False):
                 return None
             try:
-                count += self._caches[within.kind].count_between(_readable(reads, within.kind), low, high)
+                count += self._caches[within.kind].count_between(_holding(within), low, high)
             finally:
                 lock.release()
         return count
 
     def _statistics(
-        self, connection: Connection, query_terms: list[str], reach: Reach, reads: Reads
+        self, connection: Connection, query_terms: list[str], reach: Reach
     ) -> tuple[dict[str, float], dict[str, float]]:
-        """How many documents within `reach` (what `reads` tells) hold each term (see `_document_frequencies`), and
-        each term's weight there (its inverse document frequency)."""
-        documents = self._loaded(reach, reads)
-        frequencies = self._document_frequencies(connection, query_terms, reach, reads, documents)
+        """How many documents within `reach` hold each term (see `_document_frequencies`), and each term's weight there
+        (its inverse document frequency)."""
+        documents = self._loaded(reach)
+        frequencies = self._document_frequencies(connection, query_terms, reach, documents)
         documents = max(documents, int(max(frequencies.values(), default=0)))
         return frequencies, {term: _idf(documents, frequency) for term, frequency in frequencies.items()}
 
     def _document_frequencies(
-        self, connection: Connection, query_terms: list[str], reach: Reach, reads: Reads, documents: int
+        self, connection: Connection, query_terms: list[str], reach: Reach, documents: int
     ) -> dict[str, float]:
         """How many of the documents within `reach` hold each term: counted up to `FREQUENT`, estimated beyond
-        (`documents` of them are loaded, what `reads` tells).
+        (`documents` of them are loaded).
 
         The estimate reads only the first `FREQUENT` documents holding the term (by id) and scales
         their count by the share they are of the loaded documents within `reach` in their id range,
@@ -796,7 +796,7 @@ class SearchIndex:
                 share, measured = self._frequent_shares.get((reach, term), (None, 0.0))
             if share is None or now - measured > FREQUENT_SHARE_SECONDS:
                 found, low, high = self._keywords.holders(connection, term, reach, FREQUENT)
-                spanned = None if found < FREQUENT else self._loaded_between(reach, reads, low, high)
+                spanned = None if found < FREQUENT else self._loaded_between(reach, low, high)
                 with self._shares_lock:
                     self._frequent_shares.pop((reach, term), None)  # re-inserted last: the oldest measured go first
                     if spanned is not None:
@@ -1005,10 +1005,17 @@ def _rows(connection: Connection, keywords: KeywordTable, doc_ids: list[int]) ->
     return {row[0]: _DocRow(*row[1:]) for row in rows}
 
 
-def _readable(reads: Reads, kind: str) -> Callable[[tuple[str | None, str | None]], bool]:
-    """Whether a reader that `reads` what it does may read the documents of `kind` in a cache's place (their scope
-    and channel, see `_refreshed`)."""
-    return lambda place: reads(kind, *place)
+def _holding(within: Within) -> Callable[[tuple[str | None, str | None]], bool]:
+    """Whether a cache's place (a document's scope and channel, see `_refreshed`) is within `within`, as its SQL tells
+    (keywords.py): the loaded vectors counted are those of the places listed, each asked of the reader once (`_within`)."""
+    scopes, channels = frozenset(within.scopes), frozenset(within.channels)
+    workspace, nowhere = within.workspace, within.nowhere
+
+    def held(place: tuple[str | None, str | None]) -> bool:
+        scope, channel = place
+        return (workspace if scope is None else scope in scopes) and (nowhere if channel is None else channel in channels)
+
+    return held
 
 
 def _execute_each(connection: Connection, statement: str, rows: list[dict[str, object]]) -> None:
