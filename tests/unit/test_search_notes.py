@@ -102,6 +102,21 @@ def test_the_channel_filter_keeps_to_that_channel(notes: Notes) -> None:
     assert [h.digest.channel_id for h in notes.found("ramen lunch", "C1", channel="C2")] == ["C2"]
 
 
+def test_the_channel_filter_finds_the_channels_notes_however_many_of_other_channels_rank_above_them(notes: Notes) -> None:
+    # The index was asked for four times the notes wanted, of every channel, and those of the channel kept: more
+    # notes elsewhere that matched better left out the channel's own.
+    for day in range(5):
+        notes.digest("C2", day, f"ramen lunch, ramen lunch again {day}")
+    notes.digest("C1", 0, "we had ramen once")
+    bullets = (Bullet(1, "Alice had ramen", START.date(), (ts(START + timedelta(hours=1)),)),)
+    notes.memories.save([Memory(Scope("C1"), Term.LONG, WORKSPACE, bullets, label="#c1")])
+    for day in range(5):
+        bullet = Bullet(1, f"ramen lunch, ramen lunch again {day}", START.date(), (ts(START + timedelta(hours=2)),))
+        notes.memories.save([Memory(Scope("C2", f"{day}.0"), Term.LONG, WORKSPACE, (bullet,), label="#c2")])
+    assert [hit.label for hit in notes.search.notes("ramen lunch", "C2", None, "C1", 1)] == ["#c1"]
+    assert [hit.label for hit in notes.search.notes("ramen lunch", "C2", None, "C1", 2)] == ["#c1", "#c1"]
+
+
 def test_long_term_memories_are_found_bullet_by_bullet_up_to_the_cutoff(notes: Notes) -> None:
     bullets = tuple(
         Bullet(i + 1, text, (START + i * DAY).date(), (ts(START + i * DAY + timedelta(hours=1)),))

@@ -82,7 +82,7 @@ class RankingIndex(Protocol):
     def catch_up(self) -> int: ...
 
     def search(
-        self, kind: str, query: str, reads: Reads, before: float | None, limit: int, within: str | None = None
+        self, kind: str, query: str, reads: Reads, before: float | None, limit: int, conversation: str | None = None
     ) -> list: ...
 
     def line_scores(self, query: str, lines: list[str], reads: Reads) -> list[float]: ...
@@ -206,7 +206,7 @@ class Search:
                     hid = True
             return hits, hid
 
-        return self._best("memo", text, Reads.of(reader, channels), _seconds(before), count, count, memo_hits)[:count]
+        return self._best("memo", text, Reads.of(reader, channels), _seconds(before), None, count, memo_hits)[:count]
 
     @_traced("search.messages")
     def messages(
@@ -257,7 +257,6 @@ class Search:
         channels = {c.id: c for c in self._conversations.channels()}
         reads = Reads.of(reader, channels)
         hidden = not_public(channels.values())
-        wanted = count if channel is None else count * 4  # the index is not asked for the channel's alone
 
         def digest_hits(found: list) -> tuple[list[NoteHit], bool]:
             digests = notes.digests_by_ids([hit.ref_id for hit in found])
@@ -302,8 +301,8 @@ class Search:
             return hits, hid
 
         hits = [
-            *self._best("digest", text, reads, seconds, wanted, count, digest_hits),
-            *self._best("summary", text, reads, seconds, wanted, count, memory_hits),
+            *self._best("digest", text, reads, seconds, channel, count, digest_hits),
+            *self._best("summary", text, reads, seconds, channel, count, memory_hits),
         ]
         hits.sort(key=lambda hit: -hit.score)
         return hits[:count]
@@ -314,18 +313,18 @@ class Search:
         query: str,
         reads: Reads,
         seconds: float | None,
-        wanted: int,
+        conversation: str | None,
         count: int,
         judged: Callable[[list], tuple[list[Hit], bool]],
     ) -> list[Hit]:
-        """The hits of `kind` that `judged` keeps, scored by what the reader may read (and whether it left one
-        out or scored one again for what the reader may not read). When it did, at least the best `count` when
-        there are so many: the index is asked for more while fewer than `count` kept score at least as high as the
-        last it ranked. A hit hidden makes room for the next ones: a result short of them, or a note ranked by words
-        the reader may not read, would tell that those matched."""
-        limit = wanted
+        """The hits of `kind` (of `conversation` alone, when given) that `judged` keeps, scored by what the reader may
+        read (and whether it left one out or scored one again for what the reader may not read). When it did, at least
+        the best `count` when there are so many: the index is asked for more while fewer than `count` kept score at
+        least as high as the last it ranked. A hit hidden makes room for the next ones: a result short of them, or a
+        note ranked by words the reader may not read, would tell that those matched."""
+        limit = count
         while True:
-            found = self._index.search(kind, query, reads, seconds, limit)
+            found = self._index.search(kind, query, reads, seconds, limit, conversation)
             hits, hid = judged(found)
             if not hid or len(found) < limit:
                 return hits

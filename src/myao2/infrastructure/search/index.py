@@ -575,16 +575,20 @@ class SearchIndex:
         reads: Reads,
         before: float | None,
         limit: int,
-        within: str | None = None,
+        conversation: str | None = None,
     ) -> list[Hit]:
         """The best `limit` documents of `kind` for `query` among those the reader may read (`reads`), at or before
-        `before`, and in scope `within` when given.
+        `before`, and of `conversation` alone when given (a message's channel, the conversation a memo was written
+        in or a digest or memory made of).
 
         Call `catch_up` first for the newest changes to count.
         """
         query_vector = self._query_vector(query)
+        scope, channel = (conversation, None) if kind == "message" else (None, conversation)  # see `Document`
         # Asked once per scope and channel: a search checks a few of them for hundreds of documents.
-        readable = functools.lru_cache(maxsize=None)(lambda place: reads(kind, *place) and within in (None, place[0]))
+        readable = functools.lru_cache(maxsize=None)(
+            lambda place: reads(kind, *place) and scope in (None, place[0]) and channel in (None, place[1])
+        )
         with self._cache_locks[kind]:
             cache = self._refreshed(kind)
             dense = cache.top(query_vector, readable, before, CANDIDATES)
@@ -599,7 +603,7 @@ class SearchIndex:
             # counts towards the keyword bonus of the documents proposed.
             rare = {term: weights[term] for term in query_terms if 0 < frequencies[term] < FREQUENT}
             before_or_ever = math.inf if before is None else before
-            keyword = self._keywords.top(connection, reach.only(kind, within), rare, before_or_ever, CANDIDATES)
+            keyword = self._keywords.top(connection, reach.only(kind, scope, channel), rare, before_or_ever, CANDIDATES)
             candidates = list(dict.fromkeys([doc_id for doc_id, _ in dense] + keyword))
             rows = _rows(connection, self._keywords, candidates)
         cosines = dict(dense)

@@ -48,15 +48,17 @@ class Reach:
 
     kinds: tuple[Within, ...]
 
-    def only(self, kind: str, scope: str | None = None) -> Reach:
-        """The documents of `kind` within this reach (in `scope` alone, when given)."""
-        return Reach(
-            tuple(
-                within if scope is None else replace(within, scopes=tuple(s for s in within.scopes if s == scope), workspace=False)
-                for within in self.kinds
-                if within.kind == kind
-            )
-        )
+    def only(self, kind: str, scope: str | None = None, channel: str | None = None) -> Reach:
+        """The documents of `kind` within this reach (in `scope` alone, of `channel` alone, when given)."""
+
+        def narrowed(within: Within) -> Within:
+            if scope is not None:
+                within = replace(within, scopes=tuple(s for s in within.scopes if s == scope), workspace=False)
+            if channel is not None:
+                within = replace(within, channels=tuple(c for c in within.channels if c == channel), nowhere=False)
+            return within
+
+        return Reach(tuple(narrowed(within) for within in self.kinds if within.kind == kind))
 
 
 class IndexBusy(Exception):
