@@ -11,7 +11,9 @@ counted against the bot. Everything stays on 127.0.0.1. Figures:
 * start-up: process start to the fake accepting the Socket Mode connection,
   then the latency of a mention sent at that moment (and the bot's CPU until it was
   answered, a figure a loaded machine moves less): on a new database, which the bot
-  migrates (its first start), and again at the end on the same database (every later start);
+  migrates (its first start), and again at the end on the same database (every later start).
+  Start-up is CPU-bound (its wall time is about the bot's CPU time on an idle machine), so the
+  machine's load average at launch is printed beside it: other processes on the cores stretch it;
 * N sequential mentions: latency from the mention's ts (the moment the fake
   stored it and sent its events) to the ts of the bot's threaded reply (the
   moment the fake received chat.postMessage), and the bot's CPU per mention;
@@ -338,6 +340,7 @@ def mention(slack: SlackProcess, text: str = "what do you think?", user: str = A
 def launch(bot: BotProcess, slack: SlackProcess, what: str) -> bool:
     """Start the bot; print when it connected and how fast it answered a mention sent then. False if it did not."""
     connections = slack.connection_count
+    load = os.getloadavg()[0]
     started = time.time()
     bot.start(wait_connected=False)
     assert bot.process is not None
@@ -348,7 +351,8 @@ def launch(bot: BotProcess, slack: SlackProcess, what: str) -> bool:
         print(f"{what}: the bot did not connect; its log:\n{bot.log()}")
         return False
     print(f"{what}: Socket Mode connected {(connected - started) * 1000:.0f} ms after launch "
-          f"(bot CPU {cpu_seconds(pid) * 1000:.0f} ms)")
+          f"(bot CPU {cpu_seconds(pid) * 1000:.0f} ms; machine load average {load:.1f} on {os.cpu_count()} cores "
+          "at launch)")
     # A mention at once: it may wait for what the bot loads once connected, and is
     # the first model call, users.info and conversations.info.
     ts = mention(slack, "hello there")
