@@ -36,6 +36,7 @@ from myao2.infrastructure.slack.connection import AppTokenRejected, SocketMode, 
 from myao2.infrastructure.slack.gateway import SlackAuthError, SlackGateway, make_web_client, web_session
 from myao2.infrastructure.slack.streaming import SlackReplyPublisher, StreamSettings
 from myao2.infrastructure.tasks import TaskSet, every
+from myao2.infrastructure.threads import worker_threads
 from myao2.infrastructure.tracing import start_tracing
 from myao2.listening import CannotListen, cannot_listen
 
@@ -98,6 +99,7 @@ class Bot:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._stop.set)
         loop.call_later(start_up.LIMIT_SECONDS, start_up.settled)
+        loop.set_default_executor(worker_threads())
         # The model libraries load meanwhile: while the database opens and Slack is reached, then connected,
         # so that the first mention finds them loaded.
         load_model_libraries()

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 from collections.abc import Callable, Iterable
-from contextlib import suppress
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine
@@ -19,6 +16,7 @@ from myao2.infrastructure.db.memo_store import SqlMemoStore
 from myao2.infrastructure.db.memory_store import SqlMemoryStore
 from myao2.infrastructure.search.embedders import make_embedder
 from myao2.infrastructure.search.index import KINDS, SearchIndex
+from myao2.infrastructure.threads import name_thread
 
 __all__ = ["IndexProgressLog", "IndexWorker", "SearchIndex", "open_index"]
 
@@ -104,7 +102,7 @@ class IndexWorker:
             self._changed.set()
 
     def _run(self) -> None:
-        _name_thread()
+        name_thread(THREAD_NAME)
         try:
             self._index.warm(self._warm)  # first: a backlog may take long, and searches meanwhile need the vectors
             self._index.sync(IndexProgressLog())
@@ -156,12 +154,3 @@ class _CommitHook:
             hook._told = tuple(t for t in hook._told if t != tell)
             if not hook._told:
                 del dialect.do_commit
-
-
-def _name_thread() -> None:
-    """Give the calling thread its name in `top -H` and `ps -L` (Linux only); threads it starts inherit it."""
-    if sys.platform != "linux":
-        return
-    native_id = threading.get_native_id()
-    with suppress(OSError):
-        Path(f"/proc/self/task/{native_id}/comm").write_text(THREAD_NAME, encoding="ascii")
