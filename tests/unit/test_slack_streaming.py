@@ -585,6 +585,26 @@ async def test_the_next_attempt_ends_a_stream_whose_stop_failed_for_a_passing_re
     assert fake.messages("C1")[-1]["text"] == text and not fake.streams[0]["streaming"]
 
 
+async def test_a_stream_that_stopped_taking_text_and_whose_stop_failed_is_ended_with_what_it_lost_not_the_apology_alone(
+    fake, publisher_for
+):
+    # An append failed (the stream took no more text), then the stop too, for a passing reason: the next attempt
+    # ended it with the apology alone, everything written from the failed append on lost.
+    parent = fake.post_message("C1", "U1", "hi <@UBOT>")
+    fake.inject_server_error("chat.appendStream", 503)
+    fake.inject_server_error("chat.stopStream", 503, times=4)  # past the retries of a passing failure
+    text = "x" * 150 + "y" * 150 + "z" * 150
+    publisher = publisher_for()
+    with pytest.raises(SlackApiError):
+        await publisher.publish(
+            GENERAL, parent, "U1", events(*deltas(text, 150), ReplyDone(text)), APOLOGY, answering=parent
+        )
+
+    # the message shows no y's (Slack did not take the failed append): they are added with the rest
+    assert await publisher.finish("C1", fake.streams[0]["ts"], APOLOGY, answering=parent) == text
+    assert fake.messages("C1")[-1]["text"] == text and not fake.streams[0]["streaming"]
+
+
 async def test_the_end_kept_of_a_stream_whose_stop_failed_is_never_given_to_a_stream_of_another_conversation(
     fake, publisher_for, monkeypatch
 ):

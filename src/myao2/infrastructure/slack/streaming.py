@@ -406,7 +406,7 @@ class _Stream:
         Should the message not take all of it (a broken stream, whose chat.update fails too), what it lost
         follows in the thread, with `apology` (empty: `tail` holds it already). A stop that fails for a passing
         reason however often it is sent raises: the stream is still open, not to be marked as the answer, and the
-        next attempt ends it (`finish`) with the text the stop was to add.
+        next attempt ends it (`finish`) with the text the stop was to add (of a broken stream, all it lost).
         """
         assert self._ts is not None
         ts = self._ts
@@ -428,13 +428,18 @@ class _Stream:
         except CALL_FAILURES as exc:  # perhaps stopped by a try unheard: chat.update sets the whole text either way
             logger.warning("streamed reply %s could not be stopped (%s)", ts, describe(exc))
             if transient(exc):  # still open: the next attempt ends it, with what the stop was to add
-                self._owner._keep_ending(self._channel.id, ts, _text_of(chunks))
+                self._owner._keep_ending(self._channel.id, ts, await self._unsent(ts, text, chunks))
                 raise
             self._broken = True
             self._unsure += _text_of(chunks)
         if not self._broken:
             return PublishedReply(ts, text)
         return await self._complete(ts, text, apology)
+
+    async def _unsent(self, ts: str, text: str, chunks: list[dict[str, Any]]) -> str:
+        """What stream `ts`, left open by a stop sent with `chunks` that failed, does not show of its whole `text`:
+        those chunks' text, or, of a broken stream (which took no more text), all it lost (`_lost`)."""
+        return (await self._lost(ts, text))[1] if self._broken else _text_of(chunks)
 
     async def _complete(self, ts: str, text: str, apology: str) -> PublishedReply:
         """Set the whole `text` of the broken stream `ts` by chat.update; should that fail, what the message lost
@@ -455,13 +460,18 @@ class _Stream:
         The post is marked as the answer to message `ts` (which stays the answer to the message answered, as it
         stands), so a post that failed after Slack stored it is found rather than posted again.
         """
-        shown = (self._taken + self._unsure if await self._took_unsure(ts) else self._taken).strip()
-        lost = text[len(shown) :].strip()
+        shown, lost = await self._lost(ts, text)
+        lost = lost.strip()
         if lost:
             follow = lost + (apology_tail(lost, apology) if apology else "")
             self._following = True
             await self._owner._chat.post(self._channel.id, follow, self._thread_ts, ts)
         return PublishedReply(ts, shown)
+
+    async def _lost(self, ts: str, text: str) -> tuple[str, str]:
+        """What message `ts` shows of its whole `text` (`_took_unsure`), and what follows that."""
+        shown = (self._taken + self._unsure if await self._took_unsure(ts) else self._taken).strip()
+        return shown, text[len(shown) :]
 
     async def _took_unsure(self, ts: str) -> bool:
         """Whether message `ts` took the text of the call that failed (`_unsure`), as Slack shows it now: what
