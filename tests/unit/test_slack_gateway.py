@@ -206,21 +206,39 @@ async def test_fetch_history_finds_replies_in_its_span_under_a_thread_started_be
     assert len(calls(fake, "conversations.history")) == 1  # a quiet channel: one page holds the span and before
 
 
-async def test_fetch_history_looks_for_replies_under_the_newest_parents_only(
+async def test_fetch_history_looks_for_replies_under_the_parents_of_the_pages_its_span_needs_only(
     fake: FakeSlack, gateway: SlackGateway, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Finding threads by their parents costs a history page per PAGE_SIZE parents: the search goes back through
-    # the newest THREAD_PARENTS_READ top-level messages, not the whole channel.
+    # Finding threads by their parents costs a history page per PAGE_SIZE parents: the search looks among the
+    # top-level messages of the pages the span needs (the first one at least), not further back.
     monkeypatch.setattr(gateway_module, "PAGE_SIZE", 2)
-    monkeypatch.setattr(gateway_module, "THREAD_PARENTS_READ", 4)
     now = time.time()
     parents = [fake.post_message("C1", "U1", f"p{i}", ts=f"{now - 86400 + i:.6f}", emit=False) for i in range(6)]
     replies = [fake.post_message("C1", "U2", f"r{i}", thread_ts=p, emit=False) for i, p in enumerate(parents)]
+    spoken = [fake.post_message("C1", "U1", f"s{i}", ts=f"{now - 60 + i:.6f}", emit=False) for i in range(3)]
 
     history = await gateway.fetch_history("C1", f"{now - 3600:.6f}", 100)
 
-    assert [m.ts for m in history.messages] == replies[2:]
+    # pages: s2 s1 | s0 p5: the span ends on the second page, whose older parent is looked at too
+    assert sorted(m.ts for m in history.messages) == sorted(spoken + replies[5:])
     assert len(calls(fake, "conversations.history")) == 2
+
+
+async def test_fetch_history_of_a_quiet_channel_with_many_old_messages_reads_one_history_page(
+    fake: FakeSlack, gateway: SlackGateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A channel where nothing was said in the span costs one conversations.history call each sync however many
+    # top-level messages it holds (Tier 3, ~50 a minute, shared by every channel the sync reads); a reply under
+    # a thread among its newest page of top-level messages is found all the same.
+    monkeypatch.setattr(gateway_module, "PAGE_SIZE", 10)
+    now = time.time()
+    old = [fake.post_message("C1", "U1", f"old {i}", ts=f"{now - 86400 + i:.6f}", emit=False) for i in range(60)]
+    reply = fake.post_message("C1", "U2", "a late reply", thread_ts=old[-1], emit=False)
+
+    history = await gateway.fetch_history("C1", f"{now - 3600:.6f}", 100)
+
+    assert [m.ts for m in history.messages] == [reply]
+    assert len(calls(fake, "conversations.history")) == 1
 
 
 async def test_fetch_history_reads_the_newest_replies_of_a_long_thread_not_the_whole_thread(

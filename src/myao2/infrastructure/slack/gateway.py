@@ -32,9 +32,6 @@ T = TypeVar("T")
 RATE_LIMIT_RETRIES = 5
 CONNECTION_RETRIES = 2
 PAGE_SIZE = 200
-THREAD_PARENTS_READ = 1000
-"""The most top-level messages of a channel one history fetch reads, newest first, to find the threads with replies
-in its span (by their `latest_reply`): a quiet channel's first page holds them all, a busy one's few pages."""
 MICROSECOND = Decimal("0.000001")
 WEB_API_TIMEOUT_SECONDS = 30  # slack_sdk's default
 MEMBER_CHANNEL_TYPES = "public_channel,private_channel,mpim,im"
@@ -266,8 +263,9 @@ class SlackGateway:
 
         Oldest first, one per ts, the newest `limit` when there are more; the span
         returned in full shrinks to what was kept when messages were cut. Threads are
-        found from their parents' `latest_reply` among the newest `THREAD_PARENTS_READ`
-        top-level messages, and of each only the replies that may be kept are read.
+        found from their parents' `latest_reply` among the top-level messages of the
+        history pages the span needs (the newest `PAGE_SIZE` at least: a quiet channel
+        costs one call), and of each only the replies that may be kept are read.
         """
         listed = await self._top_level(channel_id, oldest, limit)
         in_span = [raw for raw in listed if Decimal(raw["ts"]) > Decimal(oldest)]
@@ -294,8 +292,9 @@ class SlackGateway:
         )
 
     async def _top_level(self, channel_id: str, oldest: str, limit: int) -> list[dict[str, Any]]:
-        """The channel's top-level messages, newest first: those after `oldest` (up to one more than `limit`) and
-        before it, up to `THREAD_PARENTS_READ` in all, whose `latest_reply` tells which threads have new replies."""
+        """The channel's top-level messages, newest first, page by page until the span is read: those after `oldest`
+        (up to one more than `limit`) and those before it on the pages read, whose `latest_reply` tells which
+        threads have new replies."""
         found: list[dict[str, Any]] = []
         in_span = 0
         response = await retrying(
@@ -306,7 +305,7 @@ class SlackGateway:
             for raw in page["messages"]:
                 found.append(raw)
                 in_span += Decimal(raw["ts"]) > Decimal(oldest)
-            if len(found) >= THREAD_PARENTS_READ and (in_span > limit or in_span < len(found)):
+            if in_span > limit or in_span < len(found):
                 break
         return found
 
