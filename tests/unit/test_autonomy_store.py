@@ -3,10 +3,12 @@ new since their last judgment, how lively a channel is, and the bot's unasked po
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, insert, select, text
 
 from myao2.domain.activity import ReplyKind
 from myao2.domain.conversation import Message, ts_to_datetime
@@ -14,11 +16,13 @@ from myao2.domain.judgment import ConversationKey
 from myao2.infrastructure.db.activity_store import SqlActivityLog
 from myao2.infrastructure.db.autonomy_store import SqlAutonomyStore
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
+from myao2.infrastructure.db.tables import StandingJudgmentRow
 
 T0 = 1_700_000_000
 SINCE = ts_to_datetime(f"{T0}.000000")
 NOW = SINCE + timedelta(hours=1)
 TOP = ConversationKey("C1", None)
+STANDING = StandingJudgmentRow.__table__  # type: ignore[attr-defined]
 
 
 def ts(seconds: int) -> str:
@@ -90,6 +94,31 @@ def test_judgments_no_longer_standing_are_forgotten(
     with engine.connect() as connection:
         kept = connection.exec_driver_sql("SELECT channel_id, thread_ts FROM standing_judgments").all()
     assert [tuple(row) for row in kept] == [("C2", "")]
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+def test_a_judgment_stood_while_another_replica_stands_one_on_the_same_conversation_replaces_it(
+    engine: Engine, stores: tuple[SqlConversationStore, SqlAutonomyStore]
+) -> None:
+    # Two replicas may judge one conversation at once (a lease holder stalled past its lease): the second to
+    # stand waits on the first's uncommitted row, then must replace it, not fail on its key.
+    _, autonomy = stores
+    first, second = NOW + timedelta(hours=1), NOW + timedelta(hours=2)
+    with engine.connect() as other, engine.connect().execution_options(isolation_level="AUTOCOMMIT") as watcher:
+        holder = other.execute(text("SELECT pg_backend_pid()")).scalar()
+        other.execute(insert(STANDING).values(channel_id="C1", thread_ts="", newest_ts=ts(10), until=first))
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            standing = pool.submit(autonomy.stand, TOP, ts(20), second, NOW)
+            waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND :holder = ANY(pg_blocking_pids(pid))"
+            deadline = time.monotonic() + 30
+            while not watcher.execute(text(waiting), {"holder": holder}).scalar():
+                assert not standing.done() and time.monotonic() < deadline, "stand did not wait on the other's row"
+                time.sleep(0.01)
+            other.commit()
+            standing.result(timeout=30)
+    with engine.connect() as connection:
+        rows = connection.execute(select(STANDING)).all()
+    assert [tuple(row) for row in rows] == [("C1", "", ts(20), second)]
 
 
 def test_messages_counted_per_channel_since(stores: tuple[SqlConversationStore, SqlAutonomyStore]) -> None:

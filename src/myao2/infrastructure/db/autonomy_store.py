@@ -6,14 +6,14 @@ from __future__ import annotations
 from collections.abc import Collection
 from datetime import datetime
 
-from sqlalchemy import Engine, Table, and_, bindparam, delete, exists, func, insert, or_
+from sqlalchemy import Engine, Table, and_, bindparam, delete, exists, func, or_
 from sqlalchemy import select as core_select
 
 from myao2.domain.activity import ReplyKind
 from myao2.domain.conversation import Message
 from myao2.infrastructure.db.conversation_store import _MESSAGE, _to_message
 from myao2.domain.judgment import ConversationKey
-from myao2.infrastructure.db.engine import reading, writing
+from myao2.infrastructure.db.engine import INSERT_IGNORING, reading, writing
 from myao2.infrastructure.db.tables import MessageRow, ReplyRow, StandingJudgmentRow
 
 _MESSAGES: Table = MessageRow.__table__  # type: ignore[attr-defined]
@@ -28,6 +28,13 @@ class SqlAutonomyStore:
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
+        inserting = INSERT_IGNORING[engine.dialect.name](_STANDING)
+        # Another replica may stand a judgment on the same conversation at once (one stalled past its lease):
+        # the last to commit replaces the other's, instead of failing on its key.
+        self._stand = inserting.on_conflict_do_update(
+            index_elements=[_STANDING.c.channel_id, _STANDING.c.thread_ts],
+            set_={"newest_ts": inserting.excluded.newest_ts, "until": inserting.excluded.until},
+        )
 
     def unjudged(self, channel_ids: Collection[str], since: datetime, now: datetime) -> list[Message]:
         if not channel_ids:
@@ -45,12 +52,13 @@ class SqlAutonomyStore:
 
     def stand(self, key: ConversationKey, newest_ts: str, until: datetime, now: datetime) -> None:
         with writing(self._engine) as connection:
-            connection.execute(delete(_STANDING).where(*_here(key)))
-            connection.execute(delete(_STANDING).where(_STANDING.c.until <= now))
             if until > now:
                 thread = key.thread_ts or _TOP_LEVEL
                 row = {"channel_id": key.channel_id, "thread_ts": thread, "newest_ts": newest_ts, "until": until}
-                connection.execute(insert(_STANDING).values(row))
+                connection.execute(self._stand, row)
+            else:
+                connection.execute(delete(_STANDING).where(*_here(key)))
+            connection.execute(delete(_STANDING).where(_STANDING.c.until <= now))
 
     def drop(self, key: ConversationKey) -> None:
         with writing(self._engine) as connection:

@@ -33,7 +33,7 @@ def _dialect_insert(dialect: str) -> Callable[[Table], Any]:
 
 
 INSERT_IGNORING: dict[str, Callable[[Table], Any]] = {"sqlite": _dialect_insert("sqlite"), "postgresql": _dialect_insert("postgresql")}
-"""Dialects whose INSERT can skip a row whose key is taken (ON CONFLICT DO NOTHING).
+"""Dialects whose INSERT can skip a row whose key is taken (ON CONFLICT DO NOTHING), or update it (DO UPDATE).
 
 A bot storing in SQLite never imports SQLAlchemy's PostgreSQL dialect (40-80 ms of start-up) but to migrate
 (Alembic loads every dialect)."""
