@@ -456,7 +456,7 @@ class AutonomyStore(Protocol):
         judgment on that message stands at `now`; oldest first.
 
         A conversation is a thread, or a channel's top-level flow; the flow only when its newest
-        message started no thread with a reply posted after `since` (answered there).
+        message started no thread with a reply (answered there).
         """
         ...
 
