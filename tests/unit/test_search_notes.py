@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import date, datetime, timedelta, timezone
 
 import pytest
@@ -13,6 +14,7 @@ from sqlalchemy import text
 
 from myao2.application.search import Search, SearchError
 from myao2.domain.conversation import Channel, ChannelKind, Message
+from myao2.domain.memo import MemoDraft, Origin
 from myao2.domain.memory import Bullet, Digest, Memory, Scope, Stage, Term
 from myao2.domain.visibility import WORKSPACE, Audience
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
@@ -348,3 +350,53 @@ def test_what_a_channel_the_bot_has_left_holds_changes_no_rank_nor_score_of_a_re
         notes.conversations.leave_channel("C3")
 
     _recall_unmoved_by(notes, hide)
+
+
+def test_what_a_channel_stored_as_private_said_in_memories_kept_for_the_workspace_moves_no_rank_nor_score_elsewhere(
+    notes: Notes,
+) -> None:
+    # The workspace memory, and a channel's memory written while reading several channels at once, keep what #c3
+    # (now stored as private) said until the narrowing reaches them; the index counted each as one document whose
+    # terms held #c3's words too: how often #c3 had said a word moved the keyword weights of a search from #c1.
+    notes.conversations.save_channel(Channel("C3", "c3", ChannelKind.PUBLIC))
+    notes.digest("C1", 0, "ramen for lunch near the station")
+    notes.digest("C2", 1, "the trip to tokyo is next month")
+    notes.memos.add(MemoDraft.create("lunch", "ramen near the station", 3), Origin("C1", False, "U1"), "test")
+    for minute, said in enumerate(["ramen at noon?", "tokyo is far", "meet at the station", "the ramen in tokyo was great"]):
+        notes.conversations.save_message(Message("C1", ts(START + timedelta(minutes=minute)), "U1", said, "Alice"))
+
+    def heard(number: int, text: str, *channels: str) -> Bullet:
+        return replace(_bullet(number, text, number), heard_in=channels)
+
+    def recalled(reader: str) -> tuple[str, list[tuple[str, float]]]:
+        query = "ramen station tokyo"
+        messages = notes.search.messages(query, reader, None, None, 5)
+        found = notes.search.notes(query, reader, None, None, 5)
+        memos = notes.search.memos(query, reader, None, 5)
+        scores = [(h.memo.name, h.score) for h in memos] + [(h.message.text, h.score) for h in messages]
+        return recall_message(messages, found, "en", timezone.utc), scores + [(h.label, h.score) for h in found]
+
+    def remember(c3_said: str) -> None:
+        """Remember, while #c3 is public, what it said, then store it as private (the narrowing not there yet)."""
+        notes.conversations.set_channel_kind("C3", ChannelKind.PUBLIC)
+        notes.memories.save(
+            [
+                Memory(Scope(), Term.LONG, WORKSPACE, (heard(1, "Bob lives in tokyo", "C1"), heard(2, c3_said, "C3"))),
+                Memory(
+                    Scope("C2"),
+                    Term.LONG,
+                    WORKSPACE,
+                    (heard(1, "the station is being rebuilt", "C2"), heard(2, c3_said, "C2", "C3")),
+                    label="#c2",
+                ),
+            ]
+        )
+        notes.conversations.set_channel_kind("C3", ChannelKind.PRIVATE)
+
+    remember("a quiet week, nothing new")
+    notes.index.sync()
+    notes.index.warm()  # as the background does: every kind's vectors loaded, among which the weights are counted
+    quiet = recalled("C1")
+    remember("ramen ramen tokyo station ramen")
+    assert recalled("C1") == quiet
+    assert "ramen ramen" in recalled("C3")[0]  # still found where it may be read
