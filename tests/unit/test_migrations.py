@@ -272,6 +272,35 @@ def test_profiles_stored_before_0026_never_give_again_the_ids_of_the_facts_they_
     engine.dispose()
 
 
+def test_memories_indexed_before_0029_are_indexed_again_with_the_conversations_they_were_heard_in(empty_url: str) -> None:
+    engine = create_engine(empty_url)
+    with engine.begin() as connection:
+        upgrade_to(connection, "0028")
+        connection.execute(
+            text("INSERT INTO memories (scope, term, label, bullets, covered, updated_at) VALUES ('workspace', 'long', '', '[]', '', 'x')")
+        )
+        connection.execute(
+            text(
+                "INSERT INTO memos (name, content, priority, tags, channel_id, visibility, created_at, updated_at)"
+                " VALUES ('m', 'c', 1, '[]', 'C1', 'workspace', 'x', 'x')"
+            )
+        )
+        for kind, table in (("summary", "memories"), ("memo", "memos")):
+            connection.execute(
+                text(f"INSERT INTO search_docs (kind, ref_id, at, text, seq) SELECT :kind, id, 0, 't', id FROM {table}"),
+                {"kind": kind},
+            )
+        connection.execute(text("DELETE FROM search_queue"))  # indexed as they are
+    engine.dispose()
+    engine = open_database(empty_url)
+    with engine.connect() as connection:
+        queued = connection.execute(text("SELECT kind, reembed FROM search_queue")).all()
+        heard = connection.execute(text("SELECT heard FROM search_docs")).scalars().all()
+    assert [(kind, bool(reembed)) for kind, reembed in queued] == [("summary", False)]
+    assert heard == [None, None]
+    engine.dispose()
+
+
 def test_migrating_again_changes_nothing(empty_url: str) -> None:
     engine = open_database(empty_url)
     with engine.begin() as connection:

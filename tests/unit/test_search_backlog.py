@@ -414,7 +414,7 @@ def test_the_background_reads_the_vectors_back_once_per_sync_not_after_each_batc
     """Rows written by the background's batches are read into the loaded vectors once, when `sync` ends: after each
     batch, the rows it wrote are only counted, and read back only when they could make a clustering due."""
     world.index.warm(["memo"])
-    with _statements(world, "SELECT id, scope, channel, at, CASE WHEN model") as refreshes:  # a refresh of a kind's vectors
+    with _statements(world, "SELECT id, scope, channel, heard, at, CASE WHEN model") as refreshes:  # a refresh of a kind's vectors
         world.index.sync()
     assert len(_embedder(world).batches) >= (FILLERS + 1) // BATCH_SIZE  # eight batches
     assert len(refreshes) == 1

@@ -153,7 +153,7 @@ def test_two_character_japanese_words_are_found_by_keyword(world: World) -> None
     assert world.memo_names("味噌", limit=1) == ["miso"]
     world.index.sync()
     with world.engine.connect() as connection:
-        held, _, _ = keyword_table(world.engine).holders(connection, "会議", Reach((Within("memo", (), True, ("C1",), True),)), 10)
+        held, _, _ = keyword_table(world.engine).holders(connection, "会議", Reach((Within("memo", (), True, ("C1",), True, ()),)), 10)
     assert held == 1  # the keyword index itself matches the two-character word, and only there
 
 

@@ -14,11 +14,11 @@ from myao2.infrastructure.search.text import fts_document
 from tests.e2e.conftest import wait_until
 from tests.postgres import PostgresServer
 
-EVERY_MESSAGE = Reach((Within("message", ("C1", "C2", "D1"), True, (), True),))
+EVERY_MESSAGE = Reach((Within("message", ("C1", "C2", "D1"), True, (), True, ()),))
 
 
 def within(kind: str, scopes: tuple[str, ...], workspace: bool, channels: tuple[str, ...] = ()) -> Reach:
-    return Reach((Within(kind, scopes, workspace, channels, True),))
+    return Reach((Within(kind, scopes, workspace, channels, True, ()),))
 
 DOCUMENTS = [
     # (kind, scope, channel, at, text)
@@ -74,7 +74,7 @@ def test_only_the_documents_within_reach_are_counted(engine: Engine, stored: lis
         assert keywords.holders(connection, "会議", within("memo", ("C1",), False), 10)[0] == 0  # not of its channel
         assert keywords.holders(connection, "会議", within("memo", ("C2", "D1"), True), 10)[0] == 0
         assert keywords.holders(connection, "会議", within("memo", (), True, ("C3",)), 10) == (1, stored[6], stored[6])
-        both = Reach((Within("message", ("C1",), False, (), True), Within("memo", ("C1",), False, ("C1",), True)))
+        both = Reach((Within("message", ("C1",), False, (), True, ()), Within("memo", ("C1",), False, ("C1",), True, ())))
         assert keywords.holders(connection, "会議", both, 10) == (3, stored[0], stored[4])
         assert keywords.holders(connection, "会議", both.only("memo"), 10) == (1, stored[4], stored[4])
         assert keywords.holders(connection, "会議", Reach(()), 10)[0] == 0

@@ -41,15 +41,20 @@ def test_every_statement_of_the_conversations_not_public_names_those_whose_kind_
 
 
 def test_the_search_index_weighs_the_documents_of_exactly_those_the_domain_shows_each_reader(engine):
-    # The index's keyword statistics (`Reach`: the scopes and channels listed in SQL) and its loaded vectors count,
-    # for each reader, exactly the memos, messages, digests and long-term memories the domain lets it see.
+    # The index's keyword statistics (`Reach`: the scopes, channels and conversations heard listed in SQL) and its
+    # loaded vectors count, for each reader, exactly the memos, messages, digests and long-term memories the domain lets
+    # it see, a memory only where it is shown whole.
     clock = ManualClock()
     conversations, memos, memories = SqlConversationStore(engine, clock), SqlMemoStore(engine, clock), SqlMemoryStore(engine, clock)
     left = [Channel("L1", "left", ChannelKind.PUBLIC), Channel("L2", "left-private", ChannelKind.PRIVATE)]
-    for channel in [*CHANNELS, *left]:
-        conversations.save_channel(channel)
     ids = [c.id for c in [*CHANNELS, *left]] + ["CX"]  # CX: never stored
     day = date(2026, 1, 1)
+    public = next(c.id for c in CHANNELS if c.kind is ChannelKind.PUBLIC)
+    for number, channel_id in enumerate(ids):  # heard while every conversation was public (none stored yet)
+        heard = (Bullet(1, "canary", day, ("1.0",), heard_in=(public,)), Bullet(2, "canary", day, ("1.0",), heard_in=(public, channel_id)))
+        memories.save([Memory(Scope(public, f"9.{number}"), Term.LONG, WORKSPACE, heard)])
+    for channel in [*CHANNELS, *left]:
+        conversations.save_channel(channel)
     memos.add(MemoDraft.create("m-nowhere", "canary", 3), Origin(), "test")
     memories.save([Memory(WORKSPACE_SCOPE, Term.LONG, WORKSPACE, (Bullet(1, "canary", day, ("1.0",)),))])
     for number, channel_id in enumerate(ids):
@@ -87,7 +92,8 @@ def test_the_search_index_weighs_the_documents_of_exactly_those_the_domain_shows
             digest = digests[ref]
             return can_read_from(reader, digest.audience, digest.channel_id, stored.get(digest.channel_id))
         memory = summaries[ref]
-        return memory.shown_in(reader, stored.get(memory.scope.channel_id or ""), hidden) is not None
+        shown_as = memory.shown_in(reader, stored.get(memory.scope.channel_id or ""), hidden)
+        return shown_as is not None and shown_as.active == memory.active
 
     keywords = keyword_table(engine)
     for reader in (None, WORKSPACE_VIEW, *ids):

@@ -18,7 +18,7 @@ from myao2.application import tracing
 from myao2.domain.conversation import Channel, Message, clean_text, ts_to_datetime
 from myao2.domain.memo import Memo, memo_visible_in
 from myao2.domain.memory import Bullet, Digest, Memory
-from myao2.domain.visibility import WORKSPACE, Audience, can_read_conversation, can_read_from, not_public
+from myao2.domain.visibility import WORKSPACE, Audience, can_read_conversation, can_read_from, heard_now, not_public
 
 MAX_QUERY_LENGTH = 500
 MAX_LIMIT = 20
@@ -43,10 +43,13 @@ class Reads:
     (the conversation of its audience, None: the workspace; a message's is its channel) and its channel (the
     conversation a memo was written in, or a digest or memory made of; None: in no one conversation, and for a
     message, whose scope tells it). It may read a document when it may read both: the domain's rule, split in two
-    (`of`) so that the index can list the scopes and channels a search may read."""
+    (`of`) so that the index can list the scopes and channels a search may read. `heard` tells whether it may read
+    all that was said in some conversations (those a memory's bullets were heard in, `Memory.shown_in`): whether it is
+    shown the whole of a memory it may read, or only part."""
 
     scope: Callable[[str, str | None], bool]
     channel: Callable[[str, str | None], bool]
+    heard: Callable[[tuple[str, ...]], bool]
 
     def __call__(self, kind: str, scope: str | None, channel: str | None) -> bool:
         return self.scope(kind, scope) and self.channel(kind, channel)
@@ -72,7 +75,11 @@ class Reads:
                 return memo_visible_in(reader, WORKSPACE, channel, hidden)
             return can_read_from(reader, WORKSPACE, channel, None if channel is None else channels.get(channel))
 
-        return cls(scope, channel)
+        @functools.cache
+        def heard(conversations: tuple[str, ...]) -> bool:
+            return can_read_from(reader, WORKSPACE, None, heard=heard_now(conversations, hidden))
+
+        return cls(scope, channel, heard)
 
 
 class RankingIndex(Protocol):

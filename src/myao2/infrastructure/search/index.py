@@ -11,8 +11,9 @@ large collection (see vectors.py), which a search never does. Each hit is scored
 its vector, plus a keyword bonus that only a close keyword match earns (see `keyword_bonus`); a message
 also by its neighbours, the dates the query names and how nearly it is the query's very text. How much
 each keyword weighs is counted among the documents the reader may read (its `Reach`, by each document's audience
-and the conversation it came from, the rule that hides a hit), of every kind: how often a word is written where the
-reader may not read moves neither a score nor a rank.
+and the conversation it came from, the rule that hides a hit, and a memory's only where it is shown whole, by the
+conversations its bullets were heard in), of every kind: how often a word is written where the reader may not read
+moves neither a score nor a rank.
 The SQL that differs by database (keyword terms) lives in keywords.py; the rest is portable.
 """
 
@@ -122,6 +123,9 @@ class Document:
     at: float
     text: str
     keywords: str
+    heard: str | None = None
+    """The conversations a memory's bullets were heard in, sorted, space-separated (None: none): a reader that may
+    not read one of them is shown only part of it, and its terms are not counted in that reader's keyword weights."""
 
 
 _Write = tuple[tuple[str, int], Document, bytes | None]
@@ -586,8 +590,10 @@ class SearchIndex:
         query_vector = self._query_vector(query)
         scope, channel = (conversation, None) if kind == "message" else (None, conversation)  # see `Document`
         # Asked once per scope and channel: a search checks a few of them for hundreds of documents.
+        # A memory shown only in part is found (and scored again as shown, see `memory_score`): the conversations its
+        # place says it was heard in decide only whether its terms count in the keyword weights (`_within`).
         readable = functools.lru_cache(maxsize=None)(
-            lambda place: reads(kind, *place) and scope in (None, place[0]) and channel in (None, place[1])
+            lambda place: reads(kind, place[0], place[1]) and scope in (None, place[0]) and channel in (None, place[1])
         )
         with self._cache_locks[kind]:
             cache = self._refreshed(kind)
@@ -740,17 +746,20 @@ class SearchIndex:
 
     def _within(self, kind: str, reads: Reads) -> Within:
         """What a reader that `reads` what it does may read of `kind`: the scopes and channels of this kind's own
-        documents (those its cache knows) that it may read, each asked once. A document of a scope or channel not
-        listed (one the cache does not know yet) is left out, never counted by mistake."""
+        documents (those its cache knows) that it may read, and the sets of conversations heard (a memory's bullets')
+        it may read all of, each asked once. A document of a scope, channel or set not listed (one the cache does not
+        know yet) is left out, never counted by mistake."""
         places = self._caches[kind].scopes
-        scopes = sorted({scope for scope, _ in places if scope is not None})
-        channels = sorted({channel for _, channel in places if channel is not None})
+        scopes = sorted({scope for scope, _, _ in places if scope is not None})
+        channels = sorted({channel for _, channel, _ in places if channel is not None})
+        heard = sorted({heard for _, _, heard in places if heard is not None})
         return Within(
             kind,
             tuple(s for s in scopes if reads.scope(kind, s)),
             reads.scope(kind, None),
             tuple(c for c in channels if reads.channel(kind, c)),
             reads.channel(kind, None),
+            tuple(h for h in heard if reads.heard(tuple(h.split()))),
         )
 
     def _loaded(self, reach: Reach) -> int:
@@ -867,25 +876,25 @@ class SearchIndex:
         # index). The first load finds this kind's rows by kind (reading a million messages' rows once, not once per
         # kind) and puts them in `seq` order, as a refresh would. Either reads the last `seq` given in the same
         # statement: rows of the other kinds up to it need no reading again.
-        # A row without this model's vector (not embedded yet, see `catch_up`) is read for its scope and channel alone:
-        # the keyword ranking looks in every scope and channel the cache knows.
+        # A row without this model's vector (not embedded yet, see `catch_up`) is read for its place alone (scope, channel
+        # and the conversations it was heard in): the keyword ranking looks in every place the cache knows.
         found = "kind = :kind" if first else "kind || '' = :kind AND seq > :seq"
         loaded: list[StoredVector] = []
         with reading(self._engine) as connection:
             result = connection.execute(
                 text(
-                    "SELECT id, scope, channel, at, CASE WHEN model = :model THEN vector ELSE :bare END, seq "
+                    "SELECT id, scope, channel, heard, at, CASE WHEN model = :model THEN vector ELSE :bare END, seq "
                     f"FROM search_docs WHERE {found} "
-                    "UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, value FROM search_seq"
+                    "UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, NULL, value FROM search_seq"
                 ),
                 {"kind": kind, "seq": cache.seq, "model": self._embedder.model_id, "bare": b""},
             )
             for part in result.partitions(_LOAD_CHUNK):
                 for row in part:
                     if row[0] is None:
-                        newest = max(newest, row[5])
+                        newest = max(newest, row[6])
                     else:
-                        loaded.append(StoredVector(row[0], (row[1], row[2]), row[3], row[4], row[5]))
+                        loaded.append(StoredVector(row[0], (row[1], row[2], row[3]), row[4], row[5], row[6]))
         if first:
             loaded.sort(key=lambda row: row.seq)
         cache.put(loaded, len(loaded))
@@ -930,6 +939,7 @@ def _memory_document(memory: Memory) -> Document | None:
         at=min(float(max(b.source_ts)) for b in bullets),
         text=body,
         keywords=fts_document(body),
+        heard=" ".join(sorted({c for b in bullets for c in b.heard_in})) or None,
     )
 
 
@@ -1009,15 +1019,20 @@ def _rows(connection: Connection, keywords: KeywordTable, doc_ids: list[int]) ->
     return {row[0]: _DocRow(*row[1:]) for row in rows}
 
 
-def _holding(within: Within) -> Callable[[tuple[str | None, str | None]], bool]:
-    """Whether a cache's place (a document's scope and channel, see `_refreshed`) is within `within`, as its SQL tells
-    (keywords.py): the loaded vectors counted are those of the places listed, each asked of the reader once (`_within`)."""
-    scopes, channels = frozenset(within.scopes), frozenset(within.channels)
+def _holding(within: Within) -> Callable[[tuple[str | None, str | None, str | None]], bool]:
+    """Whether a cache's place (a document's scope, channel and the conversations it was heard in, see `_refreshed`) is
+    within `within`, as its SQL tells (keywords.py): the loaded vectors counted are those of the places listed, each
+    asked of the reader once (`_within`)."""
+    scopes, channels, heard_in = frozenset(within.scopes), frozenset(within.channels), frozenset(within.heard)
     workspace, nowhere = within.workspace, within.nowhere
 
-    def held(place: tuple[str | None, str | None]) -> bool:
-        scope, channel = place
-        return (workspace if scope is None else scope in scopes) and (nowhere if channel is None else channel in channels)
+    def held(place: tuple[str | None, str | None, str | None]) -> bool:
+        scope, channel, heard = place
+        return (
+            (workspace if scope is None else scope in scopes)
+            and (nowhere if channel is None else channel in channels)
+            and (heard is None or heard in heard_in)
+        )
 
     return held
 
@@ -1035,9 +1050,10 @@ def _upsert(
     seq = connection.execute(text("UPDATE search_seq SET value = value + 1 RETURNING value")).scalar_one()
     doc_id = connection.execute(
         text(
-            "INSERT INTO search_docs (kind, ref_id, scope, channel, at, text, model, vector, seq) "
-            "VALUES (:kind, :ref, :scope, :channel, :at, :text, :model, :vector, :seq) "
-            "ON CONFLICT (kind, ref_id) DO UPDATE SET scope = excluded.scope, channel = excluded.channel, at = excluded.at, "
+            "INSERT INTO search_docs (kind, ref_id, scope, channel, heard, at, text, model, vector, seq) "
+            "VALUES (:kind, :ref, :scope, :channel, :heard, :at, :text, :model, :vector, :seq) "
+            "ON CONFLICT (kind, ref_id) DO UPDATE SET scope = excluded.scope, channel = excluded.channel, "
+            "heard = excluded.heard, at = excluded.at, "
             "text = excluded.text, model = excluded.model, vector = excluded.vector, seq = excluded.seq "
             "RETURNING id"
         ),
@@ -1046,6 +1062,7 @@ def _upsert(
             "ref": ref_id,
             "scope": doc.scope,
             "channel": doc.channel,
+            "heard": doc.heard,
             "at": doc.at,
             "text": doc.text,
             "model": model,

@@ -32,14 +32,15 @@ LOCK_POLL_SECONDS = 0.05
 
 @dataclass(frozen=True)
 class Within:
-    """Documents of `kind` in one of `scopes` (or of no scope, when `workspace`), and of one of `channels` (or of no
-    channel, when `nowhere`)."""
+    """Documents of `kind` in one of `scopes` (or of no scope, when `workspace`), of one of `channels` (or of no
+    channel, when `nowhere`), and heard in one of the sets of conversations `heard` (or in none beyond their channel)."""
 
     kind: str
     scopes: tuple[str, ...]
     workspace: bool
     channels: tuple[str, ...]
     nowhere: bool
+    heard: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -252,7 +253,7 @@ def _within(reach: Reach, in_list: str) -> str:
 
     return _any(
         f"(d.kind = :kind{i} AND {held('d.scope', f'scopes{i}', f'workspace{i}')} "
-        f"AND {held('d.channel', f'channels{i}', f'nowhere{i}')})"
+        f"AND {held('d.channel', f'channels{i}', f'nowhere{i}')} AND (d.heard IS NULL OR {in_list.format(column='d.heard', names=f'heard{i}')}))"
         for i in range(len(reach.kinds))
     )
 
@@ -272,6 +273,7 @@ def _parameters(reach: Reach, listed: Callable[[list[str]], object]) -> dict[str
             f"scopes{i}": listed(list(within.scopes)),
             f"nowhere{i}": within.nowhere,
             f"channels{i}": listed(list(within.channels)),
+            f"heard{i}": listed(list(within.heard)),
         }
     return parameters
 
