@@ -18,7 +18,7 @@ from myao2.application.conversations import Conversations
 from myao2.application.mention import AnswerMention, MentionSettings
 from myao2.application.reply_stream import PublishedReply, ReplyDone, ReplyStream, TextDelta
 from myao2.domain.answers import RetryPolicy
-from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Message
+from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Message, Person
 from myao2.domain.memo import Origin
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
@@ -71,11 +71,13 @@ class FakeChat:
 class FakeWriter:
     def __init__(self) -> None:
         self.calls = 0
+        self.contexts: list[PromptContext] = []
         self.block: asyncio.Event | None = None
         self.unavailable = False
 
     async def stream(self, context: PromptContext, origin: Origin) -> ReplyStream:
         self.calls += 1
+        self.contexts.append(context)
         if self.block is not None:
             await self.block.wait()
         if self.unavailable:
@@ -216,6 +218,27 @@ async def test_a_mention_claimed_ahead_is_answered_once_and_settled(world: World
     await world.answer.take_up(message, claimed)
     assert world.chat.posts == [("C1", "answer 1", message.ts, message.ts)]
     assert await world.retry_after(3600) == 0
+
+
+async def test_the_people_a_prompt_names_are_read_in_the_trip_that_reads_the_conversation(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    world.store.save_person(Person("UBOB", "Bob"))
+    world.store.save_message(
+        Message("C1", f"{START.timestamp() - 60:.6f}", "UALICE", "ask <@UBOB>", "Alice", mentions=("UBOB",))
+    )
+    message = world.mention()
+    trips: list[object] = []
+    to_thread = asyncio.to_thread
+
+    async def counted(func: Any, *args: Any, **kwargs: Any) -> Any:
+        trips.append(func)
+        return await to_thread(func, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "to_thread", counted)
+    await world.answer(message)
+    assert any(line.endswith("ask @Bob") for line in world.writer.contexts[0].conversation)
+    assert world.store.people not in trips
 
 
 async def test_a_claim_ahead_that_failed_is_raised_by_take_up_and_may_be_made_again(world: World) -> None:

@@ -71,14 +71,17 @@ class Conversations:
             return self._store.thread_messages(channel_id, thread_ts, limit)
         return self._store.channel_messages(channel_id, limit, since)
 
-    async def names(self, messages: Iterable[Message]) -> dict[str, str]:
+    async def names(self, messages: Iterable[Message], stored: dict[str, Person] | None = None) -> dict[str, str]:
         """Display names of the people the messages' texts mention (all a prompt shows), the bot's own included.
 
         Someone not stored yet is looked up on the chat platform (which caches) and
-        stored; one whose lookup fails stays unnamed.
+        stored; one whose lookup fails stays unnamed. `stored`: those of them `stored_people` read, in a trip to a
+        worker thread of the caller's (else they are read in one of their own).
         """
-        wanted = {user_id for m in messages for user_id in MENTION.findall(m.text)} - {self._bot.user_id}
-        people = await asyncio.to_thread(self._store.people, wanted) if wanted else {}
+        wanted = self._mentioned(messages)
+        if stored is None:
+            stored = await asyncio.to_thread(self._store.people, wanted) if wanted else {}
+        people = dict(stored)
         unknown = sorted(wanted - people.keys())
         if unknown and self._chat is not None:
             found = await asyncio.gather(*map(self._look_up, unknown))
@@ -86,6 +89,14 @@ class Conversations:
         names = {user_id: person.display_name for user_id, person in people.items()}
         names[self._bot.user_id] = self._bot_name
         return names
+
+    def stored_people(self, messages: Iterable[Message]) -> dict[str, Person]:
+        """The stored people the messages' texts mention, for `names`; synchronous, for a worker thread."""
+        wanted = self._mentioned(messages)
+        return self._store.people(wanted) if wanted else {}
+
+    def _mentioned(self, messages: Iterable[Message]) -> set[str]:
+        return {user_id for m in messages for user_id in MENTION.findall(m.text)} - {self._bot.user_id}
 
     async def _look_up(self, user_id: str) -> Person | None:
         assert self._chat is not None

@@ -18,7 +18,7 @@ from myao2.application.conversations import Conversations
 from myao2.application.locks import KeyedLocks
 from myao2.application.reply_stream import ReplyDeferred, ReplyDone, ReplyStream, ReplyWithdrawn, TextDelta
 from myao2.domain.answers import PendingAnswer, RetryPolicy, words_digest
-from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Message
+from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Message, Person
 from myao2.domain.memo import Origin
 from myao2.domain.ports import ChatPlatform, Clock, ConversationClosed, ConversationStore
 
@@ -435,20 +435,20 @@ class AnswerMention:
             return
         since = self._clock.now() - timedelta(seconds=self._settings.max_message_age_seconds)
 
-        def read() -> tuple[list[Message], StoredContext]:
-            """The conversation and what the store adds to it in the prompt, in one trip to a worker thread, over
-            one database connection."""
+        def read() -> tuple[list[Message], StoredContext, dict[str, Person]]:
+            """The conversation, what the store adds to it in the prompt and the people it names, in one trip to a
+            worker thread, over one database connection."""
             with self._store.one_connection():
                 messages = self._conversations.read_messages(
                     message.channel_id, message.thread_ts, self._settings.context_message_limit, since
                 )
                 if message.ts not in {m.ts for m in messages}:
                     messages.append(message)
-                return messages, self._contexts.read(channel, messages)
+                return messages, self._contexts.read(channel, messages), self._conversations.stored_people(messages)
 
         try:
-            messages, stored = await asyncio.to_thread(read)
-            names = await self._conversations.names(messages)
+            messages, stored, people = await asyncio.to_thread(read)
+            names = await self._conversations.names(messages, people)
         except Exception as exc:  # the store or Slack, failing before anything shows: a passing failure
             raise ReplyDeferred(f"could not read the conversation: {exc!r}") from exc
         context = self._contexts.assemble(channel, messages, stored, names, answering=message)
