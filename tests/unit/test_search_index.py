@@ -366,6 +366,14 @@ def test_a_channel_filter_keeps_to_that_channel(world: World) -> None:
         world.search.channel_named("d1", "C1")  # a DM is unknown from elsewhere, as if it did not exist
 
 
+def test_a_channel_name_slack_gave_again_after_a_deletion_means_the_channel_bearing_it_now(world: World) -> None:
+    # The deleted channel, stored first, was the one found by its name: `myao2 search --channel c2` searched it.
+    world.conversations.channel_deleted("C2")
+    world.conversations.save_channel(Channel("C9", "c2", ChannelKind.PUBLIC))
+    assert world.search.channel_named("#c2", None) == "C9"
+    assert world.search.channel_named("C2", None) == "C2"  # its id still names it
+
+
 # -- time cutoff -----------------------------------------------------------------------
 
 

@@ -350,13 +350,19 @@ class Search:
     def channel_named(self, name: str, reader: str | None) -> str:
         """The id of the channel called `name` (or with that id) that `reader` may read, or a `SearchError`.
 
-        A channel the reader may not read is unknown to it, exactly like one that does not exist.
+        A channel the reader may not read is unknown to it, exactly like one that does not exist. A name Slack gave
+        again after a deletion means the channel bearing it now, an id before any name.
         """
         wanted = name.strip().lstrip("#")
-        for channel in self._conversations.channels():
-            if wanted in (channel.id, channel.name) and can_read_conversation(reader, channel.id, channel):
-                return channel.id
-        raise SearchError("unknown_channel")
+        named = (
+            channel
+            for channel in self._conversations.channels()
+            if wanted in (channel.id, channel.name) and can_read_conversation(reader, channel.id, channel)
+        )
+        found = min(named, key=lambda c: (c.id != wanted, c.deleted), default=None)
+        if found is None:
+            raise SearchError("unknown_channel")
+        return found.id
 
 
 def validate(query: object, limit: object) -> tuple[str, int]:
