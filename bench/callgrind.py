@@ -1,7 +1,11 @@
-"""Instructions counted by callgrind per stage of a script, for the `*_cost.py` benchmarks.
+"""Instructions counted by callgrind, for the `*_cost.py` benchmarks: per stage of a script, or per thread of a
+process counted only while told to.
 
 A counted script marks the end of each stage by calling ``os.getppid()`` (called nowhere else), where callgrind
-(``--dump-before=getppid``) writes out what it counted so far: part N holds stage N's instructions.
+(``--dump-before=getppid``) writes out what it counted so far: part N holds stage N's instructions. A process run
+under `command` (`threads=True`) counts nothing until `instrument(pid)`; `dump(pid)` writes out what it counted
+then (the thread it found running, the event loop's when all wait), the rest is written out as it ends
+(`thread_counts`).
 """
 
 from __future__ import annotations
@@ -17,13 +21,50 @@ from typing import Any
 _PART = re.compile(r"^part: (\d+)$.*?^totals: (\d+)$", re.MULTILINE | re.DOTALL)
 
 
+_THREAD = re.compile(r"^part: (\d+)$.*?^thread: (\d+)$.*?^summary: (\d+)$", re.MULTILINE | re.DOTALL)
+_OBJECT = re.compile(r"^c?ob=\(\d+\) (.+)$", re.MULTILINE)
+
+
+def command(folder: Path, threads: bool = False) -> list[str]:
+    """valgrind counting instructions into `folder`: per `parts` of a script, or (`threads`) per thread of a
+    process, from `instrument(pid)` on."""
+    if threads:
+        return ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--separate-threads=yes", "--fair-sched=yes",
+                f"--callgrind-out-file={folder}/counts"]
+    return ["valgrind", "--tool=callgrind", "--dump-before=getppid", f"--callgrind-out-file={folder}/counts"]
+
+
+def instrument(pid: int) -> None:
+    """Start counting in a process run under `command(threads=True)` (counting cannot stop: turned off, callgrind
+    forgets what it counted)."""
+    subprocess.run(["callgrind_control", "-i", "on", str(pid)], capture_output=True, check=True)
+
+
+def dump(pid: int) -> None:
+    """Have a process run under `command(threads=True)` write out what it counted so far: only the thread it
+    stopped, the event loop's where all threads wait."""
+    subprocess.run(["callgrind_control", "-d", str(pid)], capture_output=True, check=True)
+
+
+def thread_counts(folder: Path) -> dict[int, tuple[int, bool, set[str]]]:
+    """Each thread's instructions (its first count written out), whether that count was written out as the process
+    ended, and the objects (libraries) it ran code of, for a process run under `command(folder, threads=True)`."""
+    found: dict[int, tuple[int, int, set[str]]] = {}  # thread -> part, instructions, objects
+    for path in folder.glob("counts*-*"):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if match := _THREAD.search(text):
+            part, thread, count = map(int, match.groups())
+            if thread not in found or part < found[thread][0]:
+                found[thread] = part, count, set(_OBJECT.findall(text))
+    last = max((part for part, _, _ in found.values()), default=0)
+    return {thread: (count, part == last and part > 1, objects) for thread, (part, count, objects) in found.items()}
+
+
 def parts(script: str, args: Sequence[str], folder: Path, parts: int, **run: Any) -> list[int]:
     """The instructions of the first `parts` parts of `script` (run by this Python with `args`), counted in `folder`;
     `run` goes to `subprocess.run` (env, cwd)."""
     subprocess.run(
-        ["valgrind", "--tool=callgrind", "--dump-before=getppid", f"--callgrind-out-file={folder}/counts",
-         sys.executable, "-c", script, *args],
-        capture_output=True, text=True, check=True, **run,
+        [*command(folder), sys.executable, "-c", script, *args], capture_output=True, text=True, check=True, **run
     )
     counted: dict[int, int] = {}
     for path in folder.glob("counts.*"):

@@ -104,6 +104,8 @@ class BotProcess:
         self.process: subprocess.Popen[bytes] | None = None
         self.clock_shift_file: Path | None = None
         """Set (see `shift_clock`), the bot runs with its clock moved forward by the seconds in this file."""
+        self.runner: list[str] = []
+        """A command the bot's Python runs under, e.g. valgrind (bench/mention_cost.py)."""
 
     @property
     def database_url(self) -> str:
@@ -179,7 +181,7 @@ class BotProcess:
         self._log = self.log_path.open("ab")
         module = "myao2" if self.clock_shift_file is None else "tests.e2e.shifted_clock"
         self.process = subprocess.Popen(
-            [sys.executable, "-m", module, "run", "--config", str(self.config_path)],
+            [*self.runner, sys.executable, "-m", module, "run", "--config", str(self.config_path)],
             cwd=self.tmp_path,
             env=self.environment(),
             stdout=self._log,
