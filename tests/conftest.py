@@ -12,10 +12,17 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
+from myao2.infrastructure import event_loop
 from myao2.infrastructure.db.engine import open_database
 from tests.fakes import PROXY_VARIABLES
 from tests.postgres import PostgresServer, emptied, fresh_database, server_binaries
 from tests.sqlite import copy_migrated
+
+
+def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, Callable[[], object]]:
+    """Async tests run on the event loop the bot runs on (`myao2.infrastructure.event_loop`: uvloop's on Linux
+    and macOS)."""
+    return {"bot_loop": event_loop.new_event_loop}
 
 
 @pytest.fixture(autouse=True)

@@ -23,6 +23,7 @@ from myao2.composition import build_application, mention_settings
 from myao2.config import Config, ConfigError
 from myao2.domain.conversation import BotIdentity
 from myao2.domain.judgment import SkipPolicy, WaitPolicy
+from myao2.infrastructure import event_loop
 from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.autonomy_store import SqlAutonomyStore
 from myao2.infrastructure.db.engine import open_database
@@ -61,7 +62,7 @@ def run_bot(config: Config) -> int:
     config.require("agents.response")
     traces = start_tracing(config.logging.debug_llm_messages)
     try:
-        return asyncio.run(Bot(config).run())
+        return event_loop.run(Bot(config).run())
     finally:
         if traces is not None:
             traces.shutdown()  # sends the spans still waiting

@@ -16,6 +16,7 @@ from myao2.application.mention import AnswerMention
 from myao2.composition import Application, build_application, mention_settings
 from myao2.config import Config, ConfigError
 from myao2.domain.conversation import BotIdentity
+from myao2.infrastructure import event_loop
 from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.playground.chat import PlaygroundChat, PlaygroundPublisher, Stamps
@@ -35,7 +36,7 @@ def run_playground(config: Config) -> int:
     check_playground_settings(config)
     config.require("agents.response")
     try:
-        return asyncio.run(_serve(config))
+        return event_loop.run(_serve(config))
     finally:
         start_up.ending()
 

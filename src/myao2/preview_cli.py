@@ -6,13 +6,13 @@ Reads the database only: neither Slack nor the model is reached.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 
 from myao2.composition import build_application
 from myao2.config import Config
 from myao2.domain.conversation import BotIdentity
+from myao2.infrastructure import event_loop
 from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
@@ -28,7 +28,7 @@ def run_preview_command(config: Config, args: argparse.Namespace) -> int:
         clock = SystemClock()
         bot = stored_identity(SqlConversationStore(engine, clock))
         app = build_application(config, engine, clock, bot.user_id)
-        preview = asyncio.run(Previewer(app, bot).preview(args.role, args.channel, args.thread, args.as_user))
+        preview = event_loop.run(Previewer(app, bot).preview(args.role, args.channel, args.thread, args.as_user))
     except PreviewError as exc:
         print(f"myao2 preview: {exc}", file=sys.stderr)
         return EXIT_REFUSED
