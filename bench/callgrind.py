@@ -10,13 +10,18 @@ then (the thread it found running, the event loop's when all wait), the rest is 
 
 from __future__ import annotations
 
+import argparse
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
 
 _PART = re.compile(r"^part: (\d+)$.*?^totals: (\d+)$", re.MULTILINE | re.DOTALL)
 
@@ -94,3 +99,25 @@ def print_table(trees: Sequence[Path], stages: Sequence[str], counts: Sequence[l
     for i, stage in enumerate(stages):
         print(f"{stage:<{width}}  " + "  ".join(f"{count[i] / scale:8,.0f}" for count in counts))
     print(f"{'total':<{width}}  " + "  ".join(f"{sum(count) / scale:8,.0f}" for count in counts))
+
+
+def compare(
+    parser: argparse.ArgumentParser,
+    argv: Sequence[str] | None,
+    measure: Callable[[Path, Path, argparse.Namespace], list[int]],
+    stages: Sequence[str],
+    unit: str,
+    scale: float,
+) -> int:
+    """A `*_cost.py` benchmark's command: `measure(src, folder, arguments)` for this checkout's src/ and each other
+    tree's given with `--src` (added to `parser`), printed side by side (`print_table`); 2 without valgrind."""
+    parser.add_argument("--src", type=Path, action="append", default=[], help="another tree's src/ to count too")
+    args = parser.parse_args(argv)
+    if shutil.which("valgrind") is None:
+        print("needs valgrind (apt-get install valgrind)", file=sys.stderr)
+        return 2
+    trees = [ROOT / "src", *(path.resolve() for path in args.src)]
+    with tempfile.TemporaryDirectory(prefix="myao2-callgrind-") as tmp:
+        counts = count_trees(trees, Path(tmp), lambda tree, folder: measure(tree, folder, args))
+    print_table(trees, stages, counts, unit, scale)
+    return 0

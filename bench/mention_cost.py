@@ -28,10 +28,8 @@ from __future__ import annotations
 import argparse
 import compileall
 import os
-import shutil
 import signal
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -139,17 +137,12 @@ def measure(src: Path, folder: Path, mentions: int) -> list[int]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mentions", type=int, default=20, help="mentions counted (default 20)")
-    parser.add_argument("--src", type=Path, action="append", default=[], help="another tree's src/ to count too")
-    args = parser.parse_args(argv)
-    if shutil.which("valgrind") is None:
-        print("needs valgrind (apt-get install valgrind)", file=sys.stderr)
-        return 2
-    trees = [ROOT / "src", *(path.resolve() for path in args.src)]
-    with tempfile.TemporaryDirectory(prefix="myao2-mention-cost-") as tmp:
-        counts = callgrind.count_trees(trees, Path(tmp), lambda tree, folder: measure(tree, folder, args.mentions))
-    callgrind.print_table(trees, STAGES, counts, "per mention (K)", 1e3)
-    print("* with what they did as the bot stopped (disposing of the database), counted as it ended")
-    return 0
+    status = callgrind.compare(
+        parser, argv, lambda tree, folder, args: measure(tree, folder, args.mentions), STAGES, "per mention (K)", 1e3
+    )
+    if status == 0:
+        print("* with what they did as the bot stopped (disposing of the database), counted as it ended")
+    return status
 
 
 if __name__ == "__main__":

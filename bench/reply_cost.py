@@ -21,10 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -123,16 +120,9 @@ def measure(src: Path, folder: Path, replies: int) -> list[int]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--replies", type=int, default=20, help="replies counted (default 20)")
-    parser.add_argument("--src", type=Path, action="append", default=[], help="another tree's src/ to count too")
-    args = parser.parse_args(argv)
-    if shutil.which("valgrind") is None:
-        print("needs valgrind (apt-get install valgrind)", file=sys.stderr)
-        return 2
-    trees = [ROOT / "src", *(path.resolve() for path in args.src)]
-    with tempfile.TemporaryDirectory(prefix="myao2-reply-cost-") as tmp:
-        counts = callgrind.count_trees(trees, Path(tmp), lambda tree, folder: measure(tree, folder, args.replies))
-    callgrind.print_table(trees, STAGES, counts, "per reply (K)", 1e3)
-    return 0
+    return callgrind.compare(
+        parser, argv, lambda tree, folder, args: measure(tree, folder, args.replies), STAGES, "per reply (K)", 1e3
+    )
 
 
 if __name__ == "__main__":

@@ -30,10 +30,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,6 +81,8 @@ memory: {{database_path: {database}}}
 def measure(src: Path, folder: Path, new_database: bool) -> list[int]:
     """Each stage's instructions with the bot's modules from `src`, its database (made in `folder`) at the newest
     migration, or new if `new_database`."""
+    # As installed: pip compiles the modules, and compiling is not start-up.
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(src / "myao2")], check=True)
     database, config = folder / "memory.db", folder / "config.yaml"
     config.write_text(CONFIG.format(database=database), encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": str(src), "PYTHONHASHSEED": "0"}
@@ -93,19 +93,10 @@ def measure(src: Path, folder: Path, new_database: bool) -> list[int]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--src", type=Path, action="append", default=[], help="another tree's src/ to count too")
     parser.add_argument("--new-database", action="store_true", help="a new, empty database (the bot's first start)")
-    args = parser.parse_args(argv)
-    if shutil.which("valgrind") is None:
-        print("needs valgrind (apt-get install valgrind)", file=sys.stderr)
-        return 2
-    trees = [ROOT / "src", *(path.resolve() for path in args.src)]
-    for tree in trees:  # as installed: pip compiles the modules, and compiling is not start-up
-        subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "myao2")], check=True)
-    with tempfile.TemporaryDirectory(prefix="myao2-start-up-cost-") as tmp:
-        counts = callgrind.count_trees(trees, Path(tmp), lambda tree, folder: measure(tree, folder, args.new_database))
-    callgrind.print_table(trees, STAGES, counts, "(M)", 1e6)
-    return 0
+    return callgrind.compare(
+        parser, argv, lambda tree, folder, args: measure(tree, folder, args.new_database), STAGES, "(M)", 1e6
+    )
 
 
 if __name__ == "__main__":
