@@ -47,6 +47,7 @@ def named_audience(name: str) -> Audience:
     file's `conversation:`): `WORKSPACE_NAME` the workspace, any other word that conversation."""
     return WORKSPACE if name == WORKSPACE_NAME else Audience(name)
 
+
 WORKSPACE_VIEW = ""
 """A reader that is no conversation: it sees what the whole workspace may read and nothing of any
 conversation's own (e.g. an MCP client started without a conversation). No conversation has this id."""
