@@ -443,6 +443,23 @@ async def test_a_reply_written_while_the_question_is_answered_or_deleted_is_not_
     assert len(world.writer.calls) == 1 and world.chat.posts == []
 
 
+@pytest.mark.parametrize("answerer", ["UBOB", "UBOT"])
+async def test_a_question_answered_in_its_thread_while_judged_is_not_joined(world: World, answerer: str) -> None:
+    # Bob, or the bot itself (answering a mention there), replies in the question's thread while the judge reads
+    # the top-level flow: the flow no longer waits on the question, as the check would tell it now.
+    question = world.say("does anyone know a good ramen place?")
+    decide = world.judge.decide
+
+    def answered_meanwhile(context: PromptContext) -> Judgment:
+        world.say("Ichiran!", user=answerer, is_bot=answerer == "UBOT", thread_ts=question)
+        return decide(context)
+
+    world.judge.decide = answered_meanwhile
+    assert await world.check(after=WAIT) == 1
+    assert world.chat.posts == []
+    assert await world.check(after=WAIT) == (1 if answerer == "UBOB" else 0), "only Bob's reply waits for an answer"
+
+
 def restarted(world: World, **changes: Any) -> World:
     """The bot started again (or another replica taking over): a new responder over the same database."""
     return with_settings(world, **changes)

@@ -34,9 +34,11 @@ def stores(engine: Engine) -> tuple[SqlConversationStore, SqlAutonomyStore]:
     return SqlConversationStore(engine), SqlAutonomyStore(engine)
 
 
-def say(conversations: SqlConversationStore, seconds: int, channel: str = "C1", thread: int | None = None) -> str:
+def say(
+    conversations: SqlConversationStore, seconds: int, channel: str = "C1", thread: int | None = None, user: str = "U1"
+) -> str:
     thread_ts = None if thread is None else ts(thread)
-    conversations.save_message(Message(channel, ts(seconds), "U1", f"said at {seconds}", "alice", thread_ts=thread_ts))
+    conversations.save_message(Message(channel, ts(seconds), user, f"said at {seconds}", user, thread_ts=thread_ts))
     return ts(seconds)
 
 
@@ -65,6 +67,45 @@ def test_a_top_level_flow_whose_newest_started_a_thread_is_answered_there(
     say(conversations, 10)
     say(conversations, 20, thread=10)
     assert newest(autonomy) == [("C1", ts(10), ts(20))]
+
+
+# Each layout: the messages said (seconds, thread, user), those deleted, and the newest of each conversation.
+LAYOUTS: dict[str, tuple[list[tuple[int, int | None, str]], list[int], dict[ConversationKey, int]]] = {
+    "a lone question": ([(10, None, "U1")], [], {TOP: 10}),
+    "a question answered in its thread": ([(10, None, "U1"), (20, 10, "U2")], [], {ConversationKey("C1", ts(10)): 20}),
+    "a top-level message that started a thread the bot answered": (
+        [(10, None, "U1"), (20, 10, "UBOT")],
+        [],
+        {ConversationKey("C1", ts(10)): 20},
+    ),
+    "a thread reply to an older message after a new top-level one": (
+        [(10, None, "U1"), (20, None, "U2"), (30, 10, "U2")],
+        [],
+        {TOP: 20, ConversationKey("C1", ts(10)): 30},
+    ),
+    "the newest deleted": ([(10, None, "U1"), (20, None, "U2")], [20], {TOP: 10}),
+    "the only reply of a thread deleted": ([(10, None, "U1"), (20, 10, "U2")], [20], {TOP: 10}),
+}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS.values(), ids=list(LAYOUTS))
+def test_the_newest_of_a_conversation_is_the_one_unjudged_tells(
+    stores: tuple[SqlConversationStore, SqlAutonomyStore],
+    layout: tuple[list[tuple[int, int | None, str]], list[int], dict[ConversationKey, int]],
+) -> None:
+    # The check finds a conversation's newest message by `unjudged`, and the bot, before posting its reply,
+    # makes sure by `is_newest` that it still is: both must tell the same.
+    conversations, autonomy = stores
+    said, deleted, expected = layout
+    for seconds, thread, user in said:
+        say(conversations, seconds, thread=thread, user=user)
+    for seconds in deleted:
+        conversations.delete_message("C1", ts(seconds))
+    keys = {TOP, ConversationKey("C1", ts(10)), ConversationKey("C1", ts(20)), ConversationKey("C2", None)}
+    told = {ConversationKey(m.channel_id, m.thread_ts): m.ts for m in autonomy.unjudged(["C1", "C2"], SINCE, NOW)}
+    assert told == {key: ts(seconds) for key, seconds in expected.items()}
+    asked = [(key, ts(seconds)) for key in keys for seconds, _, _ in said]
+    assert {(key, at): autonomy.is_newest(key, at) for key, at in asked} == {(key, at): told.get(key) == at for key, at in asked}
 
 
 def test_a_standing_judgment_hides_its_conversation_until_a_new_message_or_its_end(

@@ -192,7 +192,9 @@ class AutonomousResponder:
                 if not await asyncio.to_thread(self._store.claim, channel.id, newest.ts):
                     return
                 text = await self._writer.write(context, origin)
-                if not await self._still_newest(channel.id, key, newest):
+                # Still what the conversation waits on, by the rule that found it: nobody spoke there since, nor
+                # answered it in its thread, nor deleted it.
+                if not await asyncio.to_thread(self._autonomy.is_newest, key, newest.ts):
                     logger.info("not joining %s: someone spoke while the reply was written", key)
                     return
                 await self._conversations.post(channel.id, text, key.thread_ts)  # recorded as an unasked post
@@ -200,13 +202,6 @@ class AutonomousResponder:
             logger.warning("gave up joining %s: %s", key, exc)
         finally:
             self._considering.discard(key)
-
-    async def _still_newest(self, channel_id: str, key: ConversationKey, newest: Message) -> bool:
-        """Whether `newest` is still what the conversation waits on: nobody spoke there since, nor, in the top-level
-        flow, answered it in its thread (`_newest_per_conversation`); nor was it deleted."""
-        since = newest.posted_at - timedelta(seconds=1)
-        latest = _newest_per_conversation(await asyncio.to_thread(self._store.messages_since, channel_id, since))
-        return key in latest and latest[key].ts == newest.ts
 
     async def _remember(self, key: ConversationKey, newest: Message, confidence: float) -> None:
         skip = self._settings.skip
@@ -232,21 +227,3 @@ class AutonomousResponder:
         """Whether the unasked posts of a channel in the last hour use up its budget."""
         return len(posts or ()) >= self._settings.max_replies_per_hour
 
-
-def _newest_per_conversation(messages: Sequence[Message]) -> dict[ConversationKey, Message]:
-    """The newest message of each thread and of the top-level flow (messages oldest first).
-
-    A top-level message that has replies was answered in its thread, so the
-    top-level flow only counts when its newest message started no thread.
-    """
-    newest: dict[ConversationKey, Message] = {}
-    threaded: set[str] = set()
-    for message in messages:
-        if message.thread_ts:
-            threaded.add(message.thread_ts)
-        newest[ConversationKey(message.channel_id, message.thread_ts)] = message
-    return {
-        key: message
-        for key, message in newest.items()
-        if key.thread_ts is not None or message.ts not in threaded
-    }

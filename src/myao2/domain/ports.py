@@ -460,6 +460,11 @@ class AutonomyStore(Protocol):
         """
         ...
 
+    def is_newest(self, key: ConversationKey, ts: str) -> bool:
+        """Whether message `ts` is the newest of conversation `key`, as `unjudged` tells it: still stored, nothing
+        newer there, nor (in a top-level flow) a reply in its thread."""
+        ...
+
     def counts_since(self, channel_ids: Collection[str], since: datetime) -> dict[str, int]:
         """How many messages each of these channels has posted after `since` (channels with none left out)."""
         ...

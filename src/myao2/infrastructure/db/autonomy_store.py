@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from datetime import datetime
 
-from sqlalchemy import Engine, Table, and_, bindparam, delete, exists, func, or_
+from sqlalchemy import ColumnElement, Engine, Subquery, Table, and_, bindparam, delete, exists, func, or_
 from sqlalchemy import select as core_select
 
 from myao2.domain.activity import ReplyKind
@@ -43,6 +43,16 @@ class SqlAutonomyStore:
             rows = connection.execute(_UNJUDGED, {"channels": list(channel_ids), "since": since, "now": now}).all()
         return [_to_message(row) for row in rows]
 
+    def is_newest(self, key: ConversationKey, ts: str) -> bool:
+        with reading(self._engine) as connection:
+            if key.thread_ts is None:
+                found = connection.execute(_IS_NEWEST_OF_FLOW, {"channel": key.channel_id, "ts": ts})
+            else:
+                found = connection.execute(
+                    _IS_NEWEST_OF_THREAD, {"channel": key.channel_id, "thread": key.thread_ts, "ts": ts}
+                )
+            return found.first() is not None
+
     def counts_since(self, channel_ids: Collection[str], since: datetime) -> dict[str, int]:
         if not channel_ids:
             return {}
@@ -76,41 +86,59 @@ def _here(key: ConversationKey) -> tuple[object, ...]:
     return _STANDING.c.channel_id == key.channel_id, _STANDING.c.thread_ts == (key.thread_ts or _TOP_LEVEL)
 
 
-def _unjudged() -> object:
-    """The statement of `unjudged`: the conversations by the messages' (channel_id, posted_at) index, their
-    threads by the thread index; of the messages, only each conversation's newest is read whole."""
+def _conversations(*where: ColumnElement[bool]) -> tuple[Subquery, ColumnElement[bool]]:
+    """The conversations of the messages `where` selects, each with the ts of its newest message (`newest`), and
+    the condition that it counts: a thread, or a top-level flow whose newest message started no thread with a
+    reply (answered there). The rule of `unjudged` and `is_newest`."""
     messages = _MESSAGES
-    in_window = (
-        messages.c.channel_id.in_(bindparam("channels", expanding=True)),
-        messages.c.posted_at > bindparam("since", type_=messages.c.posted_at.type),
-    )
     conversations = (
         core_select(messages.c.channel_id, messages.c.thread_ts, func.max(messages.c.ts).label("newest"))
-        .where(*in_window)
+        .where(*where)
         .group_by(messages.c.channel_id, messages.c.thread_ts)
         .subquery("conversations")
     )
     reply = messages.alias("reply")
+    # A reply is posted after its parent: one to the flow's newest message is in the window too.
+    answered_in_thread = exists().where(
+        reply.c.channel_id == conversations.c.channel_id, reply.c.thread_ts == conversations.c.newest
+    )
+    return conversations, or_(conversations.c.thread_ts.is_not(None), ~answered_in_thread)
+
+
+def _unjudged() -> object:
+    """The statement of `unjudged`: the conversations by the messages' (channel_id, posted_at) index, their
+    threads by the thread index; of the messages, only each conversation's newest is read whole."""
+    messages = _MESSAGES
+    conversations, counts = _conversations(
+        messages.c.channel_id.in_(bindparam("channels", expanding=True)),
+        messages.c.posted_at > bindparam("since", type_=messages.c.posted_at.type),
+    )
     standing = exists().where(
         _STANDING.c.channel_id == conversations.c.channel_id,
         _STANDING.c.thread_ts == func.coalesce(conversations.c.thread_ts, _TOP_LEVEL),
         _STANDING.c.newest_ts == conversations.c.newest,
         _STANDING.c.until > bindparam("now", type_=_STANDING.c.until.type),
     )
-    # A reply is posted after its parent: one to the flow's newest message is in the window too.
-    answered_in_thread = exists().where(
-        reply.c.channel_id == conversations.c.channel_id, reply.c.thread_ts == conversations.c.newest
-    )
     newest = and_(messages.c.channel_id == conversations.c.channel_id, messages.c.ts == conversations.c.newest)
     return (
         core_select(*_MESSAGE)
         .select_from(conversations.join(messages, newest))
-        .where(~standing, or_(conversations.c.thread_ts.is_not(None), ~answered_in_thread))
+        .where(~standing, counts)
         .order_by(messages.c.posted_at, messages.c.ts)
     )
 
 
+def _is_newest(thread: ColumnElement[bool]) -> object:
+    """The statement of `is_newest` for the conversation `thread` selects in a channel: its messages from the one
+    asked about on, by the thread index."""
+    ts = bindparam("ts", type_=_MESSAGES.c.ts.type)
+    conversations, counts = _conversations(_MESSAGES.c.channel_id == bindparam("channel"), thread, _MESSAGES.c.ts >= ts)
+    return core_select(conversations.c.newest).where(conversations.c.newest == ts, counts)
+
+
 _UNJUDGED = _unjudged()
+_IS_NEWEST_OF_FLOW = _is_newest(_MESSAGES.c.thread_ts.is_(None))
+_IS_NEWEST_OF_THREAD = _is_newest(_MESSAGES.c.thread_ts == bindparam("thread"))
 _COUNTS = (
     core_select(_MESSAGES.c.channel_id, func.count())
     .where(
