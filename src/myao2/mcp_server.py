@@ -17,7 +17,7 @@ import asyncio
 import hmac
 import socket
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeVar
 from urllib.parse import quote
@@ -180,23 +180,7 @@ class NotebookTools:
             )
         except PreviewError as exc:
             raise ToolRefusal(str(exc)) from None
-        if not await asyncio.to_thread(self._reads_all, shown.memos):
-            # A public channel's memos of its own: its prompt shows them, get_memo of this client does not.
-            raise ToolRefusal(
-                f"the prompt of {channel} shows memos kept for {channel} alone, which this server does not show:"
-                f" start it with --conversation {channel} to preview it"
-            )
         return _printable(shown.to_json())
-
-    def _reads_all(self, memos: Iterable[Memo]) -> bool:
-        """Whether each of `memos` is the one its name means for this client (what get_memo gives it)."""
-        for memo in memos:
-            try:
-                if self._seen(memo.name).id != memo.id:
-                    return False
-            except MemoError:
-                return False
-        return True
 
     def _seen(self, name: str) -> Memo:
         """The live memo `name` means for this client (a name no memo could bear: an unknown memo)."""
@@ -386,7 +370,7 @@ def build_server(  # type: ignore[no-untyped-def]
         description=(
             "The exact prompt the bot would send its model now for a conversation, from its database: the system "
             "prompt, the query, the tools with their JSON schemas, and estimated tokens per section with their budgets. "
-            "Refused where the prompt shows memos this server does not (a conversation's own)."
+            "Refused where the prompt shows what this server does not (a conversation's own memos or notes)."
         )
     )
     async def preview(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Literal
@@ -16,10 +17,10 @@ from typing import Literal
 from myao2.application.context import PromptContext, line_tokens, section_tokens
 from myao2.application.conversations import Conversations
 from myao2.composition import Application, memory_budgets
-from myao2.domain.conversation import BotIdentity, Message
-from myao2.domain.memo import Memo
+from myao2.domain.conversation import BotIdentity, Channel, Message
+from myao2.domain.memo import Memo, MemoError, lookup_name
 from myao2.domain.tokens import estimate_tokens
-from myao2.domain.visibility import shows_its_own
+from myao2.domain.visibility import can_read_from, shows_its_own
 from myao2.infrastructure.llm.agents import ModelPrompt
 
 Role = Literal["response", "judgment", "memory"]
@@ -51,8 +52,6 @@ class Preview:
     thread_ts: str | None
     prompt: ModelPrompt | None
     sections: tuple[Section, ...] = ()
-    memos: tuple[Memo, ...] = ()
-    """The memos the prompt shows (pinned, important, recent)."""
 
     def to_json(self) -> dict[str, object]:
         """The preview as JSON-ready data."""
@@ -90,8 +89,8 @@ class Previewer:
         The response answers the latest message of `as_user` (default: of anyone but the bot). Refused for a
         conversation the bot is no longer in: it sends no prompt there, and what was said there is shown in no
         conversation, its own included, until it joins again (`shows_its_own`). Refused too where the prompt shows
-        notes, digests or facts about people that conversation `reader` (who is shown the preview; None: a
-        person's own view) may not read: kept for the conversation alone, say. The refusal never shows them.
+        what conversation `reader` (who is shown the preview; None: a person's own view) may not read: what the bot
+        remembers for the conversation alone (notes, digests, facts about people), say. The refusal never shows it.
         """
         channel = await asyncio.to_thread(self._app.conversations.get_channel, channel_id)
         if channel is None:
@@ -102,10 +101,24 @@ class Previewer:
                 " joins again"
             )
         if role == "memory":
-            return await self._memory(channel_id)
+            shown, readable = await self._memory(channel, reader)
+        else:
+            shown, readable = await self._conversation(role, channel, thread_ts, as_user, reader)
+        if not readable:
+            raise PreviewError(
+                f"the prompt of {channel_id} shows what the bot remembers for {channel_id} alone (memos, notes, digests"
+                f" or facts about people): preview it for {channel_id} itself (--conversation {channel_id})"
+            )
+        return shown
+
+    async def _conversation(
+        self, role: Role, channel: Channel, thread_ts: str | None, as_user: str | None, reader: str | None
+    ) -> tuple[Preview, bool]:
+        """The response's or the judgment's preview, and whether `reader` may read all the prompt shows of what the
+        bot keeps: each memo is the one its name means there, each memory section is as shown there too."""
         response = self._app.config.response
         since = self._app.clock.now() - timedelta(seconds=response.max_message_age_seconds)
-        messages = await self._talk.messages(channel_id, thread_ts, response.context_message_limit, since)
+        messages = await self._talk.messages(channel.id, thread_ts, response.context_message_limit, since)
         names = await self._talk.names(messages)
         await self._app.clients.load()  # the tools' modules, imported off the event loop
         if role == "judgment":
@@ -116,15 +129,24 @@ class Previewer:
             answering = self._answering(messages, as_user)
             context = await self._app.contexts.build(channel, messages, names, answering=answering)
             prompt = self._app.writer.prompt(context)
-        if reader is not None and context.memory != await self._app.contexts.memory_also_shown_to(
-            channel, messages, reader
-        ):
-            raise PreviewError(
-                f"the prompt of {channel_id} shows what the bot remembers for {channel_id} alone (notes, digests or"
-                f" facts about people): preview it for {channel_id} itself (--conversation {channel_id})"
-            )
         memos = (*context.rules, *context.important_memos, *context.recent_memos)
-        return Preview(role, channel_id, thread_ts, prompt, self._sections(prompt, context), memos)
+        shown = Preview(role, channel.id, thread_ts, prompt, self._sections(prompt, context))
+        if reader is None:
+            return shown, True
+        readable = await asyncio.to_thread(self._reads_all, memos, reader)
+        return shown, readable and context.memory == await self._app.contexts.memory_also_shown_to(
+            channel, messages, reader
+        )
+
+    def _reads_all(self, memos: Iterable[Memo], reader: str) -> bool:
+        """Whether each of `memos` is the one its name means to conversation `reader` (what its memo tools give it)."""
+        for memo in memos:
+            try:
+                if self._app.memos.get(lookup_name(memo.name), reader).id != memo.id:
+                    return False
+            except MemoError:
+                return False
+        return True
 
     def _answering(self, messages: list[Message], as_user: str | None) -> Message | None:
         def answerable(message: Message) -> bool:
@@ -137,21 +159,21 @@ class Previewer:
             raise PreviewError(f"{as_user} has no message in this conversation to answer")
         return None
 
-    async def _memory(self, channel_id: str) -> Preview:
-        prompts = await self._app.memory_job.next_call(channel_id)
-        if not prompts:
-            return Preview("memory", channel_id, None, None)
+    async def _memory(self, channel: Channel, reader: str | None) -> tuple[Preview, bool]:
+        """The memory's preview, and whether `reader` may read what is kept for the call's audience of each channel
+        it reads (`can_read_from`): the call shows nothing that not everyone of that audience may read."""
+        call = await self._app.memory_job.next_call(channel.id)
+        if call is None:
+            return Preview("memory", channel.id, None, None), True
         await self._app.clients.load()
-        prompt = self._app.memory_writer.prompt(prompts)
+        prompt = self._app.memory_writer.prompt(call.prompts)
         budget = self._app.config.memory.batch_max_tokens
-        material = sum(line_tokens(line) for p in prompts for line in (*p.earlier, *p.material))
-        return Preview(
-            "memory",
-            channel_id,
-            None,
-            prompt,
-            (*_whole(prompt), Section("messages", material, budget)),
+        material = sum(line_tokens(line) for p in call.prompts for line in (*p.earlier, *p.material))
+        shown = Preview("memory", channel.id, None, prompt, (*_whole(prompt), Section("messages", material, budget)))
+        readable = all(
+            can_read_from(reader, call.audience, p.channel.id if p.channel else None, p.channel) for p in call.prompts
         )
+        return shown, readable
 
     def _sections(self, prompt: ModelPrompt, context: PromptContext) -> tuple[Section, ...]:
         budgets = memory_budgets(self._app.config)

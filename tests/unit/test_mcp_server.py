@@ -93,6 +93,30 @@ def test_what_the_bot_remembers_of_a_public_channel_for_it_alone_is_previewed_by
         assert failed and "canary" not in refusal, refusal
 
 
+@pytest.mark.parametrize("kind", [ChannelKind.SHARED, ChannelKind.PRIVATE])
+def test_a_memory_preview_shows_notes_kept_for_a_channel_alone_to_no_client_not_started_for_it(
+    app: Application, kind: ChannelKind  # noqa: F811
+) -> None:
+    # #plans' notes narrowed to it while it was shared outside (or private), #plans public again: the memory role's
+    # preview skipped the check the other roles make, and the job read those notes as a public channel's, so a
+    # workspace client's memory preview of #plans, or of #general read in the same call, showed them.
+    app.conversations.save_channel(Channel("CPLANS", "plans"))
+    day = date(2023, 11, 14)
+    app.memories.save([Memory(Scope_("CPLANS"), Term.LONG, Audience(), (Bullet(1, "canary-note: plans merge", day, ("1.0",)),))])
+    app.conversations.set_channel_kind("CPLANS", kind)
+    app.memories.narrow("CPLANS")
+    app.conversations.set_channel_kind("CPLANS", ChannelKind.PUBLIC)
+    app.conversations.save_message(Message("CPLANS", f"{T0 + 4}.000000", "UBOB", "the offsite is in May", "Bob"))
+
+    for scope in (Scope(), Scope(DM), Scope(GENERAL)):
+        failed, refusal = call(app, scope, "preview", {"role": "memory", "channel": "CPLANS"})
+        assert failed and "--conversation CPLANS" in refusal and "canary" not in refusal, refusal
+        failed, shown = call(app, scope, "preview", {"role": "memory", "channel": GENERAL})
+        assert not failed and "pizza for me" in shown["query"] and "canary" not in json.dumps(shown), shown
+    failed, shown = call(app, Scope("CPLANS"), "preview", {"role": "memory", "channel": "CPLANS"})
+    assert not failed and "canary-note" in shown["query"] and "the offsite is in May" in shown["query"]
+
+
 def test_control_characters_of_a_previewed_prompt_reach_the_client_as_their_pictures(app: Application) -> None:  # noqa: F811
     # A terminal client (Claude Code) prints tool results: an escape sequence in a Slack message (OSC 52 sets the
     # clipboard; the C1 CSI clears the screen) reached its user's terminal, as it did the command line's before 01753ad.

@@ -29,10 +29,10 @@ from myao2.application.profiles import ProfileKeeper
 from myao2.application.suspects import Suspects
 from myao2.domain.budget import cut_text, fit_items
 from myao2.domain.conversation import Channel, ChannelChanges, Message, ts_to_datetime
-from myao2.domain.memory import WORKSPACE_SCOPE, Bullet, Draft, Memory, Scope, Term
+from myao2.domain.memory import WORKSPACE_SCOPE, Bullet, Draft, Memory, PromptMemories, Scope, Term
 from myao2.domain.ports import Clock, ConversationStore, MemoryStore
 from myao2.domain.tokens import estimate_tokens
-from myao2.domain.visibility import WORKSPACE, Audience, audience_of, feeds_workspace
+from myao2.domain.visibility import WORKSPACE, Audience, audience_of, feeds_workspace, narrowest
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +49,16 @@ class MemorySettings:
     """The most message text one model call reads; a longer backlog takes several calls, a longer message is cut."""
     cut: Callable[[int], str]
     """Ends a message cut to the batch budget, given how many characters were left out (the persona's language)."""
+
+
+@dataclass(frozen=True)
+class NextCall:
+    """A round's next model call that reads a channel (`MemoryJob.next_call`)."""
+
+    audience: Audience
+    """Whom what it reads is kept for: every channel it reads is of this audience (`MemoryJob._backlog`), and every
+    note it shows may be read by everyone it has."""
+    prompts: tuple[MemoryPrompt, ...]
 
 
 @dataclass(frozen=True)
@@ -196,9 +206,9 @@ class MemoryJob:
 
     # -- channels ------------------------------------------------------------
 
-    async def next_call(self, channel_id: str) -> tuple[MemoryPrompt, ...]:
-        """What the round's first model call that reads the channel would read: its prompt, with those of the
-        channels of its audience read together with it; empty when nothing is new there.
+    async def next_call(self, channel_id: str) -> NextCall | None:
+        """The round's first model call that reads the channel: its prompt, with those of the channels of its
+        audience read together with it; None when nothing is new there.
 
         Nothing is written. Exact for the audience's first call; a later one is shown as if the calls before
         it changed no memory.
@@ -206,25 +216,31 @@ class MemoryJob:
         changes = await asyncio.to_thread(self._conversations.changes)
         target = await asyncio.to_thread(self._conversations.get_channel, channel_id)
         if channel_id not in changes or target is None:
-            return ()
-        audience = audience_of(target)
+            return None
+        first = await self._backlog(target, changes[channel_id])
+        if first is None or not first.batches:
+            return None
+        audience = first.audience
         pending = []
         for other_id, other_changes in sorted(changes.items()):
+            if other_id == channel_id:
+                pending.append(_Unread(target, other_changes.newest_edit, first))
+                continue
             channel = await asyncio.to_thread(self._conversations.get_channel, other_id)
             if channel is None or audience_of(channel) != audience:
                 continue
             backlog = await self._backlog(channel, other_changes)
-            if backlog is not None and backlog.batches:
+            if backlog is not None and backlog.batches and backlog.audience == audience:
                 pending.append(_Unread(channel, other_changes.newest_edit, backlog))
         while any(item.channel.id == channel_id for item in pending):
             together = self._together(pending)
             if any(item.channel.id == channel_id for item in together):
                 prompts, _ = await self._prompts(together)
-                return tuple(prompts)
+                return NextCall(audience, tuple(prompts))
             for item in together:
                 item.backlog = replace(item.backlog, batches=item.backlog.batches[1:])
             pending = [item for item in pending if item.backlog.batches]
-        return ()
+        return None
 
     async def _unread(self, channel_id: str, changes: ChannelChanges) -> _Unread | None:
         """The channel's backlog to read this round; None when there is none (an edit since deleted is
@@ -317,17 +333,23 @@ class MemoryJob:
         return together
 
     async def _backlog(self, channel: Channel, changes: ChannelChanges) -> _Backlog | None:
-        """What the channel's memory has not read yet, and what it is read with; None when up to date."""
+        """What the channel's memory has not read yet, and what it is read with; None when up to date.
+
+        Its audience is the channel's, or its own where its memories were narrowed to it (a channel shared outside,
+        then unshared): a save keeps them so (never wider than stored), and a call reads only what everyone its
+        audience has may read, so they are read with no other channel's."""
         scope = Scope(channel.id)
-        audience = audience_of(channel)
         label = f"#{channel.name}"
-        long_term = await self._load(scope, Term.LONG, audience, label)
+        read = await asyncio.to_thread(self._memories.for_prompt, [(scope, Term.LONG), (scope, Term.SHORT)], None)
+        audience = narrowest((audience_of(channel), *(m.audience for m in read.stored.values())))
+        audience = Audience(channel.id) if audience is None else audience
+        long_term = _loaded(read, scope, Term.LONG, audience, label)
         mark = _Mark.parse(long_term.covered)
         if not mark.behind(changes):
             return None
         window_start = self._clock.now() - self._settings.short_term_window
         fresh = await asyncio.to_thread(self._conversations.changed_messages, channel.id, mark.ts, mark.edited)
-        short_term = await self._load(scope, Term.SHORT, audience, label)
+        short_term = _loaded(read, scope, Term.SHORT, audience, label)
         fresh_ts = {m.ts for m in fresh}
         window = await asyncio.to_thread(self._conversations.messages_since, channel.id, window_start)
         earlier = self._earlier([m for m in window if m.ts not in fresh_ts], fresh)
@@ -576,18 +598,24 @@ class MemoryJob:
             return None
 
     async def _load(self, scope: Scope, term: Term, audience: Audience, label: str = "") -> Memory:
-        """The stored memory (with its source's current audience and label), or an empty one; without the bullets
-        written with words in sight that its readers may not all read now (a channel since turned private, before
-        its narrowing reaches them), which a save would drop: a call never shows them, nor its preview."""
+        """The stored memory as a call for `audience` reads it (`_loaded`)."""
         read = await asyncio.to_thread(self._memories.for_prompt, [(scope, term)], None)
-        memory = replace(read.stored.get((scope, term)) or Memory(scope, term, audience), audience=audience, label=label)
-        return memory.heard_by_readers(read.not_public)
+        return _loaded(read, scope, term, audience, label)
 
     def _fit(self, bullets: Sequence[Bullet]) -> tuple[Bullet, ...]:
         """The newest active long-term bullets that fit half the batch budget."""
         return tuple(
             fit_items(bullets, self._settings.batch_max_tokens // 2, lambda b: _note_cost(b.text))
         )
+
+
+def _loaded(read: PromptMemories, scope: Scope, term: Term, audience: Audience, label: str) -> Memory:
+    """The memory of `scope` and `term` in `read` (with the audience of the call that reads it and its source's
+    label), or an empty one; without the bullets written with words in sight that its readers may not all read now
+    (a channel since turned private, before its narrowing reaches them), which a save would drop: a call never shows
+    them, nor its preview."""
+    memory = replace(read.stored.get((scope, term)) or Memory(scope, term, audience), audience=audience, label=label)
+    return memory.heard_by_readers(read.not_public)
 
 
 def still_public(conversations: ConversationStore, memories: MemoryStore, channel_ids: Sequence[str]) -> None:
