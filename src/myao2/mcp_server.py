@@ -36,11 +36,9 @@ from myao2.domain.visibility import (
     WORKSPACE,
     WORKSPACE_VIEW,
     Audience,
-    can_read_conversation,
     can_write,
     named_audience,
     readable_audiences,
-    shows_its_own,
 )
 from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
@@ -166,12 +164,6 @@ class NotebookTools:
         return {"revisions": [_revision(r) for r in revisions]}
 
     async def preview(self, role: str, channel: str, thread: str | None, as_user: str | None) -> dict[str, Any]:
-        stored = await asyncio.to_thread(self._app.conversations.get_channel, channel)
-        if stored is None:
-            raise ToolRefusal(f"the bot has not seen a conversation {channel}")
-        if shows_its_own(stored) and not can_read_conversation(self._scope.reader, channel, stored):
-            # One the bot is out of shows nothing to any reader: the preview refuses it, saying so.
-            raise ToolRefusal(f"{channel} is a private conversation this server was not started for (--conversation)")
         if self._bot is None:
             raise ToolRefusal("the bot had not connected to Slack with this database when this server started")
         try:

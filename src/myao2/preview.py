@@ -20,7 +20,7 @@ from myao2.composition import Application, memory_budgets
 from myao2.domain.conversation import BotIdentity, Channel, Message
 from myao2.domain.memo import Memo, MemoError, lookup_name
 from myao2.domain.tokens import estimate_tokens
-from myao2.domain.visibility import can_read_from, shows_its_own
+from myao2.domain.visibility import can_read_from, may_know_of, shows_its_own
 from myao2.infrastructure.llm.agents import ModelPrompt
 
 Role = Literal["response", "judgment", "memory"]
@@ -90,11 +90,15 @@ class Previewer:
         conversation the bot is no longer in: it sends no prompt there, and what was said there is shown in no
         conversation, its own included, until it joins again (`shows_its_own`). Refused too where the prompt shows
         what conversation `reader` (who is shown the preview; None: a person's own view) may not read: what the bot
-        remembers for the conversation alone (notes, digests, facts about people), say. The refusal never shows it.
+        remembers for the conversation alone (notes, digests, facts about people), say. The refusal never shows it,
+        and tells a conversation that `reader` may not know of (`may_know_of`) from none.
         """
         channel = await asyncio.to_thread(self._app.conversations.get_channel, channel_id)
-        if channel is None:
-            raise PreviewError(f"the bot has not seen a conversation {channel_id}")
+        if channel is None or not may_know_of(reader, channel):
+            unknown = f"the bot has not seen a conversation {channel_id}"
+            if reader is None:
+                raise PreviewError(unknown)
+            raise PreviewError(f"{unknown}, or it keeps to itself (previewed there alone: --conversation {channel_id})")
         if not shows_its_own(channel):
             raise PreviewError(
                 f"the bot is no longer in {channel_id} (left or removed from it): it sends no prompt there until it"

@@ -130,6 +130,27 @@ def test_control_characters_of_a_previewed_prompt_reach_the_client_as_their_pict
     assert said in asyncio.run(Previewer(app, BOT).preview("response", GENERAL)).prompt.query  # the model's, as sent
 
 
+def test_a_private_conversation_a_client_may_not_read_is_refused_as_one_the_bot_never_saw(
+    app: Application,  # noqa: F811
+) -> None:
+    # "CNOWHERE: not seen" against "DALICE: private, not this server's", and "the bot is no longer in" a private
+    # channel it left: a client could tell which ids are private conversations of the workspace, and which the bot
+    # left. Slack's own answer to both is channel_not_found.
+    app.conversations.save_channel(Channel("GLEFT", "left-behind", ChannelKind.PRIVATE))
+    app.conversations.leave_channel("GLEFT")
+
+    def refusal(scope: Scope, channel: str, role: str) -> str:
+        failed, said = call(app, scope, "preview", {"role": role, "channel": channel})
+        assert failed, said
+        return said.replace(channel, "<id>")
+
+    for role in ("response", "memory"):
+        for scope in (Scope(), Scope(GENERAL)):
+            assert refusal(scope, DM, role) == refusal(scope, "GLEFT", role) == refusal(scope, "CNOWHERE", role)
+        assert "--conversation <id>" in refusal(Scope(), "CNOWHERE", role)
+    assert "no longer in" in refusal(Scope("GLEFT"), "GLEFT", "response")  # its own: told why
+
+
 def test_a_public_channel_the_bot_has_left_is_previewed_by_no_client(app: Application) -> None:  # noqa: F811
     # Nothing said there reaches a conversation until the bot joins it again (`can_read_conversation`): not even its own.
     app.conversations.leave_channel(GENERAL)

@@ -15,7 +15,7 @@ this module, and nothing else.
 from __future__ import annotations
 
 from collections.abc import Container, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from myao2.domain.conversation import Channel
 
@@ -95,6 +95,13 @@ def can_read_conversation(reader: str | None, conversation_id: str, stored: Chan
     if stored is None:
         return conversation_id == reader
     return stored.is_member and (conversation_id == reader or not stored.is_private)
+
+
+def may_know_of(reader: str | None, conversation: Channel) -> bool:
+    """Whether conversation `reader` (None: a person's own view) may be told that `conversation` exists (a refusal
+    naming it, say): where it could read what was said there, were the bot in it (`can_read_conversation`). Of one
+    that keeps to itself, another conversation is told nothing: to it, it is as one the bot never saw."""
+    return can_read_conversation(reader, conversation.id, replace(conversation, is_member=True))
 
 
 def shows_its_own(conversation: Channel) -> bool:
