@@ -69,6 +69,17 @@ def stored(bot: BotProcess, ts: str) -> bool:
         return db.execute("SELECT count(*) FROM messages WHERE ts = ?", (ts,)).fetchone()[0] > 0
 
 
+def stored_text(bot: BotProcess, ts: str) -> str | None:
+    with sqlite3.connect(bot.database) as db:
+        row = db.execute("SELECT text FROM messages WHERE ts = ?", (ts,)).fetchone()
+    return row[0] if row else None
+
+
+def standing(bot: BotProcess, ts: str) -> bool:
+    with sqlite3.connect(bot.database) as db:
+        return db.execute("SELECT count(*) FROM standing_judgments WHERE newest_ts = ?", (ts,)).fetchone()[0] > 0
+
+
 def test_lone_question_gets_one_reply_after_the_wait(bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI) -> None:
     llm.set_responder(responder(lambda r: judgment(True), lambda r: Text("Try the place on 5th street!")))
     start(bot)
@@ -280,4 +291,26 @@ def test_after_a_restart_only_conversations_with_something_new_are_judged(
     after = [where(r) for r in llm.requests[before:]]
     assert after == ["dev"], f"only the conversation with a new message is judged again: {after}"
     assert "Alice: nice, merging now" in prompt_text(judgments(llm)[-1])
+    assert bot.stop() == 0
+
+
+def test_an_edit_of_the_newest_message_is_judged_once_more(bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI) -> None:
+    llm.set_responder(responder(lambda r: judgment(False, 0.95), lambda r: Text("should never be written")))
+    start(bot)
+    older = slack.post_message(GENERAL, ALICE, "lunch at noon?")
+    newest = slack.post_message(GENERAL, BOB, "anyone know a good ramen place?")
+    slack.wait_for(lambda: judgments(llm), what="the first judgment")
+    wait_until(lambda: standing(bot, newest), what="the judgment to stand")
+
+    slack.edit_message(GENERAL, older, "lunch at one?")
+    wait_until(lambda: stored_text(bot, older) == "lunch at one?", what="the edit of the older message stored")
+    time.sleep(8 * CHECK)  # room for a wrong judgment
+    assert len(judgments(llm)) == 1, "an older message edited: the judgment stands"
+
+    slack.edit_message(GENERAL, newest, "anyone know a good ramen place near the station?")
+    slack.wait_for(lambda: len(judgments(llm)) == 2, what="a judgment of the edited message")
+    assert "Bob: anyone know a good ramen place near the station?" in prompt_text(judgments(llm)[1])
+    time.sleep(8 * CHECK)  # room for a third
+    assert len(judgments(llm)) == 2, "one edit, one judgment"
+    assert slack.posted == [] and generations(llm) == []
     assert bot.stop() == 0

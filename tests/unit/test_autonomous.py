@@ -246,6 +246,38 @@ async def test_a_new_message_invalidates_the_standing_judgment(world: World) -> 
     assert len(world.judge.calls) == 3
 
 
+async def test_an_edit_of_the_newest_message_is_judged_once_more(world: World) -> None:
+    world.judge.decide = lambda context: Judgment(False, "no", 0.95)
+    older = world.say("lunch at noon?")
+    newest = world.say("anyone know a good ramen place?", user="UBOB")
+    assert await world.check(after=WAIT) == 1
+
+    world.store.edit_message("C1", older, "lunch at one?")
+    world.store.edit_message("C1", newest, "anyone know a good ramen place?")  # a link preview added, say
+    assert await world.check(after=WAIT) == 0, "an older message, or the same text: the judgment stands"
+
+    world.store.edit_message("C1", newest, "anyone know a good ramen place near the station?")
+    assert await world.check() == 1
+    assert world.judged_texts()[-1].endswith("Bob: anyone know a good ramen place near the station?")
+    assert await world.check(after=WAIT) == 0, "one edit, one judgment"
+    assert len(world.judge.calls) == 2
+
+
+async def test_an_edit_is_judged_only_once_the_hourly_budget_allows(world: World) -> None:
+    with_settings(world, max_replies_per_hour=1)
+    world.judge.decide = lambda context: Judgment("thread" in context.conversation[-1], "maybe", 0.95)
+    parent = world.say("the deploy failed")
+    world.say("a question in the thread?", user="UBOB", thread_ts=parent)
+    question = world.say("anyone know a good ramen place?")
+    assert await world.check(after=WAIT) == 2
+    assert len(world.chat.posts) == 1, "the channel's budget is used"
+
+    world.store.edit_message("C1", question, "anyone know a good ramen place near the station?")
+    assert await world.check(after=WAIT) == 0
+    assert await world.check(after=3600) == 1
+    assert world.judged_texts()[-1].endswith("near the station?")
+
+
 async def test_an_invalid_or_failed_judgment_is_a_no_that_holds_for_the_default(world: World) -> None:
     outcomes = iter([Judgment.invalid("no structured answer"), ModelUnavailable("down")])
 

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import Engine, insert, select, text
 
 from myao2.domain.activity import ReplyKind
-from myao2.domain.conversation import Message, ts_to_datetime
+from myao2.domain.conversation import History, Message, ts_to_datetime
 from myao2.domain.judgment import ConversationKey
 from myao2.infrastructure.db.activity_store import SqlActivityLog
 from myao2.infrastructure.db.autonomy_store import SqlAutonomyStore
@@ -123,6 +123,36 @@ def test_a_standing_judgment_hides_its_conversation_until_a_new_message_or_its_e
     assert newest(autonomy) == []
     autonomy.drop(TOP)
     assert newest(autonomy) == [("C1", None, ts(20))]
+
+
+@pytest.mark.parametrize(
+    ("edited", "text", "stands"),
+    [
+        (20, "said better at 20", False),
+        (20, "said at 20", True),  # Slack reports a link preview added as an edit of the same text
+        (10, "said better at 10", True),  # an older message: the judgment was made on a newer one
+    ],
+)
+def test_an_edit_of_the_text_a_judgment_was_made_on_has_it_judged_afresh(
+    stores: tuple[SqlConversationStore, SqlAutonomyStore], edited: int, text: str, stands: bool
+) -> None:
+    conversations, autonomy = stores
+    say(conversations, 10)
+    say(conversations, 20)
+    autonomy.stand(TOP, ts(20), NOW + timedelta(hours=12), NOW)
+    assert conversations.edit_message("C1", ts(edited), text)
+    assert newest(autonomy) == ([] if stands else [("C1", None, ts(20))])
+
+
+def test_an_edit_a_history_fetch_finds_has_the_judgment_made_on_the_old_text_judged_afresh(
+    stores: tuple[SqlConversationStore, SqlAutonomyStore],
+) -> None:
+    conversations, autonomy = stores
+    say(conversations, 10)
+    autonomy.stand(TOP, ts(10), NOW + timedelta(hours=12), NOW)
+    fetched = Message("C1", ts(10), "U1", "said better at 10", "U1")  # edited while the bot was away
+    conversations.reconcile(History("C1", [fetched], complete_after=ts(0), threads=frozenset()), NOW)
+    assert newest(autonomy) == [("C1", None, ts(10))]
 
 
 def test_judgments_no_longer_standing_are_forgotten(

@@ -220,7 +220,8 @@ class ConversationStore(Protocol):
         ...
 
     def edit_message(self, channel_id: str, ts: str, text: str) -> bool:
-        """Change a stored message's text; False if no such message is stored."""
+        """Change a stored message's text; False if no such message is stored. A changed text is something new
+        to judge: a judgment made on the message (as its conversation's newest) no longer stands."""
         ...
 
     def delete_message(self, channel_id: str, ts: str) -> None:

@@ -71,6 +71,7 @@ from myao2.infrastructure.db.tables import (
     MessageRow,
     PersonRow,
     ProfileRow,
+    StandingJudgmentRow,
     TombstoneRow,
 )
 
@@ -149,8 +150,9 @@ class SqlConversationStore:
 
     def _edit(self, connection: Connection, channel_id: str, ts: str, text: str) -> bool:
         """Change a message's text, if it is stored; the digest of its day, if any, is dropped to be made again
-        from the new text."""
+        from the new text, and a judgment made on its old text no longer stands."""
         values = {"text": text, "mentions": list(mentions_in(text)), "edited_at": self._clock.now()}
+        _drop_judgment(connection, channel_id, ts, text)
         if not connection.execute(update(MessageRow).where(*_message_key(channel_id, ts)).values(**values)).rowcount:
             return False
         _drop_digest(connection, channel_id, ts)
@@ -744,6 +746,15 @@ def _drop_digest(connection: Connection, channel_id: str, ts: str) -> None:
     connection.execute(
         delete(digests).where(digests.c.channel_id == channel_id, digests.c.first_ts <= ts, digests.c.last_ts >= ts)
     )
+
+
+def _drop_judgment(connection: Connection, channel_id: str, ts: str, text: str) -> None:
+    """Before message `ts` takes `text`: if the text changes, a judgment on joining its conversation made on it
+    (its newest then) no longer stands, to be made again. One made on a newer message stands; so does any when the
+    text stays (Slack reports a link preview added as an edit)."""
+    standing = _table(StandingJudgmentRow)
+    changed = exists().where(*_message_key(channel_id, ts), MessageRow.text != text)
+    connection.execute(delete(standing).where(standing.c.channel_id == channel_id, standing.c.newest_ts == ts, changed))
 
 
 def _drop_notes(connection: Connection, ts: str) -> None:
