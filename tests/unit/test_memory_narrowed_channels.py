@@ -17,7 +17,7 @@ from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.memory_store import SqlMemoryStore
 from tests.clocks import ManualClock
 from tests.unit.test_batched_memory_privacy import MixingWriter, everything_but
-from tests.unit.test_memory_job import GENERAL, PERSONA, SETTINGS, Say
+from tests.unit.test_memory_job import GENERAL, PERSONA, SETTINGS, FakeWriter, Say
 
 PLANS = Channel("CPLANS", "plans")
 
@@ -78,3 +78,47 @@ async def test_notes_kept_for_a_channel_public_again_are_read_with_no_other_chan
     own = Audience(PLANS.id)
     assert {m.audience for m in memories.all() if m.scope.channel_id == PLANS.id} == {own}
     assert "canary-long" in " ".join(b.text for b in memories.get(Scope(PLANS.id), Term.LONG).active)
+
+
+async def test_the_workspace_memory_reads_nothing_heard_in_a_channel_stored_as_private_before_its_narrowing(
+    conversations: SqlConversationStore, memories: SqlMemoryStore, clock: ManualClock
+) -> None:
+    # #plans stored as private (the history sync, say), its narrowing not there yet: the workspace memory's call read
+    # its notes, and #general's heard there, as a public channel's, from the stored rows as they were. The save drops
+    # what it wrote of them, but the call had shown them (and the narrowing may come after).
+    day = date(2023, 11, 14)
+    MADE = '{"ts": "3.0", "edited": null, "last_id": 2}'  # the channels' memories made, the workspace's not yet
+    memories.save(
+        [
+            Memory(
+                Scope(PLANS.id),
+                Term.LONG,
+                WORKSPACE,
+                (Bullet(1, "canary-plans: merge", day, ("1.0",), heard_in=(PLANS.id,)),),
+                label="#plans",
+                covered=MADE,
+            ),
+            Memory(
+                Scope(GENERAL.id),
+                Term.LONG,
+                WORKSPACE,
+                (
+                    Bullet(1, "canary-heard: merge too", day, ("2.0",), heard_in=(GENERAL.id, PLANS.id)),
+                    Bullet(2, "lunch at noon", day, ("3.0",), heard_in=(GENERAL.id,)),
+                ),
+                label="#general",
+                covered=MADE,
+            ),
+        ]
+    )
+    conversations.set_channel_kind(PLANS.id, ChannelKind.PRIVATE)
+    writer = FakeWriter()
+    job = MemoryJob(
+        conversations=conversations, memories=memories, writer=writer, clock=clock, persona=PERSONA, settings=SETTINGS
+    )
+
+    await job.run()
+
+    (workspace,) = [p for p in writer.prompts if p.channel is None]
+    assert any("lunch at noon" in line for line in workspace.material)
+    assert not any("canary" in line for line in workspace.material), workspace.material

@@ -32,7 +32,7 @@ from myao2.domain.conversation import Channel, ChannelChanges, Message, ts_to_da
 from myao2.domain.memory import WORKSPACE_SCOPE, Bullet, Draft, Memory, PromptMemories, Scope, Term
 from myao2.domain.ports import Clock, ConversationStore, MemoryStore
 from myao2.domain.tokens import estimate_tokens
-from myao2.domain.visibility import WORKSPACE, Audience, audience_of, feeds_workspace, narrowest
+from myao2.domain.visibility import WORKSPACE, WORKSPACE_VIEW, Audience, audience_of, narrowest
 
 logger = logging.getLogger(__name__)
 
@@ -579,12 +579,20 @@ class MemoryJob:
         return notes
 
     def _workspace_sources(self) -> list[tuple[Memory, Memory]]:
-        """The public channels' (long, short) memories: the only ones the workspace memory is made from."""
-        shorts = {m.scope.key: m for m in self._memories.channels(Term.SHORT)}
+        """The public channels' (long, short) memories, the only ones the workspace memory is made from, as every
+        conversation may be shown them (`Memory.shown_in` for `WORKSPACE_VIEW`): kept for the workspace, of a channel
+        that is public and that the bot is in, without the notes heard in one since stored as not public. A channel
+        stored as private before its narrowing reaches its memories, or what others heard there, is read no more."""
+
+        def shown(term: Term) -> dict[str, Memory]:
+            read = self._memories.for_prompt((), term)
+            memories = (memory.shown_in(WORKSPACE_VIEW, source, read.not_public) for memory, source in read.news)
+            return {memory.scope.key: memory for memory in memories if memory is not None}
+
+        shorts = shown(Term.SHORT)
         return [
-            (memory, shorts.get(memory.scope.key) or Memory(memory.scope, Term.SHORT, memory.audience))
-            for memory in self._memories.channels(Term.LONG)
-            if feeds_workspace(memory.audience)
+            (memory, shorts.get(key) or Memory(memory.scope, Term.SHORT, memory.audience))
+            for key, memory in shown(Term.LONG).items()
         ]
 
     # -- helpers -------------------------------------------------------------
