@@ -149,6 +149,13 @@ def test_edit_message_updates_text_and_edited_at(
     assert rows(engine, "SELECT edited_at FROM messages") == [("2026-01-02T03:05:05.000000+00:00",)]
 
 
+def test_an_edit_that_leaves_the_text_as_it_was_changes_nothing(store: SqlConversationStore, engine: Engine) -> None:
+    store.save_message(msg(0, "see https://example.com"))  # Slack reports a link preview added as an edit
+
+    assert store.edit_message("C1", ts(0), "see https://example.com")  # stored
+    assert rows(engine, "SELECT edited_at FROM messages") == [(None,)]
+
+
 def test_delete_message_removes_only_that_row(store: SqlConversationStore) -> None:
     store.save_message(msg(0, "keep"))
     store.save_message(msg(1, "drop"))

@@ -411,6 +411,19 @@ async def test_a_message_deleted_or_edited_in_slack_leaves_no_trace_in_its_day_s
     assert memories.digests() == []
 
 
+async def test_an_edit_that_leaves_the_text_as_it_was_keeps_the_day_s_digest(job, conversations, memories, writer, clock):
+    # Slack reports a link preview added to a message as an edit of the same text: nothing to digest again.
+    message = say(conversations, clock, GENERAL, "see https://example.com")
+    clock.advance(3 * DAY)
+    await job.run()
+    [digest] = memories.digests()
+
+    assert conversations.edit_message(GENERAL.id, message.ts, "see https://example.com")
+    await job.run()
+    assert memories.digests() == [digest]
+    assert len(writer.prompts) == 1
+
+
 async def test_a_person_forgotten_while_their_day_is_being_digested_does_not_come_back_in_it(
     conversations, memories, clock, engine
 ):

@@ -150,11 +150,15 @@ class SqlConversationStore:
 
     def _edit(self, connection: Connection, channel_id: str, ts: str, text: str) -> bool:
         """Change a message's text, if it is stored; the digest of its day, if any, is dropped to be made again
-        from the new text, and a judgment made on its old text no longer stands."""
+        from the new text, and a judgment made on its old text no longer stands.
+
+        The same text again changes nothing (Slack reports a link preview added as an edit): nothing of it is
+        made again, and the memory job does not read it as edited."""
         values = {"text": text, "mentions": list(mentions_in(text)), "edited_at": self._clock.now()}
-        _drop_judgment(connection, channel_id, ts, text)
-        if not connection.execute(update(MessageRow).where(*_message_key(channel_id, ts)).values(**values)).rowcount:
-            return False
+        here = _message_key(channel_id, ts)
+        if not connection.execute(update(MessageRow).where(*here, MessageRow.text != text).values(**values)).rowcount:
+            return connection.execute(core_select(MessageRow.ts).where(*here)).first() is not None
+        _drop_judgment(connection, channel_id, ts)
         _drop_digest(connection, channel_id, ts)
         _drop_notes(connection, ts)
         return True
@@ -748,13 +752,11 @@ def _drop_digest(connection: Connection, channel_id: str, ts: str) -> None:
     )
 
 
-def _drop_judgment(connection: Connection, channel_id: str, ts: str, text: str) -> None:
-    """Before message `ts` takes `text`: if the text changes, a judgment on joining its conversation made on it
-    (its newest then) no longer stands, to be made again. One made on a newer message stands; so does any when the
-    text stays (Slack reports a link preview added as an edit)."""
+def _drop_judgment(connection: Connection, channel_id: str, ts: str) -> None:
+    """Message `ts` has new text: a judgment on joining its conversation made on it (its newest then) no longer
+    stands, to be made again. One made on a newer message stands."""
     standing = _table(StandingJudgmentRow)
-    changed = exists().where(*_message_key(channel_id, ts), MessageRow.text != text)
-    connection.execute(delete(standing).where(standing.c.channel_id == channel_id, standing.c.newest_ts == ts, changed))
+    connection.execute(delete(standing).where(standing.c.channel_id == channel_id, standing.c.newest_ts == ts))
 
 
 def _drop_notes(connection: Connection, ts: str) -> None:
