@@ -241,6 +241,35 @@ async def test_the_people_a_prompt_names_are_read_in_the_trip_that_reads_the_con
     assert world.store.people not in trips
 
 
+@pytest.mark.parametrize("ahead", [True, False], ids=["claimed ahead", "claimed on its own"])
+async def test_a_mention_in_a_thread_whose_answer_is_being_written_reads_the_thread_once_that_answer_is_stored(
+    world: World, ahead: bool
+) -> None:
+    """Answers in one thread are written one after another: the later one's prompt shows the earlier answer,
+    though it was claimed (and might have been read) while that answer was being written."""
+    first = world.mention()
+    world.writer.block = asyncio.Event()
+    answering = asyncio.create_task(world.answer(first))
+    while world.writer.calls == 0:
+        await asyncio.sleep(0.01)
+    then = world.clock.now() + timedelta(seconds=1)
+    later = Message("C1", f"{then.timestamp():.6f}", "UBOB", "<@UBOT> and?", "Bob", mentions=("UBOT",), thread_ts=first.ts)
+    world.store.save_message(later)
+    if ahead:
+        claim = world.answer.claim_ahead(later)
+        assert claim is not None
+        claimed = await asyncio.to_thread(claim.claim)
+        second = asyncio.create_task(world.answer.take_up(later, claimed))
+    else:
+        second = asyncio.create_task(world.answer(later))
+    await asyncio.sleep(0.05)
+    world.writer.block.set()
+    await answering
+    await second
+    assert [post[1:] for post in world.chat.posts] == [("answer 1", first.ts, first.ts), ("answer 2", first.ts, later.ts)]
+    assert any(line.endswith("answer 1") for line in world.writer.contexts[1].conversation)
+
+
 async def test_a_claim_ahead_that_failed_is_raised_by_take_up_and_may_be_made_again(world: World) -> None:
     message = world.mention()
     ahead = world.answer.claim_ahead(message)
