@@ -241,6 +241,27 @@ async def test_the_people_a_prompt_names_are_read_in_the_trip_that_reads_the_con
     assert world.store.people not in trips
 
 
+async def test_a_mention_claimed_ahead_reads_its_conversation_in_the_trip_of_its_claim(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    message = world.mention()
+    ahead = world.answer.claim_ahead(message)
+    assert ahead is not None
+    claimed = await asyncio.to_thread(ahead.claim)  # in the trip that stored it
+    trips: list[object] = []
+    to_thread = asyncio.to_thread
+
+    async def counted(func: Any, *args: Any, **kwargs: Any) -> Any:
+        trips.append(func)
+        return await to_thread(func, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "to_thread", counted)
+    await world.answer.take_up(message, claimed)
+    assert world.chat.posts == [("C1", "answer 1", message.ts, message.ts)]
+    assert any(line.endswith("hello?") for line in world.writer.contexts[0].conversation)
+    assert len(trips) == 2  # noted as showing, then stored and settled: no trip to read the conversation
+
+
 @pytest.mark.parametrize("ahead", [True, False], ids=["claimed ahead", "claimed on its own"])
 async def test_a_mention_in_a_thread_whose_answer_is_being_written_reads_the_thread_once_that_answer_is_stored(
     world: World, ahead: bool

@@ -327,14 +327,14 @@ async def test_an_answer_whose_conversation_cannot_be_read_is_retried_not_apolog
     one_connection = world.store.one_connection
 
     def dropped() -> Any:
-        world.store.one_connection = one_connection  # type: ignore[method-assign]
         raise OperationalError("SELECT", {}, Exception("server closed the connection unexpectedly"))
 
     world.store.one_connection = dropped  # type: ignore[method-assign]
-    await world.answer(message)
+    await world.answer(message)  # read in the claim's trip, and again in its turn
     assert world.slack.posted == [] and world.writer.calls == 0  # nothing shown: the attempt failed
     assert answered(world, message) == [(None, False)]
 
+    world.store.one_connection = one_connection  # type: ignore[method-assign]
     assert await world.retry_after(10) == 1
     [stream] = world.slack.streams
     assert [m["text"] for m in world.slack.messages("C1")] == ["<@UBOT> hello?", "answer 1"]
@@ -486,9 +486,9 @@ async def test_a_mention_is_answered_in_these_trips_to_the_database_and_no_more(
     [stream] = world.slack.streams
     assert answered(world, message) == [(stream["ts"], True)]
     assert trips == [
-        ["INSERT INTO claims", "COMMIT", "SELECT channels"],  # the claim, and the channel for the answer
-        [  # the prompt: the conversation, the memos, memories, digests and profiles
-            "SELECT messages",
+        [
+            "INSERT INTO claims", "COMMIT", "SELECT channels",  # the claim, and the channel for the answer
+            "SELECT messages",  # the prompt: the conversation, the memos, memories, digests and profiles
             "SELECT memos",  # the pinned, the important and the newest memos
             "SELECT memories",  # those of this conversation, and the news from other channels they are in
             "SELECT digests",

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict
-from collections.abc import Callable, Coroutine
-from contextlib import aclosing, suppress
+from collections import Counter, OrderedDict
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import aclosing, asynccontextmanager, suppress
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 from myao2.application import tracing
 from myao2.application.agents import ModelUnavailable, ReplyWriter
@@ -33,7 +33,6 @@ ANSWER_MAX_CHARS = 39_000
 one cut here. A model writing on without end (a loop) is stopped there."""
 
 Spawn = Callable[[Coroutine[Any, Any, None]], None]
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -50,13 +49,30 @@ class MentionSettings:
 
 
 @dataclass(frozen=True)
+class Conversation:
+    """What the prompt of an answer shows of its conversation: the messages (the one answered among them), what
+    the store adds to them and the stored people they name; read once `turns` answers in the channel had ended
+    their turn (see `AnswerMention._turn`)."""
+
+    messages: list[Message]
+    stored: StoredContext
+    people: dict[str, Person]
+    turns: int
+
+
+ReadAhead = tuple[Channel | None, Conversation | None]
+"""The channel as stored and the conversation, read in the trip of a claim (either None if it could not be)."""
+
+
+@dataclass(frozen=True)
 class Claimed:
     """What became of a claim made ahead (`AnswerMention.claim_ahead`): made or refused (with the channel as
-    stored, if it could be read), or failed."""
+    stored and the conversation, if they could be read), or failed."""
 
     claimed: bool
     channel: Channel | None = None
     error: Exception | None = None
+    conversation: Conversation | None = None
 
 
 @dataclass(frozen=True)
@@ -109,15 +125,17 @@ class AnswerMention:
         self._settings = settings
         self._replica = replica
         self._threads = KeyedLocks()
+        self._turns: Counter[str] = Counter()
+        """Per channel, how many answers ended their turn in one of its threads here."""
         self._claimed: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._in_flight: set[tuple[str, str]] = set()
         self._due = asyncio.Event()
 
     async def __call__(self, message: Message) -> None:
         """Answer a message that just arrived, unless it is already taken up."""
-        claimed, channel = await self._claim(message, then=lambda: self._stored_channel(message.channel_id))
+        claimed, (channel, conversation) = await self._claim(message, then=self._read_ahead(message))
         if claimed:
-            await self._attempt(message, 1, fresh=True, channel=channel)
+            await self._attempt(message, 1, fresh=True, channel=channel, conversation=conversation)
 
     def claim_ahead(self, message: Message) -> ClaimAhead | None:
         """The claim of a message that just arrived, for the worker thread's trip that stores it; None when it is
@@ -125,14 +143,14 @@ class AnswerMention:
         key = (message.channel_id, message.ts)
         if not self._reserve(key):
             return None
-        claim_in_store = self._claim_in_store(message, lambda: self._stored_channel(message.channel_id))
+        claim_in_store = self._claim_in_store(message, self._read_ahead(message))
 
         def claim() -> Claimed:
             try:
-                made, channel = claim_in_store()
+                made, (channel, conversation) = claim_in_store()
             except Exception as exc:  # noqa: BLE001 - raised by `take_up`, as a claim's failure is by `__call__`
                 return Claimed(False, error=exc)
-            return Claimed(made, channel)
+            return Claimed(made, channel, conversation=conversation)
 
         return ClaimAhead(claim, lambda: self._claimed.pop(key, None))
 
@@ -142,7 +160,7 @@ class AnswerMention:
             self._claimed.pop((message.channel_id, message.ts), None)  # not claimed after all
             raise claimed.error
         if claimed.claimed:
-            await self._attempt(message, 1, fresh=True, channel=claimed.channel)
+            await self._attempt(message, 1, fresh=True, channel=claimed.channel, conversation=claimed.conversation)
 
     async def catch_up(self) -> int:
         """Take up what is owed: messages for the bot never claimed, and answers due again.
@@ -195,31 +213,53 @@ class AnswerMention:
         """Another replica is gone: the answers it held may be due here now."""
         self._due.set()
 
-    async def _claim(self, message: Message, then: Callable[[], T] | None = None) -> tuple[bool, T | None]:
+    async def _claim(
+        self, message: Message, then: Callable[[], ReadAhead] | None = None
+    ) -> tuple[bool, ReadAhead]:
         """Claim the message in the store; a message already claimed here is refused without asking it.
 
-        Claimed, `then` is called in the claim's worker thread (it may use the stores) and its result returned.
+        Claimed, `then` is called in the claim's worker thread (it may use the stores) and its result returned
+        (nothing read without it).
         """
         key = (message.channel_id, message.ts)
         if not self._reserve(key):
-            return False, None
+            return False, (None, None)
         try:
             return await asyncio.to_thread(self._claim_in_store(message, then))
         except BaseException:
             self._claimed.pop(key, None)  # not claimed after all: a redelivery may try again
             raise
 
-    def _claim_in_store(self, message: Message, then: Callable[[], T] | None) -> Callable[[], tuple[bool, T | None]]:
+    def _claim_in_store(
+        self, message: Message, then: Callable[[], ReadAhead] | None
+    ) -> Callable[[], tuple[bool, ReadAhead]]:
         """The store's claim of `message` (due again after the first retry delay), for a worker thread: whether it
         was made and, if so, what `then` (called in the same thread) returned."""
         retry_at = self._settings.retries.retry_at(self._clock.now(), 1)
 
-        def claim() -> tuple[bool, T | None]:
+        def claim() -> tuple[bool, ReadAhead]:
             if not self._store.claim(message.channel_id, message.ts, retry_at, holder=self._replica):
-                return False, None
-            return True, None if then is None else then()
+                return False, (None, None)
+            return True, (None, None) if then is None else then()
 
         return claim
+
+    def _read_ahead(self, message: Message) -> Callable[[], ReadAhead]:
+        """What the answer to `message` reads in its claim's trip to a worker thread, before its turn in its thread
+        (`_turn`): the channel as stored and the conversation; either None if it could not be read (the attempt
+        reads it again)."""
+        read = self._conversation_read(message)
+
+        def ahead() -> ReadAhead:
+            channel = self._stored_channel(message.channel_id)
+            if channel is None:
+                return None, None
+            try:
+                return channel, read(channel)
+            except Exception:  # noqa: BLE001 - read again in the answer's turn, where a failure defers the reply
+                return channel, None
+
+        return ahead
 
     def _reserve(self, key: tuple[str, str]) -> bool:
         """Note that message `key` is being claimed here; False if it was claimed (or is being claimed) here already."""
@@ -237,9 +277,17 @@ class AnswerMention:
         except Exception:  # noqa: BLE001 - the attempt reads it again, and fails (to be retried) if it must
             return None
 
-    async def _attempt(self, message: Message, attempt: int, *, fresh: bool, channel: Channel | None = None) -> None:
-        """One attempt at answering; `fresh` when no earlier attempt can have posted anything; `channel` as
-        just read from the store, if it was."""
+    async def _attempt(
+        self,
+        message: Message,
+        attempt: int,
+        *,
+        fresh: bool,
+        channel: Channel | None = None,
+        conversation: Conversation | None = None,
+    ) -> None:
+        """One attempt at answering; `fresh` when no earlier attempt can have posted anything; `channel` and the
+        `conversation` for its prompt as just read from the store, if they were."""
         attributes = {
             "slack.channel_id": message.channel_id,
             "slack.thread_ts": message.thread_ts,
@@ -247,9 +295,11 @@ class AnswerMention:
             "myao2.answer.attempt": attempt,
         }
         with tracing.span("answer", attributes):
-            await self._answer(message, attempt, fresh=fresh, channel=channel)
+            await self._answer(message, attempt, fresh=fresh, channel=channel, conversation=conversation)
 
-    async def _answer(self, message: Message, attempt: int, *, fresh: bool, channel: Channel | None) -> None:
+    async def _answer(
+        self, message: Message, attempt: int, *, fresh: bool, channel: Channel | None, conversation: Conversation | None
+    ) -> None:
         key = (message.channel_id, message.ts)
         self._in_flight.add(key)
         try:
@@ -257,10 +307,12 @@ class AnswerMention:
             if channel is None:
                 channel = await self._conversations.channel(message.channel_id)
             reply_thread = message.thread_ts or (message.ts if self._threads_replies(channel) else None)
-            async with self._threads.hold((message.channel_id, reply_thread)):
+            async with self._turn(message.channel_id, reply_thread):
+                if conversation is not None and conversation.turns != self._turns[message.channel_id]:
+                    conversation = None  # read before an answer there was stored: read again
                 answer_ts = None if fresh else await self._earlier_answer(message, reply_thread)
                 if answer_ts is None:
-                    await self._publish(channel, message, attempt, reply_thread, reaction)  # settles it too
+                    await self._publish(channel, message, attempt, reply_thread, reaction, conversation)  # settles it
                 else:
                     await asyncio.to_thread(self._settle, message, answer_ts)
         except asyncio.CancelledError:
@@ -282,6 +334,17 @@ class AnswerMention:
             self._due.set()
         finally:
             self._in_flight.discard(key)
+
+    @asynccontextmanager
+    async def _turn(self, channel_id: str, reply_thread: str | None) -> AsyncIterator[None]:
+        """An answer's turn in its thread: answers there are written one after another, each reading the
+        conversation once the one before is stored. Each ended is counted in `_turns`: a conversation read before
+        (`_read_ahead`) is read again if any answer in the channel ended its turn since."""
+        async with self._threads.hold((channel_id, reply_thread)):
+            try:
+                yield
+            finally:
+                self._turns[channel_id] += 1
 
     async def _react(self, message: Message) -> None:
         if self._settings.reaction:
@@ -392,8 +455,10 @@ class AnswerMention:
         attempt: int,
         reply_thread: str | None,
         reaction: asyncio.Future[None],
+        conversation: Conversation | None,
     ) -> None:
-        """Show the answer as it is written, marked as the answer to `message`, and settle it once stored.
+        """Show the answer as it is written, marked as the answer to `message`, and settle it once stored; its
+        prompt shows `conversation`, if it was read.
 
         Its ts is recorded as soon as it shows, so an attempt cut short ends it
         instead of starting a second answer.
@@ -406,7 +471,7 @@ class AnswerMention:
                 raise ReplyWithdrawn
 
         # Left unfinished (withdrawn as it starts showing, the bot stopping), the reply ends here, in this task.
-        showing = self._showing(message, self._reply(channel, message, attempt, reaction))
+        showing = self._showing(message, self._reply(channel, message, attempt, reaction, conversation))
         async with aclosing(showing) as reply:  # type: ignore[type-var]
             await self._conversations.publish(
                 channel,
@@ -421,9 +486,15 @@ class AnswerMention:
             )
 
     async def _reply(
-        self, channel: Channel, message: Message, attempt: int, reaction: asyncio.Future[None]
+        self,
+        channel: Channel,
+        message: Message,
+        attempt: int,
+        reaction: asyncio.Future[None],
+        conversation: Conversation | None,
     ) -> ReplyStream:
-        """The answer as the model writes it, or the apology once the attempts are used up.
+        """The answer as the model writes it, or the apology once the attempts are used up; `conversation`, if
+        not None, is the conversation read for it.
 
         Nothing of it is shown before the reaction has landed (or had its head start). A conversation that cannot
         be read for it defers the reply (see `_showing`).
@@ -433,25 +504,15 @@ class AnswerMention:
             await asyncio.wait({reaction}, timeout=REACTION_HEAD_START_SECONDS)
             yield ReplyDone(self._settings.apology)
             return
-        since = self._clock.now() - timedelta(seconds=self._settings.max_message_age_seconds)
-
-        def read() -> tuple[list[Message], StoredContext, dict[str, Person]]:
-            """The conversation, what the store adds to it in the prompt and the people it names, in one trip to a
-            worker thread, over one database connection."""
-            with self._store.one_connection():
-                messages = self._conversations.read_messages(
-                    message.channel_id, message.thread_ts, self._settings.context_message_limit, since
-                )
-                if message.ts not in {m.ts for m in messages}:
-                    messages.append(message)
-                return messages, self._contexts.read(channel, messages), self._conversations.stored_people(messages)
-
         try:
-            messages, stored, people = await asyncio.to_thread(read)
-            names = await self._conversations.names(messages, people)
+            if conversation is None:
+                conversation = await asyncio.to_thread(self._conversation_read(message), channel)
+            names = await self._conversations.names(conversation.messages, conversation.people)
         except Exception as exc:  # the store or Slack, failing before anything shows: a passing failure
             raise ReplyDeferred(f"could not read the conversation: {exc!r}") from exc
-        context = self._contexts.assemble(channel, messages, stored, names, answering=message)
+        context = self._contexts.assemble(
+            channel, conversation.messages, conversation.stored, names, answering=message
+        )
         origin = Origin(
             channel_id=channel.id,
             channel_private=channel.is_private,
@@ -468,6 +529,24 @@ class AnswerMention:
                 if not reaction.done():
                     await asyncio.wait({reaction}, timeout=REACTION_HEAD_START_SECONDS)
                 yield event
+
+    def _conversation_read(self, message: Message) -> Callable[[Channel], Conversation]:
+        """The read of the conversation of `message` (in `channel`) for its answer's prompt, for a worker thread:
+        the messages, what the store adds to them and the people they name, over one database connection."""
+        since = self._clock.now() - timedelta(seconds=self._settings.max_message_age_seconds)
+        turns = self._turns[message.channel_id]
+
+        def read(channel: Channel) -> Conversation:
+            with self._store.one_connection():
+                messages = self._conversations.read_messages(
+                    message.channel_id, message.thread_ts, self._settings.context_message_limit, since
+                )
+                if message.ts not in {m.ts for m in messages}:
+                    messages.append(message)
+                stored, people = self._contexts.read(channel, messages), self._conversations.stored_people(messages)
+                return Conversation(messages, stored, people, turns)
+
+        return read
 
     async def _showing(self, message: Message, reply: ReplyStream) -> ReplyStream:
         """`reply`, noted in the claim as showing before its first event goes to Slack (a later attempt then
