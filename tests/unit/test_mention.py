@@ -199,6 +199,19 @@ def world(tmp_path: Path) -> World:
     return World(tmp_path)
 
 
+def counted_trips(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """From now on, each function sent to a worker thread (`asyncio.to_thread`), in order."""
+    trips: list[object] = []
+    to_thread = asyncio.to_thread
+
+    async def counted(func: Any, *args: Any, **kwargs: Any) -> Any:
+        trips.append(func)
+        return await to_thread(func, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "to_thread", counted)
+    return trips
+
+
 async def test_a_mention_is_answered_once_in_its_thread_and_settled(world: World) -> None:
     message = world.mention()
     await world.answer(message)
@@ -228,14 +241,7 @@ async def test_the_people_a_prompt_names_are_read_in_the_trip_that_reads_the_con
         Message("C1", f"{START.timestamp() - 60:.6f}", "UALICE", "ask <@UBOB>", "Alice", mentions=("UBOB",))
     )
     message = world.mention()
-    trips: list[object] = []
-    to_thread = asyncio.to_thread
-
-    async def counted(func: Any, *args: Any, **kwargs: Any) -> Any:
-        trips.append(func)
-        return await to_thread(func, *args, **kwargs)
-
-    monkeypatch.setattr(asyncio, "to_thread", counted)
+    trips = counted_trips(monkeypatch)
     await world.answer(message)
     assert any(line.endswith("ask @Bob") for line in world.writer.contexts[0].conversation)
     assert world.store.people not in trips
@@ -248,14 +254,7 @@ async def test_a_mention_claimed_ahead_reads_its_conversation_in_the_trip_of_its
     ahead = world.answer.claim_ahead(message)
     assert ahead is not None
     claimed = await asyncio.to_thread(ahead.claim)  # in the trip that stored it
-    trips: list[object] = []
-    to_thread = asyncio.to_thread
-
-    async def counted(func: Any, *args: Any, **kwargs: Any) -> Any:
-        trips.append(func)
-        return await to_thread(func, *args, **kwargs)
-
-    monkeypatch.setattr(asyncio, "to_thread", counted)
+    trips = counted_trips(monkeypatch)
     await world.answer.take_up(message, claimed)
     assert world.chat.posts == [("C1", "answer 1", message.ts, message.ts)]
     assert any(line.endswith("hello?") for line in world.writer.contexts[0].conversation)
