@@ -56,8 +56,8 @@ class NextCall:
     """A round's next model call that reads a channel (`MemoryJob.next_call`)."""
 
     audience: Audience
-    """Whom what it reads is kept for: every channel it reads is of this audience (`MemoryJob._backlog`), and every
-    note it shows may be read by everyone it has."""
+    """Whom what it reads is kept for: every channel it reads is of this audience (`MemoryJob._backlog`), and everyone
+    of this audience may read every note it shows."""
     prompts: tuple[MemoryPrompt, ...]
 
 
@@ -336,8 +336,8 @@ class MemoryJob:
         """What the channel's memory has not read yet, and what it is read with; None when up to date.
 
         Its audience is the channel's, or its own where its memories were narrowed to it (a channel shared outside,
-        then unshared): a save keeps them so (never wider than stored), and a call reads only what everyone its
-        audience has may read, so they are read with no other channel's."""
+        then unshared): a save keeps them so (never wider than stored), and a call shows only what everyone of its
+        audience may read, so they are read with no other channel's."""
         scope = Scope(channel.id)
         label = f"#{channel.name}"
         read = await asyncio.to_thread(self._memories.for_prompt, [(scope, Term.LONG), (scope, Term.SHORT)], None)
