@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import openai
 import pytest
@@ -65,3 +66,32 @@ async def test_a_server_error_is_the_sdk_error(fake: FakeOpenAI, client: LeanCha
     fake.script(Error(500, "boom"))
     with pytest.raises(openai.InternalServerError):
         await client.chat.completions.create(model="fake", messages=[{"role": "user", "content": "hi"}], stream=True)
+
+
+@pytest.mark.parametrize("slash", ["", "/"])
+async def test_the_sdk_is_handed_the_whole_url_not_a_path_to_merge_at_every_call(
+    fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch, slash: str
+) -> None:
+    """Given a path, the SDK merges it with its base URL at every call (two URL parses and a copy); the whole URL
+    it only parses."""
+    sdk = openai.AsyncOpenAI(api_key=API_KEY, base_url=fake.base_url + slash, max_retries=0)
+    paths: list[str] = []
+    post = sdk.post
+
+    async def recording(path: str, **kwargs: Any) -> Any:
+        paths.append(path)
+        return await post(path, **kwargs)
+
+    monkeypatch.setattr(sdk, "post", recording)
+    client = LeanChatClient(sdk)
+    for streamed in (True, False, True):
+        answer = await client.chat.completions.create(
+            model="fake", messages=[{"role": "user", "content": "hi"}], stream=streamed
+        )
+        if streamed:
+            async for _ in answer:
+                pass
+    await sdk.close()
+
+    assert paths == [f"{fake.base_url}/chat/completions"] * 3
+    assert len(fake.requests) == 3

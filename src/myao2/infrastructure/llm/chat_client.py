@@ -6,7 +6,9 @@ every streamed chunk: together most of the CPU an answer spends in the SDK, paid
 the event loop, per token. Strands builds the request as plain JSON and reads chunks
 by attribute, so here the request goes out as given and a chunk is a plain view of
 its JSON. The sending itself is the SDK's (`AsyncOpenAI.post`): the same retries,
-timeouts, errors and stream handling.
+timeouts, errors and stream handling. It is handed the whole URL, worked out once per
+client as the SDK would at every call (given a path, it merges it with its base URL:
+two URL parses and a copy per call).
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ class _Chat:
 class _Completions:
     def __init__(self, client: openai.AsyncOpenAI) -> None:
         self._client = client
+        base = client.base_url  # with the trailing slash the SDK ensures
+        self._url = str(base.copy_with(raw_path=base.raw_path + b"chat/completions"))
 
     async def create(self, **request: Any) -> Any:
         """The completion of `request` (the SDK's keyword arguments), a stream of `Fields` chunks when it streams."""
@@ -66,10 +70,10 @@ class _Completions:
         from openai.types.chat import ChatCompletion
 
         if not request.get("stream"):
-            return await self._client.post("/chat/completions", body=request, options=options, cast_to=ChatCompletion)
+            return await self._client.post(self._url, body=request, options=options, cast_to=ChatCompletion)
         stream: type[AsyncStream[Fields]] = AsyncStream[Fields]
         return await self._client.post(
-            "/chat/completions", body=request, options=options, cast_to=Fields, stream=True, stream_cls=stream
+            self._url, body=request, options=options, cast_to=Fields, stream=True, stream_cls=stream
         )
 
 
