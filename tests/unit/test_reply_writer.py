@@ -162,6 +162,28 @@ async def test_a_reply_offers_the_writers_tools_and_no_tool_strands_registers_it
     assert sorted(tool["function"]["name"] for tool in fake.requests[0]["tools"]) == offered
 
 
+async def test_every_reply_agent_is_given_the_one_delegation_plugin_made_once(fake, make_writer, monkeypatch):
+    """Strands makes its agent-delegation plugin anew for every agent not given one (introspecting the plugin's
+    class); it keeps its state per agent, so one made once serves every reply."""
+    from strands.agent import _agent_delegation
+
+    made: list[object] = []
+    init = _agent_delegation.AgentDelegation.__init__
+
+    def counted(self: object) -> None:
+        made.append(self)
+        init(self)
+
+    monkeypatch.setattr(_agent_delegation.AgentDelegation, "__init__", counted)
+    writer = make_writer()
+
+    for _ in range(3):
+        await writer.write(CONTEXT, ORIGIN)
+
+    assert len(fake.requests) == 3
+    assert len(made) <= 1
+
+
 async def test_a_configured_system_prompt_replaces_the_rendered_one(fake, make_writer):
     await make_writer(system_prompt="You are a terse bot.").write(CONTEXT, ORIGIN)
 

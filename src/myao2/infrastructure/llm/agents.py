@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import timedelta
-from functools import cached_property
+from functools import cache, cached_property
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -72,6 +72,7 @@ if TYPE_CHECKING:
     from strands import Agent, ModelRetryStrategy
     from strands.hooks import AfterInvocationEvent, AfterModelCallEvent, BeforeModelCallEvent, HookRegistry
     from strands.models import Model
+    from strands.plugins import Plugin
     from strands.types.content import Message, Messages
 
 logger = logging.getLogger(__name__)
@@ -234,18 +235,9 @@ async def ask_structured(
     await clients.load()
     if not output_model.__pydantic_complete__:  # built at its first use (see `ModelOutput`), off the event loop
         await asyncio.to_thread(output_model.model_rebuild)
-    from strands import Agent
-    from strands.agent.conversation_manager import NullConversationManager
     from strands.types.exceptions import StructuredOutputException
 
-    agent = Agent(
-        model=clients.model(role),
-        system_prompt=system,
-        callback_handler=None,
-        conversation_manager=NullConversationManager(),
-        retry_strategy=bounded_retry_strategy(),
-        hooks=[clients.call_log(role, debug)],
-    )
+    agent = new_agent(clients, role, system, debug)
     try:
         result = await agent.invoke_async(query, structured_output_model=output_model, limits={"turns": max_calls})
     except StructuredOutputException:
@@ -307,9 +299,6 @@ class StrandsReplyWriter:
         Raises ModelUnavailable when the model fails (also midway) or gives no answer.
         """
         await self._clients.load()
-        from strands import Agent
-        from strands.agent.conversation_manager import NullConversationManager
-
         from myao2.infrastructure.llm import web_tools
         from myao2.infrastructure.llm.memo_tools import SCOPE_KEY, MemoToolScope
         from myao2.infrastructure.llm.search_tools import SEARCH_KEY, SearchToolScope
@@ -317,14 +306,7 @@ class StrandsReplyWriter:
         system, query = self._render(context)
         if self._debug:
             logger.debug("%s system prompt:\n%s", self.ROLE, system)
-        agent = Agent(
-            model=self._clients.model(self.ROLE),
-            system_prompt=system,
-            callback_handler=None,
-            conversation_manager=NullConversationManager(),
-            retry_strategy=bounded_retry_strategy(),
-            hooks=[self._clients.call_log(self.ROLE, self._debug)],
-        )
+        agent = new_agent(self._clients, self.ROLE, system, self._debug)
         self._give_tools(agent)
         state: dict[str, Any] = {
             SCOPE_KEY: MemoToolScope(self._store, origin, self._language, ChangeBudget(self._max_memo_changes)),
@@ -783,7 +765,8 @@ def import_model_libraries() -> None:
     is imported at its first use, with the chat streaming helpers and their types: ~40 ms of
     CPU on the loop at the first model call (its first call took 57-108 ms of CPU, then
     16-32 ms; the next ones 5-10 ms). openai's type packages run their ``__init__`` (every type module) only
-    when a name of theirs is read (`defer_package_inits`).
+    when a name of theirs is read (`defer_package_inits`). Strands' delegation plugin, whose module the first
+    agent imported, is made (`_delegation`).
     """
     defer_package_inits("openai.types")
     import anyio
@@ -809,6 +792,7 @@ def import_model_libraries() -> None:
             instrumentor.uninstrument()
     anyio.run(anyio.sleep, 0)
     platform.platform()
+    _delegation()
 
 
 def model_errors() -> tuple[type[BaseException], ...]:
@@ -828,6 +812,37 @@ def model_errors() -> tuple[type[BaseException], ...]:
         MaxTokensReachedException,
         EventLoopException,
     )
+
+
+def new_agent(clients: ModelClients, role: Role, system: str, debug: bool) -> Agent:
+    """A strands Agent for one answer of `role`'s model to `system`: no output printed, no conversation
+    management, the bounded retries, the call log (`debug`: with messages) and the one delegation plugin."""
+    from strands import Agent
+    from strands.agent.conversation_manager import NullConversationManager
+
+    return Agent(
+        model=clients.model(role),
+        system_prompt=system,
+        callback_handler=None,
+        conversation_manager=NullConversationManager(),
+        retry_strategy=bounded_retry_strategy(),
+        hooks=[clients.call_log(role, debug)],
+        plugins=[_delegation()],
+    )
+
+
+@cache
+def _delegation() -> Plugin:
+    """Strands' agent-delegation plugin, made once.
+
+    Strands makes one for every agent not given it (by its name), introspecting its class each time. It keeps its
+    state per agent (weakly), so one serves every agent, as strands' own would each. It enforces how tools made of
+    agents (``delegate=True``) are called: none are offered, and it is kept so that nothing changes should one be.
+    Strands exports it from no public module.
+    """
+    from strands.agent._agent_delegation import AgentDelegation
+
+    return AgentDelegation()
 
 
 def bounded_retry_strategy() -> ModelRetryStrategy:
