@@ -16,6 +16,9 @@ from tests.e2e.test_streaming import STORY, finished, streaming_answer, streams_
 from tests.fakes.openai_server import FakeOpenAI, Raw, Text, ToolCall, ToolCalls
 from tests.fakes.slack_server import FakeSlack
 
+APOLOGY = "Sorry, I can't seem to think straight right now. Could you ask me again in a little while?"
+"""The apology of the bot's persona in English, its default."""
+
 
 def bot_messages(slack: FakeSlack, channel: str = GENERAL) -> list[dict]:
     return [m for m in slack.messages(channel) if m.get("user") == slack.bot_user_id]
@@ -335,6 +338,40 @@ def test_a_stream_left_open_by_a_crash_is_ended_even_when_slack_fails_the_first_
     wait_until(lambda: settled(bot, ts), what="the claim settled")
     [message] = bot_messages(slack)
     assert message["text"].startswith("Thi") and message["text"].endswith("Could you ask me again in a little while?")
+    assert bot.stop() == 0
+
+
+@ON_BOTH_DATABASES
+def test_sigkill_after_a_streams_stop_failed_ends_it_after_restart_with_what_it_lost_then_the_apology(
+    bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
+) -> None:
+    # What the stream lacked was kept in the bot's memory only: restarted, it ended the stream with the apology
+    # alone, the words from the failed append on never shown.
+    bot.settings.update(QUICK_RETRIES)
+    bot.settings["response.answer_retry_seconds"] = [60, 1, 1]  # not taken up again before the bot is killed
+    shown, lost = "x" * 150, "y" * 150 + "z" * 50
+    deltas = ({"role": "assistant", "content": shown}, {"content": "y" * 150}, {"content": "z" * 50})
+    llm.script(Raw(sse(*deltas, finish=None) + 'data: {"id": "x", "choices": [{"del\n\n'))  # the model fails then
+    llm.set_responder(lambda request: Text("A second answer that must not appear."))
+    bot.start()
+    slack.inject_server_error("chat.appendStream", 503)  # the y's: the stream takes no more text
+    slack.inject_server_error("chat.stopStream", 503, times=4)  # past the retries of a passing failure
+    ts = mention(slack)
+    wait_until(lambda: "to be taken up again" in bot.log(), what="the attempt failed, its stream left open")
+    [stream] = streams_in(slack, ts)
+    assert stream["streaming"]
+    bot.kill()
+
+    bot.shift_clock(60)  # the answer due again
+    bot.start()
+    wait_until(lambda: settled_in(bot, ts), what="the claim settled")
+    time.sleep(2.5)  # a retry round more: room for a second answer to show up
+    [stream] = streams_in(slack, ts)
+    assert not stream["streaming"] and settled_in(bot, ts) == stream["ts"]
+    [message] = bot_messages(slack)
+    assert message["text"] == f"{shown}{lost}\n\n{APOLOGY}"
+    assert [p["ts"] for p in answers_to(slack, ts)] == [stream["ts"]]
+    assert len(llm.requests) == 1
     assert bot.stop() == 0
 
 

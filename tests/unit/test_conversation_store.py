@@ -434,6 +434,43 @@ def test_the_digest_of_a_start_left_unanswered_is_kept_with_the_unfinished_answe
     assert store.unfinished_answer("C1", ts(0)) == Unfinished(None, True, "d" * 32)
 
 
+def test_the_end_a_stream_left_open_lacks_is_kept_with_its_claim_for_that_stream_alone_until_settled(
+    store: SqlConversationStore, engine: Engine
+) -> None:
+    # Kept in the publisher's memory only, it was gone after a restart: the retry ended the stream with the apology.
+    for channel in ("C1", "D1"):  # another conversation's message and stream with the same ts
+        store.save_message(msg(0, "question", channel=channel))
+        store.claim(channel, ts(0), holder="r1")
+        store.start_answer(channel, ts(0), ts(1), holder="r1")
+    assert not store.keep_ending("C1", ts(0), ts(1), " the rest", holder="r2")  # not r2's
+    assert not store.keep_ending("C1", ts(0), ts(2), " the rest", holder="r1")  # not its stream
+    assert store.unfinished_answer("C1", ts(0)) == Unfinished(ts(1), False)
+
+    assert store.keep_ending("C1", ts(0), ts(1), " the rest", holder="r1")
+    assert store.unfinished_answer("C1", ts(0)) == Unfinished(ts(1), False, ending=" the rest")
+    assert store.unfinished_answer("D1", ts(0)) == Unfinished(ts(1), False)  # never another conversation's
+    assert store.keep_ending("C1", ts(0), ts(1), " rest", holder="r1")  # what a later try left
+    assert store.unfinished_answer("C1", ts(0)) == Unfinished(ts(1), False, ending=" rest")
+
+    assert store.settle("C1", ts(0), ts(1), holder="r1")
+    assert not store.keep_ending("C1", ts(0), ts(1), " rest", holder="r1")
+    assert rows(engine, "SELECT channel_id, ending FROM claims ORDER BY channel_id") == [("C1", None), ("D1", None)]
+
+
+def test_the_end_kept_with_an_unsettled_claim_goes_with_the_text_of_its_mention(
+    store: SqlConversationStore, engine: Engine
+) -> None:
+    # An answer never settled (its mention older than the catch-up window) kept its words for good.
+    for n in (0, 1):
+        store.save_message(msg(n, "question"))
+        store.claim("C1", ts(n))
+        store.start_answer("C1", ts(n), ts(n + 10))
+        assert store.keep_ending("C1", ts(n), ts(n + 10), f" the rest {n}")
+
+    store.expire_messages("C1", [ts(0)])
+    assert rows(engine, "SELECT ts, ending FROM claims ORDER BY ts") == [(ts(0), None), (ts(1), " the rest 1")]
+
+
 def test_writes_together_are_committed_once_or_not_at_all(store: SqlConversationStore, engine: Engine) -> None:
     store.save_message(msg(0, "question"))
     store.claim("C1", ts(0), holder="A")

@@ -19,6 +19,7 @@ from opentelemetry import context as otel_context
 from sqlalchemy import event
 from sqlalchemy.exc import OperationalError
 
+from myao2.application.agents import ModelUnavailable
 from myao2.application.context import Absorbed
 from myao2.application.reply_stream import ReplyDone, ReplyEvent, TextDelta
 from myao2.composition import memory_budgets
@@ -28,6 +29,7 @@ from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memory_store import SqlMemoryStore
 from myao2.infrastructure.db.profile_store import SqlProfileStore
+from myao2.infrastructure.slack import gateway as gateway_module
 from myao2.infrastructure.slack.gateway import SlackGateway, make_web_client
 from myao2.infrastructure.slack.streaming import SlackReplyPublisher, StreamSettings
 from tests.clocks import ManualClock
@@ -409,6 +411,42 @@ async def test_an_answer_cancelled_as_it_streams_is_stopped_once_and_its_retry_s
     assert [method for method, _ in world.slack.web_calls].count("chat.stopStream") == 1
     assert world.slack.messages("C1")[-1]["text"] == f"The first words\n\n{APOLOGY}"
     assert answered(world, message) == [(stream["ts"], True)]
+    assert await world.retry_after(3600) == 0
+
+
+async def test_a_stream_whose_stop_failed_is_ended_after_a_restart_with_what_it_lost_then_the_apology(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What the stream lacked was kept in the publisher's memory only: restarted, the bot ended it with the apology
+    # alone, the words from the failed append on never shown.
+    monkeypatch.setattr(gateway_module, "RETRY_DELAYS", (0.01, 0.01, 0.01))
+    message = world.mention()
+    written: list[Any] = []
+
+    async def cut_short(context: Any, origin: Any) -> AsyncIterator[ReplyEvent]:
+        written.append(context)
+        yield TextDelta("x" * 150)  # starts the stream
+        yield TextDelta("y" * 150)  # its append fails: the stream takes no more text
+        yield TextDelta("z" * 50)
+        raise ModelUnavailable("down")
+
+    world.writer.stream = cut_short  # type: ignore[method-assign]
+    world.slack.inject_server_error("chat.appendStream", 503)
+    world.slack.inject_server_error("chat.stopStream", 503, times=4)  # past the retries of a passing failure
+    await world.answer(message)
+    [stream] = world.slack.streams
+    assert stream["streaming"] and answered(world, message) == [(stream["ts"], False)]
+
+    world.client = make_web_client(world.slack.bot_token, world.slack.base_url)  # the bot restarted
+    world.gateway = SlackGateway(world.client)
+    await world.start()
+    assert await world.retry_after(10) == 1
+
+    whole = "x" * 150 + "y" * 150 + "z" * 50 + f"\n\n{APOLOGY}"
+    assert world.slack.messages("C1")[-1]["text"] == whole and not world.slack.streams[0]["streaming"]
+    assert world.slack.messages("C1")[-1]["metadata"]["event_payload"] == {"answers": message.ts}
+    assert answered(world, message) == [(stream["ts"], True)] and len(written) == 1
+    assert stored_message(world.store, "C1", stream["ts"]).text == whole  # type: ignore[union-attr]
     assert await world.retry_after(3600) == 0
 
 

@@ -70,6 +70,16 @@ def stream_calls(fake: FakeSlack) -> list[str]:
     return [method for method, _ in fake.web_calls if method in STREAM_METHODS]
 
 
+class Kept:
+    """A `LeftOpen` keeping the end each stream left open lacks, by its ts, as an answer's claim keeps it."""
+
+    def __init__(self) -> None:
+        self.ends: dict[str, str] = {}
+
+    async def __call__(self, ts: str, ending: str) -> None:
+        self.ends[ts] = ending
+
+
 async def test_a_1000_character_answer_streams_in_about_ten_calls(fake, publisher_for):
     parent = fake.post_message("C1", "U1", "tell me a story <@UBOT>")
     story = "".join(f"word{i:03d} " for i in range(125))  # 1,000 characters
@@ -575,14 +585,33 @@ async def test_the_next_attempt_ends_a_stream_whose_stop_failed_for_a_passing_re
     parent = fake.post_message("C1", "U1", "hi <@UBOT>")
     fake.inject_server_error("chat.stopStream", 503, times=4)  # past the retries of a passing failure
     text = "x" * 150 + "y" * 100
-    publisher = publisher_for()
+    publisher, kept = publisher_for(), Kept()
     with pytest.raises(SlackApiError):
         await publisher.publish(
-            GENERAL, parent, "U1", events(*deltas(text, 150), ReplyDone(text)), APOLOGY, answering=parent
+            GENERAL, parent, "U1", events(*deltas(text, 150), ReplyDone(text)), APOLOGY,
+            answering=parent, left_open=kept,
         )
+    ts = fake.streams[0]["ts"]
+    assert kept.ends == {ts: "y" * 100}
 
-    assert await publisher.finish("C1", fake.streams[0]["ts"], APOLOGY, answering=parent) == text
+    assert await publisher.finish("C1", ts, APOLOGY, answering=parent, ending=kept.ends[ts]) == text
     assert fake.messages("C1")[-1]["text"] == text and not fake.streams[0]["streaming"]
+
+
+async def test_an_attempt_that_fails_to_end_a_stream_left_open_tells_what_it_lacks_still(fake, publisher_for):
+    parent = fake.post_message("C1", "U1", "hi <@UBOT>")
+    client = make_web_client(fake.bot_token, fake.base_url)
+    started = await client.chat_startStream(
+        channel="C1", thread_ts=parent, recipient_user_id="U1", recipient_team_id="T1", markdown_text="Half an"
+    )
+    fake.inject_server_error("chat.stopStream", 503)
+    publisher, kept = publisher_for(), Kept()
+
+    with pytest.raises(SlackApiError):
+        await publisher.finish("C1", started["ts"], APOLOGY, answering=parent, ending=" answer.", left_open=kept)
+    assert kept.ends == {started["ts"]: " answer."}
+    ended = await publisher.finish("C1", started["ts"], APOLOGY, answering=parent, ending=" answer.")
+    assert ended == "Half an answer."
 
 
 async def test_a_stream_that_stopped_taking_text_and_whose_stop_failed_is_ended_with_what_it_lost_not_the_apology_alone(
@@ -594,39 +623,17 @@ async def test_a_stream_that_stopped_taking_text_and_whose_stop_failed_is_ended_
     fake.inject_server_error("chat.appendStream", 503)
     fake.inject_server_error("chat.stopStream", 503, times=4)  # past the retries of a passing failure
     text = "x" * 150 + "y" * 150 + "z" * 150
-    publisher = publisher_for()
+    publisher, kept = publisher_for(), Kept()
     with pytest.raises(SlackApiError):
         await publisher.publish(
-            GENERAL, parent, "U1", events(*deltas(text, 150), ReplyDone(text)), APOLOGY, answering=parent
+            GENERAL, parent, "U1", events(*deltas(text, 150), ReplyDone(text)), APOLOGY,
+            answering=parent, left_open=kept,
         )
-
-    # the message shows no y's (Slack did not take the failed append): they are added with the rest
-    assert await publisher.finish("C1", fake.streams[0]["ts"], APOLOGY, answering=parent) == text
-    assert fake.messages("C1")[-1]["text"] == text and not fake.streams[0]["streaming"]
-
-
-async def test_the_end_kept_of_a_stream_whose_stop_failed_is_never_given_to_a_stream_of_another_conversation(
-    fake, publisher_for, monkeypatch
-):
-    # Slack's ts tells a message within its conversation only: a DM's stream with the ts of a channel's took the
-    # end the channel's failed stop left (kept by ts alone), and the channel's the DM's words.
-    parent = fake.post_message("C1", "U1", "hi <@UBOT>")
-    fake.inject_server_error("chat.stopStream", 503, times=8)  # past the retries of both stops
-    publisher = publisher_for()
-    public = "x" * 150 + "public words"
-    with pytest.raises(SlackApiError):
-        await publisher.publish(GENERAL, parent, "U1", events(*deltas(public, 150), ReplyDone(public)), APOLOGY)
     ts = fake.streams[0]["ts"]
-    same_ts = fake._next_ts
-    monkeypatch.setattr(fake, "_next_ts", lambda given=None: same_ts(given) if given else ts)
-    secret = "z" * 150 + "secret words"
-    with pytest.raises(SlackApiError):
-        await publisher.publish(DM, None, "U1", events(*deltas(secret, 150), ReplyDone(secret)), APOLOGY)
-    monkeypatch.setattr(fake, "_next_ts", same_ts)
-    assert [s["ts"] for s in fake.streams] == [ts, ts]
+    assert kept.ends == {ts: "y" * 150 + "z" * 150}  # the message shows no y's (Slack did not take the append)
 
-    assert await publisher.finish("C1", ts, APOLOGY, answering=parent) == public
-    assert await publisher.finish("D1", ts, APOLOGY) == secret
+    assert await publisher.finish("C1", ts, APOLOGY, answering=parent, ending=kept.ends[ts]) == text
+    assert fake.messages("C1")[-1]["text"] == text and not fake.streams[0]["streaming"]
 
 
 async def test_a_long_tail_cut_short_after_a_piece_went_out_is_finished_by_the_next_attempt_before_the_apology(
@@ -638,17 +645,21 @@ async def test_a_long_tail_cut_short_after_a_piece_went_out_is_finished_by_the_n
     answer = "a" * 12_000 + "b" * 12_000 + "c" * 1_000
     fake.inject_delay("chat.appendStream", 30)
     fake.inject_server_error("chat.stopStream", 503)
-    publisher = publisher_for()
+    publisher, kept = publisher_for(), Kept()
     reply = events(ToolStarted("c1", "web", "Searching"), ReplyDone(answer))
-    task = asyncio.ensure_future(publisher.publish(GENERAL, parent, "U1", reply, APOLOGY, answering=parent))
+    task = asyncio.ensure_future(
+        publisher.publish(GENERAL, parent, "U1", reply, APOLOGY, answering=parent, left_open=kept)
+    )
     await fake.async_wait_for(lambda: any(m == "chat.appendStream" for m, _ in fake.web_calls), 10, "the first piece")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
     [stream] = fake.streams
     assert stream["streaming"]  # its stop failed
+    assert kept.ends == {stream["ts"]: "c" * 1_000 + f"\n\n{APOLOGY}"}  # a piece that failed may show already
 
-    assert await publisher.finish("C1", stream["ts"], APOLOGY, answering=parent) == answer + f"\n\n{APOLOGY}"
+    ended = await publisher.finish("C1", stream["ts"], APOLOGY, answering=parent, ending=kept.ends[stream["ts"]])
+    assert ended == answer + f"\n\n{APOLOGY}"
     assert fake.messages("C1")[-1]["text"] == answer + f"\n\n{APOLOGY}" and not fake.streams[0]["streaming"]
 
 

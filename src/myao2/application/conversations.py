@@ -10,7 +10,7 @@ from datetime import datetime
 
 from myao2.application.activity import Activity
 from myao2.application.outgoing import safe_stream, safe_text
-from myao2.application.reply_stream import ReplyPublisher, ReplyStream, Started, Unheard
+from myao2.application.reply_stream import LeftOpen, ReplyPublisher, ReplyStream, Started, Unheard
 from myao2.domain.activity import ReplyKind
 from myao2.domain.conversation import (
     MENTION,
@@ -135,15 +135,16 @@ class Conversations:
         answering: str | None = None,
         started: Started | None = None,
         unheard: Unheard | None = None,
+        left_open: LeftOpen | None = None,
         stored: Callable[[str], None] | None = None,
     ) -> Message:
         """Show `reply` as it is written, answering `recipient_user_id`; store its final text once, with its ts.
 
         Its text is made safe as `post` makes it, also where a broadcast is split across
         deltas. `answering` marks it as the answer to that message; `started` is told
-        its ts as soon as it shows (`unheard`: see `ReplyPublisher.publish`); `stored` is called with it once the reply is stored,
-        in the same worker thread and transaction (its writes to the conversation store are committed with the
-        reply's, or none of them is). The model calls made while it is written are recorded
+        its ts as soon as it shows (`unheard`, `left_open`: see `ReplyPublisher.publish`); `stored` is called with it
+        once the reply is stored, in the same worker thread and transaction (its writes to the conversation store
+        are committed with the reply's, or none of them is). The model calls made while it is written are recorded
         in that trip too.
         """
         if self._publisher is None:
@@ -158,18 +159,33 @@ class Conversations:
                 answering=answering,
                 started=started,
                 unheard=unheard,
+                left_open=left_open,
             )
             return await self._remember(channel.id, published.ts, published.text, thread_ts, answering, stored)
 
     async def finish(
-        self, channel_id: str, ts: str, thread_ts: str | None, apology: str, answering: str | None = None
+        self,
+        channel_id: str,
+        ts: str,
+        thread_ts: str | None,
+        apology: str,
+        answering: str | None = None,
+        *,
+        ending: str | None = None,
+        left_open: LeftOpen | None = None,
     ) -> bool:
-        """End a reply in `thread_ts` left half-written (the bot stopped while it streamed) with `apology`, and store
-        its whole text; False when message `ts` was none (see `ReplyPublisher.finish`)."""
+        """End a reply in `thread_ts` left half-written (the bot stopped while it streamed, or its end failed) with
+        `ending` (what it lacks), else with `apology`, and store its whole text; False when message `ts` was none
+        (see `ReplyPublisher.finish`)."""
         if self._publisher is None:
             raise RuntimeError("Conversations was built without a reply publisher")
         text = await self._publisher.finish(
-            channel_id, ts, safe_text(apology, self._allow_broadcasts), answering=answering
+            channel_id,
+            ts,
+            safe_text(apology, self._allow_broadcasts),
+            answering=answering,
+            ending=ending,
+            left_open=left_open,
         )
         if text:
             await self._remember(channel_id, ts, text, thread_ts, answering)

@@ -16,7 +16,14 @@ from myao2.application.agents import ModelUnavailable, ReplyWriter
 from myao2.application.context import ContextBuilder, StoredContext
 from myao2.application.conversations import Conversations
 from myao2.application.locks import KeyedLocks
-from myao2.application.reply_stream import ReplyDeferred, ReplyDone, ReplyStream, ReplyWithdrawn, TextDelta
+from myao2.application.reply_stream import (
+    LeftOpen,
+    ReplyDeferred,
+    ReplyDone,
+    ReplyStream,
+    ReplyWithdrawn,
+    TextDelta,
+)
 from myao2.domain.answers import PendingAnswer, RetryPolicy, words_digest
 from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Message, Person
 from myao2.domain.memo import Origin
@@ -30,7 +37,8 @@ REACTION_HEAD_START_SECONDS = 1.0
 """How long an answer waits for its reaction to land first; a slow or failing reaction never holds it longer."""
 ANSWER_MAX_CHARS = 39_000
 """The most text of an answer read from the model: a Slack message keeps 40,000 characters, the apology ends
-one cut here. A model writing on without end (a loop) is stopped there."""
+one cut here. A model writing on without end (a loop) is stopped there. Also the most of the end a stream left
+open lacks that its claim keeps (`_left_open`)."""
 
 Spawn = Callable[[Coroutine[Any, Any, None]], None]
 
@@ -355,7 +363,8 @@ class AnswerMention:
         return self._settings.reply_in_thread and channel.kind is not ChannelKind.IM
 
     async def _earlier_answer(self, message: Message, reply_thread: str | None) -> str | None:
-        """The ts of an answer an earlier attempt showed: one left half-written is ended with the apology.
+        """The ts of an answer an earlier attempt showed: one left half-written is ended with what it lacks, as the
+        attempt that left it open kept it (`_left_open`), else with the apology.
 
         An answer Slack holds complete (marked as the answer) is taken as it is, also when its stream's ts was
         recorded: that attempt ended it (or did as it was cut short), and a stream is stopped once.
@@ -366,7 +375,13 @@ class AnswerMention:
             return answer_ts
         if unfinished.ts is not None:
             await self._conversations.finish(
-                message.channel_id, unfinished.ts, reply_thread, self._settings.apology, answering=message.ts
+                message.channel_id,
+                unfinished.ts,
+                reply_thread,
+                self._settings.apology,
+                answering=message.ts,
+                ending=unfinished.ending,
+                left_open=self._left_open(message),
             )
             return unfinished.ts
         if not unfinished.showing:
@@ -482,8 +497,28 @@ class AnswerMention:
                 answering=message.ts,
                 started=started,
                 unheard=lambda sent: self._started_unheard(message, reply_thread, sent),
+                left_open=self._left_open(message),
                 stored=lambda answer_ts: self._settle(message, answer_ts),
             )
+
+    def _left_open(self, message: Message) -> LeftOpen:
+        """`LeftOpen` for the answer to `message`: the end its stream lacks is kept with its claim (in the store, so
+        the next attempt ends the stream with it after a restart too, or on another replica), for that stream only.
+
+        Its last `ANSWER_MAX_CHARS` characters: only an end with the apology can be longer (no answer is), which
+        then still ends it."""
+
+        async def keep(answer_ts: str, ending: str) -> None:
+            await asyncio.to_thread(
+                self._store.keep_ending,
+                message.channel_id,
+                message.ts,
+                answer_ts,
+                ending[-ANSWER_MAX_CHARS:],
+                holder=self._replica,
+            )
+
+        return keep
 
     async def _reply(
         self,

@@ -59,6 +59,9 @@ Unheard = Callable[[str], Awaitable[list[str]]]
 """Told the text that the call starting to show a reply was sent, when it went unanswered (its connection dropped,
 or it timed out) although the chat may have taken it: the messages that may be the reply and show just that
 text, oldest first; empty when none may be taken for it."""
+LeftOpen = Callable[[str, str], Awaitable[None]]
+"""Told the ts of a reply left showing unfinished (its end failed for a passing reason: the attempt fails) and the
+end it lacks, for the next attempt to end it with (`ReplyPublisher.finish`'s `ending`)."""
 
 
 class ReplyHeldBack(Exception):
@@ -89,21 +92,32 @@ class ReplyPublisher(Protocol):
         answering: str | None = None,
         started: Started | None = None,
         unheard: Unheard | None = None,
+        left_open: LeftOpen | None = None,
     ) -> PublishedReply:
         """Consume `reply` into one message answering `recipient_user_id` in `thread_ts`.
 
         `answering` (a message ts) marks the message as its answer, once it is complete.
         `started` is awaited with the message's ts as soon as it shows. `unheard` offers the messages that may
         be the reply when the call starting it went unanswered: the newest is taken for it, and the reply goes
-        on there. When the stream
+        on there. `left_open` is told the end a message left unfinished lacks. When the stream
         fails (ModelUnavailable or any other error but `ReplyHeldBack`), the message
         ends with what was written and `apology`, or is `apology` alone.
         """
         ...
 
-    async def finish(self, channel_id: str, ts: str, apology: str, *, answering: str | None = None) -> str | None:
-        """End message `ts`, left half-written when the bot stopped, with `apology` (marked as `answering`'s answer);
-        returns its whole text as it ends ("" when not told).
+    async def finish(
+        self,
+        channel_id: str,
+        ts: str,
+        apology: str,
+        *,
+        answering: str | None = None,
+        ending: str | None = None,
+        left_open: LeftOpen | None = None,
+    ) -> str | None:
+        """End message `ts`, left half-written when the bot stopped, with `ending` (what an attempt told `LeftOpen`
+        it lacks), else with `apology` (marked as `answering`'s answer); returns its whole text as it ends ("" when
+        not told). Should it stay unfinished, `left_open` is told what it lacks still.
 
         None when it was no message left half-written (already ended, expired, or never streamed): it is left
         as it is.

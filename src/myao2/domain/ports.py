@@ -285,7 +285,8 @@ class ConversationStore(Protocol):
         ...
 
     def expire_messages(self, channel_id: str, ts: Sequence[str]) -> None:
-        """Delete these messages' text for good (retention), keeping who said them when; none is stored again."""
+        """Delete these messages' text for good (retention), keeping who said them when; none is stored again. The
+        end kept for an answer to one of them (`keep_ending`) goes too."""
         ...
 
     def newest_by_author(self) -> dict[tuple[str, str], str]:
@@ -403,6 +404,14 @@ class ConversationStore(Protocol):
         (`words_digest`) tells it by what the call was sent, for the next attempt (`Unfinished.unheard_start`).
 
         False, and nothing recorded, when the answer is settled or no longer `holder`'s.
+        """
+        ...
+
+    def keep_ending(self, channel_id: str, ts: str, answer_ts: str, ending: str, *, holder: str | None = None) -> bool:
+        """Stream `answer_ts` of the answer, left open (its end failed for a passing reason), lacks `ending`: the
+        next attempt ends it with that (`Unfinished.ending`); kept until the answer is settled.
+
+        False, and nothing recorded, when the answer is settled, no longer `holder`'s, or shows as another message.
         """
         ...
 

@@ -330,6 +330,11 @@ class SqlConversationStore:
                 )
             )
             connection.execute(delete(messages).where(*gone))
+            connection.execute(  # the end an answer to one of them lacks (`keep_ending`) goes with its text
+                update(_CLAIMS)
+                .where(_CLAIMS.c.channel_id == channel_id, _CLAIMS.c.ts.in_(list(ts)), _CLAIMS.c.ending.is_not(None))
+                .values(ending=None)
+            )
 
     def channels(self) -> list[Channel]:
         """Every stored channel, those the bot has left included."""
@@ -470,14 +475,20 @@ class SqlConversationStore:
         with writing(self._engine) as connection:
             return connection.execute(_NOTE_UNHEARD_START, values).rowcount == 1
 
+    def keep_ending(self, channel_id: str, ts: str, answer_ts: str, ending: str, *, holder: str | None = None) -> bool:
+        values = {"claim_channel": channel_id, "claim_ts": ts, "answer": answer_ts, "ending": ending}
+        values["claim_holder"] = holder
+        with writing(self._engine) as connection:
+            return connection.execute(_KEEP_ENDING, values).rowcount == 1
+
     def unfinished_answer(self, channel_id: str, ts: str) -> Unfinished | None:
         with reading(self._engine) as connection:
             row = connection.execute(
-                core_select(_CLAIMS.c.answer_ts, _CLAIMS.c.showing, _CLAIMS.c.unheard_start).where(
+                core_select(_CLAIMS.c.answer_ts, _CLAIMS.c.showing, _CLAIMS.c.unheard_start, _CLAIMS.c.ending).where(
                     *_claim_key(channel_id, ts), _CLAIMS.c.settled_at.is_(None)
                 )
             ).first()
-        return None if row is None else Unfinished(row[0], bool(row[1]), row[2])
+        return None if row is None else Unfinished(row[0], bool(row[1]), row[2], row[3])
 
     def showing_unheard_beside(self, channel_id: str, ts: str, thread_ts: str | None) -> set[str | None]:
         in_thread = (
@@ -634,7 +645,14 @@ _NOTE_UNHEARD_START = (
     update(_CLAIMS).where(*_HELD_HERE, _CLAIMS.c.settled_at.is_(None)).values(unheard_start=bindparam("digest"))
 )
 _START_ANSWER = update(_CLAIMS).where(*_HELD_HERE, _CLAIMS.c.settled_at.is_(None)).values(answer_ts=bindparam("answer"))
-_SETTLE = update(_CLAIMS).where(*_HELD_HERE).values(answer_ts=bindparam("answer"), settled_at=bindparam("at"))
+_KEEP_ENDING = (
+    update(_CLAIMS)
+    .where(*_HELD_HERE, _CLAIMS.c.settled_at.is_(None), _CLAIMS.c.answer_ts == bindparam("answer"))
+    .values(ending=bindparam("ending"))
+)
+_SETTLE = (
+    update(_CLAIMS).where(*_HELD_HERE).values(answer_ts=bindparam("answer"), settled_at=bindparam("at"), ending=None)
+)
 
 
 def _around(in_thread: bool) -> tuple[Executable, Executable]:

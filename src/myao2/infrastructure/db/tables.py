@@ -145,6 +145,9 @@ class ClaimRow(SQLModel, table=True):
     unheard_start: str | None = Field(default=None, max_length=64)
     """The digest of the words a chat.startStream was sent that went unanswered, its stream not found at once
     (`answers.words_digest`): the next attempt takes the message showing just them for it."""
+    ending: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    """The end the stream `answer_ts` lacks, left open by a stop that failed for a passing reason: the next attempt
+    ends it with this (migration 0030). None once settled."""
     settled_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime, nullable=True))
     holder: str | None = Field(default=None, max_length=64)
     """The replica whose attempt it is (see `LeaseRow`); None: nobody's (never retried, or released)."""

@@ -10,6 +10,7 @@ from typing import Any
 
 from myao2.application.agents import ModelUnavailable
 from myao2.application.reply_stream import (
+    LeftOpen,
     PublishedReply,
     ReplyDone,
     ReplyHeldBack,
@@ -109,6 +110,7 @@ class PlaygroundPublisher:
         answering: str | None = None,
         started: Started | None = None,
         unheard: Unheard | None = None,  # unused: a playground reply always shows at once
+        left_open: LeftOpen | None = None,  # unused: nor is one ever left unfinished
     ) -> PublishedReply:
         emit = self._emitter(answering)
         ts = self._stamps.next()
@@ -143,7 +145,16 @@ class PlaygroundPublisher:
         emit("done", {"ts": ts, "text": text, "time": ts_to_datetime(ts).isoformat()})
         return PublishedReply(ts, text)
 
-    async def finish(self, channel_id: str, ts: str, apology: str, *, answering: str | None = None) -> str | None:
+    async def finish(
+        self,
+        channel_id: str,
+        ts: str,
+        apology: str,
+        *,
+        answering: str | None = None,
+        ending: str | None = None,  # unused: no reply here is left unfinished (`publish`)
+        left_open: LeftOpen | None = None,
+    ) -> str | None:
         self._emitter(answering)("done", {"ts": ts, "text": apology, "time": ts_to_datetime(ts).isoformat()})
         return apology
 

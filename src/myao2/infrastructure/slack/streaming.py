@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +19,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from myao2.application.agents import ModelUnavailable
 from myao2.application.reply_stream import (
+    LeftOpen,
     PublishedReply,
     ReplyDone,
     ReplyHeldBack,
@@ -59,8 +59,6 @@ NOT_STREAMING = "message_not_in_streaming_state"
 """The error of a stream call on a message Slack no longer streams (stopped, or expired)."""
 TOP_LEVEL_REFUSALS = frozenset({"invalid_arguments", "thread_ts_required", "missing_argument"})
 """Errors of a top-level chat.startStream (a DM answered inline) meaning only threads stream."""
-ENDINGS_KEPT = 1000
-"""How many streams left open by a failed stop have their unsent end kept for the next attempt (`finish`)."""
 
 
 @dataclass(frozen=True)
@@ -86,10 +84,6 @@ class SlackReplyPublisher:
         self._settings = settings
         self._streaming = settings.streaming
         self._top_level = True  # a refused top-level stream (an inline DM answer) is not tried again
-        # (channel, ts) -> the end a stream left open did not take (its stop failed for a passing reason), for
-        # `finish`: in this process only (no text is kept with an answer's claim), the most recent `ENDINGS_KEPT`.
-        # A ts tells a message within its conversation only: another's may have the same.
-        self._endings: OrderedDict[tuple[str, str], str] = OrderedDict()
 
     async def publish(
         self,
@@ -102,40 +96,43 @@ class SlackReplyPublisher:
         answering: str | None = None,
         started: Started | None = None,
         unheard: Unheard | None = None,
+        left_open: LeftOpen | None = None,
     ) -> PublishedReply:
         """Stream `reply` into the conversation, or post it whole where streaming is not possible."""
         if self._streaming and (thread_ts or self._top_level):
-            stream = _Stream(self, channel, thread_ts, recipient_user_id, answering, started, unheard)
+            stream = _Stream(self, channel, thread_ts, recipient_user_id, answering, started, unheard, left_open)
             published = await stream.run(reply, apology)
             if published is not None:
                 return published
         text = await _whole(reply, apology)
         return PublishedReply(await self._chat.post(channel.id, text, thread_ts, answering), text)
 
-    async def finish(self, channel_id: str, ts: str, apology: str, *, answering: str | None = None) -> str | None:
-        """Stop a stream left open (the bot stopped while it streamed, or its stop failed), ending it with what
-        an attempt in this process failed to end it with (`_keep_ending`), else with `apology`; its whole text
-        as Slack tells it, None when `ts` is no open stream."""
-        ending = self._endings.pop((channel_id, ts), None)
-        return await self._end(channel_id, ts, ending or f"\n\n{apology}", answering)
+    async def finish(
+        self,
+        channel_id: str,
+        ts: str,
+        apology: str,
+        *,
+        answering: str | None = None,
+        ending: str | None = None,
+        left_open: LeftOpen | None = None,
+    ) -> str | None:
+        """Stop a stream left open (the bot stopped while it streamed, or its stop failed), ending it with `ending`
+        (what an attempt that failed to end it told `left_open` it lacks), else with `apology`; its whole text as
+        Slack tells it, None when `ts` is no open stream."""
+        return await self._end(channel_id, ts, ending or f"\n\n{apology}", answering, left_open)
 
-    def _keep_ending(self, channel_id: str, ts: str, ending: str) -> None:
-        """Keep `ending`, which stream `ts` of `channel_id` (left open) surely does not show, for `finish` to end it
-        with."""
-        if ending:
-            self._endings[(channel_id, ts)] = ending
-            while len(self._endings) > ENDINGS_KEPT:
-                self._endings.popitem(last=False)
-
-    async def _end(self, channel_id: str, ts: str, tail: str, answering: str | None) -> str | None:
+    async def _end(
+        self, channel_id: str, ts: str, tail: str, answering: str | None, left_open: LeftOpen | None
+    ) -> str | None:
         """Stop stream `ts`, left unfinished, with `tail`, marked as the answer to `answering`: the one way an
         unfinished stream is stopped, by the attempt cut short as the bot stops (`_Stream`) or by the next one
         (`finish`). Its whole text as Slack tells it; None when `ts` is no open stream; a passing failure raises.
 
         A tail longer than one call takes is appended in pieces first, so the stop itself is never refused for it.
-        Should a call fail for a passing reason, what the stream surely lacks of the tail is kept for the next
-        attempt (`finish`): from the failed stop on (a stop Slack took ends the stream: its text cannot show twice),
-        or from after the failed piece (Slack may show it already)."""
+        Should a call fail for a passing reason, `left_open` is told what the stream surely lacks of the tail, for
+        the next attempt (`finish`): from the failed stop on (a stop Slack took ends the stream: its text cannot
+        show twice), or from after the failed piece (Slack may show it already)."""
         try:
             while len(tail) > STREAM_TEXT_LIMIT:
                 piece, tail = tail[:STREAM_TEXT_LIMIT], tail[STREAM_TEXT_LIMIT:]
@@ -148,7 +145,7 @@ class SlackReplyPublisher:
             )
         except CALL_FAILURES as exc:
             if transient(exc):
-                self._keep_ending(channel_id, ts, tail)
+                await _tell_left_open(left_open, ts, tail)
                 raise  # Slack failed to stop it now: the next attempt tries again
             # stopped or expired already, or never streamed
             logger.warning("could not stop the unfinished reply %s: %s", ts, describe(exc))
@@ -180,6 +177,7 @@ class _Stream:
         answering: str | None,
         started: Started | None,
         unheard: Unheard | None,
+        left_open: LeftOpen | None,
     ) -> None:
         self._owner = owner
         self._client = owner._client
@@ -190,6 +188,7 @@ class _Stream:
         self._answering = answering
         self._started = started
         self._unheard = unheard
+        self._left_open = left_open
         self._ts: str | None = None
         self._written = ""  # everything sent or buffered
         self._taken = ""  # the text the stream surely took (what the message shows)
@@ -231,7 +230,7 @@ class _Stream:
         assert self._ts is not None
         tail = self._buffer + apology_tail(self._written, apology)
         try:
-            await self._owner._end(self._channel.id, self._ts, tail, self._answering)
+            await self._owner._end(self._channel.id, self._ts, tail, self._answering, self._left_open)
         except Exception as exc:  # noqa: BLE001 - the attempt after the restart ends it
             logger.warning("could not end the reply %s as the bot stopped: %r", self._ts, exc)
 
@@ -406,7 +405,8 @@ class _Stream:
         Should the message not take all of it (a broken stream, whose chat.update fails too), what it lost
         follows in the thread, with `apology` (empty: `tail` holds it already). A stop that fails for a passing
         reason however often it is sent raises: the stream is still open, not to be marked as the answer, and the
-        next attempt ends it (`finish`) with the text the stop was to add (of a broken stream, all it lost).
+        next attempt ends it (`finish`) with the text the stop was to add (of a broken stream, all it lost), which
+        `left_open` is told.
         """
         assert self._ts is not None
         ts = self._ts
@@ -428,7 +428,8 @@ class _Stream:
         except CALL_FAILURES as exc:  # perhaps stopped by a try unheard: chat.update sets the whole text either way
             logger.warning("streamed reply %s could not be stopped (%s)", ts, describe(exc))
             if transient(exc):  # still open: the next attempt ends it, with what the stop was to add
-                self._owner._keep_ending(self._channel.id, ts, await self._unsent(ts, text, chunks))
+                if self._left_open is not None:
+                    await _tell_left_open(self._left_open, ts, await self._unsent(ts, text, chunks))
                 raise
             self._broken = True
             self._unsure += _text_of(chunks)
@@ -502,6 +503,17 @@ class _Stream:
     async def _post(self, text: str) -> PublishedReply:
         ts = await self._owner._chat.post(self._channel.id, text.strip(), self._thread_ts, self._answering)
         return PublishedReply(ts, text.strip())
+
+
+async def _tell_left_open(left_open: LeftOpen | None, ts: str, ending: str) -> None:
+    """Tell `left_open` the `ending` stream `ts`, left open, surely lacks; a failure to is logged (the next
+    attempt then ends it with the apology)."""
+    if left_open is None or not ending:
+        return
+    try:
+        await left_open(ts, ending)
+    except Exception as exc:  # noqa: BLE001 - the stream's own failure is what the attempt raises
+        logger.warning("could not keep the end the unfinished reply %s lacks: %r", ts, exc)
 
 
 def _text_of(chunks: list[dict[str, Any]]) -> str:
