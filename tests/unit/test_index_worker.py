@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import Engine, text
 
 from myao2.domain.conversation import Channel, ChannelKind, Message
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
@@ -25,16 +25,19 @@ from tests.unit.test_search_index import World, counted_clusterings
 
 
 class CountingIndex:
-    """Stands in for the index: counts the syncs the worker asks for."""
+    """Stands in for the index: counts the syncs the worker asks for, and notes when (by `clock`) each came."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = lambda: 0.0) -> None:
         self.syncs = 0
+        self.synced_at: list[float] = []
+        self._clock = clock
         self.synced = threading.Condition()
         self.wake: Callable[[], None] | None = None
 
     def sync(self, progress: object = None) -> int:
         with self.synced:
             self.syncs += 1
+            self.synced_at.append(self._clock())
             self.synced.notify_all()
         return 0
 
@@ -227,13 +230,105 @@ def test_a_search_leaves_clustering_to_the_background_and_wakes_it(database_url:
 def test_the_worker_syncs_when_the_index_wakes_it(tmp_path: Path) -> None:
     engine = open_database(f"sqlite:///{tmp_path / 'w.db'}")
     index = CountingIndex()
-    worker = IndexWorker(index, engine, gather_seconds=0)  # type: ignore[arg-type]
+    _woken_once(IndexWorker(index, engine, gather_seconds=0), index, engine)  # type: ignore[arg-type]
+
+
+def _woken_once(worker: IndexWorker, index: CountingIndex, engine: Engine) -> None:
+    """Start `worker`, wake it once through its index once it has caught up, and stop it once it has synced."""
     worker.start()
     try:
-        index.wait_syncs(1)
+        index.wait_syncs(1)  # the catch-up at start
         assert index.wake is not None
         index.wake()
         index.wait_syncs(2)
     finally:
         worker.stop()
         engine.dispose()
+    wait_until(lambda: not _worker_running(), what="the worker thread to end")
+
+
+class FakeTime:
+    """The worker's clock and its timed waits, run by the test: each wait the worker asks for is noted and ends at
+    once, `passing` (the test's) having moved the clock on, and maybe made changes meanwhile."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.waits: list[float] = []
+        self.passing: Callable[[float], None] = self.sleep
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        self.waits.append(seconds)
+        self.passing(seconds)
+        return event.is_set()
+
+
+def _gathering_worker(engine: Engine, time: FakeTime) -> tuple[IndexWorker, CountingIndex]:
+    index = CountingIndex(time.clock)
+    worker = IndexWorker(index, engine, gather_seconds=0.5, cap_seconds=5.0, clock=time.clock, wait=time.wait)  # type: ignore[arg-type]
+    return worker, index
+
+
+def test_a_burst_of_changes_is_indexed_once_the_pause_after_the_last_has_passed(tmp_path: Path) -> None:
+    """Embedding takes the cores the answers need: while changes keep coming (a conversation going on), it waits."""
+    time = FakeTime()
+    engine = open_database(f"sqlite:///{tmp_path / 'w.db'}")
+    worker, index = _gathering_worker(engine, time)
+
+    def burst(seconds: float) -> None:  # three more changes, each a quarter of a second after the one before
+        if len(time.waits) <= 3:
+            time.sleep(0.25)
+            assert index.wake is not None
+            index.wake()
+        else:
+            time.sleep(seconds)
+
+    time.passing = burst
+    _woken_once(worker, index, engine)  # the first change at 0
+    assert index.synced_at == [0.0, 0.75 + 0.5]  # once, half a second after the last change
+    assert time.waits == [0.5, 0.5, 0.5, 0.5]
+
+
+def test_changes_that_never_pause_are_indexed_at_the_cap_after_the_first(tmp_path: Path) -> None:
+    """A busy channel is still indexed every few seconds."""
+    time = FakeTime()
+    engine = open_database(f"sqlite:///{tmp_path / 'w.db'}")
+    worker, index = _gathering_worker(engine, time)
+
+    def steady(seconds: float) -> None:  # a change every quarter of a second, until the worker syncs
+        time.sleep(0.25)
+        assert index.wake is not None
+        index.wake()
+
+    time.passing = steady
+    _woken_once(worker, index, engine)
+    assert index.synced_at == [0.0, 5.0]
+
+
+def test_stopping_a_gathering_worker_ends_it_at_once(tmp_path: Path) -> None:
+    """A stopped worker does not sit out the pause nor the cap (an hour each here)."""
+    engine = open_database(f"sqlite:///{tmp_path / 'w.db'}")
+    index = CountingIndex()
+    gathering = threading.Event()
+
+    def wait(event: threading.Event, seconds: float) -> bool:
+        gathering.set()
+        return event.wait(seconds)
+
+    worker = IndexWorker(index, engine, gather_seconds=3600, cap_seconds=3600, wait=wait)  # type: ignore[arg-type]
+    worker.start()
+    try:
+        index.wait_syncs(1)
+        assert index.wake is not None
+        index.wake()
+        assert gathering.wait(30)
+    finally:
+        worker.stop()
+    wait_until(lambda: not _worker_running(), what="the worker thread to end")
+    assert index.syncs == 1  # nothing indexed on the way out
+    engine.dispose()

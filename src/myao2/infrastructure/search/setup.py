@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -23,7 +24,11 @@ __all__ = ["IndexProgressLog", "IndexWorker", "SearchIndex", "open_index"]
 logger = logging.getLogger(__name__)
 
 GATHER_SECONDS = 0.5
-"""How long the index worker lets changes gather after the first one, so a burst is one batch."""
+"""How long no change must come before the index worker indexes what came (one batch a burst): embedding takes the
+cores the answers need, and beside answers it made their p99 latency three times as long, so it waits for a lull."""
+GATHER_CAP_SECONDS = 5.0
+"""The longest the index worker waits for a lull after the first change: a channel that never goes quiet is still
+indexed every few seconds. Searches are fresh either way (`SearchIndex.catch_up` applies what they need first)."""
 THREAD_NAME = "search-index"
 """The index worker's thread name, also in `top -H` and `ps -L` (bench/mention_latency.py tells its CPU apart by it)."""
 
@@ -57,7 +62,8 @@ class IndexWorker:
 
     It sleeps until a transaction of this process has committed or a search found vectors to
     cluster (nothing is polled), then
-    indexes what was queued, after a short pause that gathers a burst into one batch, and
+    indexes what was queued once no change has come for a short pause (`GATHER_SECONDS`, at most `GATHER_CAP_SECONDS`
+    after the first change), so a burst is one batch and embedding keeps out of the answers' way, and
     embeds every text waiting for it (a backlog of hours after a model change). Changes
     other processes make are indexed with the next ones made here, and a search applies
     the changes it needs first anyway (see `SearchIndex.catch_up`). The thread runs at the process's CPU
@@ -66,13 +72,26 @@ class IndexWorker:
     """
 
     def __init__(
-        self, index: SearchIndex, engine: Engine, gather_seconds: float = GATHER_SECONDS, warm: Iterable[str] = KINDS
+        self,
+        index: SearchIndex,
+        engine: Engine,
+        gather_seconds: float = GATHER_SECONDS,
+        warm: Iterable[str] = KINDS,
+        cap_seconds: float = GATHER_CAP_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+        wait: Callable[[threading.Event, float], bool] = threading.Event.wait,
     ) -> None:
         self._index = index
         self._warm = tuple(warm)
         """The kinds whose vectors are loaded at start, for the searches to come (a million messages' take a while)."""
         self._engine = engine
         self._gather = gather_seconds
+        self._cap = cap_seconds
+        self._clock = clock
+        self._wait = wait
+        """Waits for an event up to a time (`Event.wait`), the clock's seconds: a test's fakes run both."""
+        self._first = self._last = 0.0
+        """When the first and the last change since the last sync came."""
         self._stopped = threading.Event()
         self._changed = threading.Event()
         self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
@@ -82,7 +101,7 @@ class IndexWorker:
         if self._stopped.is_set():
             return
         _CommitHook.add(self._engine.dialect, self._committed)
-        self._index.wake_with(self._changed.set)
+        self._index.wake_with(self._change)
         self._thread.start()
 
     def stop(self) -> None:
@@ -99,7 +118,23 @@ class IndexWorker:
         """Told of each commit of the engine (`_CommitHook`): wakes the worker, unless it is its own (its writes
         queue nothing)."""
         if threading.current_thread() is not self._thread:
-            self._changed.set()
+            self._change()
+
+    def _change(self) -> None:
+        """Note a change to index (or vectors to cluster) and wake the worker."""
+        now = self._clock()
+        if not self._changed.is_set():
+            self._first = now
+        self._last = now
+        self._changed.set()
+
+    def _lulled(self) -> bool:
+        """Wait until no change has come for the gathering pause, or the cap after the first has passed; false
+        if stopped (at once)."""
+        while (left := min(self._last + self._gather, self._first + self._cap) - self._clock()) > 0:
+            if self._wait(self._stopped, left):
+                return False
+        return not self._stopped.is_set()
 
     def _run(self) -> None:
         name_thread(THREAD_NAME)
@@ -109,7 +144,7 @@ class IndexWorker:
             self._index.warm(self._warm)
         except Exception:
             logger.exception("search indexing failed; searches will index what they need")
-        while self._changed.wait() and not self._stopped.wait(self._gather):
+        while self._changed.wait() and self._lulled():
             self._changed.clear()
             try:
                 self._index.sync()
