@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+import threading
 
 from tests.e2e.conftest import ALICE, BOB, GENERAL, ON_BOTH_DATABASES, STOP_SECONDS, BotProcess, wait_until
 from tests.e2e.test_mentions import prompt_text, replies_in
@@ -77,11 +77,12 @@ def test_simultaneous_mentions_are_all_answered(bot: BotProcess, slack: FakeSlac
     assert bot.stop() == 0
 
 
-def test_sigterm_with_an_answer_in_flight_exits_0_within_seconds(bot: BotProcess, slack: FakeSlack, llm) -> None:
+def test_sigterm_with_an_answer_in_flight_exits_0_without_waiting_for_the_model(bot: BotProcess, slack: FakeSlack,
+                                                                                llm) -> None:
+    bot.settings["agents.response.timeout_seconds"] = 10 * STOP_SECONDS  # the model call cannot end by itself first
     bot.start()
-    llm.set_responder(lambda request: Text("too late", delay=60))
+    llm.set_responder(lambda request: Text("never written", hold=threading.Event()))  # the model never answers
     slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> take your time")
     llm.wait_for_requests(1)
-    started = time.monotonic()
-    assert bot.stop() == 0
-    assert time.monotonic() - started < STOP_SECONDS  # the grace period ended the wait, not the model's 60 s
+    assert bot.stop() == 0  # by itself: the grace period ended the wait
+    assert "unfinished task(s) at shutdown" in bot.log()  # the answer, abandoned
