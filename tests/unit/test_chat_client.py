@@ -54,6 +54,19 @@ async def test_streamed_chunks_read_by_attribute_and_a_missing_field_reads_none(
     assert chunks[0].choices[0].delta.reasoning_content is None and chunks[0].choices[0].delta.tool_calls is None
 
 
+async def test_a_chunks_fields_are_made_once_as_it_arrives(fake: FakeOpenAI, client: LeanChatClient) -> None:
+    """Strands reads a chunk's choice and delta several times each: read twice, a field is the same object, not a
+    view made again at every read."""
+    fake.script(Text("one two", pieces=2))
+    stream = await client.chat.completions.create(model="fake", messages=[{"role": "user", "content": "hi"}], stream=True)
+    chunks = [chunk async for chunk in stream if chunk.choices]
+
+    for chunk in chunks:
+        assert chunk.choices is chunk.choices
+        assert chunk.choices[0].delta is chunk.choices[0].delta
+    assert chunks[0].choices[0].delta.no_such_field is None
+
+
 async def test_a_completion_that_does_not_stream_is_the_sdk_model(fake: FakeOpenAI, client: LeanChatClient) -> None:
     fake.script("whole answer")
     completion = await client.chat.completions.create(model="fake", messages=[{"role": "user", "content": "hi"}])
