@@ -9,7 +9,17 @@ import urllib.request
 
 import pytest
 
-from tests.e2e.conftest import ALICE, BOB, GENERAL, ON_BOTH_DATABASES, START_SECONDS, BotProcess, held_port, wait_until
+from tests.e2e.conftest import (
+    ALICE,
+    BOB,
+    GENERAL,
+    ON_BOTH_DATABASES,
+    START_SECONDS,
+    STOP_SECONDS,
+    BotProcess,
+    held_port,
+    wait_until,
+)
 from tests.e2e.test_conversations import stored_text
 from tests.e2e.test_mentions import prompt_text, replies_in
 from tests.fakes.openai_server import Text
@@ -79,24 +89,16 @@ def test_sigterm_while_slack_is_unreachable_exits_0(bot: BotProcess, slack: Fake
     slack.set_fault("refuse")
     bot.start(wait_connected=False)
     wait_until(lambda: "Slack is unreachable" in bot.log(), timeout=START_SECONDS, what="a failed attempt")
-    started = time.monotonic()
     bot.process.send_signal(signal.SIGTERM)
-    assert bot.wait_exit(timeout=30) == 0
-    assert time.monotonic() - started < 5
+    assert bot.wait_exit(timeout=STOP_SECONDS) == 0  # by itself: its attempts never end otherwise
     assert "Traceback" not in bot.log()
 
 
-def test_an_invalid_app_token_exits_2_naming_it_within_10_seconds(bot: BotProcess, slack: FakeSlack) -> None:
+def test_an_invalid_app_token_exits_2_naming_it_at_the_first_refusal(bot: BotProcess, slack: FakeSlack) -> None:
     bot.env_overrides["SLACK_APP_TOKEN"] = "xapp-revoked-token"
     bot.start(wait_connected=False)
-    slack.wait_for(
-        lambda: any(method == "apps.connections.open" for method, _ in slack.web_calls),
-        timeout=START_SECONDS,
-        what="a try",
-    )
-    refused = time.monotonic()  # start-up itself (imports, database) is not what is timed
-    assert bot.wait_exit(timeout=20) == 2
-    assert time.monotonic() - refused < 10
+    assert bot.wait_exit(timeout=START_SECONDS + STOP_SECONDS) == 2
+    assert [method for method, _ in slack.web_calls].count("apps.connections.open") == 1  # not tried again
     log = bot.log()
     assert "slack.app_token" in log and "Traceback" not in log
     assert "xapp-revoked-token" not in log
@@ -108,10 +110,8 @@ def test_sigterm_during_socket_mode_retries_exits_within_the_grace_period(bot: B
     wait_until(
         lambda: bot.log().count("Socket Mode connection failed") >= 2, timeout=START_SECONDS, what="two failed connections"
     )
-    started = time.monotonic()
     bot.process.send_signal(signal.SIGTERM)
-    assert bot.wait_exit(timeout=30) == 0
-    assert time.monotonic() - started < 5
+    assert bot.wait_exit(timeout=STOP_SECONDS) == 0  # by itself: its attempts never end otherwise
     assert "Traceback" not in bot.log()
 
 
