@@ -264,6 +264,26 @@ async def test_a_mention_claimed_ahead_reads_its_conversation_in_the_trip_of_its
     assert len(trips) == 2  # noted as showing, then stored and settled: no trip to read the conversation
 
 
+async def test_a_mention_claimed_ahead_keeps_its_conversation_read_while_an_answer_in_another_thread_ended(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = world.mention()
+    world.writer.block = asyncio.Event()
+    answering = asyncio.create_task(world.answer(first))
+    while world.writer.calls == 0:
+        await asyncio.sleep(0.01)
+    later = world.mention(seconds=1)  # top-level too: its answer goes in a thread of its own
+    claim = world.answer.claim_ahead(later)
+    assert claim is not None
+    claimed = await asyncio.to_thread(claim.claim)
+    world.writer.block.set()
+    await answering
+    trips = counted_trips(monkeypatch)
+    await world.answer.take_up(later, claimed)
+    assert [post[2:] for post in world.chat.posts] == [(first.ts, first.ts), (later.ts, later.ts)]
+    assert len(trips) == 2  # noted as showing, then stored and settled: read in the trip of its claim
+
+
 @pytest.mark.parametrize("ahead", [True, False], ids=["claimed ahead", "claimed on its own"])
 async def test_a_mention_in_a_thread_whose_answer_is_being_written_reads_the_thread_once_that_answer_is_stored(
     world: World, ahead: bool

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter, OrderedDict
-from collections.abc import AsyncIterator, Callable, Coroutine
-from contextlib import aclosing, asynccontextmanager, suppress
+from collections import OrderedDict
+from collections.abc import Callable, Coroutine
+from contextlib import aclosing, suppress
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -59,13 +59,12 @@ class MentionSettings:
 @dataclass(frozen=True)
 class Conversation:
     """What the prompt of an answer shows of its conversation: the messages (the one answered among them), what
-    the store adds to them and the stored people they name; read once `turns` answers in the channel had ended
-    their turn (see `AnswerMention._turn`)."""
+    the store adds to them and the stored people they name; read after `mark` (of `AnswerMention._threads`)."""
 
     messages: list[Message]
     stored: StoredContext
     people: dict[str, Person]
-    turns: int
+    mark: int
 
 
 ReadAhead = tuple[Channel | None, Conversation | None]
@@ -133,8 +132,8 @@ class AnswerMention:
         self._settings = settings
         self._replica = replica
         self._threads = KeyedLocks()
-        self._turns: Counter[str] = Counter()
-        """Per channel, how many answers ended their turn in one of its threads here."""
+        """Answers in one thread are written one after another, each reading the conversation once the one
+        before is stored."""
         self._claimed: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._in_flight: set[tuple[str, str]] = set()
         self._due = asyncio.Event()
@@ -254,8 +253,8 @@ class AnswerMention:
 
     def _read_ahead(self, message: Message) -> Callable[[], ReadAhead]:
         """What the answer to `message` reads in its claim's trip to a worker thread, before its turn in its thread
-        (`_turn`): the channel as stored and the conversation; either None if it could not be read (the attempt
-        reads it again)."""
+        (`_threads`): the channel as stored and the conversation; either None if it could not be read (the attempt
+        reads it again, as it does if an answer in the thread ended its turn meanwhile)."""
         read = self._conversation_read(message)
 
         def ahead() -> ReadAhead:
@@ -315,8 +314,9 @@ class AnswerMention:
             if channel is None:
                 channel = await self._conversations.channel(message.channel_id)
             reply_thread = message.thread_ts or (message.ts if self._threads_replies(channel) else None)
-            async with self._turn(message.channel_id, reply_thread):
-                if conversation is not None and conversation.turns != self._turns[message.channel_id]:
+            turn = (message.channel_id, reply_thread)
+            async with self._threads.hold(turn):
+                if conversation is not None and self._threads.released_since(turn, conversation.mark):
                     conversation = None  # read before an answer there was stored: read again
                 answer_ts = None if fresh else await self._earlier_answer(message, reply_thread)
                 if answer_ts is None:
@@ -342,17 +342,6 @@ class AnswerMention:
             self._due.set()
         finally:
             self._in_flight.discard(key)
-
-    @asynccontextmanager
-    async def _turn(self, channel_id: str, reply_thread: str | None) -> AsyncIterator[None]:
-        """An answer's turn in its thread: answers there are written one after another, each reading the
-        conversation once the one before is stored. Each ended is counted in `_turns`: a conversation read before
-        (`_read_ahead`) is read again if any answer in the channel ended its turn since."""
-        async with self._threads.hold((channel_id, reply_thread)):
-            try:
-                yield
-            finally:
-                self._turns[channel_id] += 1
 
     async def _react(self, message: Message) -> None:
         if self._settings.reaction:
@@ -569,7 +558,7 @@ class AnswerMention:
         """The read of the conversation of `message` (in `channel`) for its answer's prompt, for a worker thread:
         the messages, what the store adds to them and the people they name, over one database connection."""
         since = self._clock.now() - timedelta(seconds=self._settings.max_message_age_seconds)
-        turns = self._turns[message.channel_id]
+        mark = self._threads.mark()
 
         def read(channel: Channel) -> Conversation:
             with self._store.one_connection():
@@ -579,7 +568,7 @@ class AnswerMention:
                 if message.ts not in {m.ts for m in messages}:
                     messages.append(message)
                 stored, people = self._contexts.read(channel, messages), self._conversations.stored_people(messages)
-                return Conversation(messages, stored, people, turns)
+                return Conversation(messages, stored, people, mark)
 
         return read
 
