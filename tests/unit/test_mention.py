@@ -305,7 +305,8 @@ async def test_a_mention_in_a_thread_whose_answer_is_being_written_reads_the_thr
         second = asyncio.create_task(world.answer.take_up(later, claimed))
     else:
         second = asyncio.create_task(world.answer(later))
-    await asyncio.sleep(0.05)
+    while (later.channel_id, later.ts) not in world.answer._in_flight:  # its attempt began: claimed (and read)
+        await asyncio.sleep(0.01)
     world.writer.block.set()
     await answering
     await second
