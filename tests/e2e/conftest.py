@@ -106,6 +106,9 @@ class BotProcess:
         self.process: subprocess.Popen[bytes] | None = None
         self.clock_shift_file: Path | None = None
         """Set (see `shift_clock`), the bot runs with its clock moved forward by the seconds in this file."""
+        self.module = "myao2"
+        """The module the bot runs as: myao2, or one of the tests' that changes it first, then runs myao2's main
+        (tests/e2e/shifted_clock.py, held_libraries.py)."""
         self.runner: list[str] = []
         """A command the bot's Python runs under, e.g. valgrind (bench/mention_cost.py)."""
 
@@ -127,6 +130,7 @@ class BotProcess:
         """Move the bot's clock `seconds` ahead of the real time (also while it runs)."""
         self.clock_shift_file = self.tmp_path / "clock_shift"
         self.clock_shift_file.write_text(str(seconds), encoding="utf-8")
+        self.module = "tests.e2e.shifted_clock"
 
     def write_config(self) -> None:
         agent = {
@@ -165,8 +169,10 @@ class BotProcess:
             OPENAI_BASE_URL=self.llm.base_url,
             PYTHONPATH=str(ROOT / "src"),
         )
+        if self.module != "myao2":
+            env.update(PYTHONPATH=f"{ROOT / 'src'}{os.pathsep}{ROOT}")
         if self.clock_shift_file is not None:
-            env.update(MYAO2_TEST_CLOCK_SHIFT_FILE=str(self.clock_shift_file), PYTHONPATH=f"{ROOT / 'src'}{os.pathsep}{ROOT}")
+            env.update(MYAO2_TEST_CLOCK_SHIFT_FILE=str(self.clock_shift_file))
         for key, value in self.env_overrides.items():
             if value is None:
                 env.pop(key, None)
@@ -181,9 +187,8 @@ class BotProcess:
         connections = self.slack.connection_count
         self._ports_named = len(HEALTH_PORT.findall(self.log()))
         self._log = self.log_path.open("ab")
-        module = "myao2" if self.clock_shift_file is None else "tests.e2e.shifted_clock"
         self.process = subprocess.Popen(
-            [*self.runner, sys.executable, "-m", module, "run", "--config", str(self.config_path)],
+            [*self.runner, sys.executable, "-m", self.module, "run", "--config", str(self.config_path)],
             cwd=self.tmp_path,
             env=self.environment(),
             stdout=self._log,

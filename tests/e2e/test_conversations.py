@@ -86,3 +86,11 @@ def test_sigterm_with_an_answer_in_flight_exits_0_without_waiting_for_the_model(
     llm.wait_for_requests(1)
     assert bot.stop() == 0  # by itself: the grace period ended the wait
     assert "unfinished task(s) at shutdown" in bot.log()  # the answer, abandoned
+
+
+def test_sigterm_while_the_model_libraries_load_exits_without_waiting_for_them(bot: BotProcess) -> None:
+    bot.module = "tests.e2e.held_libraries"  # they never finish loading
+    bot.start()
+    wait_until(lambda: "connected to Slack as" in bot.log(), what="the bot past its connection")  # waiting for them
+    assert bot.stop() == 0
+    assert "unfinished task(s) at shutdown" not in bot.log()  # no answer was in progress: nothing to wait for
