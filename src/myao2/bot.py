@@ -315,9 +315,12 @@ class Bot:
         connection, it was spent while the first mention waited for the model libraries.
         Begun as the models loaded, importing numpy and reading the vectors (~0.15 s holding
         the GIL) was spent while the mentions that had waited for them were answered.
+
+        A stop ends the wait: the shutdown's grace period is for answers in progress, which wait for the
+        libraries themselves, and it was spent whole on a bot stopped before they had loaded.
         """
         try:
-            await clients.load()
+            await self._until_stopped(clients.load())
         finally:
             start_up.settled()
             asyncio.get_running_loop().call_later(INDEX_START_DELAY_SECONDS, indexer.start)
