@@ -266,7 +266,8 @@ class ResponseConfig(_Section):
     reply_in_thread: bool = True
     """Answer a top-level mention in a thread under it."""
     reaction: str = "eyes"
-    """Emoji put on a mention as soon as it is taken up; empty: none."""
+    """Emoji put on a mention whose answer has not begun to show half a second after it was taken up ("seen, on
+    it"; a quick answer gets none), landing before the answer; empty: none."""
     allow_broadcast_mentions: bool = False
     """Let the bot's posts notify everyone (@channel, @here, @everyone, user groups); off: they notify nobody."""
     streaming: bool = True

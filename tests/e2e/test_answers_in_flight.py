@@ -34,7 +34,7 @@ def test_sigkill_after_the_stream_stopped_but_before_it_was_recorded_gives_one_a
     bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
 ) -> None:
     bot.settings.update(QUICK_RETRIES)
-    llm.script(Text("The one and only answer.", pieces=3))
+    llm.script(Text("The one and only answer.", pieces=3, interval=0.5))  # written slowly: streamed
     llm.set_responder(lambda request: Text("A second answer that must not appear."))
     bot.start()
     slack.inject_delay("chat.stopStream", 30)  # Slack stops the stream, the bot never hears back
@@ -58,7 +58,7 @@ def test_sigkill_after_slack_started_the_stream_but_before_the_bot_heard_its_ts_
     bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
 ) -> None:
     bot.settings.update(QUICK_RETRIES)
-    llm.script(Text("The first words of an answer cut short", pieces=4))
+    llm.script(Text("The first words of an answer cut short", pieces=4, interval=0.5))  # written slowly: streamed
     llm.set_responder(lambda request: Text("A second answer that must not appear."))
     bot.start()
     slack.inject_delay("chat.startStream", 60)  # Slack starts the stream, the bot never hears its ts
@@ -241,7 +241,7 @@ def test_a_model_stream_closed_without_done_still_gives_the_answer(
     bot.start()
     llm.script(Raw(sse({"role": "assistant", "content": "Hello "}, {"content": "there."})))
     ts = mention(slack)
-    slack.wait_for(lambda: finished(slack, ts), what="the stream stopped")
+    slack.wait_for(lambda: answers_to(slack, ts), what="the answer")
     assert [m["text"] for m in bot_messages(slack)] == ["Hello there."]
     assert bot.stop() == 0
 

@@ -30,7 +30,7 @@ def prompt_text(request: dict) -> str:
 
 def test_mention_gets_a_threaded_reply_with_reaction_tools_and_names(bot: BotProcess, slack: FakeSlack, llm) -> None:
     bot.start()
-    llm.script(Text("Hi Alice! Ramen sounds great."))
+    llm.script(Text("Hi Alice! Ramen sounds great.", delay=1.5))  # slow to come: the reaction says it is on its way
     slack.post_message(GENERAL, BOB, "I had sushi yesterday")
     ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> what should I eat tonight?")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
 
 import pytest
@@ -47,8 +48,58 @@ def test_a_slow_answer_streams_into_the_thread_while_it_is_written(bot: BotProce
     assert (stream["recipient_user_id"], stream["recipient_team_id"]) == (ALICE, slack.team_id)
     assert slack.messages(GENERAL)[-1]["text"] == STORY
     assert not [p for p in slack.posted if p["method"] == "chat.postMessage"]
-    assert (GENERAL, ts, "eyes") in slack.reactions
     assert wait_until(lambda: stored_bot_messages(bot), what="the stored reply") == [(stream["ts"], STORY)]
+    assert bot.stop() == 0
+
+
+def test_an_answer_written_at_once_is_posted_whole_without_a_reaction(bot: BotProcess, slack: FakeSlack,
+                                                                      llm) -> None:
+    bot.start()
+    llm.set_responder(lambda request: Text("Right here.", at_once=True))
+    first = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> hello")
+    slack.wait_for_posts(1)  # after the model libraries, loading since start-up: it may get a reaction
+    ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> are you there?")
+
+    posts = slack.wait_for_posts(2)
+    assert [(p["method"], p["thread_ts"], p["text"]) for p in posts] == [
+        ("chat.postMessage", first, "Right here."),
+        ("chat.postMessage", ts, "Right here."),
+    ]
+    assert not [m for m, _ in slack.web_calls if m.startswith("chat.") and m.endswith("Stream")]
+    stored = [(p["ts"], "Right here.") for p in posts]
+    wait_until(lambda: stored_bot_messages(bot) == stored, what="the stored replies")
+    assert not [r for r in slack.reactions if r[1] == ts]  # it showed at once
+    assert bot.stop() == 0
+
+
+def test_a_slow_answer_gets_the_reaction_before_it_streams(bot: BotProcess, slack: FakeSlack, llm) -> None:
+    bot.start()
+    llm.script(Text("Let me think. Here it is.", delay=1.5, pieces=3, interval=0.5))
+    ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> a hard question")
+
+    slack.wait_for(lambda: finished(slack, ts), what="the stream to finish")
+    assert slack.reactions == [(GENERAL, ts, "eyes")]
+    methods = [m for m, _ in slack.web_calls]
+    assert methods.index("reactions.add") < methods.index("chat.startStream")
+    assert slack.messages(GENERAL)[-1]["text"] == "Let me think. Here it is."
+    assert bot.stop() == 0
+
+
+def test_the_first_words_show_while_the_model_is_busy(bot: BotProcess, slack: FakeSlack, llm) -> None:
+    written = threading.Event()
+    bot.start()
+    llm.script(
+        ToolCalls([ToolCall("list_memo_tags", {})], content="Let me look that up."),  # a tool shown as no task
+        Text("Nothing noted yet.", hold=written),  # the model writes on only once the first words show
+    )
+    ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> what do you know about me?")
+
+    slack.wait_for(lambda: streams_in(slack, ts), what="the first words")
+    [stream] = streams_in(slack, ts)
+    assert stream["calls"][0]["markdown"] == "Let me look that up." and stream["streaming"]
+    written.set()
+    slack.wait_for(lambda: finished(slack, ts), what="the stream to finish")
+    assert slack.messages(GENERAL)[-1]["text"] == "Let me look that up.\n\nNothing noted yet."
     assert bot.stop() == 0
 
 
@@ -74,7 +125,8 @@ def test_a_memo_written_while_answering_shows_as_a_task(bot: BotProcess, slack: 
 def test_task_display_can_be_turned_off(bot: BotProcess, slack: FakeSlack, llm) -> None:
     bot.settings["response.show_memo_tasks"] = False
     bot.start()
-    llm.script(ToolCalls([ToolCall("get_memo", {"memo_name": "alice-birthday"})]), Text("I don't know yet."))
+    llm.script(ToolCalls([ToolCall("get_memo", {"memo_name": "alice-birthday"})]),
+               Text("I don't know yet.", interval=0.5))  # written slowly: streamed
     ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> when is my birthday?")
 
     slack.wait_for(lambda: finished(slack, ts), what="the stream to finish")
@@ -86,7 +138,7 @@ def test_a_workspace_refusing_streams_gets_whole_posts_and_one_log_line(bot: Bot
                                                                          llm) -> None:
     slack.refuse_streaming("not_allowed")
     bot.start()
-    llm.set_responder(lambda request: Text("Here is the whole answer."))
+    llm.set_responder(lambda request: Text("Here is the whole answer.", interval=0.5))  # a stream is tried first
     first = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> one")
     slack.wait_for_posts(1)  # after the model libraries, loading since start-up
     second = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> two")
@@ -115,7 +167,7 @@ def test_streaming_turned_off_posts_whole(bot: BotProcess, slack: FakeSlack, llm
 
 def test_a_model_failing_midway_ends_the_stream_with_an_apology(bot: BotProcess, slack: FakeSlack, llm) -> None:
     bot.start()
-    llm.script(Text("I was just about to tell you that the answer is", pieces=8, interval=0.2, fail_after=4))
+    llm.script(Text("I was just about to tell you that the answer is", pieces=8, interval=0.5, fail_after=4))
     ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> what is the answer?")
 
     slack.wait_for(lambda: finished(slack, ts), what="the stream to be stopped")
@@ -133,7 +185,7 @@ def test_a_dm_answer_streams_into_the_conversation_without_recipients(bot: BotPr
                                                                        llm) -> None:
     slack.add_channel("DALICE", "alice-dm", is_im=True, members=[ALICE])
     bot.start()
-    llm.script(Text("Hello in private!", pieces=4))
+    llm.script(Text("Hello in private!", pieces=4, interval=0.5))  # written slowly: streamed
     slack.post_message("DALICE", ALICE, "hi there")
 
     slack.wait_for(lambda: finished(slack, None, "DALICE"), what="the DM stream to finish")

@@ -32,12 +32,13 @@ from myao2.infrastructure.slack.gateway import SlackGateway, make_web_client
 from tests.fakes import WAIT_SECONDS
 from tests.unit.test_mention import APOLOGY
 from tests.unit.test_mention_over_slack import World, answered, started_world
+from tests.unit.test_slack_streaming import SLOWLY
 
 FIRST = "Alpha bravo charlie."
 SECOND = " " + " ".join(f"word{i:02d}" for i in range(24))  # past FLUSH_CHARS: appended as it comes
 LAST = " Yankee zulu."  # held back until the stream is stopped
 SCRIPT: tuple[ReplyEvent, ...] = (
-    TextDelta(FIRST),  # chat.startStream
+    TextDelta(FIRST),  # chat.startStream, as the first words' hold ends (the model writes on `SLOWLY`)
     ToolStarted("c1", "add_memo", "Add memo: alpha"),  # chat.appendStream #1
     TextDelta(SECOND),  # chat.appendStream #2
     ToolFinished("c1", "add_memo", True),  # chat.appendStream #3
@@ -118,8 +119,10 @@ class ScriptedWriter:
         self.cutter = cutter
 
     async def stream(self, context: Any, origin: Any) -> AsyncIterator[ReplyEvent]:
-        for event in SCRIPT:
+        for nth, event in enumerate(SCRIPT, 1):
             await self.cutter.call("model", _nothing)
+            if nth == 2:
+                await asyncio.sleep(SLOWLY)  # the first words show meanwhile, the stream started in a task of its own
             yield event
 
 

@@ -15,6 +15,7 @@ from sqlalchemy import Engine
 from myao2.application.agents import ModelUnavailable
 from myao2.application.context import Absorbed, Budget, ContextBuilder, Persona, PromptContext
 from myao2.application.conversations import Conversations
+from myao2.application import reaction as reaction_module
 from myao2.application.mention import AnswerMention, MentionSettings
 from myao2.application.reply_stream import PublishedReply, ReplyDone, ReplyStream, TextDelta
 from myao2.domain.answers import RetryPolicy
@@ -39,6 +40,8 @@ class FakeChat:
         self.posts: list[tuple[str, str, str | None, str | None]] = []
         self.answers: dict[tuple[str, str], str] = {}  # (channel, answered ts) -> answer ts
         self.reactions: list[str] = []
+        self.reacting = 0  # reactions sent, landed or not
+        self.landing: asyncio.Event | None = None  # set, a reaction lands only once it is
         self.fail_posts = 0
         self.lookups = 0
         self._next = 0
@@ -62,6 +65,9 @@ class FakeChat:
         return {}  # every post here is an answer, marked
 
     async def react(self, channel_id: str, ts: str, emoji: str) -> None:
+        self.reacting += 1
+        if self.landing is not None:
+            await self.landing.wait()
         self.reactions.append(ts)
 
     async def channel(self, channel_id: str) -> Channel:
@@ -74,6 +80,7 @@ class FakeWriter:
         self.contexts: list[PromptContext] = []
         self.block: asyncio.Event | None = None
         self.unavailable = False
+        self.pause = 0.0  # seconds between its words and the end of its reply
 
     async def stream(self, context: PromptContext, origin: Origin) -> ReplyStream:
         self.calls += 1
@@ -83,6 +90,8 @@ class FakeWriter:
         if self.unavailable:
             raise ModelUnavailable("down")
         yield TextDelta(f"answer {self.calls}")
+        if self.pause:
+            await asyncio.sleep(self.pause)
         yield ReplyDone(f"answer {self.calls}")
 
 
@@ -90,11 +99,13 @@ class WholePublisher:
     """Publishes like a workspace that refuses streaming: the whole reply, through `chat.post`.
 
     With `crash_after_start`, the next reply shows as that ts and the attempt dies there
-    (as the process would); `finished` records the unfinished replies ended later.
+    (as the process would); `finished` records the unfinished replies ended later. `showing` is set as a reply is
+    about to show.
     """
 
     def __init__(self, chat: FakeChat) -> None:
         self.chat = chat
+        self.showing = asyncio.Event()
         self.crash_after_start: str | None = None
         self.finished: list[tuple[str, str, str, str | None]] = []
 
@@ -106,7 +117,7 @@ class WholePublisher:
 
     async def publish(  # type: ignore[no-untyped-def]
         self, channel, thread_ts, recipient_user_id, reply, apology, *, answering=None, started=None, unheard=None,
-        left_open=None,
+        left_open=None, about_to_show=None,
     ) -> PublishedReply:
         if self.crash_after_start is not None:
             ts, self.crash_after_start = self.crash_after_start, None
@@ -119,6 +130,9 @@ class WholePublisher:
                     text = event.text
         except ModelUnavailable:
             pass
+        self.showing.set()
+        if about_to_show is not None:
+            await about_to_show()
         return PublishedReply(await self.chat.post(channel.id, text, thread_ts, answering), text)
 
 
@@ -222,6 +236,33 @@ async def test_a_mention_is_answered_once_in_its_thread_and_settled(world: World
     assert world.chat.posts == [("C1", "answer 1", message.ts, message.ts)]
     assert world.chat.lookups == 0  # nothing can have been posted before the first attempt
     assert await world.retry_after(3600) == 0
+
+
+async def test_an_answer_that_shows_before_the_reaction_is_due_gets_no_reaction(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(reaction_module, "REACTION_DELAY_SECONDS", 60)  # far past this answer, however slow the test
+    message = world.mention()
+    await world.answer(message)
+    assert world.chat.posts == [("C1", "answer 1", message.ts, message.ts)]
+    assert world.chat.reacting == 0
+
+
+async def test_an_answer_slow_to_show_gets_the_reaction_first(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(reaction_module, "REACTION_DELAY_SECONDS", 0.01)
+    message = world.mention()
+    world.writer.block = asyncio.Event()  # the model thinks
+    world.chat.landing = asyncio.Event()  # the reaction is slow to land
+    attempt = asyncio.ensure_future(world.answer(message))
+    while not world.chat.reacting:
+        await asyncio.sleep(0.01)
+    world.writer.block.set()
+    await world.publisher.showing.wait()
+    assert world.chat.posts == []  # the answer waits for the reaction to land
+    world.chat.landing.set()
+    await attempt
+    assert world.chat.reactions == [message.ts]
+    assert world.chat.posts == [("C1", "answer 1", message.ts, message.ts)]
 
 
 async def test_a_mention_claimed_ahead_is_answered_once_and_settled(world: World) -> None:

@@ -36,6 +36,7 @@ from tests.clocks import ManualClock
 from tests.fakes.slack_server import FakeSlack
 from tests.stored import stored_message
 from tests.unit.test_mention import APOLOGY, FakeWriter, answer_mention
+from tests.unit.test_slack_streaming import SLOWLY
 
 CALL_TIMEOUT_SECONDS = 1
 """How long the call starting the stream is waited for in the test where Slack answers it too late."""
@@ -43,7 +44,7 @@ CALL_TIMEOUT_SECONDS = 1
 
 class World:
     """The use case with its stores on SQLite and Slack behind the Web API client the bot uses; retries are taken
-    up by moving the clock."""
+    up by moving the clock. Its model writes its answers `SLOWLY`: they stream."""
 
     def __init__(self, tmp_path: Path, slack: FakeSlack, replica: str | None = None, memories: bool = False) -> None:
         """With `memories`, prompts show the memories and profiles stored, as the bot's do."""
@@ -55,6 +56,7 @@ class World:
         self.client = make_web_client(slack.bot_token, slack.base_url)
         self.gateway = SlackGateway(self.client)
         self.writer = FakeWriter()
+        self.writer.pause = SLOWLY
         self.spawned: list[Coroutine[Any, Any, None]] = []
         self.absorbed = (
             Absorbed(
@@ -210,6 +212,7 @@ async def test_two_answers_at_once_in_a_thread_whose_streams_started_unheard_wit
 
     async def same_start(context: Any, origin: Any) -> AsyncIterator[ReplyEvent]:
         yield TextDelta("Sure")
+        await asyncio.sleep(SLOWLY)  # each stream starts with "Sure"
         yield TextDelta(f", about {origin.message_ts}")
         yield ReplyDone(f"Sure, about {origin.message_ts}")
 
@@ -355,6 +358,7 @@ async def test_an_answer_withdrawn_as_it_starts_showing_ends_the_models_stream_i
             token = otel_context.attach(otel_context.set_value("reply", "traced"))
             try:
                 yield TextDelta("The first words")
+                await asyncio.sleep(SLOWLY)
                 yield ReplyDone("The first words")
             finally:
                 otel_context.detach(token)
@@ -511,18 +515,22 @@ def trips_to_the_database(world: World, monkeypatch: pytest.MonkeyPatch) -> Iter
         event.remove(world.engine, "commit", sent_commit)
 
 
+@pytest.mark.parametrize("streamed", [True, False], ids=["streamed", "posted-whole"])
 async def test_a_mention_is_answered_in_these_trips_to_the_database_and_no_more(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, streamed: bool
 ) -> None:
     """Every statement a mention answered by a replica sends to the database, trip by trip (each costs CPU: a
-    read or a trip more shows here)."""
+    read or a trip more shows here). An answer done before its first words would show is posted whole: no
+    stream's ts to record."""
     async with started_world(tmp_path, replica="r1", memories=True) as world:
+        world.writer.pause = SLOWLY if streamed else 0.0
         message = world.mention()
         with trips_to_the_database(world, monkeypatch) as trips:
             await world.answer(message)
 
-    [stream] = world.slack.streams
-    assert answered(world, message) == [(stream["ts"], True)]
+    [answer] = world.slack.streams if streamed else [p for p in world.slack.posted if p["method"] == "chat.postMessage"]
+    assert answered(world, message) == [(answer["ts"], True)]
+    recorded = [["UPDATE claims SET", "COMMIT"]] if streamed else []  # the stream's ts, as soon as Slack told it
     assert trips == [
         [
             "INSERT INTO claims", "COMMIT", "SELECT channels",  # the claim, and the channel for the answer
@@ -533,7 +541,7 @@ async def test_a_mention_is_answered_in_these_trips_to_the_database_and_no_more(
             "SELECT profiles",
         ],
         ["UPDATE claims SET", "COMMIT"],  # noted as showing, before the stream starts
-        ["UPDATE claims SET", "COMMIT"],  # the stream's ts, as soon as Slack told it
+        *recorded,
         ["SELECT claims"],  # still this replica's, before the answer is complete
         ["INSERT INTO messages", "UPDATE claims SET", "COMMIT"],  # the answer stored and settled
     ]

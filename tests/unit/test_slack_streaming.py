@@ -23,13 +23,16 @@ from myao2.application.reply_stream import (
 from myao2.domain.conversation import Channel, ChannelKind
 from myao2.domain.ports import ConversationClosed
 from myao2.infrastructure.slack.gateway import ANSWER_EVENT, SlackGateway, make_web_client
-from myao2.infrastructure.slack.streaming import SlackReplyPublisher, StreamSettings
+from myao2.infrastructure.slack.streaming import FIRST_WORDS_HOLD_SECONDS, SlackReplyPublisher, StreamSettings
 from tests.fakes.slack_server import FakeSlack
 
 GENERAL = Channel("C1", "general")
 DM = Channel("D1", "alice", ChannelKind.IM)
 APOLOGY = "Sorry!"
 STREAM_METHODS = ("chat.startStream", "chat.appendStream", "chat.stopStream")
+SLOWLY = 2 * FIRST_WORDS_HOLD_SECONDS
+"""A pause of the model's between events longer than the first words' hold: its words stream as they come (the
+hold's timer is due before the pause's, so it always ends first)."""
 
 
 @pytest.fixture
@@ -80,6 +83,10 @@ class Kept:
         self.ends[ts] = ending
 
 
+def chat_calls(fake: FakeSlack) -> list[str]:
+    return [method for method, _ in fake.web_calls if method.startswith("chat.")]
+
+
 async def test_a_1000_character_answer_streams_in_about_ten_calls(fake, publisher_for):
     parent = fake.post_message("C1", "U1", "tell me a story <@UBOT>")
     story = "".join(f"word{i:03d} " for i in range(125))  # 1,000 characters
@@ -120,13 +127,13 @@ async def test_text_longer_than_a_stream_call_takes_arriving_at_once_is_sent_in_
     assert published.text == answer.strip()
 
 
-async def test_the_first_words_go_out_with_the_first_delta(fake, publisher_for):
+async def test_the_first_words_show_when_their_hold_ends_while_the_model_stalls(fake, publisher_for):
     parent = fake.post_message("C1", "U1", "hi <@UBOT>")
     gate = asyncio.Event()
 
     async def slow() -> AsyncIterator[ReplyEvent]:
         yield TextDelta("\n Hello")
-        await gate.wait()
+        await gate.wait()  # a slow tool: set only once the first words show
         yield TextDelta(" there")
         yield ReplyDone("Hello there")
 
@@ -136,6 +143,73 @@ async def test_the_first_words_go_out_with_the_first_delta(fake, publisher_for):
     gate.set()
     published = await task
     assert published.text == "Hello there" and fake.messages("C1")[-1]["text"] == "Hello there"
+
+
+async def test_an_answer_done_while_its_first_words_are_held_is_posted_whole(fake, publisher_for):
+    # An instant model's answer took chat.startStream and chat.stopStream (and a trip to the database to record
+    # the stream's ts) where one chat.postMessage shows it.
+    parent = fake.post_message("C1", "U1", "hi <@UBOT>")
+    reply = events(TextDelta("Hello"), TextDelta(" there"), ReplyDone("Hello there"))
+    told: list[str] = []
+
+    async def started(ts: str) -> None:
+        told.append(ts)
+
+    published = await publisher_for().publish(GENERAL, parent, "U1", reply, APOLOGY, answering=parent, started=started)
+
+    assert chat_calls(fake) == ["chat.postMessage"] and told == []
+    [post] = fake.posted
+    assert (post["text"], post["thread_ts"], post["metadata"]["event_payload"]) == ("Hello there", parent,
+                                                                                   {"answers": parent})
+    assert published == PublishedReply(post["ts"], "Hello there")
+
+
+async def test_a_model_failing_while_its_first_words_are_held_posts_them_whole_with_the_apology(
+    fake, publisher_for
+):
+    parent = fake.post_message("C1", "U1", "hi <@UBOT>")
+
+    published = await publisher_for().publish(
+        GENERAL, parent, "U1", events(TextDelta("I was saying"), ModelUnavailable("boom")), APOLOGY
+    )
+
+    assert stream_calls(fake) == [] and fake.posted[0]["text"] == f"I was saying\n\n{APOLOGY}" == published.text
+
+
+async def test_a_task_starts_the_stream_at_once_with_the_first_words_held(fake, publisher_for):
+    parent = fake.post_message("C1", "U1", "remember <@UBOT>")
+    gate = asyncio.Event()
+
+    async def noting() -> AsyncIterator[ReplyEvent]:
+        yield TextDelta("Noting it.")
+        yield ToolStarted("c1", "add_memo", "Add memo: x")
+        await gate.wait()  # set once the task shows
+        yield ToolFinished("c1", "add_memo", True)
+        yield ReplyDone("Noting it.")
+
+    task = asyncio.ensure_future(publisher_for().publish(GENERAL, parent, "U1", noting(), APOLOGY))
+    await fake.async_wait_for(lambda: fake.streams, 5, "a stream")
+    [start] = fake.streams[0]["calls"]
+    assert start["markdown"] == "Noting it." and fake.streams[0]["task_history"][0]["status"] == "in_progress"
+    gate.set()
+    assert (await task).text == "Noting it."
+
+
+async def test_the_reply_waits_for_about_to_show_before_it_first_shows(fake, publisher_for):
+    parent = fake.post_message("C1", "U1", "hi <@UBOT>")
+    seen: list[list[str]] = []
+
+    async def about_to_show() -> None:
+        seen.append(chat_calls(fake))
+
+    await publisher_for().publish(GENERAL, parent, "U1", events(TextDelta("Hi"), ReplyDone("Hi")), APOLOGY,
+                                  about_to_show=about_to_show)
+    await publisher_for().publish(GENERAL, parent, "U1", events(TextDelta("Hi"), ReplyDone("Hi"), pause=SLOWLY),
+                                  APOLOGY, about_to_show=about_to_show)
+    await publisher_for(streaming=False).publish(GENERAL, parent, "U1", events(ReplyDone("Hi")), APOLOGY,
+                                                 about_to_show=about_to_show)
+
+    assert seen == [[], ["chat.postMessage"], ["chat.postMessage", "chat.startStream", "chat.stopStream"]]
 
 
 async def test_memo_tasks_show_and_complete(fake, publisher_for):
@@ -168,7 +242,7 @@ async def test_tasks_are_not_shown_when_turned_off(fake, publisher_for):
     parent = fake.post_message("C1", "U1", "remember <@UBOT>")
     reply = events(
         ToolStarted("c1", "add_memo", "Add memo: x"), ToolFinished("c1", "add_memo", True), TextDelta("ok"),
-        ReplyDone("ok"),
+        ReplyDone("ok"), pause=SLOWLY,
     )
 
     await publisher_for(show_tasks=False).publish(GENERAL, parent, "U1", reply, APOLOGY)
@@ -186,7 +260,7 @@ async def test_a_refusing_workspace_gets_whole_posts_decided_once(fake, publishe
 
     with caplog.at_level(logging.WARNING, "myao2.infrastructure.slack.streaming"):
         one = await publisher.publish(GENERAL, first, "U1", events(TextDelta("a"), TextDelta("b"),
-                                                                   ReplyDone("ab")), APOLOGY)
+                                                                   ReplyDone("ab"), pause=SLOWLY), APOLOGY)
         two = await publisher.publish(GENERAL, second, "U1", events(TextDelta("c"), ReplyDone("c")), APOLOGY)
 
     assert stream_calls(fake) == ["chat.startStream"]
@@ -207,7 +281,7 @@ async def test_streaming_off_posts_whole(fake, publisher_for):
 
 async def test_a_model_failing_midway_stops_the_stream_with_an_apology(fake, publisher_for):
     parent = fake.post_message("C1", "U1", "hi <@UBOT>")
-    reply = events(TextDelta("I was saying"), TextDelta(" that"), ModelUnavailable("boom"))
+    reply = events(TextDelta("I was saying"), TextDelta(" that"), ModelUnavailable("boom"), pause=SLOWLY)
 
     published = await publisher_for().publish(GENERAL, parent, "U1", reply, APOLOGY)
 
@@ -221,7 +295,7 @@ async def test_a_bug_midway_also_ends_the_stream(fake, publisher_for):
     parent = fake.post_message("C1", "U1", "hi <@UBOT>")
 
     published = await publisher_for().publish(
-        GENERAL, parent, "U1", events(TextDelta("Half"), RuntimeError("bug")), APOLOGY
+        GENERAL, parent, "U1", events(TextDelta("Half"), RuntimeError("bug"), pause=SLOWLY), APOLOGY
     )
 
     assert not fake.streams[0]["streaming"] and published.text == f"Half\n\n{APOLOGY}"
@@ -335,7 +409,9 @@ async def test_a_broken_stream_whose_update_fails_once_gets_the_whole_text_by_up
 async def test_a_dm_answer_streams_top_level_without_recipients(fake, publisher_for):
     fake.post_message("D1", "U1", "hi")
 
-    published = await publisher_for().publish(DM, None, "U1", events(TextDelta("hey"), ReplyDone("hey")), APOLOGY)
+    published = await publisher_for().publish(
+        DM, None, "U1", events(TextDelta("hey"), ReplyDone("hey"), pause=SLOWLY), APOLOGY
+    )
 
     [stream] = fake.streams
     assert stream["thread_ts"] is None and stream["recipient_user_id"] is None
@@ -345,10 +421,16 @@ async def test_a_dm_answer_streams_top_level_without_recipients(fake, publisher_
 async def test_a_refused_top_level_stream_falls_back_for_dms_only(fake, publisher_for):
     fake.add_channel("C9", "no-top-level", members=["U1"])
     publisher = publisher_for()
-    top = await publisher.publish(Channel("C9", "x"), None, "U1", events(TextDelta("a"), ReplyDone("a")), APOLOGY)
+    top = await publisher.publish(
+        Channel("C9", "x"), None, "U1", events(TextDelta("a"), ReplyDone("a"), pause=SLOWLY), APOLOGY
+    )
     parent = fake.post_message("C1", "U1", "hi <@UBOT>")
-    threaded = await publisher.publish(GENERAL, parent, "U1", events(TextDelta("b"), ReplyDone("b")), APOLOGY)
-    again = await publisher.publish(Channel("C9", "x"), None, "U1", events(TextDelta("c"), ReplyDone("c")), APOLOGY)
+    threaded = await publisher.publish(
+        GENERAL, parent, "U1", events(TextDelta("b"), ReplyDone("b"), pause=SLOWLY), APOLOGY
+    )
+    again = await publisher.publish(
+        Channel("C9", "x"), None, "U1", events(TextDelta("c"), ReplyDone("c"), pause=SLOWLY), APOLOGY
+    )
 
     assert [p["text"] for p in fake.posted if p["method"] == "chat.postMessage"] == ["a", "c"]
     assert stream_calls(fake) == ["chat.startStream", "chat.startStream", "chat.stopStream"]
@@ -363,7 +445,8 @@ async def test_an_answer_is_marked_when_complete_and_its_ts_told_when_it_shows(f
         told.append((ts, fake.streams[0]["streaming"]))
 
     published = await publisher_for().publish(
-        GENERAL, parent, "U1", events(TextDelta("Hi"), ReplyDone("Hi")), APOLOGY, answering=parent, started=started
+        GENERAL, parent, "U1", events(TextDelta("Hi"), ReplyDone("Hi"), pause=SLOWLY), APOLOGY, answering=parent,
+        started=started,
     )
 
     assert told == [(published.ts, True)]
@@ -436,7 +519,7 @@ async def test_a_reply_cancelled_while_its_stream_is_stopped_is_stopped_once(fak
     parent = fake.post_message("C1", "U1", "hi <@UBOT>")
     fake.inject_delay("chat.stopStream", 30)  # Slack stops the stream, the bot is stopping before it hears back
     task = asyncio.ensure_future(
-        publisher_for().publish(GENERAL, parent, "U1", events(TextDelta("Hi"), ReplyDone("Hi")), APOLOGY)
+        publisher_for().publish(GENERAL, parent, "U1", events(TextDelta("Hi"), ReplyDone("Hi"), pause=SLOWLY), APOLOGY)
     )
     await fake.async_wait_for(lambda: fake.streams and not fake.streams[0]["streaming"], 10, "the stream stopped")
 
@@ -454,7 +537,9 @@ async def test_a_slack_error_starting_the_stream_raises_and_posts_nothing(fake, 
     fake.inject_error("chat.startStream", error)
 
     with pytest.raises(raised):
-        await publisher_for().publish(GENERAL, parent, "U1", events(TextDelta("a"), ReplyDone("a")), APOLOGY)
+        await publisher_for().publish(
+            GENERAL, parent, "U1", events(TextDelta("a"), ReplyDone("a"), pause=SLOWLY), APOLOGY
+        )
 
     assert fake.posted == [] and fake.streams == []
 
@@ -466,7 +551,9 @@ async def test_a_stream_start_whose_connection_dropped_after_slack_started_it_ra
     fake.inject_drop("chat.startStream")  # started in Slack, its ts never heard: the next attempt looks for it
 
     with pytest.raises(aiohttp.ServerDisconnectedError):
-        await publisher_for().publish(GENERAL, parent, "U1", events(TextDelta("Hi"), ReplyDone("Hi")), APOLOGY)
+        await publisher_for().publish(
+            GENERAL, parent, "U1", events(TextDelta("Hi"), ReplyDone("Hi"), pause=SLOWLY), APOLOGY
+        )
 
     assert len(fake.streams) == 1 and stream_calls(fake) == ["chat.startStream"] and fake.posted == []
 
@@ -510,7 +597,7 @@ async def test_a_stream_start_whose_connection_dropped_raises_when_no_message_is
 
     with pytest.raises(aiohttp.ServerDisconnectedError):
         await publisher_for().publish(
-            GENERAL, parent, "U1", events(TextDelta("Hi"), ReplyDone("Hi")), APOLOGY, unheard=unheard
+            GENERAL, parent, "U1", events(TextDelta("Hi"), ReplyDone("Hi"), pause=SLOWLY), APOLOGY, unheard=unheard
         )
 
     assert stream_calls(fake) == ["chat.startStream"]  # left to the next attempt, which ends it
@@ -688,7 +775,7 @@ async def test_a_reply_withdrawn_as_it_starts_showing_is_taken_back(fake, publis
 
     with pytest.raises(ReplyWithdrawn):
         await publisher_for().publish(
-            GENERAL, parent, "U1", events(TextDelta("Hi"), ReplyDone("Hi")), APOLOGY, started=started
+            GENERAL, parent, "U1", events(TextDelta("Hi"), ReplyDone("Hi"), pause=SLOWLY), APOLOGY, started=started
         )
 
     assert [m["ts"] for m in fake.messages("C1")] == [parent]

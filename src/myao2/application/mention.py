@@ -16,6 +16,7 @@ from myao2.application.agents import ModelUnavailable, ReplyWriter
 from myao2.application.context import ContextBuilder, StoredContext
 from myao2.application.conversations import Conversations
 from myao2.application.locks import KeyedLocks
+from myao2.application.reaction import PendingReaction
 from myao2.application.reply_stream import (
     LeftOpen,
     ReplyDeferred,
@@ -33,8 +34,6 @@ logger = logging.getLogger(__name__)
 
 RECENT_CLAIMS = 1024
 """Claims remembered in memory; a claim is never undone, so a remembered one needs no query."""
-REACTION_HEAD_START_SECONDS = 1.0
-"""How long an answer waits for its reaction to land first; a slow or failing reaction never holds it longer."""
 ANSWER_MAX_CHARS = 39_000
 """The most text of an answer read from the model: a Slack message keeps 40,000 characters, the apology ends
 one cut here. A model writing on without end (a loop) is stopped there. Also the most of the end a stream left
@@ -93,7 +92,7 @@ class ClaimAhead:
 class AnswerMention:
     """Takes up a message addressed to the bot and sees that it is answered exactly once.
 
-    The story of one attempt: claim, react, compose, post, settle. The claim in the
+    The story of one attempt: claim, compose, post (after a reaction, when slow to), settle. The claim in the
     store is first-come, so Slack's redeliveries and the app_mention/message pair
     never produce a second answer; it also records the answer's progress. An attempt
     that does not settle (a Slack error, a crash, a deploy) is taken up again by
@@ -309,8 +308,8 @@ class AnswerMention:
     ) -> None:
         key = (message.channel_id, message.ts)
         self._in_flight.add(key)
+        reaction = self._reaction(message)
         try:
-            reaction = asyncio.ensure_future(self._react(message))
             if channel is None:
                 channel = await self._conversations.channel(message.channel_id)
             reply_thread = message.thread_ts or (message.ts if self._threads_replies(channel) else None)
@@ -341,11 +340,16 @@ class AnswerMention:
             )
             self._due.set()
         finally:
+            if reaction is not None:
+                reaction.drop()
             self._in_flight.discard(key)
 
-    async def _react(self, message: Message) -> None:
-        if self._settings.reaction:
-            await self._chat.react(message.channel_id, message.ts, self._settings.reaction)
+    def _reaction(self, message: Message) -> PendingReaction | None:
+        """The reaction to `message`, sent should its answer be slow to show; None when reactions are off."""
+        emoji = self._settings.reaction
+        if not emoji:
+            return None
+        return PendingReaction(lambda: self._chat.react(message.channel_id, message.ts, emoji))
 
     def _threads_replies(self, channel: Channel) -> bool:
         """Top-level messages get a threaded answer, except in a DM, which reads like a chat."""
@@ -458,14 +462,14 @@ class AnswerMention:
         message: Message,
         attempt: int,
         reply_thread: str | None,
-        reaction: asyncio.Future[None],
+        reaction: PendingReaction | None,
         conversation: Conversation | None,
     ) -> None:
         """Show the answer as it is written, marked as the answer to `message`, and settle it once stored; its
         prompt shows `conversation`, if it was read.
 
-        Its ts is recorded as soon as it shows, so an attempt cut short ends it
-        instead of starting a second answer.
+        Should it be slow to show, `reaction` lands first (see `PendingReaction`). Its ts is recorded as soon as it
+        shows, so an attempt cut short ends it instead of starting a second answer.
         """
 
         async def started(answer_ts: str) -> None:
@@ -475,7 +479,7 @@ class AnswerMention:
                 raise ReplyWithdrawn
 
         # Left unfinished (withdrawn as it starts showing, the bot stopping), the reply ends here, in this task.
-        showing = self._showing(message, self._reply(channel, message, attempt, reaction, conversation))
+        showing = self._showing(message, self._reply(channel, message, attempt, conversation))
         async with aclosing(showing) as reply:  # type: ignore[type-var]
             await self._conversations.publish(
                 channel,
@@ -487,6 +491,7 @@ class AnswerMention:
                 started=started,
                 unheard=lambda sent: self._started_unheard(message, reply_thread, sent),
                 left_open=self._left_open(message),
+                about_to_show=None if reaction is None else reaction.before_answer,
                 stored=lambda answer_ts: self._settle(message, answer_ts),
             )
 
@@ -510,22 +515,15 @@ class AnswerMention:
         return keep
 
     async def _reply(
-        self,
-        channel: Channel,
-        message: Message,
-        attempt: int,
-        reaction: asyncio.Future[None],
-        conversation: Conversation | None,
+        self, channel: Channel, message: Message, attempt: int, conversation: Conversation | None
     ) -> ReplyStream:
         """The answer as the model writes it, or the apology once the attempts are used up; `conversation`, if
         not None, is the conversation read for it.
 
-        Nothing of it is shown before the reaction has landed (or had its head start). A conversation that cannot
-        be read for it defers the reply (see `_showing`).
+        A conversation that cannot be read for it defers the reply (see `_showing`).
         """
         if self._settings.retries.apologises(attempt):
             logger.warning("answering %s/%s with an apology after %d attempts", message.channel_id, message.ts, attempt - 1)
-            await asyncio.wait({reaction}, timeout=REACTION_HEAD_START_SECONDS)
             yield ReplyDone(self._settings.apology)
             return
         try:
@@ -550,8 +548,6 @@ class AnswerMention:
                     written += len(event.text)
                     if written > ANSWER_MAX_CHARS:
                         raise ModelUnavailable(f"the answer passed {ANSWER_MAX_CHARS} characters: cut short")
-                if not reaction.done():
-                    await asyncio.wait({reaction}, timeout=REACTION_HEAD_START_SECONDS)
                 yield event
 
     def _conversation_read(self, message: Message) -> Callable[[Channel], Conversation]:

@@ -62,6 +62,8 @@ text, oldest first; empty when none may be taken for it."""
 LeftOpen = Callable[[str, str], Awaitable[None]]
 """Told the ts of a reply left showing unfinished (its end failed for a passing reason: the attempt fails) and the
 end it lacks, for the next attempt to end it with (`ReplyPublisher.finish`'s `ending`)."""
+AboutToShow = Callable[[], Awaitable[None]]
+"""Awaited just before a reply first shows in the conversation (its stream starts, or it is posted whole)."""
 
 
 class ReplyHeldBack(Exception):
@@ -93,11 +95,13 @@ class ReplyPublisher(Protocol):
         started: Started | None = None,
         unheard: Unheard | None = None,
         left_open: LeftOpen | None = None,
+        about_to_show: AboutToShow | None = None,
     ) -> PublishedReply:
         """Consume `reply` into one message answering `recipient_user_id` in `thread_ts`.
 
         `answering` (a message ts) marks the message as its answer, once it is complete.
-        `started` is awaited with the message's ts as soon as it shows. `unheard` offers the messages that may
+        `started` is awaited with the message's ts as soon as it shows (a reply shown while it is written: one
+        posted whole is not told). `unheard` offers the messages that may
         be the reply when the call starting it went unanswered: the newest is taken for it, and the reply goes
         on there. `left_open` is told the end a message left unfinished lacks. When the stream
         fails (ModelUnavailable or any other error but `ReplyHeldBack`), the message

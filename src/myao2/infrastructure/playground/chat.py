@@ -10,6 +10,7 @@ from typing import Any
 
 from myao2.application.agents import ModelUnavailable
 from myao2.application.reply_stream import (
+    AboutToShow,
     LeftOpen,
     PublishedReply,
     ReplyDone,
@@ -111,8 +112,11 @@ class PlaygroundPublisher:
         started: Started | None = None,
         unheard: Unheard | None = None,  # unused: a playground reply always shows at once
         left_open: LeftOpen | None = None,  # unused: nor is one ever left unfinished
+        about_to_show: AboutToShow | None = None,
     ) -> PublishedReply:
         emit = self._emitter(answering)
+        if about_to_show is not None:
+            await about_to_show()
         ts = self._stamps.next()
         if started is not None:
             await started(ts)

@@ -1,9 +1,10 @@
 """Replies streamed into Slack as they are written (chat.startStream / appendStream / stopStream).
 
 slack_sdk's `chat_stream` helper flushes only by size; here text is flushed by size
-or by age, so the first words appear as soon as the model writes them and a long
-answer still takes few calls. Where the workspace refuses streaming (or the setting
-turns it off) the whole reply is posted with chat.postMessage instead, as before.
+or by age, so the first words appear soon after the model writes them and a long
+answer still takes few calls. A reply done while its first words are held back
+(`FIRST_WORDS_HOLD_SECONDS`) is posted whole with one chat.postMessage, as is every
+reply where the workspace refuses streaming (or the setting turns it off).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from myao2.application.agents import ModelUnavailable
 from myao2.application.reply_stream import (
+    AboutToShow,
     LeftOpen,
     PublishedReply,
     ReplyDone,
@@ -51,6 +53,10 @@ FLUSH_CHARS = 120
 """Text held back until this much is buffered (a 1,000-character answer: about 8 appends)..."""
 FLUSH_SECONDS = 1.0
 """...or until the oldest unsent text is this old."""
+FIRST_WORDS_HOLD_SECONDS = 0.1
+"""How long the first words are held back, whatever the model does meanwhile, before the stream starts with them
+(sooner with `FLUSH_CHARS` of text, or a task to show): a reply done by then is posted whole, in one call rather
+than a stream's two and the record of its ts."""
 REFUSALS = frozenset({"not_allowed", "feature_not_enabled", "unknown_method", "method_deprecated"})
 """Errors of chat.startStream meaning this workspace does not take streamed messages."""
 STREAM_TEXT_LIMIT = 12_000
@@ -97,14 +103,17 @@ class SlackReplyPublisher:
         started: Started | None = None,
         unheard: Unheard | None = None,
         left_open: LeftOpen | None = None,
+        about_to_show: AboutToShow | None = None,
     ) -> PublishedReply:
         """Stream `reply` into the conversation, or post it whole where streaming is not possible."""
         if self._streaming and (thread_ts or self._top_level):
-            stream = _Stream(self, channel, thread_ts, recipient_user_id, answering, started, unheard, left_open)
-            published = await stream.run(reply, apology)
-            if published is not None:
-                return published
+            stream = _Stream(
+                self, channel, thread_ts, recipient_user_id, answering, started, unheard, left_open, about_to_show
+            )
+            return await stream.run(reply, apology)
         text = await _whole(reply, apology)
+        if about_to_show is not None:
+            await about_to_show()
         return PublishedReply(await self._chat.post(channel.id, text, thread_ts, answering), text)
 
     async def finish(
@@ -166,7 +175,8 @@ class SlackReplyPublisher:
 
 
 class _Stream:
-    """One reply being streamed: buffers text, sends it in few calls, shows memo tasks."""
+    """One reply being streamed: holds back its first words a while, buffers text, sends it in few calls, shows
+    memo tasks."""
 
     def __init__(
         self,
@@ -178,6 +188,7 @@ class _Stream:
         started: Started | None,
         unheard: Unheard | None,
         left_open: LeftOpen | None,
+        about_to_show: AboutToShow | None,
     ) -> None:
         self._owner = owner
         self._client = owner._client
@@ -189,20 +200,24 @@ class _Stream:
         self._started = started
         self._unheard = unheard
         self._left_open = left_open
+        self._about_to_show = about_to_show
         self._ts: str | None = None
         self._written = ""  # everything sent or buffered
         self._taken = ""  # the text the stream surely took (what the message shows)
         self._unsure = ""  # the text of the append (or stop) that failed: taken or not, only the message can tell
         self._buffer = ""  # text not sent yet
         self._since = 0.0  # when the oldest buffered text came
+        self._hold: asyncio.TimerHandle | None = None  # the first words' hold, once they came
+        self._starting: asyncio.Task[bool] | None = None  # the stream starting with them as their hold ended
         self._tasks: dict[str, str] = {}  # call id -> title, for the tasks shown
         self._broken = False  # the stream stopped taking text (e.g. expired), or its stop failed: chat.update ends it
         self._ending: str | None = None  # its whole text, once its end is sent (`_stop`): see `run`
         self._following = False  # what the message lost was posted after it (`_follow`), perhaps unheard
         self._withdrawn = False  # withdrawn as it started showing: taken back (`_withdraw`), never ended
 
-    async def run(self, reply: ReplyStream, apology: str) -> PublishedReply | None:
-        """Stream the reply; None when Slack refused to start a stream (nothing was shown yet).
+    async def run(self, reply: ReplyStream, apology: str) -> PublishedReply:
+        """Stream the reply; post it whole when it is done while its first words are held back, or when Slack
+        refuses to start a stream (from then on, the publisher posts every reply whole).
 
         A failure of the reply ends the message with the apology; a Slack error raises.
         Cancelled (the bot is stopping), a message already showing is ended with the apology too, unless its end
@@ -213,6 +228,7 @@ class _Stream:
         try:
             return await self._run(reply, apology)
         except asyncio.CancelledError:
+            await self._drop_hold(cancel=True)
             if self._withdrawn:
                 await self._withdraw()  # its deletion may have been cut short
             elif self._ending is None and self._ts is not None and not self._broken:
@@ -220,6 +236,38 @@ class _Stream:
             elif self._ending is not None and self._broken:
                 await self._complete_on_cancel(self._ending, apology)
             raise
+        except BaseException:
+            await self._drop_hold()
+            raise
+
+    def _end_hold(self) -> None:
+        """The first words' hold is over: the stream starts with them (in a task of its own, as the model's reply
+        is read on in this one)."""
+        self._starting = asyncio.ensure_future(self._send([]))
+
+    async def _hold_ended(self) -> bool:
+        """Let the stream their hold's end is starting start (its failure raises here); False when Slack refused it."""
+        if self._starting is None:
+            return True
+        try:
+            return await self._starting
+        finally:
+            self._starting = None
+
+    async def _drop_hold(self, *, cancel: bool = False) -> None:
+        """The reply ends early: its first words' hold, if on, ends with no stream started; a stream starting as it
+        ended is let start (or, with `cancel`, is cut short as a call of this task would be), its failure logged."""
+        if self._hold is not None:
+            self._hold.cancel()
+        starting = self._starting
+        if starting is None:
+            return
+        if cancel:
+            starting.cancel()
+        await asyncio.wait({starting})
+        self._starting = None
+        if not starting.cancelled() and starting.exception() is not None:
+            logger.warning("streamed reply in %s failed to start: %r", self._channel.id, starting.exception())
 
     async def _stop_on_cancel(self, apology: str) -> None:
         """End the message with what is buffered and the apology, rather than leave it open while the bot is down
@@ -260,9 +308,10 @@ class _Stream:
             if not isinstance(exc, SlackApiError) or error_code(exc) != NOT_STREAMING:
                 logger.warning("streamed reply %s could not be stopped (%s)", ts, describe(exc))
 
-    async def _run(self, reply: ReplyStream, apology: str) -> PublishedReply | None:
-        final = ""
+    async def _run(self, reply: ReplyStream, apology: str) -> PublishedReply:
+        final: str | None = None
         failed = False
+        streaming = True  # False once Slack refused to start the stream
         events = aiter(reply)
         while True:
             try:
@@ -279,15 +328,18 @@ class _Stream:
                 logger.exception("reply in %s failed midway", self._channel.id)
                 failed = True
                 break
-            if not await self._show(event):
-                return None
             if isinstance(event, ReplyDone):
                 final = event.text
+            streaming = streaming and await self._hold_ended() and await self._show(event)
+        if self._hold is not None:
+            self._hold.cancel()
+        if not (streaming and await self._hold_ended()):  # posted whole, as the publisher posts where it is refused
+            return await self._post(apology if failed or final is None else final)
         if failed:
             tail = apology_tail(self._written, apology)
         else:
-            tail = "" if self._written.strip() else final
-        if self._ts is None:  # nothing shown yet (only blank text, or a failure before any)
+            tail = "" if self._written.strip() else final or ""
+        if self._ts is None:  # nothing shown yet: done while the first words were held, or only blank text
             return await self._post(self._written + tail)
         return await self._stop(tail, "" if failed else apology)
 
@@ -304,13 +356,18 @@ class _Stream:
         return True
 
     async def _text(self, text: str) -> bool:
-        """Buffer text; start the stream with the first words, append when enough is held back."""
+        """Buffer text; start the stream with the first words once held back a while (`FIRST_WORDS_HOLD_SECONDS`),
+        append when enough is held back."""
         if not self._buffer:
             self._since = time.monotonic()
         self._buffer += text
         self._written += text
         if self._ts is None:
-            return not self._buffer.strip() or await self._send([])
+            if len(self._buffer) >= FLUSH_CHARS:
+                return await self._send([])
+            if self._hold is None and self._buffer.strip():
+                self._hold = asyncio.get_running_loop().call_later(FIRST_WORDS_HOLD_SECONDS, self._end_hold)
+            return True
         if len(self._buffer) >= FLUSH_CHARS or time.monotonic() - self._since >= FLUSH_SECONDS:
             return await self._send([])
         return True
@@ -323,6 +380,8 @@ class _Stream:
         raise, later ones leave the message to be completed by chat.update.
         """
         if self._ts is None:
+            if self._hold is not None:
+                self._hold.cancel()
             self._buffer = self._buffer.lstrip()
         if not await self._send_pieces():
             return False
@@ -344,6 +403,8 @@ class _Stream:
     async def _call(self, chunks: list[dict[str, Any]]) -> bool:
         """startStream with `chunks` the first time, then appendStream; False when Slack refused to start it."""
         if self._ts is None:
+            if self._about_to_show is not None:
+                await self._about_to_show()
             try:
                 response = await self._client.chat_startStream(
                     channel=self._channel.id, thread_ts=self._thread_ts, chunks=chunks, **self._recipients()
@@ -501,6 +562,8 @@ class _Stream:
             logger.warning("could not take back the withdrawn reply %s: %s", ts, describe(exc))
 
     async def _post(self, text: str) -> PublishedReply:
+        if self._about_to_show is not None:
+            await self._about_to_show()
         ts = await self._owner._chat.post(self._channel.id, text.strip(), self._thread_ts, self._answering)
         return PublishedReply(ts, text.strip())
 
