@@ -108,7 +108,7 @@ class BotProcess:
         """Set (see `shift_clock`), the bot runs with its clock moved forward by the seconds in this file."""
         self.module = "myao2"
         """The module the bot runs as: myao2, or one of the tests' that changes it first, then runs myao2's main
-        (tests/e2e/shifted_clock.py, held_libraries.py)."""
+        (tests/e2e/shifted_clock.py, held_libraries.py, long_hold.py)."""
         self.runner: list[str] = []
         """A command the bot's Python runs under, e.g. valgrind (bench/mention_cost.py)."""
 
