@@ -69,12 +69,12 @@ from bench import streaming_reply  # noqa: E402
 from tests.e2e.conftest import ALICE, BOB, GENERAL, BotProcess  # noqa: E402
 from tests.fakes import PROXY_VARIABLES  # noqa: E402
 from tests.fakes.slack_server import FakeSlack  # noqa: E402
+from myao2.infrastructure.search.setup import THREAD_NAME as INDEX_THREAD  # noqa: E402
+from myao2.infrastructure.threads import WORKER_THREADS as WORKER_THREAD  # noqa: E402
 
 BOT_USER_ID = "UBOT"
 REPLY_TIMEOUT = 15.0
 CLOCK_TICK = 1.0 / os.sysconf("SC_CLK_TCK")
-INDEX_THREAD = "search-index"
-WORKER_THREAD = "worker"
 IDLE_SECONDS = 3.0
 
 # Periodic jobs (history sync, autonomous check) are pushed out of the run, so
