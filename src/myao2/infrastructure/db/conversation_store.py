@@ -476,8 +476,7 @@ class SqlConversationStore:
             return connection.execute(_NOTE_UNHEARD_START, values).rowcount == 1
 
     def keep_ending(self, channel_id: str, ts: str, answer_ts: str, ending: str, *, holder: str | None = None) -> bool:
-        values = {"claim_channel": channel_id, "claim_ts": ts, "answer": answer_ts, "ending": ending}
-        values["claim_holder"] = holder
+        values = {"claim_channel": channel_id, "claim_ts": ts, "answer": answer_ts, "ending": ending, "claim_holder": holder}
         with writing(self._engine) as connection:
             return connection.execute(_KEEP_ENDING, values).rowcount == 1
 
