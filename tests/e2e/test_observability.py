@@ -127,6 +127,9 @@ def traced_bot(bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI, collector: Fa
     bot.env_overrides.update(OTEL_EXPORTER_OTLP_ENDPOINT=collector.endpoint, OTEL_BSP_SCHEDULE_DELAY="200")
     bot.settings.update(FAST)
     bot.settings["memory.update_interval_seconds"] = 1
+    # The mention must be answered from its event, in the event's trace: the start-up catch-up, still reading
+    # history when it is posted, would otherwise find it first and answer it in a trace of its own.
+    bot.settings["response.mention_catchup_seconds"] = 0
     mention_reply = [ToolCalls([ToolCall("search_memo", {"query": f"{MARKS[1]} snack"})]), Text(f"{MARKS[2]} figs!")]
 
     def write(request: dict) -> Text | ToolCalls:
