@@ -140,14 +140,12 @@ class NotebookTools:
         return self._data(memo, self._pinned())
 
     def edit(self, name: str, **changes: Any) -> dict[str, Any]:
-        seen = self._seen(name)
-        if not can_write(self._scope.writer, seen.audience):
-            raise MemoError("wider_audience", name=seen.name)
+        seen = self._writable(name)
         memo = self._notebook.edit(seen.name, audience=seen.audience, **changes)
         return self._data(memo, self._pinned())
 
     def remove(self, name: str) -> dict[str, Any]:
-        seen = self._seen(name)
+        seen = self._writable(name)
         memo = self._notebook.remove(seen.name, audience=seen.audience)
         return {"removed": memo.name, "revision": memo.revision}
 
@@ -177,6 +175,14 @@ class NotebookTools:
     def _seen(self, name: str) -> Memo:
         """The live memo `name` means for this client (a name no memo could bear: an unknown memo)."""
         return self._app.memos.get(lookup_name(name), self._scope.reader)
+
+    def _writable(self, name: str) -> Memo:
+        """The live memo `name` means for this client, refused (`wider_audience`) if this client may not change it,
+        as the bot's tools in its conversation may not."""
+        seen = self._seen(name)
+        if not can_write(self._scope.writer, seen.audience):
+            raise MemoError("wider_audience", name=seen.name)
+        return seen
 
     def _nearest(self, work: Callable[[Audience], T]) -> T:
         """`work` for the nearest audience this client reads where it is not refused (as a name
@@ -346,7 +352,12 @@ def build_server(  # type: ignore[no-untyped-def]
         }
         return await call(lambda: tools.edit(memo_name, **changes))
 
-    @server.tool(description="Remove a memo that is no longer true or useful; restore_memo brings it back.")
+    @server.tool(
+        description=(
+            "Remove a memo that is no longer true or useful; restore_memo brings it back. Refused as edit_memo is: "
+            "a pinned memo unless the server allows it, a workspace memo when it was started for one conversation."
+        )
+    )
     async def remove_memo(memo_name: Name) -> dict[str, Any]:
         return await call(lambda: tools.remove(memo_name))
 

@@ -225,6 +225,8 @@ def test_a_dm_memo_is_seen_only_when_started_for_that_dm_and_pinned_memos_need_a
             assert names == {"gift": DM, "lunch": "workspace"}
             wider = await client.call_tool("edit_memo", {"memo_name": "lunch", "content": "Lunch is where the gift is"})
             assert wider.is_error and "seen more widely" in wider.content[0].text  # as the bot's tools in the DM
+            gone = await client.call_tool("remove_memo", {"memo_name": "lunch"})
+            assert gone.is_error and "seen more widely" in gone.content[0].text
             added = data(await client.call_tool("add_memo", {"name": "card", "content": "Bob wants a card"}))
             assert added["kept_for"] == DM
         async with Client(notebook.stdio("--allow-pinned")) as client:

@@ -1,15 +1,13 @@
-"""Memos and privacy end to end: no edit from a private conversation reaches a wider audience,
+"""Memos and privacy end to end: no edit or removal from a private conversation reaches a wider audience,
 and nothing the bot says in one conversation depends on memos it cannot see there."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import ALICE, BOB, CLI_SECONDS, GENERAL, ON_BOTH_DATABASES, BotProcess
+from tests.e2e.conftest import ALICE, BOB, GENERAL, ON_BOTH_DATABASES, BotProcess
 from tests.fakes.openai_server import Text, ToolCall, ToolCalls
 from tests.fakes.slack_server import FakeSlack
 
@@ -53,7 +51,7 @@ def add_private_rooms(slack: FakeSlack) -> None:
 
 
 @ON_BOTH_DATABASES
-def test_an_edit_from_any_private_conversation_of_a_workspace_memo_is_refused(
+def test_an_edit_or_removal_from_any_private_conversation_of_a_workspace_memo_is_refused(
     bot: BotProcess, slack: FakeSlack, llm
 ) -> None:
     add_private_rooms(slack)
@@ -82,19 +80,12 @@ def test_an_edit_from_any_private_conversation_of_a_workspace_memo_is_refused(
     assert "Lunch on Fridays" in shown[0]
     assert "surprise" not in "".join(shown).lower()
 
-    # a removal from a private conversation is allowed, and a person can undo it
-    assert talk(DM, "forget lunch", ToolCall("remove_memo", {"memo_name": "team-lunch"})) == ['Removed memo "team-lunch".']
+    # nor is a removal: the memo's vanishing from every channel would tell them what was said here
+    for room in (DM, SECRET_ROOM, GROUP_DM):
+        removed = talk(room, "forget lunch", ToolCall("remove_memo", {"memo_name": "team-lunch"}))
+        assert len(removed) == 1 and 'The memo "team-lunch" is seen more widely than this conversation' in removed[0]
+    assert memo_rows(bot) == before
     assert bot.stop() == 0
-    restore = subprocess.run(
-        [sys.executable, "-m", "myao2", "memo", "restore", "team-lunch", "--config", str(bot.config_path)],
-        env=bot.environment(),
-        cwd=bot.tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=CLI_SECONDS,
-    )
-    assert restore.returncode == 0, restore.stderr
-    assert bot.rows("SELECT content, removed_at FROM memos") == [("Lunch on Fridays", None)]
 
 
 @pytest.mark.parametrize("room", [DM, SECRET_ROOM], ids=["dm", "private-channel"])

@@ -213,6 +213,21 @@ def test_a_client_started_for_a_dm_cannot_edit_a_workspace_memo_as_the_bots_tool
     assert not failed and edited["priority"] == 4  # a workspace client writes the workspace's
 
 
+def test_a_client_started_for_a_dm_cannot_remove_a_workspace_memo_as_the_bots_tools_there_cannot(
+    app: Application,  # noqa: F811
+) -> None:
+    revisions = len(app.memos.history("lunch-day"))
+    failed, refusal = call(app, Scope(DM), "remove_memo", {"memo_name": "lunch-day"})
+    assert failed and "seen more widely than this conversation" in refusal, refusal
+    assert app.memos.get("lunch-day", GENERAL).content == "Team lunch is on Fridays"
+    assert len(app.memos.history("lunch-day")) == revisions
+
+    failed, removed = call(app, Scope(DM), "remove_memo", {"memo_name": "surprise"})
+    assert not failed and removed["removed"] == "surprise"  # its own memos, as ever
+    failed, removed = call(app, Scope(), "remove_memo", {"memo_name": "lunch-day"})
+    assert not failed and removed["removed"] == "lunch-day"  # a workspace client removes the workspace's
+
+
 def test_a_list_offset_past_the_largest_is_refused_by_the_tools_schema(app: Application) -> None:  # noqa: F811
     failed, refusal = call(app, Scope(), "list_memo", {"offset": 10**33})
     assert failed and "1000000" in refusal and "OverflowError" not in refusal

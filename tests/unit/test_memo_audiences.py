@@ -102,9 +102,22 @@ class TestWhoMayChange:
         store.edit("mine", MemoChanges.create(priority=5), None, "t")
         store.edit("team-lunch", MemoChanges.create(priority=5), None, "t")
 
-    def test_a_private_conversation_may_remove_a_workspace_memo_reversibly(self, store: SqlMemoStore) -> None:
+    @pytest.mark.parametrize("origin", PRIVATE_ONES, ids=["dm", "private-channel", "group-dm"])
+    def test_a_private_conversation_cannot_remove_a_workspace_memo(
+        self, store: SqlMemoStore, database_url: str, origin: Origin
+    ) -> None:
+        # its disappearing from every channel would carry what was said there to them all
         add(store, "team-lunch", PUBLIC, "lunch on fridays")
-        store.remove("team-lunch", DM, "t")
+        before = dump(database_url)
+        with refused("wider_audience"):
+            store.remove("team-lunch", origin, "test")
+        assert dump(database_url) == before
+
+    def test_a_public_channel_and_a_conversation_of_its_own_memo_remove_it_reversibly(self, store: SqlMemoStore) -> None:
+        add(store, "team-lunch", PUBLIC, "lunch on fridays")
+        add(store, "mine", DM)
+        store.remove("team-lunch", OTHER_PUBLIC, "t")
+        store.remove("mine", DM, "t")
         with refused("unknown_name"):
             store.get("team-lunch", "C1")
         restored = store.restore("team-lunch", "cli")

@@ -369,10 +369,21 @@ class TestPrivateEdits:
         assert dump(db_path) == before
         assert "DM secret" not in ok(await call(get_memo, store, ELSEWHERE, memo_name="team-lunch"))
 
-    async def test_a_removal_from_a_dm_is_allowed(self, store: SqlMemoStore) -> None:
+    async def test_a_removal_from_a_dm_of_a_workspace_memo_is_refused_as_an_edit_is(
+        self, store: SqlMemoStore, db_path: Path
+    ) -> None:
         seed(store, "team-lunch")
-        ok(await call(remove_memo, store, PRIVATE, memo_name="team-lunch"))
-        assert store.restore("team-lunch", "cli").name == "team-lunch"
+        before = dump(db_path)
+        english = text_of(await call(remove_memo, store, PRIVATE, memo_name="team-lunch"))
+        assert english.startswith('The memo "team-lunch" is seen more widely than this conversation')
+        japanese = await call(remove_memo, store, PRIVATE, language="ja", memo_name="team-lunch")
+        assert japanese["status"] == "error" and "この会話用のメモを別の名前で add_memo" in text_of(japanese)
+        assert dump(db_path) == before
+
+    async def test_a_dm_removes_its_own_memo(self, store: SqlMemoStore) -> None:
+        seed(store, "mine", PRIVATE)
+        ok(await call(remove_memo, store, PRIVATE, memo_name="mine"))
+        assert store.restore("mine", "cli").name == "mine"
 
 
 class TestChangesPerReply:

@@ -104,8 +104,7 @@ class SqlMemoStore:
                 raise MemoError("changed_meanwhile", name=row.name)
             _refuse_pinned(session, row, origin, keep_pins)
             before = _to_memo(row)
-            if origin is not None and not can_write(origin.audience, before.audience):
-                raise MemoError("wider_audience", name=before.name)
+            _refuse_wider(origin, before)
             now = self._clock.now()
             after = changes.apply(before, now)
             view = _view(origin, before.audience)
@@ -132,6 +131,7 @@ class SqlMemoStore:
             row = self._resolve(session, name, _reader(origin), audience)
             _refuse_pinned(session, row, origin, keep_pins)
             before = _to_memo(row)
+            _refuse_wider(origin, before)
             now = self._clock.now()
             row.removed_at = now
             _flush(session, name, name)
@@ -580,6 +580,12 @@ def _refuse_pinned(session: Session, row: MemoRow, origin: Origin | None, keep_p
     nor may a person's own view that was asked to `keep_pins` (an agent acting for a person)."""
     if (origin is not None or keep_pins) and session.get(MemoPinRow, row.id) is not None:
         raise MemoError("pinned", name=row.name)
+
+
+def _refuse_wider(origin: Origin | None, memo: Memo) -> None:
+    """A conversation changes (edits, removes) only memos kept for exactly its audience (`can_write`)."""
+    if origin is not None and not can_write(origin.audience, memo.audience):
+        raise MemoError("wider_audience", name=memo.name)
 
 
 def _flush(session: Session, name: str, read_as: str | None = None) -> None:
