@@ -187,6 +187,7 @@ class ModelClients:
         import openai
 
         from myao2.infrastructure.llm.chat_client import LeanChatClient
+        from myao2.infrastructure.llm.merging_http_client import MergingHttpClient
         from myao2.infrastructure.llm.tool_registry import SpecCountingModel
 
         config = self.config(role)
@@ -203,7 +204,7 @@ class ModelClients:
             # The SDK's aiohttp transport, its documented alternative to httpx's own (httpcore, h11 and anyio: HTTP/1.1
             # in pure Python): a reply takes 15% fewer instructions. Retries, timeouts and errors stay the SDK's.
             try:
-                base = openai.AsyncOpenAI(**config.client_args, http_client=openai.DefaultAioHttpClient(**verify))
+                base = openai.AsyncOpenAI(**config.client_args, http_client=MergingHttpClient(**verify))
             except openai.OpenAIError as exc:  # e.g. no API key: its message holds no secret
                 raise ConfigError(f"agents.{role}.client_args: {exc}") from None
             self._clients[shared] = base
