@@ -136,7 +136,7 @@ def test_an_answer_whose_showing_cannot_be_noted_is_answered_by_a_retry_not_with
     replies = iter(["An answer that must not appear.", "The one and only answer."])
 
     def respond(request: dict) -> Text:
-        if len(llm.requests) == 1:  # before its first words reach the bot, which notes in the claim that it shows
+        if len(llm.requests) == 1:  # before the bot notes in the claim that its answer shows, as it is about to
             lock.take()
         return Text(next(replies))
 

@@ -28,6 +28,7 @@ from myao2.application.agents import ModelUnavailable
 from myao2.application.reply_stream import ReplyDone, ReplyEvent, TextDelta, ToolFinished, ToolStarted
 from myao2.domain.conversation import Message
 from myao2.infrastructure.slack import gateway as gateway_module
+from myao2.infrastructure.slack import streaming as streaming_module
 from myao2.infrastructure.slack.gateway import SlackGateway, make_web_client
 from tests.fakes import WAIT_SECONDS
 from tests.unit.test_mention import APOLOGY
@@ -303,3 +304,58 @@ async def test_an_answer_withdrawn_as_it_starts_showing_and_cut_short_as_it_is_t
 
         assert [m["ts"] for m in world.slack.messages("C1")] == [message.ts]
         assert "chat.stopStream" not in [p["method"] for p in world.slack.posted]
+
+
+WHOLE: tuple[ReplyEvent, ...] = (TextDelta(FIRST), ReplyDone(FIRST))
+"""An answer done while its first words are held back: posted whole, with one chat.postMessage."""
+WHOLE_CUTS = [
+    *[Point("model", nth) for nth in range(1, len(WHOLE) + 1)],
+    *_around("begin_showing"),
+    *_around("chat.postMessage"),
+    *_around("store"),  # the answer stored and settled
+]
+
+
+class WholeWriter(ScriptedWriter):
+    """Writes `WHOLE` at once, its first reply through the cutter."""
+
+    async def stream(self, context: Any, origin: Any) -> AsyncIterator[ReplyEvent]:
+        for event in WHOLE:
+            await self.cutter.call("model", _nothing)
+            yield event
+
+
+@pytest.mark.parametrize("replica", [None, "r1"], ids=["alone", "replica"])
+@pytest.mark.parametrize("cancel", [True, False], ids=["cancelled", "failing"])
+@pytest.mark.parametrize("point", WHOLE_CUTS, ids=str)
+async def test_an_answer_posted_whole_cut_short_anywhere_shows_once_and_its_retry_settles_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, point: Point, cancel: bool, replica: str | None
+) -> None:
+    """Cut short before it is posted, after, or as it is recorded, an answer posted whole is one message in the
+    thread, marked as the answer (the answer, or where the model failed what it wrote and the apology), recorded
+    with its ts; a later retry does nothing."""
+    monkeypatch.setattr(gateway_module, "RETRY_DELAYS", (0.01, 0.01, 0.01))
+    monkeypatch.setattr(streaming_module, "FIRST_WORDS_HOLD_SECONDS", 60.0)  # done within it, however slow the test
+    async with started_world(tmp_path, replica=replica) as world:
+        message = world.mention()
+        cutter = Cutter(point, cancel=cancel)
+        world.writer = WholeWriter(cutter)  # type: ignore[assignment]
+        await world.start()
+        cut_slack(world, cutter)
+        cut_trips(cutter, monkeypatch)
+
+        await attempt_cut_short(world, message, cutter)
+
+        await restart(world)
+        await world.retry_after(10)
+        assert world.slack.streams == []
+        replies = [m for m in world.slack.messages("C1") if m["ts"] != message.ts]
+        [answer] = replies
+        assert answer["thread_ts"] == message.ts, replies
+        assert answer["text"] in (FIRST, f"{FIRST}\n\n{APOLOGY}", APOLOGY), answer  # the model failing, the apology
+        assert answer["metadata"]["event_payload"] == {"answers": message.ts}
+        assert answered(world, message) == [(answer["ts"], True)]
+
+        calls = len(world.slack.web_calls)
+        assert await world.retry_after(60) == 0
+        assert not [method for method, _ in world.slack.web_calls[calls:] if method.startswith("chat.")]

@@ -30,6 +30,7 @@ from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memory_store import SqlMemoryStore
 from myao2.infrastructure.db.profile_store import SqlProfileStore
 from myao2.infrastructure.slack import gateway as gateway_module
+from myao2.infrastructure.slack import streaming as streaming_module
 from myao2.infrastructure.slack.gateway import SlackGateway, make_web_client
 from myao2.infrastructure.slack.streaming import SlackReplyPublisher, StreamSettings
 from tests.clocks import ManualClock
@@ -521,7 +522,9 @@ async def test_a_mention_is_answered_in_these_trips_to_the_database_and_no_more(
 ) -> None:
     """Every statement a mention answered by a replica sends to the database, trip by trip (each costs CPU: a
     read or a trip more shows here). An answer done before its first words would show is posted whole: no
-    stream's ts to record."""
+    stream's ts to record, and one check that it is still this replica's, as it is noted as showing."""
+    if not streamed:  # done within the first words' hold, however slow the test
+        monkeypatch.setattr(streaming_module, "FIRST_WORDS_HOLD_SECONDS", 60.0)
     async with started_world(tmp_path, replica="r1", memories=True) as world:
         world.writer.pause = SLOWLY if streamed else 0.0
         message = world.mention()
@@ -530,7 +533,12 @@ async def test_a_mention_is_answered_in_these_trips_to_the_database_and_no_more(
 
     [answer] = world.slack.streams if streamed else [p for p in world.slack.posted if p["method"] == "chat.postMessage"]
     assert answered(world, message) == [(answer["ts"], True)]
-    recorded = [["UPDATE claims SET", "COMMIT"]] if streamed else []  # the stream's ts, as soon as Slack told it
+    streaming = [
+        ["UPDATE claims SET", "COMMIT"],  # still this replica's, and noted as showing, before the stream starts
+        ["UPDATE claims SET", "COMMIT"],  # the stream's ts, as soon as Slack told it
+        ["SELECT claims"],  # still this replica's, before the stream ends as the answer
+    ]
+    whole = [["UPDATE claims SET", "COMMIT"]]  # still this replica's, and noted as showing, before it is posted
     assert trips == [
         [
             "INSERT INTO claims", "COMMIT", "SELECT channels",  # the claim, and the channel for the answer
@@ -540,8 +548,6 @@ async def test_a_mention_is_answered_in_these_trips_to_the_database_and_no_more(
             "SELECT digests",
             "SELECT profiles",
         ],
-        ["UPDATE claims SET", "COMMIT"],  # noted as showing, before the stream starts
-        *recorded,
-        ["SELECT claims"],  # still this replica's, before the answer is complete
+        *(streaming if streamed else whole),
         ["INSERT INTO messages", "UPDATE claims SET", "COMMIT"],  # the answer stored and settled
     ]

@@ -468,8 +468,9 @@ class AnswerMention:
         """Show the answer as it is written, marked as the answer to `message`, and settle it once stored; its
         prompt shows `conversation`, if it was read.
 
-        Should it be slow to show, `reaction` lands first (see `PendingReaction`). Its ts is recorded as soon as it
-        shows, so an attempt cut short ends it instead of starting a second answer.
+        Should it be slow to show, `reaction` lands first (see `PendingReaction`). Just before it first shows
+        (its stream starts, or it is posted whole) it is noted as showing (`_begin_showing`); its ts is recorded
+        as soon as it shows, so an attempt cut short ends it instead of starting a second answer.
         """
 
         async def started(answer_ts: str) -> None:
@@ -478,9 +479,19 @@ class AnswerMention:
             ):
                 raise ReplyWithdrawn
 
+        shown = False  # noted as showing: its first words go to Slack
+
+        async def about_to_show() -> None:
+            nonlocal shown
+            if reaction is not None:
+                await reaction.before_answer()
+            if not shown:  # once: a stream Slack refused to start is posted whole
+                await self._begin_showing(message)
+                shown = True
+
         # Left unfinished (withdrawn as it starts showing, the bot stopping), the reply ends here, in this task.
-        showing = self._showing(message, self._reply(channel, message, attempt, conversation))
-        async with aclosing(showing) as reply:  # type: ignore[type-var]
+        held = self._held_to_the_end(message, self._reply(channel, message, attempt, conversation), lambda: shown)
+        async with aclosing(held) as reply:  # type: ignore[type-var]
             await self._conversations.publish(
                 channel,
                 reply_thread,
@@ -491,7 +502,7 @@ class AnswerMention:
                 started=started,
                 unheard=lambda sent: self._started_unheard(message, reply_thread, sent),
                 left_open=self._left_open(message),
-                about_to_show=None if reaction is None else reaction.before_answer,
+                about_to_show=about_to_show,
                 stored=lambda answer_ts: self._settle(message, answer_ts),
             )
 
@@ -568,31 +579,31 @@ class AnswerMention:
 
         return read
 
-    async def _showing(self, message: Message, reply: ReplyStream) -> ReplyStream:
-        """`reply`, noted in the claim as showing before its first event goes to Slack (a later attempt then
-        looks for a stream whose ts this one never heard, see `_unheard_answer`).
+    async def _begin_showing(self, message: Message) -> None:
+        """Note in the claim that the answer to `message` shows next (its first words go to Slack, before Slack
+        tells a stream's ts): a later attempt then looks for a stream whose ts this one never heard (see
+        `_unheard_answer`).
 
-        It is withdrawn if another replica took the answer over meanwhile (this one stalled for longer than its
-        lease: that one answers); checked with that note and, among replicas, again before it is complete, so
-        neither a streamed answer nor one posted whole stays beside the other replica's.
-
-        A note that cannot be written (the database locked or unreachable) defers the reply: nothing shows, and
-        the attempt fails, to be taken up again.
+        Withdrawn if the claim is settled, or another replica took the answer over meanwhile (this one stalled for
+        longer than its lease: that one answers). A note that cannot be written (the database locked or
+        unreachable) defers the reply: nothing shows, and the attempt fails, to be taken up again.
         """
-        noted = False
+        try:
+            begun = await asyncio.to_thread(
+                self._store.begin_showing, message.channel_id, message.ts, holder=self._replica
+            )
+        except Exception as exc:
+            raise ReplyDeferred(f"could not note the answer as showing: {exc!r}") from exc
+        if not begun:
+            raise ReplyWithdrawn
+
+    async def _held_to_the_end(self, message: Message, reply: ReplyStream, shown: Callable[[], bool]) -> ReplyStream:
+        """`reply`, withdrawn as it is complete if it shows already (`shown`) and another replica took the answer
+        over meanwhile: a streamed answer then never ends beside that replica's. One not showing yet (posted whole
+        once complete) is checked as it is noted as showing (`_begin_showing`), just before it is posted."""
         async with aclosing(reply) as events:  # held back, the model's reply ends here, in this task
             async for event in events:
-                if not noted:
-                    try:
-                        begun = await asyncio.to_thread(
-                            self._store.begin_showing, message.channel_id, message.ts, holder=self._replica
-                        )
-                    except Exception as exc:
-                        raise ReplyDeferred(f"could not note the answer as showing: {exc!r}") from exc
-                    if not begun:
-                        raise ReplyWithdrawn
-                    noted = True
-                elif isinstance(event, ReplyDone) and self._replica is not None:
+                if isinstance(event, ReplyDone) and self._replica is not None and shown():
                     if not await asyncio.to_thread(self._store.holds, message.channel_id, message.ts, self._replica):
                         raise ReplyWithdrawn
                 yield event
