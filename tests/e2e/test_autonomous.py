@@ -46,9 +46,11 @@ def prompt_text(request: dict) -> str:
     )
 
 
-def judgment(should_respond: bool, confidence: float = 0.8, reason: str = "because") -> ToolCalls:
+def judgment(
+    should_respond: bool, confidence: float = 0.8, reason: str = "because", hold: threading.Event | None = None
+) -> ToolCalls:
     arguments = {"should_respond": should_respond, "reason": reason, "confidence": confidence}
-    return ToolCalls([ToolCall("JudgmentOutput", arguments)])
+    return ToolCalls([ToolCall("JudgmentOutput", arguments)], hold=hold)
 
 
 def responder(judge: Callable[[dict], Reply], write: Callable[[dict], Reply]) -> Callable[[dict], Reply]:
@@ -310,6 +312,27 @@ def test_an_edit_of_the_newest_message_is_judged_once_more(bot: BotProcess, slac
     slack.edit_message(GENERAL, newest, "anyone know a good ramen place near the station?")
     slack.wait_for(lambda: len(judgments(llm)) == 2, what="a judgment of the edited message")
     assert "Bob: anyone know a good ramen place near the station?" in prompt_text(judgments(llm)[1])
+    time.sleep(8 * CHECK)  # room for a third
+    assert len(judgments(llm)) == 2, "one edit, one judgment"
+    assert slack.posted == [] and generations(llm) == []
+    assert bot.stop() == 0
+
+
+def test_an_edit_of_the_newest_message_while_it_is_judged_is_judged_once_more(
+    bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
+) -> None:
+    edited = threading.Event()
+    llm.set_responder(responder(lambda r: judgment(False, 0.95, hold=edited), lambda r: Text("should never be written")))
+    start(bot)
+    newest = slack.post_message(GENERAL, BOB, "anyone know a good ramen place?")
+    slack.wait_for(lambda: judgments(llm), what="the judgment of the first text")
+    slack.edit_message(GENERAL, newest, "anyone know a good ramen place near the station?")
+    wait_until(lambda: stored_text(bot, newest).endswith("the station?"), what="the edit stored while judged")
+    edited.set()  # the judgment of the old text comes back after the edit
+
+    slack.wait_for(lambda: len(judgments(llm)) == 2, what="a judgment of the edited message")
+    assert "Bob: anyone know a good ramen place near the station?" in prompt_text(judgments(llm)[1])
+    wait_until(lambda: standing(bot, newest), what="the judgment of the edited text to stand")
     time.sleep(8 * CHECK)  # room for a third
     assert len(judgments(llm)) == 2, "one edit, one judgment"
     assert slack.posted == [] and generations(llm) == []

@@ -85,11 +85,12 @@ class ToolCall:
 
 @dataclass
 class ToolCalls:
-    """An assistant message calling tools (finish_reason "tool_calls")."""
+    """An assistant message calling tools (finish_reason "tool_calls"); ``hold`` as for `Text`."""
 
     calls: list[ToolCall]
     content: str = ""
     delay: float = 0.0
+    hold: threading.Event | None = None
 
 
 @dataclass
@@ -275,7 +276,7 @@ class FakeOpenAI(LoopbackServer):
         reply = self._next_reply(body)
         if reply.delay:
             await asyncio.sleep(reply.delay)
-        hold = reply.hold if isinstance(reply, Text) else None
+        hold = reply.hold if isinstance(reply, (Text, ToolCalls)) else None
         while hold is not None and not hold.is_set():
             await asyncio.sleep(0.01)
         if isinstance(reply, Error):

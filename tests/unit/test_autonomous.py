@@ -263,6 +263,32 @@ async def test_an_edit_of_the_newest_message_is_judged_once_more(world: World) -
     assert len(world.judge.calls) == 2
 
 
+@pytest.mark.parametrize("joins", [False, True], ids=["no", "yes"])
+async def test_an_edit_of_the_newest_message_while_it_is_judged_has_it_judged_once_more(
+    world: World, joins: bool
+) -> None:
+    # The edit lands during the model call: the judgment of the old text must neither stand over the new one,
+    # nor be acted on. The edited text is judged at the next check, once.
+    newest = world.say("anyone know a good ramen place?", user="UBOB")
+
+    def edited_meanwhile(context: PromptContext) -> Judgment:
+        if len(world.judge.calls) == 1:
+            world.store.edit_message("C1", newest, "anyone know a good ramen place near the station?")
+        return Judgment(joins, "maybe", 0.95)
+
+    world.judge.decide = edited_meanwhile
+    assert await world.check(after=WAIT) == 1
+    assert world.writer.calls == [] and world.chat.posts == [], "nothing written from the old text"
+    assert await world.check() == 1
+    assert world.judged_texts()[-1].endswith("Bob: anyone know a good ramen place near the station?")
+    assert await world.check(after=WAIT) == 0, "one edit, one judgment"
+    assert len(world.judge.calls) == 2
+    assert len(world.chat.posts) == (1 if joins else 0)
+    assert [context.conversation[-1][-len("the station?"):] for context, _ in world.writer.calls] == (
+        ["the station?"] if joins else []
+    )
+
+
 async def test_an_edit_is_judged_only_once_the_hourly_budget_allows(world: World) -> None:
     with_settings(world, max_replies_per_hour=1)
     world.judge.decide = lambda context: Judgment("thread" in context.conversation[-1], "maybe", 0.95)

@@ -4,11 +4,13 @@ new since their last judgment, how lively a channel is, and the bot's unasked po
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from sqlalchemy import Engine, insert, select, text
+from sqlalchemy import Connection, Engine, insert, select, text
 
 from myao2.domain.activity import ReplyKind
 from myao2.domain.conversation import History, Message, ts_to_datetime
@@ -37,9 +39,14 @@ def stores(engine: Engine) -> tuple[SqlConversationStore, SqlAutonomyStore]:
 def say(
     conversations: SqlConversationStore, seconds: int, channel: str = "C1", thread: int | None = None, user: str = "U1"
 ) -> str:
-    thread_ts = None if thread is None else ts(thread)
-    conversations.save_message(Message(channel, ts(seconds), user, f"said at {seconds}", user, thread_ts=thread_ts))
+    conversations.save_message(said(seconds, channel, thread, user))
     return ts(seconds)
+
+
+def said(seconds: int, channel: str = "C1", thread: int | None = None, user: str = "U1") -> Message:
+    """The message `say` stores, as a judgment reads it."""
+    thread_ts = None if thread is None else ts(thread)
+    return Message(channel, ts(seconds), user, f"said at {seconds}", user, thread_ts=thread_ts)
 
 
 def newest(autonomy: SqlAutonomyStore, channels: tuple[str, ...] = ("C1", "C2")) -> list[tuple[str, str | None, str]]:
@@ -113,13 +120,13 @@ def test_a_standing_judgment_hides_its_conversation_until_a_new_message_or_its_e
 ) -> None:
     conversations, autonomy = stores
     say(conversations, 10)
-    autonomy.stand(TOP, ts(10), NOW + timedelta(seconds=1), NOW)
+    autonomy.stand(TOP, said(10), NOW + timedelta(seconds=1), NOW)
     assert newest(autonomy) == []
     assert [m.ts for m in autonomy.unjudged(["C1"], SINCE, NOW + timedelta(seconds=1))] == [ts(10)], "it ended"
 
     say(conversations, 20)
     assert newest(autonomy) == [("C1", None, ts(20))]
-    autonomy.stand(TOP, ts(20), NOW + timedelta(hours=1), NOW)
+    autonomy.stand(TOP, said(20), NOW + timedelta(hours=1), NOW)
     assert newest(autonomy) == []
     autonomy.drop(TOP)
     assert newest(autonomy) == [("C1", None, ts(20))]
@@ -139,9 +146,27 @@ def test_an_edit_of_the_text_a_judgment_was_made_on_has_it_judged_afresh(
     conversations, autonomy = stores
     say(conversations, 10)
     say(conversations, 20)
-    autonomy.stand(TOP, ts(20), NOW + timedelta(hours=12), NOW)
+    autonomy.stand(TOP, said(20), NOW + timedelta(hours=12), NOW)
     assert conversations.edit_message("C1", ts(edited), text)
     assert newest(autonomy) == ([] if stands else [("C1", None, ts(20))])
+
+
+@pytest.mark.parametrize("meanwhile", ["edited", "deleted"])
+def test_a_judgment_of_a_message_edited_or_deleted_while_it_was_judged_does_not_stand(
+    stores: tuple[SqlConversationStore, SqlAutonomyStore], meanwhile: str
+) -> None:
+    conversations, autonomy = stores
+    say(conversations, 10)
+    if meanwhile == "edited":
+        assert conversations.edit_message("C1", ts(10), "said better at 10")
+    else:
+        conversations.delete_message("C1", ts(10))
+    assert not autonomy.stand(TOP, said(10), NOW + timedelta(hours=12), NOW)
+    assert newest(autonomy) == ([("C1", None, ts(10))] if meanwhile == "edited" else [])
+    assert autonomy.stand(TOP, replace(said(10), text="said better at 10"), NOW + timedelta(hours=12), NOW) == (
+        meanwhile == "edited"
+    )
+    assert newest(autonomy) == []
 
 
 def test_an_edit_a_history_fetch_finds_has_the_judgment_made_on_the_old_text_judged_afresh(
@@ -149,7 +174,7 @@ def test_an_edit_a_history_fetch_finds_has_the_judgment_made_on_the_old_text_jud
 ) -> None:
     conversations, autonomy = stores
     say(conversations, 10)
-    autonomy.stand(TOP, ts(10), NOW + timedelta(hours=12), NOW)
+    autonomy.stand(TOP, said(10), NOW + timedelta(hours=12), NOW)
     fetched = Message("C1", ts(10), "U1", "said better at 10", "U1")  # edited while the bot was away
     conversations.reconcile(History("C1", [fetched], complete_after=ts(0), threads=frozenset()), NOW)
     assert newest(autonomy) == [("C1", None, ts(10))]
@@ -158,13 +183,31 @@ def test_an_edit_a_history_fetch_finds_has_the_judgment_made_on_the_old_text_jud
 def test_judgments_no_longer_standing_are_forgotten(
     stores: tuple[SqlConversationStore, SqlAutonomyStore], engine: Engine
 ) -> None:
-    _, autonomy = stores
-    autonomy.stand(ConversationKey("C1", ts(1)), ts(1), NOW, NOW - timedelta(seconds=1))
-    autonomy.stand(ConversationKey("C2", None), ts(2), NOW + timedelta(hours=1), NOW)
-    autonomy.stand(ConversationKey("C3", None), ts(3), NOW, NOW)  # holds for no time (judgment skip off)
+    conversations, autonomy = stores
+    for seconds, channel in ((1, "C1"), (2, "C2"), (3, "C3")):
+        say(conversations, seconds, channel)
+    autonomy.stand(ConversationKey("C1", ts(1)), said(1, "C1"), NOW, NOW - timedelta(seconds=1))
+    autonomy.stand(ConversationKey("C2", None), said(2, "C2"), NOW + timedelta(hours=1), NOW)
+    autonomy.stand(ConversationKey("C3", None), said(3, "C3"), NOW, NOW)  # holds for no time (judgment skip off)
     with engine.connect() as connection:
         kept = connection.exec_driver_sql("SELECT channel_id, thread_ts FROM standing_judgments").all()
     assert [tuple(row) for row in kept] == [("C2", "")]
+
+
+def stand_blocked_by(engine: Engine, other: Connection, stand: Callable[[], bool], what: str) -> bool:
+    """Run `stand` while `other` (PostgreSQL) holds its uncommitted change: it must wait on it; then commit it,
+    and return what `stand` returned."""
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as watcher:
+        holder = other.execute(text("SELECT pg_backend_pid()")).scalar()
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            standing = pool.submit(stand)
+            waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND :holder = ANY(pg_blocking_pids(pid))"
+            deadline = time.monotonic() + 30
+            while not watcher.execute(text(waiting), {"holder": holder}).scalar():
+                assert not standing.done() and time.monotonic() < deadline, f"stand did not wait on {what}"
+                time.sleep(0.01)
+            other.commit()
+            return standing.result(timeout=30)
 
 
 @pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
@@ -173,23 +216,30 @@ def test_a_judgment_stood_while_another_replica_stands_one_on_the_same_conversat
 ) -> None:
     # Two replicas may judge one conversation at once (a lease holder stalled past its lease): the second to
     # stand waits on the first's uncommitted row, then must replace it, not fail on its key.
-    _, autonomy = stores
+    conversations, autonomy = stores
+    say(conversations, 20)
     first, second = NOW + timedelta(hours=1), NOW + timedelta(hours=2)
-    with engine.connect() as other, engine.connect().execution_options(isolation_level="AUTOCOMMIT") as watcher:
-        holder = other.execute(text("SELECT pg_backend_pid()")).scalar()
+    with engine.connect() as other:
         other.execute(insert(STANDING).values(channel_id="C1", thread_ts="", newest_ts=ts(10), until=first))
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            standing = pool.submit(autonomy.stand, TOP, ts(20), second, NOW)
-            waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND :holder = ANY(pg_blocking_pids(pid))"
-            deadline = time.monotonic() + 30
-            while not watcher.execute(text(waiting), {"holder": holder}).scalar():
-                assert not standing.done() and time.monotonic() < deadline, "stand did not wait on the other's row"
-                time.sleep(0.01)
-            other.commit()
-            standing.result(timeout=30)
+        stand_blocked_by(engine, other, lambda: autonomy.stand(TOP, said(20), second, NOW), "the other's row")
     with engine.connect() as connection:
         rows = connection.execute(select(STANDING)).all()
     assert [tuple(row) for row in rows] == [("C1", "", ts(20), second)]
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+def test_a_judgment_stood_while_its_message_is_being_edited_waits_for_the_edit_and_does_not_stand(
+    engine: Engine, stores: tuple[SqlConversationStore, SqlAutonomyStore]
+) -> None:
+    # The edit's transaction writes the new text, then drops what stands on the old; a judgment of the old text
+    # stood between the two (read committed: its statement would not see the edit) would outlive the edit.
+    conversations, autonomy = stores
+    say(conversations, 10)
+    with engine.connect() as other:
+        other.execute(text("UPDATE messages SET text = 'said better at 10' WHERE ts = :ts"), {"ts": ts(10)})
+        stood = stand_blocked_by(engine, other, lambda: autonomy.stand(TOP, said(10), NOW + timedelta(hours=12), NOW), "the edit")
+    assert stood is False
+    assert newest(autonomy) == [("C1", None, ts(10))]
 
 
 def test_messages_counted_per_channel_since(stores: tuple[SqlConversationStore, SqlAutonomyStore]) -> None:

@@ -175,7 +175,10 @@ class AutonomousResponder:
                 span.set_attribute("myao2.judgment.confidence", judgment.confidence)
             if self._activity is not None:
                 await self._activity.judgment(channel.id, judgment)
-            await self._remember(key, newest, judgment.confidence if judgment else 0.0)
+            judged = next((m for m in messages if m.ts == newest.ts), newest)
+            if not await self._remember(key, judged, judgment.confidence if judgment else 0.0):
+                logger.info("not joining %s: its newest message was edited while it was judged", key)
+                return
             if judgment is None or not judgment.should_respond:
                 return
             # The reason is the model's free text about the conversation: DEBUG only.
@@ -203,11 +206,12 @@ class AutonomousResponder:
         finally:
             self._considering.discard(key)
 
-    async def _remember(self, key: ConversationKey, newest: Message, confidence: float) -> None:
+    async def _remember(self, key: ConversationKey, judged: Message, confidence: float) -> bool:
+        """Let the judgment of `judged` (as the judge read it) stand; False if it was edited (or deleted) since."""
         skip = self._settings.skip
         holds = skip.holds_for(confidence) if skip else timedelta(0)
         now = self._clock.now()
-        await asyncio.to_thread(self._autonomy.stand, key, newest.ts, now + holds, now)
+        return await asyncio.to_thread(self._autonomy.stand, key, judged, now + holds, now)
 
     async def _pace(self, channel_id: str) -> bool:
         """Wait out a pause (drawn from `interval_seconds`) after the bot's last unasked post in this channel;

@@ -479,9 +479,12 @@ class AutonomyStore(Protocol):
         """How many messages each of these channels has posted after `since` (channels with none left out)."""
         ...
 
-    def stand(self, key: ConversationKey, newest_ts: str, until: datetime, now: datetime) -> None:
-        """A judgment on `newest_ts`, the newest message of conversation `key`, stands until `until` (it replaces
-        the conversation's last one); those no longer standing at `now` are forgotten."""
+    def stand(self, key: ConversationKey, newest: Message, until: datetime, now: datetime) -> bool:
+        """A judgment on `newest`, the newest message of conversation `key` as it was judged, stands until `until`
+        (it replaces the conversation's last one); those no longer standing at `now` are forgotten.
+
+        False, and nothing stands, when the message no longer reads as judged (edited meanwhile, or deleted):
+        its new text is to be judged."""
         ...
 
     def drop(self, key: ConversationKey) -> None:

@@ -13,7 +13,7 @@ from myao2.domain.activity import ReplyKind
 from myao2.domain.conversation import Message
 from myao2.infrastructure.db.conversation_store import _MESSAGE, _to_message
 from myao2.domain.judgment import ConversationKey
-from myao2.infrastructure.db.engine import INSERT_IGNORING, reading, writing
+from myao2.infrastructure.db.engine import INSERT_IGNORING, reading, take_write_lock, writing
 from myao2.infrastructure.db.tables import MessageRow, ReplyRow, StandingJudgmentRow
 
 _MESSAGES: Table = MessageRow.__table__  # type: ignore[attr-defined]
@@ -60,15 +60,21 @@ class SqlAutonomyStore:
             rows = connection.execute(_COUNTS, {"channels": list(channel_ids), "since": since}).all()
         return {channel: count for channel, count in rows}
 
-    def stand(self, key: ConversationKey, newest_ts: str, until: datetime, now: datetime) -> None:
+    def stand(self, key: ConversationKey, newest: Message, until: datetime, now: datetime) -> bool:
         with writing(self._engine) as connection:
-            if until > now:
+            # An edit of the message waits for this (or this for it, and then reads its new text): it drops what
+            # stands on the message's old text in the transaction that writes the new one.
+            take_write_lock(connection)
+            stored = connection.execute(_TEXT_NOW, {"channel": key.channel_id, "ts": newest.ts}).first()
+            still = stored is not None and stored.text == newest.text
+            if still and until > now:
                 thread = key.thread_ts or _TOP_LEVEL
-                row = {"channel_id": key.channel_id, "thread_ts": thread, "newest_ts": newest_ts, "until": until}
+                row = {"channel_id": key.channel_id, "thread_ts": thread, "newest_ts": newest.ts, "until": until}
                 connection.execute(self._stand, row)
-            else:
+            elif still:
                 connection.execute(delete(_STANDING).where(*_here(key)))
             connection.execute(delete(_STANDING).where(_STANDING.c.until <= now))
+            return still
 
     def drop(self, key: ConversationKey) -> None:
         with writing(self._engine) as connection:
@@ -139,6 +145,11 @@ def _is_newest(thread: ColumnElement[bool]) -> object:
 _UNJUDGED = _unjudged()
 _IS_NEWEST_OF_FLOW = _is_newest(_MESSAGES.c.thread_ts.is_(None))
 _IS_NEWEST_OF_THREAD = _is_newest(_MESSAGES.c.thread_ts == bindparam("thread"))
+_TEXT_NOW = (
+    core_select(_MESSAGES.c.text)
+    .where(_MESSAGES.c.channel_id == bindparam("channel"), _MESSAGES.c.ts == bindparam("ts"))
+    .with_for_update()
+)
 _COUNTS = (
     core_select(_MESSAGES.c.channel_id, func.count())
     .where(
