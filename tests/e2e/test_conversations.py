@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 
 from tests.e2e.conftest import ALICE, BOB, GENERAL, ON_BOTH_DATABASES, STOP_SECONDS, BotProcess, wait_until
@@ -27,6 +28,30 @@ def test_a_dm_is_answered_without_a_mention_and_without_a_thread(bot: BotProcess
     posts = slack.wait_for_posts(1)
     assert posts[0]["channel"] == ALICE_DM and posts[0]["text"] == "Hey Alice, I'm here."
     assert not posts[0].get("thread_ts")
+    assert bot.stop() == 0
+
+
+def test_nothing_of_a_dm_answer_reaches_the_next_channel_answers_model_request(bot: BotProcess, slack: FakeSlack, llm) -> None:
+    """The agent that wrote the DM answer may write the next one (agents are reused): it starts blank."""
+    slack.add_channel(ALICE_DM, ALICE, is_im=True, members=[ALICE])
+    bot.start()
+    memo = {"name": "alice-surgery", "content": "tool-canary-93ab: surgery on Tuesday", "priority": 3}
+    llm.script(
+        ToolCalls([ToolCall("add_memo", memo)], content="Noting that."),
+        Text("answer-canary-52e0: I'll keep it to myself."),
+    )
+    slack.post_message(ALICE_DM, ALICE, "dm-canary-7c1f: my surgery is on Tuesday")
+    slack.wait_for(lambda: any("answer-canary-52e0" in p["text"] for p in slack.posted), what="the DM answer")
+    seen = len(llm.requests)
+
+    llm.script(Text("Ramen it is."))
+    public = slack.post_message(GENERAL, BOB, f"<@{slack.bot_user_id}> what's for lunch?")
+    slack.wait_for(lambda: replies_in(slack, public), what="the reply in the public channel")
+
+    request = llm.requests[seen]
+    assert [m["role"] for m in request["messages"]] == ["system", "user"]
+    assert "what's for lunch?" in prompt_text(request)
+    assert not [c for c in ("dm-canary-7c1f", "answer-canary-52e0", "tool-canary-93ab") if c in json.dumps(request)]
     assert bot.stop() == 0
 
 

@@ -1,10 +1,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import importlib.util
 import json
 import logging
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import aclosing
@@ -19,7 +21,7 @@ from myao2.application.agents import ModelUnavailable
 from myao2.application.context import Persona, PromptContext
 from myao2.application.reply_stream import ReplyDone, TextDelta, ToolFinished, ToolStarted
 from myao2.config import AgentConfig, AgentsConfig, ConfigError
-from myao2.domain.conversation import Channel
+from myao2.domain.conversation import Channel, ChannelKind
 from myao2.domain.memo import Origin
 from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.engine import open_database
@@ -565,3 +567,154 @@ async def test_a_reply_estimates_each_tool_spec_once_as_strands_would(fake, make
     await writer.write(CONTEXT, ORIGIN)
 
     assert len(fake.requests) == 3 and not [spec for spec in estimated if spec in specs]
+
+
+# ---------------------------------------------------------------- agents reused between answers
+
+DM_CANARY = "dm-canary-7c1f: Alice's surgery is on Tuesday"
+DM_ANSWER_CANARY = "answer-canary-52e0: I'll keep your surgery date to myself"
+DM_CONTEXT = PromptContext(
+    persona=CONTEXT.persona,
+    now=CONTEXT.now,
+    channel=Channel("DALICE", "alice", ChannelKind.IM),
+    conversation=(f"[2025-01-02 02:58] Alice: {DM_CANARY}",),
+    important_memos=(),
+    recent_memos=(),
+)
+DM_ORIGIN = Origin(channel_id="DALICE", user_id="U1", message_ts="1735786680.000100")
+CANARIES = ("dm-canary-7c1f", "answer-canary-52e0", "tool-canary-93ab")
+
+
+def assert_a_fresh_channel_request(request: dict[str, Any]) -> None:
+    """`request` is a first model call for the channel answer: its system prompt and query alone, nothing of the
+    DM answer before it (its prompt, its answer, its tool calls and results)."""
+    assert [message["role"] for message in request["messages"]] == ["system", "user"]
+    assert text_of(request["messages"][0]) == RENDERER.render("response", "system", CONTEXT)
+    assert text_of(request["messages"][1]) == RENDERER.render("response", "query", CONTEXT)
+    sent = json.dumps(request, ensure_ascii=False)
+    assert not [canary for canary in CANARIES if canary in sent]
+
+
+async def dm_then_channel(writer: StrandsReplyWriter, fake: FakeOpenAI, answer_in_dm: Any) -> dict[str, Any]:
+    """Have `writer` answer in the DM (`answer_in_dm(stream)` reads the stream, however it ends), then in the
+    channel; the channel answer's first request."""
+    async with aclosing(writer.stream(DM_CONTEXT, DM_ORIGIN)) as stream:
+        with contextlib.suppress(ModelUnavailable):
+            await answer_in_dm(stream)
+    assert any(DM_CANARY in text_of(m) for m in fake.requests[0]["messages"])  # the canary went out with the DM's
+    seen = len(fake.requests)
+    fake.script(Text("Ramen it is."))
+    assert await writer.write(CONTEXT, ORIGIN) == "Ramen it is."
+    return fake.requests[seen]
+
+
+async def read_all(stream: Any) -> None:
+    async for _ in stream:
+        pass
+
+
+async def test_consecutive_answers_are_written_by_one_agent_made_once(fake, make_writer, monkeypatch):
+    """Making a strands Agent is a good part of an answer's CPU (its plugins introspected, its registries built):
+    an agent that ended its answer cleanly writes the next one."""
+    import strands
+
+    made: list[object] = []
+    init = strands.Agent.__init__
+
+    def counted(self: object, *args: Any, **kwargs: Any) -> None:
+        made.append(self)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(strands.Agent, "__init__", counted)
+    writer = make_writer()
+
+    for _ in range(3):
+        await writer.write(CONTEXT, ORIGIN)
+
+    assert len(fake.requests) == 3
+    assert len(made) == 1
+
+
+async def test_nothing_of_a_dm_answer_reaches_the_next_channel_answers_request(fake, make_writer):
+    fake.script(Text(DM_ANSWER_CANARY, pieces=3))
+
+    request = await dm_then_channel(make_writer(), fake, read_all)
+
+    assert_a_fresh_channel_request(request)
+
+
+async def test_nothing_of_a_dm_answer_with_tool_calls_reaches_the_next_channel_answers_request(fake, make_writer):
+    memo = {"name": "alice-surgery", "content": "tool-canary-93ab: surgery on Tuesday", "priority": 3}
+    fake.script(ToolCalls([ToolCall("add_memo", memo)], content="Noting that."), Text(DM_ANSWER_CANARY))
+
+    request = await dm_then_channel(make_writer(), fake, read_all)
+
+    assert len(fake.requests) == 3
+    assert_a_fresh_channel_request(request)
+
+
+async def test_nothing_of_a_dm_answer_stopped_at_the_tool_cycle_cap_reaches_the_next_channel_answer(fake, make_writer):
+    fake.script(
+        ToolCalls([ToolCall("get_memo", {"memo_name": "tool-canary-93ab"})], content=DM_ANSWER_CANARY),
+        ToolCalls([ToolCall("list_memo_tags", {})]),
+    )
+
+    request = await dm_then_channel(make_writer(max_tool_cycles=2), fake, read_all)
+
+    assert_a_fresh_channel_request(request)
+
+
+async def test_nothing_of_a_dm_answer_the_model_broke_off_reaches_the_next_channel_answer(fake, make_writer):
+    fake.script(Text(DM_ANSWER_CANARY + " and more words after it", pieces=6, fail_after=3))
+
+    request = await dm_then_channel(make_writer(max_retries=0), fake, read_all)
+
+    assert_a_fresh_channel_request(request)
+
+
+async def test_nothing_of_a_dm_answer_closed_midway_reaches_the_next_channel_answer(fake, make_writer):
+    fake.script(Text(DM_ANSWER_CANARY + " and more words after it", pieces=8, interval=0.05))
+
+    async def first_words(stream: Any) -> None:
+        assert isinstance(await anext(stream), TextDelta)
+
+    request = await dm_then_channel(make_writer(), fake, first_words)
+
+    assert_a_fresh_channel_request(request)
+
+
+async def test_nothing_of_a_dm_answer_closed_at_a_tool_call_reaches_the_next_channel_answer(fake, make_writer):
+    memo = {"name": "alice-surgery", "content": "tool-canary-93ab: surgery on Tuesday", "priority": 3}
+    fake.script(ToolCalls([ToolCall("add_memo", memo)], content=DM_ANSWER_CANARY))
+
+    async def up_to_the_tool(stream: Any) -> None:
+        async for event in stream:
+            if isinstance(event, ToolStarted):
+                return
+
+    request = await dm_then_channel(make_writer(), fake, up_to_the_tool)
+
+    assert_a_fresh_channel_request(request)
+
+
+async def test_nothing_of_an_empty_dm_answer_reaches_the_next_channel_answer(fake, make_writer):
+    fake.script(Text("   "))
+
+    request = await dm_then_channel(make_writer(), fake, read_all)
+
+    assert_a_fresh_channel_request(request)
+
+
+async def test_answers_written_at_once_each_have_an_agent_of_their_own(fake, make_writer):
+    held = threading.Event()
+    writer = make_writer()
+    await writer.write(CONTEXT, ORIGIN)  # an agent is idle now
+    fake.script(Text(DM_ANSWER_CANARY, hold=held), Text("Ramen it is."))
+
+    dm = asyncio.ensure_future(writer.write(DM_CONTEXT, DM_ORIGIN))
+    await fake.async_wait_for_requests(2)
+    assert await writer.write(CONTEXT, ORIGIN) == "Ramen it is."  # while the DM answer is under way
+    held.set()
+
+    assert await dm == DM_ANSWER_CANARY
+    assert_a_fresh_channel_request(fake.requests[2])

@@ -58,6 +58,7 @@ from myao2.domain.memo import MAX_CHANGES_PER_REPLY, ChangeBudget, Origin
 from myao2.domain.memory import Draft
 from myao2.domain.profile import Confirmation, NewFact
 from myao2.domain.ports import MemoStore
+from myao2.infrastructure.llm.agent_pool import AgentPool
 from myao2.infrastructure.llm.chat_client import cleaned
 from myao2.infrastructure.llm.deferred_inits import defer_package_inits
 from myao2.infrastructure.llm.phrases import elapsed_phrase, tool_title
@@ -281,6 +282,7 @@ class StrandsReplyWriter:
         self._search = search
         self._max_memo_changes = max_memo_changes
         self._registry: FixedToolRegistry | None = None
+        self._agents = AgentPool(self._new_agent)
 
     async def write(self, context: PromptContext, origin: Origin) -> str:
         """The reply to the conversation in `context`; memo tools act within `origin`.
@@ -307,8 +309,7 @@ class StrandsReplyWriter:
         system, query = self._render(context)
         if self._debug:
             logger.debug("%s system prompt:\n%s", self.ROLE, system)
-        agent = new_agent(self._clients, self.ROLE, system, self._debug)
-        self._give_tools(agent)
+        agent = self._agents.take(self._clients.model(self.ROLE), system)
         state: dict[str, Any] = {
             SCOPE_KEY: MemoToolScope(self._store, origin, self._language, ChangeBudget(self._max_memo_changes)),
             web_tools.SCOPE_KEY: self._web,
@@ -355,6 +356,7 @@ class StrandsReplyWriter:
             reply = last_assistant_text(agent.messages)
         else:
             reply = message_text(result.message)
+        self._agents.give_back(agent)  # its stream read to the end
         if not reply:
             raise ModelUnavailable(f"{self.ROLE} model gave no answer (stop reason {result.stop_reason})")
         yield ReplyDone(reply)
@@ -367,14 +369,17 @@ class StrandsReplyWriter:
     def _render(self, context: PromptContext) -> tuple[str, str]:
         return self._renderer.render(self.ROLE, "system", context), self._renderer.render(self.ROLE, "query", context)
 
-    def _give_tools(self, agent: Agent) -> None:
-        """Hand `agent` the writer's tools, registered once for every reply (`FixedToolRegistry`), and them alone:
-        any tool strands registered in it unasked (none today) is not offered to the model."""
+    def _new_agent(self) -> Agent:
+        """A reply agent (`new_agent`) with the writer's tools, registered once for every reply
+        (`FixedToolRegistry`), and them alone: any tool strands registered in it unasked (none today) is not
+        offered to the model."""
         from myao2.infrastructure.llm.tool_registry import FixedToolRegistry
 
         if self._registry is None:
             self._registry = FixedToolRegistry(self._tools(), read_only_specs=self._config.provider == "openai")
+        agent = new_agent(self._clients, self.ROLE, "", self._debug)
         agent.tool_registry = self._registry
+        return agent
 
     def _tools(self) -> list[Any]:
         """The memo tools, the configured web tools and, with a search, the search tools."""
