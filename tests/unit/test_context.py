@@ -271,3 +271,63 @@ async def test_japanese_marks_are_written_in_japanese(store, clock):
 
     assert context.conversation[0] == "（これより前の2件のメッセージは省略）"
     assert "文字省略］" in context.conversation[1]
+
+
+NO_STORED = (((), (), ()), MemorySections())
+
+
+def copied(message: Message) -> Message:
+    """`message` as read again from the store: equal, but not the same objects."""
+    return replace(message, ts=(message.ts + ".")[:-1], text=(message.text + ".")[:-1])
+
+
+def test_a_message_shown_in_prompt_after_prompt_is_formatted_once(store, clock, monkeypatch):
+    """Each prompt shows mostly the messages the one before it showed: they are not formatted again."""
+    from myao2.application import context as module
+
+    formatted: list[str] = []
+    format_line = module._format_line
+    monkeypatch.setattr(module, "_format_line", lambda ts, *args: formatted.append(ts) or format_line(ts, *args))
+    messages = [said(0, "<@U2> lunch?"), said(61, "sure", user="U2", name="Bob")]
+    contexts = builder(store, clock)
+
+    first = contexts.assemble(GENERAL, messages, NO_STORED, {"U2": "Bob"})
+    second = contexts.assemble(GENERAL, [copied(m) for m in messages], NO_STORED, {"U2": "Bob"})
+
+    assert first.conversation == second.conversation == (
+        "[2025-01-02 12:00] Alice: @Bob lunch?",
+        "[2025-01-02 12:01] Bob: sure",
+    )
+    assert sorted(formatted) == sorted(m.ts for m in messages)
+
+
+def test_a_remembered_line_never_shows_in_another_conversations_prompt(store, clock):
+    """Canary: a DM's line and a private channel's, remembered, then a public channel's prompt with messages of the
+    same time and author: only its own text shows."""
+    contexts = builder(store, clock)
+    secret = Message(DM.id, "1735786800.000100", "U1", "my DM secret", "Alice")
+    private = Message(SECRET.id, "1735786800.000100", "U1", "the private plan", "Alice")
+    contexts.assemble(DM, [secret], NO_STORED, answering=secret)
+    contexts.assemble(SECRET, [private], NO_STORED, answering=private)
+
+    public = Message(GENERAL.id, "1735786800.000100", "U1", "hello", "Alice")
+    context = contexts.assemble(GENERAL, [public], NO_STORED, answering=public)
+
+    assert context.conversation == ("[2025-01-02 12:00] Alice: hello",)
+
+
+def test_a_remembered_line_follows_an_edit_a_new_name_and_another_budget(store, clock):
+    message = said(0, "<@U2> lunch?")
+    builder(store, clock).assemble(GENERAL, [message], NO_STORED, {"U2": "Bob"})
+
+    edited = builder(store, clock).assemble(GENERAL, [replace(message, text="<@U2> dinner?")], NO_STORED, {"U2": "Bob"})
+    renamed = builder(store, clock).assemble(GENERAL, [message], NO_STORED, {"U2": "Robert"})
+    author = builder(store, clock).assemble(GENERAL, [replace(message, user_name="Alicia")], NO_STORED, {"U2": "Bob"})
+    own = builder(store, clock).assemble(GENERAL, [replace(message, user_id=BOT_USER)], NO_STORED, {"U2": "Bob"})
+    short = builder(store, clock, message_tokens=8).assemble(GENERAL, [message], NO_STORED, {"U2": "Bob"})
+
+    assert edited.conversation == ("[2025-01-02 12:00] Alice: @Bob dinner?",)
+    assert renamed.conversation == ("[2025-01-02 12:00] Alice: @Robert lunch?",)
+    assert author.conversation == ("[2025-01-02 12:00] Alicia: @Bob lunch?",)
+    assert own.conversation == (f"{OWN_MARK}[2025-01-02 12:00] Alice: @Bob lunch?",)
+    assert short.conversation[0].endswith("more characters left out]")

@@ -33,6 +33,10 @@ MARKER_TOKENS = 16
 """Room kept in a budget for the line saying how many notes were left out."""
 REMEMBERED_TIMES = 4096
 """How many formatted times of messages, and of other moments, are remembered (the least recently used go first)."""
+REMEMBERED_LINES = 1024
+"""How many messages' lines a `ContextBuilder` remembers (the least recently used go first)."""
+REMEMBERED_LENGTH = 2000
+"""The longest message text whose line is remembered; a longer one is formatted each time."""
 
 
 @dataclass(frozen=True)
@@ -163,6 +167,7 @@ class ContextBuilder:
         self._budget = budget
         self._marks = marks
         self._absorbed = absorbed
+        self._remembered_line = functools.lru_cache(maxsize=REMEMBERED_LINES)(self._line)
 
     async def build(
         self,
@@ -212,26 +217,31 @@ class ContextBuilder:
     def _conversation(
         self, messages: Sequence[Message], names: Mapping[str, str], answering: Message | None
     ) -> tuple[str, ...]:
-        tz = self._persona.timezone
-        lines = [
-            (
-                message,
-                cut_text(
-                    format_message(message, tz, names, own=message.user_id == self._bot_user_id),
-                    self._budget.message_tokens,
-                    self._marks.cut,
-                ),
-            )
-            for message in messages
-        ]
+        known = frozenset(names.items())
+        lines = [(message, *self._message_line(message, known)) for message in messages]
         fitted = fit_items(
             lines,
             self._budget.conversation_tokens,
-            lambda item: line_tokens(item[1]),
+            lambda item: item[2],
             keep=lambda item: answering is not None and item[0].ts == answering.ts,
-            marker=lambda count: (None, self._marks.dropped(count)),
+            marker=lambda count: (None, *_costed(self._marks.dropped(count))),
         )
-        return tuple(line for _, line in fitted)
+        return tuple(line for _, line, _ in fitted)
+
+    def _message_line(self, message: Message, names: frozenset[tuple[str, str]]) -> tuple[str, int]:
+        """`_line` of `message`, remembered but for long texts: each prompt shows mostly the messages the one before
+        it showed. Its key is all the line is made of: the message's time, author and text, whether it is the bot's,
+        and the known names `names` unless it mentions nobody."""
+        text, own = message.text, message.user_id == self._bot_user_id
+        line = self._line if len(text) > REMEMBERED_LENGTH else self._remembered_line
+        return line(message.ts, message.user_name, text, own, names if "<@" in text else frozenset())
+
+    def _line(
+        self, ts: str, user_name: str, text: str, own: bool, names: frozenset[tuple[str, str]]
+    ) -> tuple[str, int]:
+        """The line of a message (`format_message`) cut to the message budget, and its cost (`line_tokens`)."""
+        line = _format_line(ts, user_name, text, self._persona.timezone, dict(names), own)
+        return _costed(cut_text(line, self._budget.message_tokens, self._marks.cut))
 
     def _read(self, channel: Channel, thread_ts: str | None, speakers: Sequence[tuple[str, str]]) -> StoredContext:
         """The memos and the memories a prompt in `channel` shows."""
@@ -342,6 +352,11 @@ def _fit_lines(lines: Sequence[str], max_tokens: int, drop: Literal["first", "la
     return MemorySection(tuple(kept), len(lines) - len(kept))
 
 
+def _costed(line: str) -> tuple[str, int]:
+    """`line` and its `line_tokens`."""
+    return line, line_tokens(line)
+
+
 def line_tokens(line: str) -> int:
     """What one line of a prompt section costs against its budget: its text and its line break."""
     return estimate_tokens(line) + 1
@@ -366,15 +381,19 @@ def format_message(
     `OWN_MARK`. Names are shown on one line. Mentions of known users (`<@U123>`)
     become "@display name"; unknown ones stay as they are.
     """
+    return _format_line(message.ts, message.user_name, message.text, timezone, user_names, own)
+
+
+def _format_line(ts: str, user_name: str, text: str, timezone: tzinfo, user_names: Mapping[str, str], own: bool) -> str:
+    """`format_message` of the message posted at `ts` by `user_name` saying `text`."""
 
     def mention(match: re.Match[str]) -> str:
         name = user_names.get(match.group(1))
         return f"@{one_line(name)}" if name else match.group(0)
 
-    text = MENTION.sub(mention, message.text)
-    body = ("\n" + CONTINUATION_INDENT).join(text.splitlines() or [""])
+    body = ("\n" + CONTINUATION_INDENT).join(MENTION.sub(mention, text).splitlines() or [""])
     mark = OWN_MARK if own else ""
-    return f"{mark}[{_posted_time(message.ts, timezone)}] {one_line(message.user_name)}: {body}"
+    return f"{mark}[{_posted_time(ts, timezone)}] {one_line(user_name)}: {body}"
 
 
 @functools.lru_cache(maxsize=REMEMBERED_TIMES)
