@@ -68,6 +68,28 @@ def test_every_template_renders(context, language, kind, part):
 
 
 @pytest.mark.parametrize("language", ["ja", "en"])
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("part", PARTS)
+def test_the_prompts_of_every_mention_include_and_call_nothing(language, kind, part):
+    """An include, a macro or a function called costs the CPU of tens of lines of a prompt: the prompts written at
+    every mention are each one template and the one it extends, with filters and loops."""
+    from jinja2 import Environment, PackageLoader, nodes
+
+    env = Environment(loader=PackageLoader("myao2.infrastructure.llm", "templates"))
+    name: str | None = f"{language}/{kind}_{part}.j2"
+    read = []
+    while name is not None:
+        tree = env.parse(env.loader.get_source(env, name)[0])  # type: ignore[union-attr]
+        costly = [node for node in tree.find_all((nodes.Include, nodes.Import, nodes.FromImport, nodes.Macro, nodes.Call))]
+        assert costly == [], name
+        read.append(name)
+        parent = next(tree.find_all(nodes.Extends), None)
+        name = parent.template.value if parent is not None else None  # type: ignore[attr-defined]
+
+    assert len(read) == 2
+
+
+@pytest.mark.parametrize("language", ["ja", "en"])
 def test_a_missing_variable_fails(context, language):
     with pytest.raises(UndefinedError):
         PromptRenderer(language).render("judgment", "query", context)
@@ -238,7 +260,7 @@ def test_warm_compiles_every_template_of_the_language_so_prompts_compile_none(co
 
     monkeypatch.setattr(jinja2.Environment, "compile", recording)
     renderer.warm()
-    assert f"{language}/response_query.j2" in compiled and f"{language}/_conversation.j2" in compiled
+    assert f"{language}/response_query.j2" in compiled and f"{language}/_context.j2" in compiled
     assert all(name.startswith(f"{language}/") for name in compiled)
     compiled.clear()
     renderer.render("response", "query", context)

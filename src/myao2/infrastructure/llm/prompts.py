@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from contextlib import suppress
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -15,8 +16,10 @@ from jinja2 import (
     FileSystemLoader,
     PackageLoader,
     StrictUndefined,
+    pass_context,
 )
 from jinja2.bccache import Bucket
+from jinja2.runtime import Context
 
 from myao2.application.agents import DigestPrompt, MemoryBatch, MemoryPrompt, ProfilePrompt
 from myao2.application.context import PromptContext, one_line
@@ -54,6 +57,7 @@ class PromptRenderer:
             auto_reload=template_dir is not None,
         )
         self._env.filters["one_line"] = one_line  # text that must not start lines of its own
+        self._env.filters["local_time"] = _local_time
         self._language = language
         self._overrides = dict(system_overrides or {})
 
@@ -80,6 +84,14 @@ class PromptRenderer:
             return override
         template = self._env.get_template(f"{self._language}/{kind}_{part}.j2")
         return template.render(context=context, **extra).strip()
+
+
+@pass_context
+def _local_time(variables: Context, moment: datetime) -> str:
+    """The `local_time` filter: `moment` as the prompt shows times (its context's `local_time`). A filter, not a
+    call of the method: Jinja calls a filter directly, a function through its own call, which costs as much as a
+    dozen lines of a prompt."""
+    return str(variables["context"].local_time(moment))
 
 
 class _BytecodeCache(FileSystemBytecodeCache):
