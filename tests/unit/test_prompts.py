@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 from dataclasses import replace
 from datetime import date, datetime, timezone
 from zoneinfo import ZoneInfo
@@ -87,6 +88,31 @@ def test_the_prompts_of_every_mention_include_and_call_nothing(language, kind, p
         name = parent.template.value if parent is not None else None  # type: ignore[attr-defined]
 
     assert len(read) == 2
+
+
+def test_rendering_the_prompts_of_every_mention_raises_nothing_inside(context):
+    """An exception raised and caught costs the CPU of several lines of a prompt: Jinja read a template's globals
+    through a `ChainMap`, at every render, and caught a `KeyError` for each of them."""
+    renderer = PromptRenderer("en")
+    raised: list[tuple[str, type]] = []
+
+    def trace(frame, event, arg):  # type: ignore[no-untyped-def]
+        if event == "exception":
+            raised.append((frame.f_code.co_name, arg[0]))
+        return trace
+
+    for _ in range(2):  # the first time loads the templates
+        raised.clear()
+        previous = sys.gettrace()
+        sys.settrace(trace)
+        try:
+            for kind in KINDS:
+                for part in PARTS:
+                    renderer.render(kind, part, context, elapsed="3 minutes")
+        finally:
+            sys.settrace(previous)
+
+    assert raised == []
 
 
 @pytest.mark.parametrize("language", ["ja", "en"])
