@@ -287,3 +287,28 @@ def test_a_broken_stream_that_cannot_be_updated_either_is_followed_by_its_lost_t
     assert rest["text"] == STORY[len(shown["text"]) :].strip() + "\n\nSorry, I can't seem to think straight right now. Could you ask me again in a little while?"
     assert len(streams_in(slack, ts)) == 1 and finished(slack, ts)
     assert bot.stop() == 0
+
+
+def test_a_slow_answer_gets_the_reaction_where_slack_refuses_its_stream(bot: BotProcess, slack: FakeSlack,
+                                                                          llm) -> None:
+    # The workspace is found to refuse streams only as the first words are about to show: the answer, held back
+    # until it is written and then posted whole, is slow to show all the same.
+    bot.start()
+    llm.script(Text("Hello!"))
+    first = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> hello")  # the model libraries load here
+    wait_until(lambda: stored_bot_messages(bot), what="the first answer stored")
+    slack.refuse_streaming("not_allowed")
+    written = threading.Event()
+    llm.script(
+        ToolCalls([ToolCall("list_memo_tags", {})], content="Let me look that up."),  # the first words, at once
+        Text("Nothing noted yet.", hold=written),  # the model writes on only once the reaction shows
+    )
+    ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> what do you know about me?")
+
+    slack.wait_for(lambda: (GENERAL, ts, "eyes") in slack.reactions, what="the reaction")
+    written.set()
+    [post] = slack.wait_for(lambda: [p for p in slack.posted if p["thread_ts"] == ts], what="the answer")
+    assert post["method"] == "chat.postMessage" and post["text"].endswith("Nothing noted yet.")
+    assert "not_allowed" in bot.log()  # its stream was refused
+    assert [r for r in slack.reactions if r[1] != first] == [(GENERAL, ts, "eyes")]
+    assert bot.stop() == 0

@@ -117,7 +117,7 @@ class WholePublisher:
 
     async def publish(  # type: ignore[no-untyped-def]
         self, channel, thread_ts, recipient_user_id, reply, apology, *, answering=None, started=None, unheard=None,
-        left_open=None, about_to_show=None,
+        left_open=None, about_to_show=None, not_shown=None,
     ) -> PublishedReply:
         if self.crash_after_start is not None:
             ts, self.crash_after_start = self.crash_after_start, None

@@ -212,6 +212,36 @@ async def test_the_reply_waits_for_about_to_show_before_it_first_shows(fake, pub
     assert seen == [[], ["chat.postMessage"], ["chat.postMessage", "chat.startStream", "chat.stopStream"]]
 
 
+@pytest.mark.parametrize("refused", ["the workspace", "the top level"])
+async def test_a_reply_whose_stream_is_refused_is_told_not_shown_and_about_to_show_again_before_its_post(
+    fake, publisher_for, refused
+):
+    # Its reaction, held back as it was about to show, is due again: the reply shows only once written.
+    if refused == "the workspace":
+        fake.refuse_streaming("not_allowed")
+        channel, thread = GENERAL, fake.post_message("C1", "U1", "hi <@UBOT>")
+    else:
+        fake.add_channel("C9", "no-top-level", members=["U1"])
+        channel, thread = Channel("C9", "x"), None
+    told: list[tuple[str, list[str]]] = []
+
+    async def about_to_show() -> None:
+        told.append(("about to show", chat_calls(fake)))
+
+    def not_shown() -> None:
+        told.append(("not shown", chat_calls(fake)))
+
+    reply = events(TextDelta("a"), TextDelta("b"), ReplyDone("ab"), pause=SLOWLY)
+    await publisher_for().publish(channel, thread, "U1", reply, APOLOGY, about_to_show=about_to_show, not_shown=not_shown)
+
+    assert told == [
+        ("about to show", []),
+        ("not shown", ["chat.startStream"]),
+        ("about to show", ["chat.startStream"]),
+    ]
+    assert chat_calls(fake) == ["chat.startStream", "chat.postMessage"]
+
+
 async def test_memo_tasks_show_and_complete(fake, publisher_for):
     parent = fake.post_message("C1", "U1", "remember my birthday <@UBOT>")
     reply = events(

@@ -10,7 +10,15 @@ from datetime import datetime
 
 from myao2.application.activity import Activity
 from myao2.application.outgoing import safe_stream, safe_text
-from myao2.application.reply_stream import AboutToShow, LeftOpen, ReplyPublisher, ReplyStream, Started, Unheard
+from myao2.application.reply_stream import (
+    AboutToShow,
+    LeftOpen,
+    NotShown,
+    ReplyPublisher,
+    ReplyStream,
+    Started,
+    Unheard,
+)
 from myao2.domain.activity import ReplyKind
 from myao2.domain.conversation import (
     MENTION,
@@ -137,13 +145,14 @@ class Conversations:
         unheard: Unheard | None = None,
         left_open: LeftOpen | None = None,
         about_to_show: AboutToShow | None = None,
+        not_shown: NotShown | None = None,
         stored: Callable[[str], None] | None = None,
     ) -> Message:
         """Show `reply` as it is written, answering `recipient_user_id`; store its final text once, with its ts.
 
         Its text is made safe as `post` makes it, also where a broadcast is split across
         deltas. `answering` marks it as the answer to that message; `started` is told
-        its ts as soon as it shows (`unheard`, `left_open`, `about_to_show`: see `ReplyPublisher.publish`); `stored` is
+        its ts as soon as it shows (`unheard`, `left_open`, `about_to_show`, `not_shown`: see `ReplyPublisher.publish`); `stored` is
         called with it once the reply is stored, in the same worker thread and transaction (its writes to the
         conversation store are committed with the reply's, or none of them is). The model calls made while it is
         written are recorded in that trip too.
@@ -162,6 +171,7 @@ class Conversations:
                 unheard=unheard,
                 left_open=left_open,
                 about_to_show=about_to_show,
+                not_shown=not_shown,
             )
             return await self._remember(channel.id, published.ts, published.text, thread_ts, answering, stored)
 

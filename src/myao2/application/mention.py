@@ -503,6 +503,7 @@ class AnswerMention:
                 unheard=lambda sent: self._started_unheard(message, reply_thread, sent),
                 left_open=self._left_open(message),
                 about_to_show=about_to_show,
+                not_shown=reaction.not_shown if reaction is not None else None,
                 stored=lambda answer_ts: self._settle(message, answer_ts),
             )
 

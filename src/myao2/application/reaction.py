@@ -20,7 +20,10 @@ class PendingReaction:
     def __init__(self, send: Callable[[], Coroutine[Any, Any, None]]) -> None:
         self._send = send
         self._sent: asyncio.Future[None] | None = None
-        self._due = asyncio.get_running_loop().call_later(REACTION_DELAY_SECONDS, self._fire)
+        self._dropped = False
+        loop = asyncio.get_running_loop()
+        self._at = loop.time() + REACTION_DELAY_SECONDS
+        self._due = loop.call_at(self._at, self._fire)
 
     def _fire(self) -> None:
         self._sent = asyncio.ensure_future(self._send())
@@ -32,6 +35,14 @@ class PendingReaction:
         if self._sent is not None and not self._sent.done():
             await asyncio.wait({self._sent}, timeout=REACTION_HEAD_START_SECONDS)
 
+    def not_shown(self) -> None:
+        """The answer about to show did not (Slack refused to start its stream): a reaction not sent yet is due
+        again, when it was due, as the answer shows only once it is written."""
+        if self._sent is None and not self._dropped:
+            self._due.cancel()
+            self._due = asyncio.get_running_loop().call_at(self._at, self._fire)
+
     def drop(self) -> None:
         """The attempt is over: a reaction not sent yet never is."""
+        self._dropped = True
         self._due.cancel()

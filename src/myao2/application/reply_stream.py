@@ -64,6 +64,9 @@ LeftOpen = Callable[[str, str], Awaitable[None]]
 end it lacks, for the next attempt to end it with (`ReplyPublisher.finish`'s `ending`)."""
 AboutToShow = Callable[[], Awaitable[None]]
 """Awaited just before a reply first shows in the conversation (its stream starts, or it is posted whole)."""
+NotShown = Callable[[], None]
+"""Told when a reply `AboutToShow` announced did not show after all (the chat refused to start its stream): it
+shows once written, posted whole (`AboutToShow` is awaited again first)."""
 
 
 class ReplyHeldBack(Exception):
@@ -96,6 +99,7 @@ class ReplyPublisher(Protocol):
         unheard: Unheard | None = None,
         left_open: LeftOpen | None = None,
         about_to_show: AboutToShow | None = None,
+        not_shown: NotShown | None = None,
     ) -> PublishedReply:
         """Consume `reply` into one message answering `recipient_user_id` in `thread_ts`.
 
@@ -103,7 +107,8 @@ class ReplyPublisher(Protocol):
         `started` is awaited with the message's ts as soon as it shows (a reply shown while it is written: one
         posted whole is not told). `unheard` offers the messages that may
         be the reply when the call starting it went unanswered: the newest is taken for it, and the reply goes
-        on there. `left_open` is told the end a message left unfinished lacks. When the stream
+        on there. `left_open` is told the end a message left unfinished lacks; `about_to_show` and `not_shown`:
+        see their types. When the stream
         fails (ModelUnavailable or any other error but `ReplyHeldBack`), the message
         ends with what was written and `apology`, or is `apology` alone.
         """

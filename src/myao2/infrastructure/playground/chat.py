@@ -12,6 +12,7 @@ from myao2.application.agents import ModelUnavailable
 from myao2.application.reply_stream import (
     AboutToShow,
     LeftOpen,
+    NotShown,
     PublishedReply,
     ReplyDone,
     ReplyHeldBack,
@@ -113,6 +114,7 @@ class PlaygroundPublisher:
         unheard: Unheard | None = None,  # unused: a playground reply always shows at once
         left_open: LeftOpen | None = None,  # unused: nor is one ever left unfinished
         about_to_show: AboutToShow | None = None,
+        not_shown: NotShown | None = None,  # unused: its replies always show at once
     ) -> PublishedReply:
         emit = self._emitter(answering)
         if about_to_show is not None:

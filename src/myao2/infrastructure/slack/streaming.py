@@ -22,6 +22,7 @@ from myao2.application.agents import ModelUnavailable
 from myao2.application.reply_stream import (
     AboutToShow,
     LeftOpen,
+    NotShown,
     PublishedReply,
     ReplyDone,
     ReplyHeldBack,
@@ -104,11 +105,21 @@ class SlackReplyPublisher:
         unheard: Unheard | None = None,
         left_open: LeftOpen | None = None,
         about_to_show: AboutToShow | None = None,
+        not_shown: NotShown | None = None,
     ) -> PublishedReply:
         """Stream `reply` into the conversation, or post it whole where streaming is not possible."""
         if self._streaming and (thread_ts or self._top_level):
             stream = _Stream(
-                self, channel, thread_ts, recipient_user_id, answering, started, unheard, left_open, about_to_show
+                self,
+                channel,
+                thread_ts,
+                recipient_user_id,
+                answering,
+                started,
+                unheard,
+                left_open,
+                about_to_show,
+                not_shown,
             )
             return await stream.run(reply, apology)
         text = await _whole(reply, apology)
@@ -189,6 +200,7 @@ class _Stream:
         unheard: Unheard | None,
         left_open: LeftOpen | None,
         about_to_show: AboutToShow | None,
+        not_shown: NotShown | None,
     ) -> None:
         self._owner = owner
         self._client = owner._client
@@ -201,6 +213,7 @@ class _Stream:
         self._unheard = unheard
         self._left_open = left_open
         self._about_to_show = about_to_show
+        self._not_shown = not_shown
         self._ts: str | None = None
         self._written = ""  # everything sent or buffered
         self._taken = ""  # the text the stream surely took (what the message shows)
@@ -411,6 +424,8 @@ class _Stream:
                 )
             except SlackApiError as exc:
                 if self._owner._refused(error_code(exc) or "", self._thread_ts is None):
+                    if self._not_shown is not None:
+                        self._not_shown()
                     return False
                 raise closed_or(exc) from None
             except CALL_FAILURES:  # unanswered (never sent again, see `make_web_client`): Slack may have started it
