@@ -46,6 +46,7 @@ class AgentPool:
         else:
             agent = self._make()
             if self._blank is None:
+                agent.system_prompt = None  # the blank has none: cheaper to load
                 self._blank = agent.take_snapshot(include=SNAPSHOT_FIELDS)  # type: ignore[arg-type]
                 self._attributes = frozenset(vars(agent))
         agent.system_prompt = system
@@ -53,11 +54,9 @@ class AgentPool:
 
     def give_back(self, agent: Agent) -> None:
         """Keep `agent`, whose answer ended cleanly (its stream read to the end), made blank, for a later answer."""
-        from strands.telemetry import EventLoopMetrics
-
         if self._blank is None or frozenset(vars(agent)) != self._attributes or len(self._idle) >= self._keep:
             return
         agent.load_snapshot(self._blank)
-        agent.event_loop_metrics = EventLoopMetrics()
+        agent.event_loop_metrics = type(agent.event_loop_metrics)()  # strands' EventLoopMetrics, new
         agent.trace_span = None
         self._idle.append(agent)

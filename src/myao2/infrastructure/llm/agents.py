@@ -327,6 +327,7 @@ class StrandsReplyWriter:
         result = None
         events = agent.stream_async(query, invocation_state=state, limits={"turns": self._config.max_tool_cycles})
         event: dict[str, Any] = {}
+        read_to_end = False
         try:
             async for event in events:
                 if event.get("data"):
@@ -342,13 +343,15 @@ class StrandsReplyWriter:
                         yield tool_event
                 elif "result" in event:
                     result = event["result"]
+            read_to_end = True
         except model_errors() as exc:
             raise ModelUnavailable(f"{self.ROLE} model failed: {describe_error(exc)}") from None
         except Exception as exc:  # malformed output from the provider, or a bug
             logger.error("%s agent failed unexpectedly: %s", self.ROLE, type(exc).__name__, exc_info=True)
             raise ModelUnavailable(f"{self.ROLE} agent failed: {type(exc).__name__}") from None
         finally:
-            await _end(agent, events, event)
+            if not read_to_end:
+                await _end(agent, events, event)
         if result is None:
             raise ModelUnavailable(f"{self.ROLE} agent ended without a result")
         if result.stop_reason in _LIMIT_STOPS:
@@ -356,7 +359,7 @@ class StrandsReplyWriter:
             reply = last_assistant_text(agent.messages)
         else:
             reply = message_text(result.message)
-        self._agents.give_back(agent)  # its stream read to the end
+        self._agents.give_back(agent)
         if not reply:
             raise ModelUnavailable(f"{self.ROLE} model gave no answer (stop reason {result.stop_reason})")
         yield ReplyDone(reply)
@@ -408,7 +411,8 @@ class StrandsReplyWriter:
 
 async def _end(agent: Agent, events: AsyncIterator[Any], last: dict[str, Any]) -> None:
     """End `events`, the stream of `agent`'s invocation, in this task, should the reply leave it early (held back,
-    cut at the answer's length cap, the bot stopping) at event `last`; a stream that ended already ends at once.
+    cut at the answer's length cap, the bot stopping) at event `last`; a stream that ended already (failing) ends
+    at once.
 
     Closed at an event (`aclose`), strands would leave the streams it reads from (its loop, the model's) to the
     garbage collector, whose `aclose` runs in a task of its own: that task's Context cannot detach the
