@@ -304,3 +304,30 @@ def test_a_prompt_read_together_takes_one_connection_and_each_read_sees_what_was
     assert len(checkouts) == 2  # and the save's own
     assert before[1].channel_long.lines == ()
     assert any("learnt meanwhile" in line for line in after[1].channel_long.lines)
+
+
+
+def test_a_prompt_s_reads_are_sent_as_compiled_once_never_rendered_again_at_a_read(database_url):
+    """SQLAlchemy renders a statement with an expanding IN (a list bound as one parameter) or a literal rendered at
+    each run anew at every read: more CPU than the read itself. A prompt's statements (in a thread, with two
+    speakers, and in the channel) are sent as they were compiled, whatever the number of keys or people."""
+    engine = open_database(database_url)
+    clock = ManualClock()
+    conversations, memories, profiles = SqlConversationStore(engine, clock), SqlMemoryStore(engine, clock), SqlProfileStore(engine, clock)
+    conversations.save_channel(GENERAL)
+    memories.save([memory(Scope(GENERAL.id), Term.LONG, WORKSPACE, "general-long fact")])
+    contexts = builder((SqlMemoStore(engine, clock), memories, profiles, clock, conversations))
+    rendered: list[str] = []
+
+    def sent(_conn, _cursor, statement, _parameters, context, _many) -> None:
+        if context.compiled.post_compile_params or context.compiled.literal_execute_params:
+            rendered.append(statement.split(" FROM ", 1)[1].split()[0])  # the table read
+
+    event.listen(engine, "before_cursor_execute", sent)
+    try:
+        together = [*reply(GENERAL, THREAD), Message(GENERAL.id, "1735786950.000100", "U2", "yes", "Bob", thread_ts=THREAD)]
+        read = [contexts.read(GENERAL, messages) for messages in (together, reply(GENERAL))]
+    finally:
+        engine.dispose()
+    assert all("general-long fact" in stored[1].channel_long.lines[0] for stored in read)
+    assert rendered == []

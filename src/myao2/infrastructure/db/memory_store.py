@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import replace
 from datetime import date, datetime
+from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Engine, Text, and_, bindparam, cast, func, or_, true, tuple_
+from sqlalchemy import Engine, Executable, Text, and_, bindparam, cast, func, literal_column, or_, true, tuple_
 from sqlalchemy import select as core_select
 from sqlmodel import Session, col, select
 
@@ -78,9 +79,11 @@ class SqlMemoryStore:
 
     def for_prompt(self, keys: Collection[tuple[Scope, Term]], news: Term | None) -> PromptMemories:
         wanted = {(scope.key, term.value): (scope, term) for scope, term in keys}
-        values = {"keys": list(wanted), "news": None if news is None else news.value}
+        values: dict[str, str | None] = {"news": None if news is None else news.value}
+        for i, (scope_key, term_value) in enumerate(wanted):
+            values |= {f"key_scope_{i}": scope_key, f"key_term_{i}": term_value}
         with reading(self._engine) as connection:
-            rows = connection.execute(_PROMPT_MEMORIES, values).all()
+            rows = connection.execute(_prompt_memories(len(wanted)), values).all()
         stored: dict[tuple[Scope, Term], Memory] = {}
         news_read: list[tuple[Memory, Channel | None]] = []
         for row in rows:
@@ -286,36 +289,47 @@ _HEARD = _CHANNELS.alias("heard")
 NOT_PUBLIC_IDS = core_select(_HEARD.c.id).where(_HEARD.c.kind != ChannelKind.PUBLIC.value)
 """The ids of the stored conversations that are not public: the rule of `ChannelKind.keeps_to_itself` in SQL."""
 NOT_PUBLIC = NOT_PUBLIC_IDS.with_only_columns(
-    func.aggregate_strings(NOT_PUBLIC_IDS.selected_columns.id, " ").label("not_public")
+    func.aggregate_strings(NOT_PUBLIC_IDS.selected_columns.id, literal_column("' '")).label("not_public")
 ).subquery("not_public")
 """One row: the ids `NOT_PUBLIC_IDS` selects, space-separated (NULL for none), joined to what is read with what they
-heard (`Memory.shown_in`, `Profile.heard_by_readers`)."""
-_PROMPT_MEMORIES = (
-    core_select(
-        _MEMORIES,
-        _CHANNELS.c.id.label("source_id"),
-        _CHANNELS.c.name.label("source_name"),
-        _CHANNELS.c.kind.label("source_kind"),
-        _CHANNELS.c.left_at.label("source_left_at"),
-        NOT_PUBLIC.c.not_public,
-    )
-    .select_from(
-        _MEMORIES.outerjoin(
-            _CHANNELS,
-            and_(_ABOUT_A_CHANNEL, _CHANNELS.c.id == func.substr(_MEMORIES.c.scope, len(_CHANNEL_SCOPE) + 1)),
-        ).join(NOT_PUBLIC, true())
-    )
-    .where(
-        or_(
-            tuple_(_MEMORIES.c.scope, _MEMORIES.c.term).in_(bindparam("keys", expanding=True)),
-            and_(_ABOUT_A_CHANNEL, _MEMORIES.c.term == bindparam("news", type_=_MEMORIES.c.term.type)),
+heard (`Memory.shown_in`, `Profile.heard_by_readers`). The separator is SQL text: given as a string, SQLAlchemy
+renders it into the statement anew at every read."""
+
+
+@lru_cache(maxsize=16)
+def _prompt_memories(keys: int) -> Executable:
+    """The statement of `for_prompt` for `keys` keys (bound as `key_scope_0`, `key_term_0`, ...): the memories by key, and
+    those of every channel of the `news` term (none when it is NULL) with the channel each is about (its row in
+    `channels`, if any), and the conversations not public, in one read. Built once per number of keys (building
+    it cost more than running it), the keys bound one by one: SQLAlchemy renders a list bound as one parameter
+    (an expanding IN) anew at every read."""
+    key = (_MEMORIES.c.scope, _MEMORIES.c.term)
+    wanted = [tuple_(*(bindparam(f"key_{column.name}_{i}", type_=column.type) for column in key)) for i in range(keys)]
+    return (
+        core_select(
+            _MEMORIES,
+            _CHANNELS.c.id.label("source_id"),
+            _CHANNELS.c.name.label("source_name"),
+            _CHANNELS.c.kind.label("source_kind"),
+            _CHANNELS.c.left_at.label("source_left_at"),
+            NOT_PUBLIC.c.not_public,
         )
+        .select_from(
+            _MEMORIES.outerjoin(
+                _CHANNELS,
+                and_(_ABOUT_A_CHANNEL, _CHANNELS.c.id == func.substr(_MEMORIES.c.scope, len(_CHANNEL_SCOPE) + 1)),
+            ).join(NOT_PUBLIC, true())
+        )
+        .where(
+            or_(
+                tuple_(*key).in_(wanted),
+                and_(_ABOUT_A_CHANNEL, _MEMORIES.c.term == bindparam("news", type_=_MEMORIES.c.term.type)),
+            )
+        )
+        .order_by(*key)
     )
-    .order_by(_MEMORIES.c.scope, _MEMORIES.c.term)
-)
-"""The statement of `for_prompt`: the memories by key, and those of every channel of the `news` term (none when it
-is NULL) with the channel each is about (its row in `channels`, if any), and the conversations not public, in one
-read; built once (building it cost more than running it)."""
+
+
 _DIGESTS = DigestRow.__table__  # type: ignore[attr-defined]
 _ALL_DIGESTS = core_select(_DIGESTS).order_by(_DIGESTS.c.channel_id, _DIGESTS.c.day)
 _CHANNEL_DIGESTS = _ALL_DIGESTS.where(_DIGESTS.c.channel_id == bindparam("channel_id"))

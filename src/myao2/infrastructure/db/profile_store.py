@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Container, Iterable, Sequence
 from datetime import date, datetime
+from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Engine, bindparam, true
+from sqlalchemy import Engine, Executable, bindparam, true
 from sqlalchemy import select as core_select
 from sqlmodel import Session, col, select
 
@@ -24,13 +25,19 @@ from myao2.infrastructure.db.memory_store import (
 from myao2.infrastructure.db.tables import ExpiredMessageRow, MessageRow, ProfileRow
 
 _PROFILES = ProfileRow.__table__  # type: ignore[attr-defined]
-_PROFILES_OF = (
-    core_select(_PROFILES, NOT_PUBLIC.c.not_public)
-    .select_from(_PROFILES.join(NOT_PUBLIC, true()))
-    .where(_PROFILES.c.user_id.in_(bindparam("user_ids", expanding=True)))
-)
-"""The profiles of some people with the conversations not public, read without an ORM session (every prompt reads its
-speakers')."""
+
+
+@lru_cache(maxsize=64)
+def _profiles_of(people: int) -> Executable:
+    """The profiles of `people` people (bound as `user_0`, `user_1`, ...) with the conversations not public, read
+    without an ORM session (every prompt reads its speakers'). Built once per number of people, the ids bound one
+    by one: SQLAlchemy renders a list bound as one parameter (an expanding IN) anew at every read."""
+    user_ids = [bindparam(f"user_{i}", type_=_PROFILES.c.user_id.type) for i in range(people)]
+    return (
+        core_select(_PROFILES, NOT_PUBLIC.c.not_public)
+        .select_from(_PROFILES.join(NOT_PUBLIC, true()))
+        .where(_PROFILES.c.user_id.in_(user_ids))
+    )
 
 
 class SqlProfileStore:
@@ -44,8 +51,9 @@ class SqlProfileStore:
         return self.many([user_id]).get(user_id)
 
     def many(self, user_ids: Iterable[str]) -> dict[str, Profile]:
+        wanted = {f"user_{i}": user_id for i, user_id in enumerate(user_ids)}
         with reading(self._engine) as connection:
-            rows = connection.execute(_PROFILES_OF, {"user_ids": list(user_ids)}).all()
+            rows = connection.execute(_profiles_of(len(wanted)), wanted).all()
         # as narrow as the conversations each fact was learnt or heard in are now, as a save keeps it: a channel
         # turned private keeps facts for the workspace until its narrowing reaches them
         hidden = not_public_in(rows)
