@@ -7,6 +7,7 @@ from typing import Any
 
 import openai
 import pytest
+from openai._models import FinalRequestOptions
 
 from myao2.infrastructure.llm.chat_client import Fields, LeanChatClient
 from tests.fakes.openai_server import FakeOpenAI, Text
@@ -88,14 +89,14 @@ async def test_the_sdk_is_handed_the_whole_url_not_a_path_to_merge_at_every_call
     """Given a path, the SDK merges it with its base URL at every call (two URL parses and a copy); the whole URL
     it only parses."""
     sdk = openai.AsyncOpenAI(api_key=API_KEY, base_url=fake.base_url + slash, max_retries=0)
-    paths: list[str] = []
-    post = sdk.post
+    urls: list[str] = []
+    request = sdk.request
 
-    async def recording(path: str, **kwargs: Any) -> Any:
-        paths.append(path)
-        return await post(path, **kwargs)
+    async def recording(cast_to: Any, options: FinalRequestOptions, **kwargs: Any) -> Any:
+        urls.append(options.url)
+        return await request(cast_to, options, **kwargs)
 
-    monkeypatch.setattr(sdk, "post", recording)
+    monkeypatch.setattr(sdk, "request", recording)
     client = LeanChatClient(sdk)
     for streamed in (True, False, True):
         answer = await client.chat.completions.create(
@@ -106,5 +107,36 @@ async def test_the_sdk_is_handed_the_whole_url_not_a_path_to_merge_at_every_call
                 pass
     await sdk.close()
 
-    assert paths == [f"{fake.base_url}/chat/completions"] * 3
+    assert urls == [f"{fake.base_url}/chat/completions"] * 3
     assert len(fake.requests) == 3
+
+
+async def test_the_sdks_request_options_are_made_once_and_copied_at_every_call(
+    fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SDK makes its options anew at every call (a pydantic model, its defaults deep-copied); copied from one
+    made with the client, each call's are its own: what one call's options are given is not another's."""
+    sdk = openai.AsyncOpenAI(api_key=API_KEY, base_url=fake.base_url, max_retries=0)
+    client = LeanChatClient(sdk)
+    sent: list[FinalRequestOptions] = []
+    request = sdk.request
+
+    async def recording(cast_to: Any, options: FinalRequestOptions, **kwargs: Any) -> Any:
+        sent.append(options)
+        return await request(cast_to, options, **kwargs)
+
+    monkeypatch.setattr(sdk, "request", recording)
+    monkeypatch.setattr(FinalRequestOptions, "construct", None)  # made at every call, this would fail
+    messages = [{"role": "user", "content": "hi"}]
+    stream = await client.chat.completions.create(model="fake", messages=messages, stream=True, extra_query={"q": "1"})
+    async for _ in stream:
+        pass
+    await client.chat.completions.create(model="fake", messages=messages, extra_headers={"X-Trace": "t2"})
+    await sdk.close()
+
+    first, second = sent
+    assert (first.params, second.params, second.headers) == ({"q": "1"}, {}, {"X-Trace": "t2"})
+    assert isinstance(first.headers, openai.NotGiven)
+    assert first.security == second.security and first.security is not second.security
+    assert first.json_data["stream"] and "stream" not in second.json_data
+    assert [headers.get("x-trace") for headers in fake.request_headers] == [None, "t2"]

@@ -20,7 +20,6 @@ from myao2.domain.conversation import clean_text
 if TYPE_CHECKING:
     import httpx2
     import openai
-    from openai import AsyncStream
     from openai._types import RequestOptions
 
 _OPTIONS = {"extra_headers": "headers", "extra_query": "params", "extra_body": "extra_json", "timeout": "timeout"}
@@ -46,9 +45,17 @@ class _Chat:
 
 class _Completions:
     def __init__(self, client: openai.AsyncOpenAI) -> None:
+        from openai import AsyncStream
+        from openai._models import FinalRequestOptions
+        from openai.types.chat import ChatCompletion
+
         self._client = client
         base = client.base_url  # with the trailing slash the SDK ensures
-        self._url = str(base.copy_with(raw_path=base.raw_path + b"chat/completions"))
+        url = str(base.copy_with(raw_path=base.raw_path + b"chat/completions"))
+        self._options = FinalRequestOptions.construct(method="post", url=url, json_data=None, content=None, files=None)
+        """The options `AsyncOpenAI.post` makes at every call (deep-copying their defaults), made once and copied."""
+        self._completion = ChatCompletion
+        self._stream: type[AsyncStream[Fields]] = AsyncStream[Fields]
 
     async def create(self, **request: Any) -> Any:
         """The completion of `request` (the SDK's keyword arguments), a stream of `Fields` chunks when it streams."""
@@ -66,15 +73,12 @@ class _Completions:
             return await self._post(cleaned(request), options)
 
     async def _post(self, request: dict[str, Any], options: RequestOptions) -> Any:
-        from openai import AsyncStream
-        from openai.types.chat import ChatCompletion
-
+        """What `AsyncOpenAI.post` does: the SDK's request, with options of its own (their mutable defaults too)."""
+        own = {"json_data": request, "params": {}, "security": dict(self._options.security), **options}
+        sent = self._options.model_copy(update=own)
         if not request.get("stream"):
-            return await self._client.post(self._url, body=request, options=options, cast_to=ChatCompletion)
-        stream: type[AsyncStream[Fields]] = AsyncStream[Fields]
-        return await self._client.post(
-            self._url, body=request, options=options, cast_to=Fields, stream=True, stream_cls=stream
-        )
+            return await self._client.request(self._completion, sent)
+        return await self._client.request(Fields, sent, stream=True, stream_cls=self._stream)
 
 
 class Fields:
