@@ -68,6 +68,31 @@ async def test_a_chunks_fields_are_made_once_as_it_arrives(fake: FakeOpenAI, cli
     assert chunks[0].choices[0].delta.no_such_field is None
 
 
+async def test_a_chunk_is_made_a_view_without_the_sdks_check_of_its_type_at_every_chunk(
+    fake: FakeOpenAI, client: LeanChatClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Given a type for the chunks, the SDK checks at every chunk whether it builds itself (a runtime protocol's
+    isinstance, about as costly as the view); the stream makes the views of the chunks it is given as JSON."""
+    from openai._types import ModelBuilderProtocol
+
+    checked: list[type] = []
+    check = type(ModelBuilderProtocol).__subclasscheck__
+
+    def recording(protocol: type, subclass: type) -> bool:
+        if protocol is ModelBuilderProtocol:
+            checked.append(subclass)
+        return check(protocol, subclass)
+
+    monkeypatch.setattr(type(ModelBuilderProtocol), "__subclasscheck__", recording)
+    fake.script(Text("one two three", pieces=3))
+    stream = await client.chat.completions.create(model="fake", messages=[{"role": "user", "content": "hi"}], stream=True)
+    chunks = [chunk async for chunk in stream]
+
+    assert checked == []
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "one two three"
+    assert all(isinstance(chunk, Fields) for chunk in chunks)
+
+
 async def test_a_completion_that_does_not_stream_is_the_sdk_model(fake: FakeOpenAI, client: LeanChatClient) -> None:
     fake.script("whole answer")
     completion = await client.chat.completions.create(model="fake", messages=[{"role": "user", "content": "hi"}])

@@ -5,10 +5,10 @@ prompt) against its TypedDicts before sending it, and builds a pydantic model of
 every streamed chunk: together most of the CPU an answer spends in the SDK, paid on
 the event loop, per token. Strands builds the request as plain JSON and reads chunks
 by attribute, so here the request goes out as given and a chunk is a plain view of
-its JSON. The sending itself is the SDK's (`AsyncOpenAI.post`): the same retries,
-timeouts, errors and stream handling. It is handed the whole URL, worked out once per
-client as the SDK would at every call (given a path, it merges it with its base URL:
-two URL parses and a copy per call).
+its JSON. The sending itself is the SDK's (`AsyncOpenAI.request`, as `post` calls it):
+the same retries, timeouts, errors and stream handling. It is handed the whole URL and
+its options, made once per client where `post` made them at every call (given a path,
+the SDK merges it with its base URL: two URL parses and a copy per call).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 from myao2.domain.conversation import clean_text
 
 if TYPE_CHECKING:
-    import httpx2
     import openai
     from openai._types import RequestOptions
 
@@ -45,9 +44,10 @@ class _Chat:
 
 class _Completions:
     def __init__(self, client: openai.AsyncOpenAI) -> None:
-        from openai import AsyncStream
         from openai._models import FinalRequestOptions
         from openai.types.chat import ChatCompletion
+
+        from myao2.infrastructure.llm.fields_stream import FieldsStream
 
         self._client = client
         base = client.base_url  # with the trailing slash the SDK ensures
@@ -55,7 +55,7 @@ class _Completions:
         self._options = FinalRequestOptions.construct(method="post", url=url, json_data=None, content=None, files=None)
         """The options `AsyncOpenAI.post` makes at every call (deep-copying their defaults), made once and copied."""
         self._completion = ChatCompletion
-        self._stream: type[AsyncStream[Fields]] = AsyncStream[Fields]
+        self._stream = FieldsStream
 
     async def create(self, **request: Any) -> Any:
         """The completion of `request` (the SDK's keyword arguments), a stream of `Fields` chunks when it streams."""
@@ -78,7 +78,7 @@ class _Completions:
         sent = self._options.model_copy(update=own)
         if not request.get("stream"):
             return await self._client.request(self._completion, sent)
-        return await self._client.request(Fields, sent, stream=True, stream_cls=self._stream)
+        return await self._client.request(object, sent, stream=True, stream_cls=self._stream)
 
 
 class Fields:
@@ -90,12 +90,7 @@ class Fields:
     """
 
     def __init__(self, data: dict[str, Any]) -> None:
-        self.__dict__.update({key: _view(value) for key, value in data.items()})
-
-    @classmethod
-    def build(cls, *, response: httpx2.Response, data: object) -> Any:
-        """The SDK's hook for a chunk's type (`ModelBuilderProtocol`)."""
-        return _view(data)
+        self.__dict__.update({key: as_fields(value) for key, value in data.items()})
 
     def __getattr__(self, name: str) -> Any:
         """A field the object lacks (the fields it has are attributes)."""
@@ -118,9 +113,10 @@ def cleaned(value: Any) -> Any:
     return value
 
 
-def _view(value: Any) -> Any:
+def as_fields(value: Any) -> Any:
+    """`value` (JSON) with its objects made `Fields`."""
     if isinstance(value, dict):
         return Fields(value)
     if isinstance(value, list):
-        return [_view(item) for item in value]
+        return [as_fields(item) for item in value]
     return value
