@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
+from operator import itemgetter
 from typing import Literal
 
 from myao2.domain.budget import cut_text, fit_items
@@ -37,6 +38,8 @@ REMEMBERED_LINES = 1024
 """How many messages' lines a `ContextBuilder` remembers (the least recently used go first)."""
 REMEMBERED_LENGTH = 2000
 """The longest message text whose line is remembered; a longer one is formatted each time."""
+_NO_NAMES: frozenset[tuple[str, str]] = frozenset()
+"""The known names of a message that mentions nobody, in the key of its remembered line: none."""
 
 
 @dataclass(frozen=True)
@@ -217,31 +220,32 @@ class ContextBuilder:
     def _conversation(
         self, messages: Sequence[Message], names: Mapping[str, str], answering: Message | None
     ) -> tuple[str, ...]:
-        known = frozenset(names.items())
-        lines = [(message, *self._message_line(message, known)) for message in messages]
+        known, bot, remembered = frozenset(names.items()), self._bot_user_id, self._remembered_line
+        # Each message's line, remembered but for long texts: each prompt shows mostly the messages the one before
+        # it showed. The key is all a line is made of: the message's time, author and text, whether it is the
+        # bot's, and the known names unless it mentions nobody.
+        lines = [
+            (remembered if len(m.text) <= REMEMBERED_LENGTH else self._line)(
+                m.ts, m.user_name, m.text, m.user_id == bot, known if "<@" in m.text else _NO_NAMES
+            )
+            for m in messages
+        ]
         fitted = fit_items(
             lines,
             self._budget.conversation_tokens,
-            lambda item: item[2],
-            keep=lambda item: answering is not None and item[0].ts == answering.ts,
+            itemgetter(2),
+            keep=lambda item: answering is not None and item[0] == answering.ts,
             marker=lambda count: (None, *_costed(self._marks.dropped(count))),
         )
-        return tuple(line for _, line, _ in fitted)
-
-    def _message_line(self, message: Message, names: frozenset[tuple[str, str]]) -> tuple[str, int]:
-        """`_line` of `message`, remembered but for long texts: each prompt shows mostly the messages the one before
-        it showed. Its key is all the line is made of: the message's time, author and text, whether it is the bot's,
-        and the known names `names` unless it mentions nobody."""
-        text, own = message.text, message.user_id == self._bot_user_id
-        line = self._line if len(text) > REMEMBERED_LENGTH else self._remembered_line
-        return line(message.ts, message.user_name, text, own, names if "<@" in text else frozenset())
+        return tuple([line for _, line, _ in fitted])
 
     def _line(
         self, ts: str, user_name: str, text: str, own: bool, names: frozenset[tuple[str, str]]
-    ) -> tuple[str, int]:
-        """The line of a message (`format_message`) cut to the message budget, and its cost (`line_tokens`)."""
+    ) -> tuple[str, str, int]:
+        """The message posted at `ts`, its line (`format_message`) cut to the message budget, and the line's cost
+        (`line_tokens`)."""
         line = _format_line(ts, user_name, text, self._persona.timezone, dict(names), own)
-        return _costed(cut_text(line, self._budget.message_tokens, self._marks.cut))
+        return ts, *_costed(cut_text(line, self._budget.message_tokens, self._marks.cut))
 
     def _read(self, channel: Channel, thread_ts: str | None, speakers: Sequence[tuple[str, str]]) -> StoredContext:
         """The memos and the memories a prompt in `channel` shows."""
