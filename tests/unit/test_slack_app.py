@@ -1,16 +1,12 @@
-"""The bolt app over Socket Mode: an event's listener runs in the task that hands the event to the app."""
+"""The bot's listeners: a message event is translated and handed to the inbox within its dispatch."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any, cast
 
-from slack_bolt.adapter.socket_mode.async_internals import run_async_bolt_app
-from slack_sdk.socket_mode.request import SocketModeRequest
-from slack_sdk.web.async_client import AsyncWebClient
-
 from myao2.domain.conversation import BotIdentity, ChannelKind, Message, Person
-from myao2.infrastructure.slack.app import build_app
+from myao2.infrastructure.slack.app import build_listeners
 
 BOT = BotIdentity(user_id="UBOT", bot_id="BBOT", team_id="T1")
 
@@ -28,19 +24,15 @@ class Chat:
         return Person(user_id=user_id, display_name="Alice")
 
 
-def envelope(n: int) -> SocketModeRequest:
+def payload(n: int) -> dict[str, Any]:
     event = {"type": "message", "channel": "C1", "channel_type": "channel", "user": "U1", "text": "hi", "ts": f"1.{n}"}
-    payload = {"type": "event_callback", "team_id": "T1", "api_app_id": "A1", "event_id": f"Ev{n}", "event": event}
-    request = SocketModeRequest.from_dict({"envelope_id": f"e{n}", "type": "events_api", "payload": payload})
-    assert request is not None
-    return request
+    return {"type": "event_callback", "team_id": "T1", "api_app_id": "A1", "event_id": f"Ev{n}", "event": event}
 
 
-async def test_an_event_is_handled_by_the_time_the_app_returns_with_no_task_of_bolts_own() -> None:
+async def test_a_message_is_posted_to_the_inbox_by_the_time_its_dispatch_returns() -> None:
     inbox = Inbox()
-    chat, channels = cast(Any, Chat()), cast(Any, None)
-    app = build_app(client=AsyncWebClient(), bot=BOT, bot_token="xoxb-test", chat=chat, inbox=cast(Any, inbox), channels=channels)
+    listeners = build_listeners(bot=BOT, chat=cast(Any, Chat()), inbox=cast(Any, inbox), channels=cast(Any, None))
     tasks = len(asyncio.all_tasks())
-    await run_async_bolt_app(app, envelope(1))
-    assert [m.ts for m in inbox.posted] == ["1.1"]  # no turn of the loop was needed: it ran in this task
+    await listeners.dispatch(payload(1))
+    assert [(m.ts, m.user_name, m.text) for m in inbox.posted] == [("1.1", "Alice", "hi")]
     assert len(asyncio.all_tasks()) == tasks
