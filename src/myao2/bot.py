@@ -32,7 +32,7 @@ from myao2.infrastructure.db.lease_store import SqlLeaseStore
 from myao2.infrastructure.health import Health, HealthServer, ModelReachability
 from myao2.infrastructure.llm.agents import ModelClients, load_model_libraries
 from myao2.infrastructure.search.setup import IndexWorker
-from myao2.infrastructure.slack.app import build_listeners
+from myao2.infrastructure.slack.app import build_app
 from myao2.infrastructure.slack.connection import AppTokenRejected, SocketMode, identify
 from myao2.infrastructure.slack.gateway import SlackAuthError, SlackGateway, make_web_client, web_session
 from myao2.infrastructure.slack.streaming import SlackReplyPublisher, StreamSettings
@@ -43,8 +43,6 @@ from myao2.listening import CannotListen, cannot_listen
 
 if TYPE_CHECKING:
     import aiohttp
-
-    from myao2.infrastructure.slack.events import Listeners
 
 logger = logging.getLogger(__name__)
 
@@ -183,7 +181,15 @@ class Bot:
         lifecycle = ChannelLifecycle(
             conversations, parts.memos, parts.memories, inbox.channel_changed, profiles=parts.profiles
         )
-        listeners = build_listeners(bot=identity, chat=gateway, inbox=inbox, channels=lifecycle)
+        app = build_app(
+            client=make_web_client(None, config.slack.api_base_url),
+            bot=identity,
+            bot_token=config.slack.bot_token,
+            chat=gateway,
+            inbox=inbox,
+            channels=lifecycle,
+            signing_secret=config.slack.signing_secret if config.slack.mode == "http" else None,
+        )
 
         autonomous = AutonomousResponder(
             store=conversations,
@@ -202,7 +208,7 @@ class Bot:
         def catch_up() -> None:
             self._tasks.spawn(self._catch_up(history, lifecycle, answer))
 
-        connection = self._connection(listeners, identity, health, catch_up, web)
+        connection = self._connection(app, identity, health, catch_up, web)
         try:
             await self._until_stopped(connection.open())
         except (AppTokenRejected, CannotListen, OSError) as exc:
@@ -269,13 +275,8 @@ class Bot:
         logger.info("health endpoints on port %d", server.port)  # the one taken when `port` is 0
         return server
 
-    def _connection(
-        self,
-        listeners: Listeners,
-        identity: BotIdentity,
-        health: Health,
-        reconnected: Callable[[], None],
-        web: aiohttp.ClientSession,
+    def _connection(  # type: ignore[no-untyped-def]
+        self, app, identity: BotIdentity, health: Health, reconnected: Callable[[], None], web: aiohttp.ClientSession
     ) -> _Connection:
         """How events will reach the bot (`identity`); `reconnected` runs whenever Socket Mode is back after a loss.
 
@@ -285,16 +286,10 @@ class Bot:
         """
         slack = self._config.slack
         if slack.mode == "http":
-            from myao2.infrastructure.slack.http_app import build_app
-
-            client = make_web_client(None, slack.api_base_url)
-            app = build_app(
-                listeners, client=client, bot=identity, bot_token=slack.bot_token, signing_secret=slack.signing_secret
-            )
             return _HttpConnection(app, slack.http_port, health)
         state = _SocketState(health, reconnected)
         client = make_web_client(None, slack.api_base_url, web)
-        return _SocketConnection(SocketMode(listeners, slack.app_token, client, state), state)
+        return _SocketConnection(SocketMode(app, slack.app_token, client, state, bot=identity), state)
 
     async def _until_stopped(self, work: Awaitable[T]) -> T | None:
         """The result of `work`, or None (with `work` cancelled) if the bot is told to stop first."""

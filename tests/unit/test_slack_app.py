@@ -1,12 +1,16 @@
-"""The bot's listeners: a message event is translated and handed to the inbox within its dispatch."""
+"""The bolt app over Socket Mode: an event's listener runs in the task that hands the event to the app."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any, cast
 
+from slack_bolt.adapter.socket_mode.async_internals import run_async_bolt_app
+from slack_sdk.socket_mode.request import SocketModeRequest
+from slack_sdk.web.async_client import AsyncWebClient
+
 from myao2.domain.conversation import BotIdentity, ChannelKind, Message, Person
-from myao2.infrastructure.slack.app import build_listeners
+from myao2.infrastructure.slack.app import build_app
 
 BOT = BotIdentity(user_id="UBOT", bot_id="BBOT", team_id="T1")
 
@@ -24,15 +28,19 @@ class Chat:
         return Person(user_id=user_id, display_name="Alice")
 
 
-def payload(n: int) -> dict[str, Any]:
+def envelope(n: int) -> SocketModeRequest:
     event = {"type": "message", "channel": "C1", "channel_type": "channel", "user": "U1", "text": "hi", "ts": f"1.{n}"}
-    return {"type": "event_callback", "team_id": "T1", "api_app_id": "A1", "event_id": f"Ev{n}", "event": event}
+    payload = {"type": "event_callback", "team_id": "T1", "api_app_id": "A1", "event_id": f"Ev{n}", "event": event}
+    request = SocketModeRequest.from_dict({"envelope_id": f"e{n}", "type": "events_api", "payload": payload})
+    assert request is not None
+    return request
 
 
-async def test_a_message_is_posted_to_the_inbox_by_the_time_its_dispatch_returns() -> None:
+async def test_an_event_is_handled_by_the_time_the_app_returns_with_no_task_of_bolts_own() -> None:
     inbox = Inbox()
-    listeners = build_listeners(bot=BOT, chat=cast(Any, Chat()), inbox=cast(Any, inbox), channels=cast(Any, None))
+    chat, channels = cast(Any, Chat()), cast(Any, None)
+    app = build_app(client=AsyncWebClient(), bot=BOT, bot_token="xoxb-test", chat=chat, inbox=cast(Any, inbox), channels=channels)
     tasks = len(asyncio.all_tasks())
-    await listeners.dispatch(payload(1))
-    assert [(m.ts, m.user_name, m.text) for m in inbox.posted] == [("1.1", "Alice", "hi")]
+    await run_async_bolt_app(app, envelope(1))
+    assert [m.ts for m in inbox.posted] == ["1.1"]  # no turn of the loop was needed: it ran in this task
     assert len(asyncio.all_tasks()) == tasks

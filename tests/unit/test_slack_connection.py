@@ -11,11 +11,12 @@ from typing import Any
 import aiohttp
 import aiohttp.abc
 import pytest
+from slack_bolt.async_app import AsyncApp
+from slack_bolt.authorization import AuthorizeResult
 from slack_sdk.web.async_client import AsyncWebClient
 
 from myao2.domain.conversation import BotIdentity
 from myao2.infrastructure.slack.connection import AppTokenRejected, Backoff, SocketMode, Twins, identify
-from myao2.infrastructure.slack.events import Listeners
 from myao2.infrastructure.slack.gateway import SlackAuthError, SlackGateway, make_web_client
 from tests.fakes.slack_server import FakeSlack
 
@@ -86,17 +87,34 @@ async def test_identify_gives_up_at_once_on_a_refused_bot_token(fake: FakeSlack)
         await asyncio.wait_for(identify(gateway, FAST), 5)
 
 
-def listeners_of(fake: FakeSlack, seen: list[str], held: asyncio.Event | None = None) -> Listeners:
-    """Listeners noting the text of each message event; given `held`, they run only once that is set."""
-    listeners = Listeners(BotIdentity(user_id=fake.bot_user_id, bot_id=fake.bot_id, team_id=None))
+def bolt_app(
+    fake: FakeSlack, seen: list[str], held: asyncio.Event | None = None, *, ignoring_self_events: bool = True
+) -> AsyncApp:
+    """An app noting the text of each message event; given `held`, it runs only once that is set."""
 
-    @listeners.on("message")
-    async def on_message(event: dict[str, Any]) -> None:
-        if held is not None:
+    async def authorize(**_: Any) -> AuthorizeResult:
+        return AuthorizeResult(enterprise_id=None, team_id="T1", bot_user_id=fake.bot_user_id, bot_token=fake.bot_token)
+
+    app = AsyncApp(
+        name="test",
+        client=make_web_client(None, fake.base_url),
+        authorize=authorize,
+        request_verification_enabled=False,
+        ignoring_self_events_enabled=ignoring_self_events,
+    )
+
+    if held is not None:
+
+        @app.middleware
+        async def hold(next: Any) -> Any:
             await held.wait()
+            return await next()
+
+    @app.event("message")
+    async def on_message(event: dict[str, Any]) -> None:
         seen.append(event.get("text") or event.get("subtype", ""))
 
-    return listeners
+    return app
 
 
 class States:
@@ -115,7 +133,7 @@ def socket_mode(
     fake: FakeSlack, seen: list[str], states: States, token: str | None = None, held: asyncio.Event | None = None
 ) -> SocketMode:
     client = make_web_client(None, fake.base_url)
-    return SocketMode(listeners_of(fake, seen, held), token or fake.app_token, client, states, backoff=Backoff(0.05, 0.2))
+    return SocketMode(bolt_app(fake, seen, held), token or fake.app_token, client, states, backoff=Backoff(0.05, 0.2))
 
 
 async def test_events_are_handed_to_the_app_and_acknowledged(fake: FakeSlack) -> None:
@@ -250,17 +268,18 @@ async def test_events_that_are_no_pair_always_run() -> None:
     assert app.runs == ["message", "message", "message", "member_joined_channel"]
 
 
-async def test_the_bots_own_messages_are_acknowledged_and_dropped_without_a_task(fake: FakeSlack) -> None:
+async def test_the_bots_own_messages_are_acknowledged_and_dropped_without_a_task_or_the_app(fake: FakeSlack) -> None:
     seen: list[str] = []
     states = States()
+    bot = BotIdentity(user_id=fake.bot_user_id, bot_id=fake.bot_id, team_id=None)
     client = make_web_client(None, fake.base_url)
-    mode = SocketMode(listeners_of(fake, seen), fake.app_token, client, states)
-    handled: list[str] = []  # the events given a task of their own
+    mode = SocketMode(bolt_app(fake, seen, ignoring_self_events=False), fake.app_token, client, states, bot=bot)
+    handled: list[str] = []  # the envelopes given a task of their own
     handle = mode._handle
 
-    async def noted(payload: dict[str, Any]) -> bool:
-        handled.append(payload["event"].get("text", ""))
-        return await handle(payload)
+    async def noted(ws: Any, frame: dict[str, Any]) -> None:
+        handled.append(frame["payload"]["event"].get("text", ""))
+        await handle(ws, frame)
 
     mode._handle = noted  # type: ignore[method-assign]
     task = asyncio.create_task(mode.run())
@@ -275,28 +294,5 @@ async def test_the_bots_own_messages_are_acknowledged_and_dropped_without_a_task
         await fake.async_wait_for(lambda: len(fake.acks) == 4, what="every event acknowledged")
         assert seen == ["a person's"]
         assert handled == ["a person's"]  # the bot's own are dropped as they are acknowledged, with no task started
-    finally:
-        task.cancel()
-
-
-async def test_a_failing_listener_is_logged_and_the_events_after_it_are_handled(
-    fake: FakeSlack, caplog: pytest.LogCaptureFixture
-) -> None:
-    seen: list[str] = []
-    listeners = listeners_of(fake, seen)
-
-    @listeners.on("app_mention")
-    async def fail(event: dict[str, Any]) -> None:
-        raise RuntimeError("the inbox failed")
-
-    states = States()
-    task = asyncio.create_task(SocketMode(listeners, fake.app_token, make_web_client(None, fake.base_url), states).run())
-    try:
-        await fake.async_wait_for(lambda: states.connected, what="hello")
-        fake.emit_event({"type": "app_mention", "user": "U1", "text": "<@UBOT> hi", "channel": "C1", "ts": "1.000100"})
-        await fake.async_wait_for(lambda: "an event of type app_mention could not be handled" in caplog.text, what="the failure")
-        fake.post_message("C1", "U1", "after")
-        await fake.async_wait_for(lambda: seen == ["after"], what="the next event handled")
-        assert len(fake.acks) == 2
     finally:
         task.cancel()

@@ -4,8 +4,8 @@ slack_sdk's own client retries a refused app token forever with a traceback each
 and notices a connection that went silent only after four ping intervals; this one
 tells a refused token apart (`AppTokenRejected`), retries everything else with
 backoff, and pings every `PING_INTERVAL_SECONDS` so a dead connection is replaced
-within a few seconds. Events are handed to the bot's listeners (`Listeners.dispatch`), but for two kinds
-they would run on for nothing: the second of a mention's pair (`Twins`) and the bot's own events.
+within a few seconds. Envelopes are handed to the bolt app, as bolt's own adapter does, but for two kinds of
+event it would run on for nothing: the second of a mention's pair (`Twins`) and the bot's own messages.
 """
 
 from __future__ import annotations
@@ -16,15 +16,17 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from functools import partial
 from typing import Any
 
 import aiohttp
+from slack_bolt.adapter.socket_mode.async_internals import run_async_bolt_app
+from slack_bolt.async_app import AsyncApp
+from slack_bolt.response import BoltResponse
 from slack_sdk.errors import SlackApiError
+from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.web.async_client import AsyncWebClient
 
 from myao2.domain.conversation import BotIdentity
-from myao2.infrastructure.slack.events import Listeners
 from myao2.infrastructure.slack.gateway import SlackAuthError, SlackGateway, describe, error_code
 from myao2.infrastructure.slack.translate import SPOKEN_SUBTYPES, author_of, is_from_bot, text_of
 
@@ -85,22 +87,22 @@ async def identify(gateway: SlackGateway, backoff: Backoff | None = None) -> Bot
 
 class Twins:
     """Slack reports a mention in a conversation twice, as a ``message`` event and as an ``app_mention`` event,
-    one right after the other. The listeners are run on the second of the pair only if their run on the first
-    failed, or the two differ in what is stored of the message: the second is a no-op for the inbox otherwise (it
-    is stored and claimed already). An event of the same kind again (Slack delivering it once more, e.g. after a
-    reconnect) is run as any other.
+    one right after the other. The app is run on the second of the pair only if its run on the first failed, or
+    the two differ in what is stored of the message: the second is a no-op for the inbox otherwise (it is stored
+    and claimed already), and the app's dispatch of an event is most of its cost. An event of the same kind again
+    (Slack delivering it once more, e.g. after a reconnect) is run as any other.
     """
 
     def __init__(self) -> None:
         self._first: OrderedDict[tuple[str, str], tuple[str, tuple[Any, ...], asyncio.Future[bool]]] = OrderedDict()
 
-    async def run(self, payload: dict[str, Any], handle: Callable[[], Awaitable[bool]]) -> None:
-        """Run `handle` (True: it handled the event) on an Events API `payload`, unless it is the second of a pair
+    async def run(self, payload: dict[str, Any], app: Callable[[], Awaitable[bool]]) -> None:
+        """Run `app` (True: it handled the event) on an Events API `payload`, unless it is the second of a pair
         whose first it handled."""
         event = payload.get("event")
         kind = _paired_kind(event)
         if kind is None:
-            await handle()
+            await app()
             return
         assert isinstance(event, dict)
         key = (str(event.get("channel")), str(event.get("ts")))
@@ -110,7 +112,7 @@ class Twins:
             first_kind, first_said, handled = first
             if first_kind != kind and first_said == said and await asyncio.shield(handled):
                 return
-            await handle()  # the other of a pair that failed or differs, or this kind again (a redelivery)
+            await app()  # the other of a pair that failed or differs, or this kind again (a redelivery)
             return
         handled = asyncio.get_running_loop().create_future()
         self._first[key] = (kind, said, handled)
@@ -118,9 +120,30 @@ class Twins:
             self._first.popitem(last=False)
         ok = False
         try:
-            ok = await handle()
+            ok = await app()
         finally:
             handled.set_result(ok)
+
+
+def _own_message(event: object, bot: BotIdentity) -> bool:
+    """A message event of the bot's own (its posts and streams, and their changes and deletions): bolt's app
+    ignores those (its ``IgnoringSelfEvents``, which reads who it is from as `_author` does), though only once most
+    of its dispatch has run."""
+    if not isinstance(event, dict) or event.get("type") != "message":
+        return False
+    return (bot.bot_id is not None and event.get("bot_id") == bot.bot_id) or _author(event) == bot.user_id
+
+
+def _author(event: dict[str, Any]) -> Any:
+    """Who a message event is from, as bolt reads it: the event's user, else that of the message it changed
+    (``message``) or deleted (``previous_message``)."""
+    user = event.get("user")
+    if user is not None:
+        return user if isinstance(user, str) else user.get("id")
+    if "user_id" in event:
+        return event["user_id"]
+    nested = event["message"] if isinstance(event.get("message"), dict) else event.get("previous_message")
+    return _author(nested) if isinstance(nested, dict) else None
 
 
 def _paired_kind(event: object) -> str | None:
@@ -139,21 +162,25 @@ def _said(event: dict[str, Any]) -> tuple[Any, ...]:
 
 
 class SocketMode:
-    """Keeps one Socket Mode connection open for `listeners` until cancelled.
+    """Keeps one Socket Mode connection open for `app` until cancelled.
 
     `on_state(connected)` is called when a connection says hello and when it is lost.
     """
 
     def __init__(
         self,
-        listeners: Listeners,
+        app: AsyncApp,
         app_token: str,
         client: AsyncWebClient,
         on_state: Callable[[bool], None],
         ping_interval: float = PING_INTERVAL_SECONDS,
         backoff: Backoff | None = None,
+        *,
+        bot: BotIdentity | None = None,
     ) -> None:
-        self._listeners = listeners
+        """Given `bot`, the bot's own messages are acknowledged without running `app` on them (see `_own_message`)."""
+        self._app = app
+        self._bot = bot
         self._app_token = app_token
         self._client = client
         self._on_state = on_state
@@ -210,7 +237,7 @@ class SocketMode:
         return str(response["url"])
 
     async def _serve(self, ws: aiohttp.ClientWebSocketResponse) -> str:
-        """Hand events to the listeners until the connection ends; returns why it ended."""
+        """Hand envelopes to the app until the connection ends; returns why it ended."""
         async for message in ws:
             if message.type is not aiohttp.WSMsgType.TEXT:
                 continue
@@ -224,37 +251,62 @@ class SocketMode:
             elif kind == "disconnect":
                 return f"Slack asked to reconnect: {frame.get('reason')}"
             elif frame.get("envelope_id"):
-                if kind != "events_api":  # the app offers no commands, shortcuts or interactive components
-                    logger.warning("an envelope of type %s has no listener: left unacknowledged", kind)
-                    continue
-                # An event's acknowledgement carries nothing: it goes out at once, before the listeners run.
-                await self._acknowledge(ws, frame["envelope_id"])
-                payload = frame.get("payload")
-                if not isinstance(payload, dict) or self._listeners.ignores(payload):
-                    continue  # no task to start for the bot's own: a streamed answer brings several
-                task = asyncio.create_task(self._twins.run(payload, partial(self._handle, payload)))
+                if kind == "events_api":
+                    # An event's acknowledgement carries nothing: it goes out at once, before the app
+                    # runs (bolt would acknowledge it before running the listeners too).
+                    await self._acknowledge(ws, {"envelope_id": frame["envelope_id"]})
+                    if self._own(frame):
+                        continue  # no task to start for it: a streamed answer brings several
+                task = asyncio.create_task(self._handle(ws, frame))
                 self._envelopes.add(task)
                 task.add_done_callback(self._envelopes.discard)
         error = ws.exception()
         return f"closed: {describe(error)}" if error else f"closed with code {ws.close_code}"
 
-    async def _handle(self, payload: dict[str, Any]) -> bool:
-        """Run the listeners on an event; False if they failed (logged)."""
+    def _own(self, frame: dict[str, Any]) -> bool:
+        """Whether an Events API envelope carries a message event of the bot's own (see `_own_message`)."""
+        payload = frame.get("payload")
+        return self._bot is not None and isinstance(payload, dict) and _own_message(payload.get("event"), self._bot)
+
+    async def _handle(self, ws: aiohttp.ClientWebSocketResponse, frame: dict[str, Any]) -> None:
+        """Run the app on one envelope and, unless it is an event (acknowledged on arrival), acknowledge it
+        (with the app's response, if any)."""
+        request = SocketModeRequest.from_dict(frame)
+        if request is None:
+            return
+        if request.type == "events_api":
+
+            async def handled() -> bool:
+                response = await self._run_app(request)
+                return response is not None and response.status == 200
+
+            await self._twins.run(request.payload, handled)
+            return
+        response = await self._run_app(request)
+        if response is None or response.status != 200:
+            return
+        ack: dict[str, Any] = {"envelope_id": request.envelope_id}
+        if response.body:
+            try:
+                ack["payload"] = json.loads(response.body)
+            except ValueError:
+                ack["payload"] = {"text": response.body}
+        await self._acknowledge(ws, ack)
+
+    async def _run_app(self, request: SocketModeRequest) -> BoltResponse | None:
+        """The app's response to `request`; None if it failed (logged)."""
         try:
-            await self._listeners.dispatch(payload)
+            return await run_async_bolt_app(self._app, request)
         except Exception:
-            event = payload.get("event")
-            kind = event.get("type") if isinstance(event, dict) else None
-            logger.exception("an event of type %s could not be handled", kind)
-            return False
-        return True
+            logger.exception("an envelope of type %s could not be handled", request.type)
+            return None
 
     @staticmethod
-    async def _acknowledge(ws: aiohttp.ClientWebSocketResponse, envelope_id: str) -> None:
+    async def _acknowledge(ws: aiohttp.ClientWebSocketResponse, ack: dict[str, Any]) -> None:
         try:
-            await ws.send_str(json.dumps({"envelope_id": envelope_id}))
+            await ws.send_str(json.dumps(ack))
         except (ConnectionError, RuntimeError) as exc:
-            logger.warning("could not acknowledge envelope %s: %s", envelope_id, describe(exc))
+            logger.warning("could not acknowledge envelope %s: %s", ack["envelope_id"], describe(exc))
 
 
 def _app_token_help(error: str) -> str:
