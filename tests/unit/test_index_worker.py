@@ -6,7 +6,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -21,7 +21,7 @@ from myao2.infrastructure.search.index import SearchIndex
 from myao2.infrastructure.search.setup import THREAD_NAME, IndexWorker
 from tests.e2e.conftest import wait_until
 from tests.fakes.embedder import HashEmbedder
-from tests.unit.test_search_index import World, counted_clusterings
+from tests.unit.test_search_index import START, World, counted_clusterings
 
 
 class CountingIndex:
@@ -30,14 +30,16 @@ class CountingIndex:
     def __init__(self, clock: Callable[[], float] = lambda: 0.0) -> None:
         self.syncs = 0
         self.synced_at: list[float] = []
+        self.only_queued: list[bool] = []
         self._clock = clock
         self.synced = threading.Condition()
         self.wake: Callable[[], None] | None = None
 
-    def sync(self, progress: object = None) -> int:
+    def sync(self, progress: object = None, *, only_queued: bool = False) -> int:
         with self.synced:
             self.syncs += 1
             self.synced_at.append(self._clock())
+            self.only_queued.append(only_queued)
             self.synced.notify_all()
         return 0
 
@@ -136,7 +138,7 @@ def test_the_workers_own_commits_do_not_wake_it(database_url: str) -> None:
     index = CountingIndex()
     worker = IndexWorker(index, engine, gather_seconds=0)  # type: ignore[arg-type]
     committed = threading.Event()
-    index.sync = lambda progress=None, sync=index.sync: _commit_then(engine, committed, sync)  # type: ignore[method-assign]
+    index.sync = lambda progress=None, only_queued=False, sync=index.sync: _commit_then(engine, committed, sync)  # type: ignore[method-assign]
     worker.start()
     try:
         index.wait_syncs(1)
@@ -308,6 +310,39 @@ def test_changes_that_never_pause_are_indexed_at_the_cap_after_the_first(tmp_pat
     time.passing = steady
     _woken_once(worker, index, engine)
     assert index.synced_at == [0.0, 5.0]
+    # the changes that come while it runs wait for the next gathering: it does not run on with them
+    assert index.only_queued == [False, True]  # the catch-up at start takes in everything, a backlog of hours too
+
+
+def test_a_sync_of_only_what_is_queued_leaves_what_comes_meanwhile_to_the_next(database_url: str) -> None:
+    """In a channel that never goes quiet the worker's sync, given all that came while it ran, ran on: each text
+    embedded as it came, beside the answers, the gathering undone."""
+    arrivals = ["ramen arrives while embedding", "sushi arrives too"]
+
+    class Busy(HashEmbedder):
+        def passages(self, texts: list[str]):  # type: ignore[no-untyped-def]
+            if arrivals:
+                world.message("C1", arrivals.pop(0), START + timedelta(minutes=10 - len(arrivals)))
+            return super().passages(texts)
+
+    world = World(database_url, Busy())
+    try:
+        world.message("C1", "lunch at noon", START)
+        world.index.sync(only_queued=True)
+        assert indexed(world) == ["lunch"] and world.index.pending() == 1  # the ramen, come while it ran
+        world.index.sync(only_queued=True)
+        assert indexed(world) == ["lunch", "ramen"] and world.index.pending() == 1
+        world.index.sync()  # everything, as the catch-up at start and the command line do
+        assert indexed(world) == ["lunch", "ramen", "sushi"] and world.index.pending() == 0
+    finally:
+        world.close()
+
+
+def indexed(world: World) -> list[str]:
+    """Which of the texts (by their first word) are in the index with a vector."""
+    with world.engine.connect() as connection:
+        texts = connection.execute(text("SELECT text FROM search_docs WHERE vector IS NOT NULL")).scalars().all()
+    return [word for word in ("lunch", "ramen", "sushi") if any(f"Alice: {word}" in t.splitlines()[-1] for t in texts)]
 
 
 def test_stopping_a_gathering_worker_ends_it_at_once(tmp_path: Path) -> None:

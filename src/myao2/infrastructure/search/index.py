@@ -70,6 +70,8 @@ CLAIM_SECONDS = 300.0
 """How long a batch claimed for embedding stays claimed (see `_claimed`): far longer than a batch takes."""
 CHANGES_CHUNK = 256
 """Queued changes applied at a time."""
+_ALL = 2**63 - 1
+"""No entry of the queue has a later id (a 64-bit integer in both databases)."""
 _LOAD_CHUNK = 10_000
 """Rows read at a time when loading vectors."""
 CANDIDATES = 50
@@ -241,18 +243,26 @@ class SearchIndex:
         with reading(self._engine) as connection:
             return connection.execute(text("SELECT 1 FROM search_queue WHERE reembed = FALSE LIMIT 1")).first() is not None
 
-    def sync(self, progress: Progress | None = None) -> int:
+    def sync(self, progress: Progress | None = None, *, only_queued: bool = False) -> int:
         """Index every queued change, embed every text waiting for it and cluster the vectors loaded that are
-        due (the background's work); returns how many documents were written or deleted."""
+        due (the background's work); returns how many documents were written or deleted.
+
+        With `only_queued`, only the changes queued as it begins, and then the texts waiting to be embedded once
+        they are indexed: what comes meanwhile waits for the next sync, however busy the workspace (each text
+        would be embedded as it came, beside the answers)."""
         total = self.pending() if progress is not None else 0
+        changes_upto = self._newest_queued() if only_queued else _ALL
+        texts_upto: int | None = None  # known once the changes are indexed (their texts are queued then)
         done = 0
         while not self._closed.is_set():
             with self._held():
-                applied = self._apply_changes(0)
+                applied = self._apply_changes(0, changes_upto)
             if applied.documents:
                 count = applied.documents - applied.deferred
             else:
-                taken, count = self._embed_queued()
+                if texts_upto is None:
+                    texts_upto = self._newest_queued() if only_queued else _ALL
+                taken, count = self._embed_queued(texts_upto)
                 if not taken:
                     break
             done += count
@@ -301,8 +311,13 @@ class SearchIndex:
         if queued:
             logger.info("search: %d documents were embedded by another model; re-embedding them", queued)
 
-    def _apply_changes(self, embed_limit: int) -> _Applied:
-        """Index the changes queued first (up to `CHANGES_CHUNK` documents).
+    def _newest_queued(self) -> int:
+        """The id of the newest entry of the queue (0 when it is empty)."""
+        with reading(self._engine) as connection:
+            return int(connection.execute(text("SELECT COALESCE(MAX(id), 0) FROM search_queue")).scalar_one())
+
+    def _apply_changes(self, embed_limit: int, upto: int = _ALL) -> _Applied:
+        """Index the changes queued first (up to `CHANGES_CHUNK` documents), of those queued up to entry `upto`.
 
         A document gone leaves the index. One whose text is as indexed, embedded by this model,
         keeps its vector. Of the others, the first `embed_limit` are embedded now; the rest have
@@ -312,8 +327,8 @@ class SearchIndex:
         """
         with reading(self._engine) as connection:
             queued = connection.execute(
-                text("SELECT id, kind, ref_id FROM search_queue WHERE reembed = FALSE ORDER BY id LIMIT :n"),
-                {"n": CHANGES_CHUNK},
+                text("SELECT id, kind, ref_id FROM search_queue WHERE reembed = FALSE AND id <= :upto ORDER BY id LIMIT :n"),
+                {"n": CHANGES_CHUNK, "upto": upto},
             ).all()
         last = {(kind, ref_id): queue_id for queue_id, kind, ref_id in queued}
         if not last:
@@ -368,14 +383,15 @@ class SearchIndex:
         self._noted(stored_now)
         return _Applied(len(last), len(fresh), len(later))
 
-    def _embed_queued(self) -> tuple[int, int]:
-        """Embed a batch of the documents queued for it; returns how many were taken, and of them written or deleted.
+    def _embed_queued(self, upto: int = _ALL) -> tuple[int, int]:
+        """Embed a batch of the documents queued for it up to entry `upto`; returns how many were taken, and of them
+        written or deleted.
 
         The batch is claimed first, so another process's background never embeds it too. The
         embedding, the slow part, holds nothing: a search meanwhile finds the former vectors. A
         document whose text changed meanwhile is left queued, to be embedded as it is now.
         """
-        refs = self._claimed()
+        refs = self._claimed(upto)
         if not refs:
             return 0, 0
         try:
@@ -404,22 +420,22 @@ class SearchIndex:
         self._noted(stored_now)
         return len(refs), len(writes) + len(gone)
 
-    def _claimed(self) -> list[tuple[str, int]]:
-        """Claim the newest documents queued to be embedded (up to `BATCH_SIZE`) that no process has claimed, for
-        `CLAIM_SECONDS`: a claim of a process that stopped mid-batch lapses."""
+    def _claimed(self, upto: int = _ALL) -> list[tuple[str, int]]:
+        """Claim the newest documents queued to be embedded up to entry `upto` (up to `BATCH_SIZE`) that no process
+        has claimed, for `CLAIM_SECONDS`: a claim of a process that stopped mid-batch lapses."""
         now = _wall_clock()
         with self._held(), self._engine.begin() as connection:
             take_write_lock(connection)  # SQLite: another process must not read these as unclaimed before this commits
             queued = connection.execute(
                 # Newest first: a text just stored or edited is not left behind a backlog of hours.
                 text(
-                    "SELECT kind, ref_id FROM search_queue q WHERE reembed = TRUE "
+                    "SELECT kind, ref_id FROM search_queue q WHERE reembed = TRUE AND id <= :upto "
                     "AND (claimed_until IS NULL OR claimed_until < :now) "
                     # nor one queued again (a rebuild) while another entry of it is claimed
                     "AND NOT EXISTS (SELECT 1 FROM search_queue c WHERE c.kind = q.kind AND c.ref_id = q.ref_id "
                     "AND c.reembed = TRUE AND c.claimed_until >= :now) ORDER BY id DESC LIMIT :n"
                 ),
-                {"now": now, "n": BATCH_SIZE},
+                {"now": now, "n": BATCH_SIZE, "upto": upto},
             ).all()
             refs = list(dict.fromkeys((kind, ref_id) for kind, ref_id in queued))
             _execute_each(  # every entry of the document: it may be queued twice (a rebuild)

@@ -28,7 +28,8 @@ GATHER_SECONDS = 0.5
 cores the answers need, and beside answers it made their p99 latency three times as long, so it waits for a lull."""
 GATHER_CAP_SECONDS = 5.0
 """The longest the index worker waits for a lull after the first change: a channel that never goes quiet is still
-indexed every few seconds. Searches are fresh either way (`SearchIndex.catch_up` applies what they need first)."""
+indexed every few seconds, in batches (a sync takes what was queued as it began; what comes meanwhile is gathered
+for the next). Searches are fresh either way (`SearchIndex.catch_up` applies what they need first)."""
 THREAD_NAME = "search-index"
 """The index worker's thread name, also in `top -H` and `ps -L` (bench/mention_latency.py tells its CPU apart by it)."""
 
@@ -63,8 +64,9 @@ class IndexWorker:
     It sleeps until a transaction of this process has committed or a search found vectors to
     cluster (nothing is polled), then
     indexes what was queued once no change has come for a short pause (`GATHER_SECONDS`, at most `GATHER_CAP_SECONDS`
-    after the first change), so a burst is one batch and embedding keeps out of the answers' way, and
-    embeds every text waiting for it (a backlog of hours after a model change). Changes
+    after the first change), so a burst is one batch and embedding keeps out of the answers' way (changes that
+    come while it indexes wait for the next batch), and, as it starts, embeds every text waiting for it (a backlog
+    of hours after a model change, new texts first). Changes
     other processes make are indexed with the next ones made here, and a search applies
     the changes it needs first anyway (see `SearchIndex.catch_up`). The thread runs at the process's CPU
     priority: a lowered one was starved on a busy machine while it held the GIL or the index, and answers
@@ -147,7 +149,7 @@ class IndexWorker:
         while self._changed.wait() and self._lulled():
             self._changed.clear()
             try:
-                self._index.sync()
+                self._index.sync(only_queued=True)  # what comes meanwhile wakes it again, to be gathered
             except Exception:
                 logger.exception("search indexing failed; retrying with the next change")
 
