@@ -47,8 +47,9 @@ def source() -> str:
 
 
 def listened_events() -> set[str]:
-    """Event types with a listener: `@app.event("name")` in the code."""
-    events = set(re.findall(r"""\.event\(\s*["']([a-z_]+)["']""", source()))
+    """Event types with a listener: `@listen("name")` (the app's registration) or `@app.event("name")` in the code."""
+    events = set(re.findall(r"""(?:@listen|\.event)\(\s*["']([a-z_]+)["']""", source()))
+    assert {"message", "app_mention"} <= events, "the listeners were not found: the pattern above is out of date"
     return (events - {"message"}) | (MESSAGE_EVENTS if "message" in events else set())
 
 
