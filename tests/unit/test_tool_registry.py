@@ -30,3 +30,20 @@ def test_specs_are_plain_unless_asked_read_only() -> None:
 
     assert copy.deepcopy(spec) is not spec
     spec["inputSchema"]["json"]["properties"] = {}  # a client that adjusts specs in place (litellm) still can
+
+
+def test_a_deep_copy_of_the_read_only_specs_is_a_new_list_of_the_same_specs_none_visited(monkeypatch) -> None:
+    """Strands deep-copies the tool specs before every model call: read-only specs need no visit each."""
+    from myao2.infrastructure.llm.tool_registry import ReadOnlyJson
+
+    specs = FixedToolRegistry(list(MEMO_TOOLS), read_only_specs=True).get_all_tool_specs()
+    visited: list[object] = []
+    monkeypatch.setattr(ReadOnlyJson, "__deepcopy__", lambda self, memo: visited.append(self) or self)
+
+    copied = copy.deepcopy(specs)
+
+    assert copied is not specs and copied == specs
+    assert all(a is b for a, b in zip(copied, specs, strict=True))
+    copied.append({"name": "extra"})
+    assert len(specs) == len(MEMO_TOOLS)
+    assert visited == []

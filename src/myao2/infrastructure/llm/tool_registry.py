@@ -9,8 +9,9 @@ every time; here it is done once.
 Strands also deep-copies the specs before every model call, so that nothing the
 call does changes them. Specs that cannot be changed need no copy: given
 `read_only_specs`, they are read-only mappings whose deep copy is themselves (the
-copy was about a third of the Python calls of a reply). Only for a model whose
-client sends the specs as given, as the openai provider's does; another client
+copy was about a third of the Python calls of a reply), in a list copied without
+visiting each. Only for a model whose client sends the specs as given, as the
+openai provider's does; another client
 (litellm) may adjust them in place. That model (`SpecCountingModel`) estimates
 each read-only spec's tokens once, where strands serialised every spec again
 before every model call for its input token estimate.
@@ -37,16 +38,20 @@ class FixedToolRegistry(ToolRegistry):
         super().__init__()
         self.process_tools(tools)
         self._read_only = read_only_specs
-        self._registered: tuple[tuple[str, int], ...] = ()
+        self._registered: tuple[Any, ...] = ()
         self._config: dict[str, Any] = {}
 
     def get_all_tools_config(self) -> dict[str, Any]:
-        registered = tuple((name, id(tool)) for name, tool in (*self.registry.items(), *self.dynamic_tools.items()))
-        if registered != self._registered:
+        registered = (*self.registry.values(), *self.dynamic_tools.values())
+        if registered != self._registered:  # tools compared by identity
             config = super().get_all_tools_config()
             self._config = {name: read_only(spec) for name, spec in config.items()} if self._read_only else config
             self._registered = registered
         return dict(self._config)
+
+    def get_all_tool_specs(self) -> list[ToolSpec]:
+        specs = super().get_all_tool_specs()
+        return ReadOnlySpecs(specs) if self._read_only else specs
 
 
 class ReadOnlyJson(dict):  # type: ignore[type-arg]
@@ -59,6 +64,13 @@ class ReadOnlyJson(dict):  # type: ignore[type-arg]
         raise TypeError("a tool spec is read-only")
 
     __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = __ior__ = _refuse  # type: ignore[assignment]
+
+
+class ReadOnlySpecs(list):  # type: ignore[type-arg]
+    """A list of read-only tool specs: its deep copy is a new list of the same specs (they cannot change)."""
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> ReadOnlySpecs:
+        return ReadOnlySpecs(self)
 
 
 def read_only(value: Any) -> Any:
