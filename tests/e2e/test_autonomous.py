@@ -1,6 +1,10 @@
 """Joining conversations nobody answered, end to end: the bot process against the fake Slack and LLM.
 
 Second-scale settings: a check every 0.25 s, a 1.5 s wait without jitter, no pacing.
+
+A test whose conversation is several messages posts them before the bot starts: the start-up sync stores them
+together. Posted live, each is stored as its event is handled, and on a busy machine one (its author's lookup,
+say) can be stored more than the wait after another: the conversation is then judged, even answered, without it.
 """
 
 from __future__ import annotations
@@ -111,10 +115,10 @@ def test_lively_exchange_judged_no_is_not_rejudged_until_someone_posts(
     bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
 ) -> None:
     llm.set_responder(responder(lambda r: judgment(False, 0.95), lambda r: Text("should never be written")))
-    start(bot)
     for user, text in [(ALICE, "did you see the match?"), (BOB, "yes! what a goal"), (ALICE, "that last minute"),
                        (BOB, "unreal"), (ALICE, "haha right")]:
-        slack.post_message(GENERAL, user, text)
+        slack.post_message(GENERAL, user, text, emit=False)  # stored together by the start-up sync
+    start(bot)
 
     slack.wait_for(lambda: judgments(llm), what="the first judgment")
     shown = prompt_text(judgments(llm)[0])
@@ -139,10 +143,10 @@ def test_thread_and_top_level_are_judged_and_answered_separately(
         return Text("thread answer" if "what about the staging db?" in prompt_text(request) else "top answer")
 
     llm.set_responder(responder(lambda r: judgment(True), write))
+    parent = slack.post_message(GENERAL, ALICE, "the deploy failed again", emit=False)  # stored together at start-up
+    slack.post_message(GENERAL, BOB, "what about the staging db?", thread_ts=parent, emit=False)
+    slack.post_message(GENERAL, BOB, "unrelated: is lunch at noon?", emit=False)
     start(bot)
-    parent = slack.post_message(GENERAL, ALICE, "the deploy failed again")
-    slack.post_message(GENERAL, BOB, "what about the staging db?", thread_ts=parent)
-    slack.post_message(GENERAL, BOB, "unrelated: is lunch at noon?")
 
     slack.wait_for(lambda: len(slack.posted) >= 2, what="two autonomous replies")
     time.sleep(4 * CHECK)
@@ -230,14 +234,13 @@ def test_never_answers_itself_other_bots_or_excluded_channels(
     slack.add_channel("CRANDOM", "random", members=[ALICE, BOB])
     slack.add_channel("CQA", "qa", members=[ALICE, BOB])
     llm.set_responder(responder(lambda r: judgment(True), lambda r: Text("answer")))
-    # The bot's own post is in history when it starts (bolt drops the echo of its own posts).
+    # All in history when the bot starts: stored together (and bolt drops the echo of the bot's own posts).
     slack.post_message("CDEV", slack.bot_user_id, "myao here, anyone need help?", bot_id=slack.bot_id, emit=False)
+    parent = slack.post_message(GENERAL, ALICE, "deploy status?", emit=False)
+    slack.post_message(GENERAL, "UOTHER", "Deploy finished, anything else?", thread_ts=parent, bot_id="BOTHER", emit=False)
+    slack.post_message("CRANDOM", ALICE, "is anyone here?", emit=False)
+    slack.post_message("CQA", BOB, "what time is the meeting?", emit=False)  # the control: this one is answered
     start(bot, **{"response.channels": {"exclude": ["random"]}})
-
-    parent = slack.post_message(GENERAL, ALICE, "deploy status?")
-    slack.post_message(GENERAL, "UOTHER", "Deploy finished, anything else?", thread_ts=parent, bot_id="BOTHER")
-    slack.post_message("CRANDOM", ALICE, "is anyone here?")
-    slack.post_message("CQA", BOB, "what time is the meeting?")  # the control: this one is answered
 
     slack.wait_for(lambda: slack.posted, what="the answer in #qa")
     time.sleep(6 * CHECK)
