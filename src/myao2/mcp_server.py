@@ -150,9 +150,8 @@ class NotebookTools:
         return {"removed": memo.name, "revision": memo.revision}
 
     def restore(self, name: str) -> dict[str, Any]:
-        name = lookup_name(name)
-        reader = self._scope.reader
-        memo = self._nearest(lambda audience: self._notebook.restore(name, audience=audience, reader=reader))
+        """The removed memo `name` means for this client, refused (`wider_audience`) as `_writable` refuses a change."""
+        memo = self._notebook.restore(lookup_name(name), reader=self._scope.reader, writer=self._scope.writer)
         return self._data(memo, self._pinned())
 
     def history(self, name: str) -> dict[str, Any]:

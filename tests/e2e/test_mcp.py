@@ -209,6 +209,8 @@ def test_a_dm_memo_is_seen_only_when_started_for_that_dm_and_pinned_memos_need_a
     assert notebook.myao2("memo", "add", "gift", "--content", "Alice hides a gift for Bob", "--conversation", DM).returncode == 0
     assert notebook.myao2("memo", "add", "lunch", "--content", "Lunch is at noon").returncode == 0
     assert notebook.myao2("memo", "pin", "lunch").returncode == 0
+    assert notebook.myao2("memo", "add", "tea", "--content", "Bob drinks oolong tea").returncode == 0
+    assert notebook.myao2("memo", "remove", "tea").returncode == 0
 
     async def session() -> None:
         async with Client(notebook.stdio()) as client:
@@ -227,16 +229,21 @@ def test_a_dm_memo_is_seen_only_when_started_for_that_dm_and_pinned_memos_need_a
             assert wider.is_error and "seen more widely" in wider.content[0].text  # as the bot's tools in the DM
             gone = await client.call_tool("remove_memo", {"memo_name": "lunch"})
             assert gone.is_error and "seen more widely" in gone.content[0].text
+            back = await client.call_tool("restore_memo", {"memo_name": "tea"})
+            assert back.is_error and "seen more widely" in back.content[0].text, back.content[0].text
+            assert not (await client.call_tool("remove_memo", {"memo_name": "gift"})).is_error
+            assert data(await client.call_tool("restore_memo", {"memo_name": "gift"}))["kept_for"] == DM  # its own
             added = data(await client.call_tool("add_memo", {"name": "card", "content": "Bob wants a card"}))
             assert added["kept_for"] == DM
         async with Client(notebook.stdio("--allow-pinned")) as client:
             data(await client.call_tool("edit_memo", {"memo_name": "lunch", "content": "Lunch is at one"}))
 
     asyncio.run(session())
-    assert notebook.rows("SELECT name, content FROM memos ORDER BY name") == [
-        ("card", "Bob wants a card"),
-        ("gift", "Alice hides a gift for Bob"),
-        ("lunch", "Lunch is at one"),
+    assert notebook.rows("SELECT name, content, removed_at IS NOT NULL FROM memos ORDER BY name") == [
+        ("card", "Bob wants a card", False),
+        ("gift", "Alice hides a gift for Bob", False),
+        ("lunch", "Lunch is at one", False),
+        ("tea", "Bob drinks oolong tea", True),
     ]
     assert notebook.rows("SELECT count(*) FROM memos WHERE name = 'x'") == [(0,)]
 

@@ -228,6 +228,29 @@ def test_a_client_started_for_a_dm_cannot_remove_a_workspace_memo_as_the_bots_to
     assert not failed and removed["removed"] == "lunch-day"  # a workspace client removes the workspace's
 
 
+@pytest.mark.parametrize("conversation", [DM, "GSECRET"])
+def test_a_client_started_for_a_private_conversation_cannot_restore_a_workspace_memo_as_it_cannot_remove_it(
+    app: Application, conversation: str  # noqa: F811
+) -> None:
+    Notebook(app.memos, Actor.CLI).remove("lunch-day")
+    revisions = len(app.memos.history("lunch-day"))
+    failed, refusal = call(app, Scope(conversation), "restore_memo", {"memo_name": "lunch-day"})
+    # the refusal of the memo the name means there, not the conversation's own "no removed memo"
+    assert failed and "seen more widely than this conversation" in refusal, refusal
+    assert app.memos.list(GENERAL, removed=True).total == 1 and len(app.memos.history("lunch-day")) == revisions
+
+    failed, refusal = call(app, Scope(conversation), "restore_memo", {"memo_name": "no-such-memo"})
+    assert failed and 'There is no removed memo named "no-such-memo"' in refusal, refusal
+    failed, restored = call(app, Scope(), "restore_memo", {"memo_name": "lunch-day"})
+    assert not failed and restored["kept_for"] == "workspace"  # a workspace client restores the workspace's
+
+
+def test_a_client_started_for_a_dm_restores_the_dms_own_memo(app: Application) -> None:  # noqa: F811
+    Notebook(app.memos, Actor.CLI).remove("surprise", audience=Audience(DM))
+    failed, restored = call(app, Scope(DM), "restore_memo", {"memo_name": "surprise"})
+    assert not failed and restored["kept_for"] == DM
+
+
 def test_a_list_offset_past_the_largest_is_refused_by_the_tools_schema(app: Application) -> None:  # noqa: F811
     failed, refusal = call(app, Scope(), "list_memo", {"offset": 10**33})
     assert failed and "1000000" in refusal and "OverflowError" not in refusal
@@ -261,8 +284,10 @@ def test_a_memo_of_a_channel_stored_as_private_is_that_channels_alone_before_the
     assert not failed and "canary" not in json.dumps(added)
     failed, shown = call(app, Scope("CPLANS"), "get_memo", {"memo_name": "offsite"})
     assert not failed and shown["content"] == "canary-offsite in Hakone"
-    failed, restored = call(app, Scope("CPLANS"), "restore_memo", {"memo_name": "launch"})
-    assert not failed and restored["content"] == "canary-launch in June"
+    failed, history = call(app, Scope("CPLANS"), "memo_history", {"memo_name": "launch"})
+    assert not failed and "canary-launch in June" in json.dumps(history)
+    failed, refusal = call(app, Scope("CPLANS"), "restore_memo", {"memo_name": "launch"})
+    assert failed and "seen more widely" in refusal  # kept for the workspace until the narrowing, as offsite's edit
 
 
 def test_search_memo_shows_a_client_elsewhere_the_same_whatever_a_dm_holds(app: Application) -> None:  # noqa: F811

@@ -189,6 +189,17 @@ class TestNamesPerAudience:
             store.restore("secret", "t", origin=PUBLIC)
         assert store.restore("secret", "t", origin=DM).channel_id == "D1"
 
+    @pytest.mark.parametrize("private", PRIVATE_ONES)
+    def test_a_restore_from_a_conversation_of_a_memo_kept_more_widely_is_refused(
+        self, store: SqlMemoStore, private: Origin
+    ) -> None:
+        add(store, "lunch", PUBLIC)
+        store.remove("lunch", PUBLIC, "t")
+        with refused("wider_audience"):  # its coming back in every channel would tell what was said here
+            store.restore("lunch", "t", origin=private)
+        assert store.list("C1", removed=True).total == 1 and len(store.history("lunch")) == 2
+        assert store.restore("lunch", "t", origin=OTHER_PUBLIC).channel_id == "C1"  # a public channel writes for all
+
 
 class TestRacingWriters:
     """Two stores on one file stand for two processes (the bot and the CLI)."""

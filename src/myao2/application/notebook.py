@@ -87,9 +87,14 @@ class Notebook:
         """Mark a memo removed; `restore` brings it back."""
         return self._store.remove(name, None, self._actor, audience=audience, keep_pins=self._keep_pins)
 
-    def restore(self, name: str, *, audience: Audience | None = None, reader: str | None = None) -> Memo:
-        """Bring back the most recently removed memo of that name (that the conversation `reader` may read, if given)."""
-        return self._store.restore(name, self._actor, audience=audience, reader=reader)
+    def restore(
+        self, name: str, *, audience: Audience | None = None, reader: str | None = None, writer: Audience | None = None
+    ) -> Memo:
+        """Bring back the most recently removed memo of that name (that the conversation `reader` may read, if given).
+        Made for a conversation whose audience is `writer`, as the bot's tools there, the memo the name means there
+        is refused (`wider_audience`) if kept for a wider audience (`can_write`)."""
+        origin = None if writer is None else origin_for(writer)
+        return self._store.restore(name, self._actor, origin=origin, audience=audience, reader=reader)
 
     def pin(self, name: str, *, audience: Audience | None = None) -> Memo:
         """Make a memo a rule: in every prompt that may see it, changed by no conversation."""

@@ -37,8 +37,8 @@ class MemoStore(Protocol):
     `channel_id` scopes reads to what a conversation may see, and `origin` scopes a
     change to the conversation making it; None is a person's own view of every memo,
     where `audience` picks among memos of one name kept for different audiences.
-    A name means, in a conversation, its own memo before the workspace's. An edit
-    or removal from a conversation of a memo seen more widely than it is refused
+    A name means, in a conversation, its own memo before the workspace's. An edit,
+    removal or restore from a conversation of a memo seen more widely than it is refused
     (`wider_audience`); a change that lost a race with another writer is refused
     (`changed_meanwhile`). Refusals raise `MemoError`.
     """

@@ -152,6 +152,7 @@ class SqlMemoStore:
             readers = _reader(origin) if origin is not None else _readable(reader)
             row = self._resolve(session, name, readers, audience, removed=True)
             before = _to_memo(row)
+            _refuse_wider(origin, before)
             view = _view(origin, before.audience)
             self._claim(session, name, view)
             check_tag_kinds(before.tags, self._tag_kinds(session, view))
@@ -583,7 +584,7 @@ def _refuse_pinned(session: Session, row: MemoRow, origin: Origin | None, keep_p
 
 
 def _refuse_wider(origin: Origin | None, memo: Memo) -> None:
-    """A conversation changes (edits, removes) only memos kept for exactly its audience (`can_write`)."""
+    """A conversation changes (edits, removes, restores) only memos kept for exactly its audience (`can_write`)."""
     if origin is not None and not can_write(origin.audience, memo.audience):
         raise MemoError("wider_audience", name=memo.name)
 
