@@ -120,6 +120,27 @@ async def test_a_mention_arriving_twice_at_once_is_stored_once_and_answered_afte
     assert [stored for _, stored in answered] == [1, 1]  # each handed on only once the message was stored
 
 
+async def test_a_message_is_stored_in_the_writers_task_with_no_task_of_its_own() -> None:
+    store = SlowStore()
+    saving, saved = threading.Event(), threading.Event()
+    save = store.save_messages
+
+    def held(messages: list[Message]) -> None:
+        saving.set()
+        saved.wait(10)
+        save(messages)
+
+    store.save_messages = held  # type: ignore[method-assign]
+    box, _ = inbox(store)
+    before = asyncio.all_tasks()
+    posting = asyncio.ensure_future(box.message_posted(mention("what a quiet day"), ChannelKind.PUBLIC))
+    await asyncio.to_thread(saving.wait, 10)
+    started = asyncio.all_tasks() - before - {posting}
+    saved.set()
+    await posting
+    assert sorted(task.get_coro().__qualname__ for task in started) == ["GroupedSaves._write"]
+
+
 async def test_a_changed_copy_arriving_meanwhile_is_stored_too() -> None:
     store = SlowStore()
     box, _ = inbox(store)

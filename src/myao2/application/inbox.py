@@ -187,8 +187,9 @@ class Inbox:
         self._known_channels: dict[str, ChannelKind] = {}
         self._saves = GroupedSaves(store)
         self._stored: OrderedDict[tuple[str, str], Message] = OrderedDict()
-        self._storing: dict[tuple[str, str], asyncio.Future[object]] = {}
-        """Saves under way: the other event of a pair waits for the save instead of making its own."""
+        self._storing: dict[tuple[str, str], tuple[asyncio.Future[object], Message]] = {}
+        """Saves under way and what they store: the other event of a pair waits for the save instead of making its
+        own."""
         self._early_edits: OrderedDict[tuple[str, str], str] = OrderedDict()
         """Edits of messages not stored yet (the edit's event came first): the text their save stores."""
 
@@ -233,29 +234,33 @@ class Inbox:
             message = replace(message, text=edited, mentions=mentions_in(edited))
         if self._stored.get(key) == message:
             return None
-        saving = self._storing[key] = asyncio.ensure_future(self._save_once(key, message, then, at_once))
+        saving = self._saves.save(message, then, at_once=at_once)
+        self._storing[key] = (saving, message)
+        saving.add_done_callback(lambda _: self._saved(key, saving))  # the first: run before its awaiters go on
         return await asyncio.shield(saving)
 
-    async def _save_once(self, key: tuple[str, str], message: Message, then: Then | None, at_once: bool) -> object:
-        """Save `message`; by the time this ends, it is remembered as stored (if it was) and no longer under way."""
-        try:
-            result = await self._saves.save(message, then, at_once=at_once)
-        finally:
-            if self._storing.get(key) is asyncio.current_task():
-                del self._storing[key]
+    def _saved(self, key: tuple[str, str], saving: asyncio.Future[object]) -> None:
+        """`saving`, the save of message `key` under way, ended: it is no longer under way, and the message is
+        remembered as stored if it was. The first to see it end (its callback, or `_settled`) calls this."""
+        storing = self._storing.get(key)
+        if storing is None or storing[0] is not saving:
+            return
+        del self._storing[key]
+        message = storing[1]
+        if saving.cancelled() or saving.exception() is not None:
+            return
         self._stored[key] = message
         if len(self._stored) > RECENTLY_STORED:
             self._stored.popitem(last=False)
-        return result
 
     async def _settled(self, key: tuple[str, str]) -> None:
         """Wait for the save of message `key` under way, if any (failed or not)."""
         while (storing := self._storing.get(key)) is not None:
-            if storing.done():  # ended before it ran (cancelled at shutdown): it cleared nothing
-                del self._storing[key]
+            if storing[0].done():  # its callback is yet to run
+                self._saved(key, storing[0])
                 break
             with suppress(Exception):  # a failed save is made again by whoever needs it
-                await asyncio.shield(storing)
+                await asyncio.shield(storing[0])
 
     async def close(self) -> None:
         """Store what waits to be stored at once, and from now on every message as it comes (shutting down)."""
