@@ -12,7 +12,7 @@ from jinja2 import UndefinedError
 
 from myao2.application.agents import MemoryBatch, MemoryPrompt
 from myao2.application.context import Budget, ContextBuilder, Persona, PromptContext
-from myao2.domain.conversation import Channel, ChannelKind, Message
+from myao2.domain.conversation import Channel, Message
 from myao2.domain.memo import MemoDraft, Origin
 from myao2.domain.memory import Bullet
 from myao2.infrastructure.db.engine import open_database
@@ -324,63 +324,3 @@ def test_a_template_cache_that_cannot_be_written_leaves_rendering_as_it_is(conte
     renderer = PromptRenderer("en")
     shutil.rmtree(next(tmp_path.iterdir()))  # the cache's folder, gone (a cleaner of temporary files)
     assert "alice-ramen" in renderer.render("response", "query", context)
-
-
-def test_a_system_prompt_that_shows_the_persona_alone_is_rendered_once(context, monkeypatch):
-    import jinja2
-
-    renderer = PromptRenderer("en")
-    rendered: list[str | None] = []
-    render = jinja2.Template.render
-    monkeypatch.setattr(jinja2.Template, "render", lambda self, *a, **k: rendered.append(self.name) or render(self, *a, **k))
-    other = replace(context, channel=Channel("D9", "bob", ChannelKind.IM), conversation=("[2025-01-02 12:00] Bob: my secret",))
-
-    first = renderer.render("response", "system", context)
-    again = renderer.render("response", "system", other)
-
-    assert rendered == ["en/response_system.j2"]
-    assert first == again == PromptRenderer("en").render("response", "system", other)
-    assert "my secret" not in again
-    renderer.render("response", "query", context)
-    renderer.render("response", "query", other)
-    assert rendered.count("en/response_query.j2") == 2
-
-
-@pytest.mark.parametrize(
-    ("template", "alone"),
-    [
-        ("You are {{ context.persona.name }}.{% if context.persona.system_prompt %} {{ context.persona.system_prompt | one_line }}{% endif %}", True),
-        ('{% extends "base" %}{% block role %}Hi {{ context.persona.name }}{% endblock %}', True),
-        ('{% extends "reads" %}{% block role %}Hi{% endblock %}', False),
-        ("{{ context.conversation | join }}", False),
-        ("{{ context.channel.name }}", False),
-        ('{{ context["persona"].name }}', False),
-        ("{% set c = context %}{{ c.persona.name }}", False),
-        ("{% for line in context.persona.name %}{{ line }}{% endfor %}", False),
-        ("{{ context.persona.name | local_time }}", False),
-        ("{{ context.persona.name.upper() }}", False),
-        ("{{ elapsed }}", False),
-        ('{% include "base" %}', False),
-        ('{{ self.role() }}', False),
-    ],
-)
-def test_only_a_template_that_shows_the_persona_alone_is_rendered_once(template, alone):
-    """Canary: a template that could show anything of one conversation is rendered for each (`reads_persona_alone`
-    is what lets a rendered text stand for every conversation)."""
-    from jinja2 import DictLoader, Environment
-
-    from myao2.infrastructure.llm.prompts import _local_time, reads_persona_alone
-
-    env = Environment(
-        loader=DictLoader(
-            {
-                "t": template,
-                "base": "{{ context.persona.name }}{% block role %}{% endblock %}",
-                "reads": "{{ context.now }}{% block role %}{% endblock %}",
-            }
-        )
-    )
-    env.filters["one_line"] = lambda text: text
-    env.filters["local_time"] = _local_time
-
-    assert reads_persona_alone(env, "t") is alone

@@ -16,7 +16,6 @@ from jinja2 import (
     FileSystemLoader,
     PackageLoader,
     StrictUndefined,
-    nodes,
     pass_context,
 )
 from jinja2.bccache import Bucket
@@ -61,10 +60,6 @@ class PromptRenderer:
         self._env.filters["local_time"] = _local_time
         self._language = language
         self._overrides = dict(system_overrides or {})
-        # Whether each template reads the persona alone (`reads_persona_alone`), and what those rendered, for
-        # the shipped templates only: the user's own may change while the bot runs.
-        self._persona_alone: dict[str, bool] | None = {} if template_dir is None else None
-        self._rendered: dict[tuple[str, Any], str] = {}
 
     def warm(self) -> None:
         """Compile every template of the language now, not on the event loop at its first use (about 80 ms of CPU;
@@ -87,56 +82,8 @@ class PromptRenderer:
         override = self._overrides.get(kind) if part == "system" else None
         if override:
             return override
-        name = f"{self._language}/{kind}_{part}.j2"
-        if extra or self._persona_alone is None:
-            return self._render(name, context, extra)
-        if name not in self._persona_alone:
-            self._persona_alone[name] = reads_persona_alone(self._env, name)
-        if not self._persona_alone[name]:
-            return self._render(name, context, extra)
-        # The same for every conversation, rendered once: a system prompt, mostly.
-        key = (name, getattr(context, "persona", None))
-        if key not in self._rendered:
-            self._rendered[key] = self._render(name, context, extra)
-        return self._rendered[key]
-
-    def _render(self, name: str, context: Any, extra: Mapping[str, Any]) -> str:
-        return self._env.get_template(name).render(context=context, **extra).strip()
-
-
-def reads_persona_alone(env: Environment, name: str) -> bool:
-    """Whether template `name`, with those it extends, shows nothing but what `context.persona` holds: it reads
-    no other variable (not even through a filter given the template's variables), calls nothing, includes and
-    imports nothing. Its text is then the same for every context with that persona."""
-    read: set[str] = set()
-    while name not in read:
-        read.add(name)
-        tree = env.parse(env.loader.get_source(env, name)[0])  # type: ignore[union-attr]
-        persona = {
-            id(node.node)
-            for node in tree.find_all(nodes.Getattr)
-            if isinstance(node.node, nodes.Name) and node.node.name == "context" and node.attr == "persona"
-        }
-        if any(id(node) not in persona for node in tree.find_all(nodes.Name)):
-            return False
-        if any(tree.find_all((nodes.Call, nodes.Include, nodes.Import, nodes.FromImport, nodes.ContextReference))):
-            return False
-        given = (*tree.find_all(nodes.Filter), *tree.find_all(nodes.Test))
-        if any(_pass_arg(env, node) == "context" for node in given):
-            return False
-        parent = next(tree.find_all(nodes.Extends), None)
-        if parent is None:
-            return True
-        if not isinstance(parent.template, nodes.Const):
-            return False
-        name = parent.template.value
-    return False  # a template that extends itself
-
-
-def _pass_arg(env: Environment, node: nodes.Filter | nodes.Test) -> str | None:
-    """What Jinja hands a filter or test besides its arguments ("context" for the template's variables)."""
-    function = (env.filters if isinstance(node, nodes.Filter) else env.tests).get(node.name)
-    return "context" if function is None else getattr(getattr(function, "jinja_pass_arg", None), "name", None)
+        template = self._env.get_template(f"{self._language}/{kind}_{part}.j2")
+        return template.render(context=context, **extra).strip()
 
 
 @pass_context
