@@ -357,6 +357,25 @@ def test_litellm_without_the_package_is_a_config_error():
         ModelClients(AgentsConfig(memory=AgentConfig(provider="litellm")))
 
 
+async def test_write_closes_the_reply_stream_before_it_returns(fake, make_writer, monkeypatch):
+    """Not left to the garbage collector, whose aclose runs later in a task of its own."""
+    fake.script(Text("Ramen it is."))
+    writer = make_writer()
+    stream, closed = writer.stream, []
+
+    async def watched(context: PromptContext, origin: Origin) -> Any:
+        try:
+            async for event in stream(context, origin):
+                yield event
+        finally:
+            closed.append(True)
+
+    monkeypatch.setattr(writer, "stream", watched)
+
+    assert await writer.write(CONTEXT, ORIGIN) == "Ramen it is."
+    assert closed == [True]  # no turn of the event loop since write returned
+
+
 # ---------------------------------------------------------------- the reply as a stream
 
 

@@ -21,7 +21,7 @@ import ssl
 import threading
 import time
 from collections.abc import AsyncIterator, Sequence
-from contextlib import suppress
+from contextlib import aclosing, suppress
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import cache, cached_property
@@ -290,9 +290,10 @@ class StrandsReplyWriter:
         Raises ModelUnavailable when the model fails after the bounded retries or
         gives no answer.
         """
-        async for event in self.stream(context, origin):
-            if isinstance(event, ReplyDone):
-                return event.text
+        async with aclosing(self.stream(context, origin)) as events:  # type: ignore[type-var]
+            async for event in events:
+                if isinstance(event, ReplyDone):
+                    return event.text
         raise AssertionError("a reply stream ends with ReplyDone")  # pragma: no cover
 
     async def stream(self, context: PromptContext, origin: Origin) -> ReplyStream:
