@@ -128,9 +128,7 @@ def traced_bot(bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI, collector: Fa
     bot.settings.update(FAST)
     bot.settings["memory.update_interval_seconds"] = 1
     # The mention must be answered from its event, in the event's trace: the start-up catch-up, still reading
-    # history when it is posted, would otherwise find it first and answer it in a trace of its own. With no span to
-    # catch up on, it still takes a message posted after it began and stored before its read: the mention's ts is
-    # from before the start.
+    # history when it is posted, would otherwise find it first and answer it in a trace of its own.
     bot.settings["response.mention_catchup_seconds"] = 0
     mention_reply = [ToolCalls([ToolCall("search_memo", {"query": f"{MARKS[1]} snack"})]), Text(f"{MARKS[2]} figs!")]
 
@@ -142,11 +140,8 @@ def traced_bot(bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI, collector: Fa
         return mention_reply.pop(0) if mention_reply else Text(f"Me too, {MARKS[3]}.")
 
     llm.set_responder(write)
-    before_the_start = f"{time.time():.6f}"
     bot.start()
-    mention = slack.post_message(
-        GENERAL, ALICE, f"<@{slack.bot_user_id}> what is my {MARKS[1]} snack?", ts=before_the_start
-    )
+    mention = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> what is my {MARKS[1]} snack?")
     slack.wait_for(lambda: replies_in(slack, mention), what="the answer")
     unasked = slack.post_message(GENERAL, ALICE, f"I could eat {MARKS[3]} all day")
     slack.wait_for(lambda: any(p.get("thread_ts") is None for p in slack.posted), what="the unasked reply")

@@ -232,13 +232,13 @@ def test_a_channel_left_is_neither_active_nor_caught_up_until_joined_again(store
 
     assert store.get_channel("C1") == Channel("C1", "general", is_member=False)
     assert [c.id for c in store.active_channels(since)] == ["C2"]
-    assert store.unclaimed_mentions(BOT, since) == []
+    assert store.unclaimed_mentions(BOT, since, ts_to_datetime(ts(9))) == []
     assert list(store.changes()) == ["C2"]  # nothing more of C1 for the memory job either
 
     store.save_channel(Channel("C1", "general"))  # joined again
     assert store.get_channel("C1").is_member
     assert sorted(c.id for c in store.active_channels(since)) == ["C1", "C2"]
-    assert texts(store.unclaimed_mentions(BOT, since)) == ["hello <@UBOT>"]
+    assert texts(store.unclaimed_mentions(BOT, since, ts_to_datetime(ts(9)))) == ["hello <@UBOT>"]
 
 
 def test_channels_not_listed_as_the_bots_count_as_left(store: SqlConversationStore, clock: ManualClock) -> None:
@@ -346,13 +346,15 @@ def test_unclaimed_mentions(store: SqlConversationStore) -> None:
     store.save_message(msg(10, "unknown channel", channel="C9", mentions=(BOT,)))
     store.claim("C1", ts(9))
 
-    found = store.unclaimed_mentions(BOT, ts_to_datetime(ts(1)))
+    store.save_message(msg(11, "after the bound", mentions=(BOT,)))
+
+    found = store.unclaimed_mentions(BOT, ts_to_datetime(ts(1)), ts_to_datetime(ts(10)))
 
     assert texts(found) == ["mention in thread", "dm", "unknown channel"]
     assert found[0] == msg(2, "mention in thread", mentions=("U2", BOT), thread_ts=ts(0))
 
     store.claim("D1", ts(5))
-    assert texts(store.unclaimed_mentions(BOT, ts_to_datetime(ts(1)))) == [
+    assert texts(store.unclaimed_mentions(BOT, ts_to_datetime(ts(1)), ts_to_datetime(ts(10)))) == [
         "mention in thread",
         "unknown channel",
     ]

@@ -445,6 +445,13 @@ async def test_mentions_older_than_the_catch_up_window_are_left(world: World) ->
     assert await world.answer.catch_up() == 0
 
 
+async def test_a_mention_posted_after_the_catch_up_began_is_left_to_its_event(world: World) -> None:
+    """Its event stored it and claims it next: the catch-up does not race it (with a window of 0, nothing is
+    caught up at all)."""
+    world.mention(seconds=1)
+    assert await world.answer.catch_up() == 0
+
+
 async def test_an_attempt_cancelled_at_shutdown_is_due_at_once_and_not_counted(world: World) -> None:
     message = world.mention()
     world.writer.block = asyncio.Event()

@@ -171,8 +171,9 @@ class AnswerMention:
     async def catch_up(self) -> int:
         """Take up what is owed: messages for the bot never claimed, and answers due again.
 
-        Only messages younger than `catchup_seconds` are considered. Returns how many
-        attempts were started (they run in the background).
+        Only messages posted in the `catchup_seconds` before it began are considered: one posted since is its
+        event's to take up (or the next catch-up's), so with 0 no message is. Returns how many attempts were
+        started (they run in the background).
         """
         now = self._clock.now()
         since = now - timedelta(seconds=self._settings.catchup_seconds)
@@ -180,7 +181,7 @@ class AnswerMention:
         def read() -> tuple[list[Message], list[PendingAnswer]]:
             """Both in one trip, over one connection: the messages claimed below are due after `now`, never now."""
             with self._store.one_connection():
-                missed = self._store.unclaimed_mentions(self._bot.user_id, since)
+                missed = self._store.unclaimed_mentions(self._bot.user_id, since, now)
                 return missed, self._store.due_answers(now, since, holder=self._replica)
 
         missed, due = await asyncio.to_thread(read)

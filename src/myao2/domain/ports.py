@@ -449,8 +449,9 @@ class ConversationStore(Protocol):
         """Which of these messages were taken up for an answer."""
         ...
 
-    def unclaimed_mentions(self, user_id: str, since: datetime) -> list[Message]:
-        """Messages since `since` that mention `user_id` (or are in a DM with it) and were never claimed.
+    def unclaimed_mentions(self, user_id: str, since: datetime, until: datetime) -> list[Message]:
+        """Messages posted after `since` and by `until` that mention `user_id` (or are in a DM with it) and were
+        never claimed.
 
         Channels the bot has left are left out.
         """

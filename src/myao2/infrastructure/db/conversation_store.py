@@ -562,7 +562,7 @@ class SqlConversationStore:
             ).all()
         return set(rows)
 
-    def unclaimed_mentions(self, user_id: str, since: datetime) -> list[Message]:
+    def unclaimed_mentions(self, user_id: str, since: datetime, until: datetime) -> list[Message]:
         mentions_text = type_coerce(col(MessageRow.mentions), Text)
         in_dm = select(ChannelRow.id).where(ChannelRow.kind == ChannelKind.IM.value)
         left = select(ChannelRow.id).where(col(ChannelRow.left_at).is_not(None))
@@ -574,6 +574,7 @@ class SqlConversationStore:
                 core_select(*_MESSAGE)
                 .where(
                     col(MessageRow.posted_at) > since,
+                    col(MessageRow.posted_at) <= until,
                     col(MessageRow.is_bot).is_(False),
                     or_(
                         mentions_text.contains(json.dumps(user_id), autoescape=True),
