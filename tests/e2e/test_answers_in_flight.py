@@ -7,6 +7,7 @@ import sqlite3
 import time
 from typing import Any
 
+import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
@@ -273,17 +274,25 @@ def test_malformed_json_in_the_model_stream_gets_the_apology(bot: BotProcess, sl
     assert bot.stop() == 0
 
 
-def test_a_model_writing_without_end_is_cut_at_what_one_slack_message_holds(
-    bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
+@pytest.mark.parametrize("posted", ["streamed", "whole"])
+def test_a_model_writing_without_end_is_stopped_within_what_one_slack_message_holds(
+    bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI, posted: str
 ) -> None:
+    # Streamed, what showed is ended with the apology; posted whole (streaming off), the apology stands alone, as
+    # for any answer the model failed.
+    bot.settings["response.streaming"] = posted == "streamed"
     bot.start()
-    endless = "la " * 30_000  # 90,000 characters, more than a Slack message's 40,000, in 600 pieces
+    endless = "la " * 20_000  # 60,000 characters, more than a Slack message's 40,000, in 600 pieces
     llm.script(Text(endless, pieces=600, interval=0.01))
     ts = mention(slack, "sing")
-    slack.wait_for(lambda: finished(slack, ts), what="the stream stopped")
+    slack.wait_for(lambda: answers_to(slack, ts), what="the answer")
     [message] = bot_messages(slack)
-    assert message["text"].startswith("la la") and message["text"].endswith("Could you ask me again in a little while?")
-    assert len(message["text"]) <= 40_000
+    if posted == "streamed":
+        assert [s["streaming"] for s in slack.streams] == [False]
+        assert message["text"].startswith("la la") and message["text"].endswith(APOLOGY)
+        assert len(message["text"]) <= 40_000
+    else:
+        assert slack.streams == [] and message["text"] == APOLOGY
     assert wait_until(lambda: settled(bot, ts), what="the claim settled")
     assert bot.stop() == 0
     assert "Traceback" not in bot.log()  # the model's stream, closed at the cap, ends without an error logged

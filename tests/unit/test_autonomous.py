@@ -501,6 +501,23 @@ async def test_a_reply_written_while_the_question_is_answered_or_deleted_is_not_
     assert len(world.writer.calls) == 1 and world.chat.posts == []
 
 
+async def test_a_reply_longer_than_a_slack_message_holds_is_not_posted(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Slack would cut it unmarked past 40,000 characters; nobody asked for it, so nothing is owed."""
+    world.say("does anyone know a good ramen place?")
+
+    async def rambling(context: PromptContext, origin: Origin) -> str:
+        return "ramen " * 10_000  # 60,000 characters
+
+    world.writer.write = rambling  # type: ignore[method-assign]
+    with caplog.at_level(logging.WARNING, logger="myao2.application.autonomous"):
+        assert await world.check(after=WAIT) == 1
+
+    assert world.chat.posts == []
+    assert "60000 characters" in caplog.text
+
+
 @pytest.mark.parametrize("answerer", ["UBOB", "UBOT"])
 async def test_a_question_answered_in_its_thread_while_judged_is_not_joined(world: World, answerer: str) -> None:
     # Bob, or the bot itself (answering a mention there), replies in the question's thread while the judge reads

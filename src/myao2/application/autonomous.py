@@ -16,6 +16,7 @@ from myao2.application.context import ContextBuilder
 from myao2.application.conversations import Conversations
 from myao2.application.inbox import Spawn
 from myao2.application.locks import KeyedLocks
+from myao2.application.mention import ANSWER_MAX_CHARS
 from myao2.domain.activity import judgment_outcome
 from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Message
 from myao2.domain.judgment import LIVELINESS_WINDOW, ConversationKey, SkipPolicy, WaitPolicy, messages_per_minute
@@ -195,6 +196,9 @@ class AutonomousResponder:
                 if not await asyncio.to_thread(self._store.claim, channel.id, newest.ts):
                     return
                 text = await self._writer.write(context, origin)
+                if len(text) > ANSWER_MAX_CHARS:  # Slack would cut it, unmarked; nobody asked for it
+                    logger.warning("not joining %s: the reply ran to %d characters", key, len(text))
+                    return
                 # Still what the conversation waits on, by the rule that found it: nobody spoke there since, nor
                 # answered it in its thread, nor deleted it.
                 if not await asyncio.to_thread(self._autonomy.is_newest, key, newest.ts):
