@@ -17,6 +17,11 @@ def test_without_an_endpoint_nothing_is_set_up_and_spans_cost_nothing() -> None:
         span.set_attribute("myao2.answer.attempt", 1)  # a no-op, not an error
 
 
+def test_while_tracing_is_off_every_span_is_one_shared_no_op() -> None:
+    # Nothing is built per span (each answer and each Slack event has one): no generator, no context manager.
+    assert tracing.span("answer", {"slack.channel_id": "C1"}) is tracing.span("slack.event")
+
+
 def test_spans_leave_without_what_may_hold_text() -> None:
     memory = InMemorySpanExporter()
     provider = TracerProvider()

@@ -6,8 +6,8 @@ ids, counts and outcomes, never what anyone wrote.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Protocol
 
 Attribute = str | int | float | bool | None
@@ -38,12 +38,14 @@ def enabled() -> bool:
     return _tracer is not None
 
 
-@contextmanager
-def span(name: str, attributes: Mapping[str, Attribute] | None = None) -> Iterator[Span]:
+_OFF: AbstractContextManager[Span] = nullcontext(_NoSpan())
+"""Every span while tracing is off: one shared no-op (each answer and each Slack event has a span)."""
+
+
+def span(name: str, attributes: Mapping[str, Attribute] | None = None) -> AbstractContextManager[Span]:
     """A span named `name` around the block, current within it; attributes that are None are left out."""
     if _tracer is None:
-        yield _NoSpan()
-        return
+        return _OFF
     given = {key: value for key, value in (attributes or {}).items() if value is not None}
-    with _tracer.start_as_current_span(name, attributes=given) as current:
-        yield current
+    recorded: AbstractContextManager[Span] = _tracer.start_as_current_span(name, attributes=given)
+    return recorded
