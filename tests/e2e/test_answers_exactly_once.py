@@ -90,14 +90,19 @@ def test_sigkill_after_the_post_landed_but_before_it_was_recorded_gives_one_answ
 
 
 @pytest.mark.parametrize("method", ["chat.postMessage", "chat.startStream"])
-def test_a_connection_dropped_after_slack_took_the_answer_gives_one_answer(
-    bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI, method: str
+@pytest.mark.parametrize("failure", ["dropped", "500"])
+def test_a_call_failing_after_slack_took_the_answer_gives_one_answer(
+    bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI, method: str, failure: str
 ) -> None:
     bot.settings.update(QUICK_RETRIES)
     bot.settings["response.streaming"] = method == "chat.startStream"
     llm.set_responder(lambda request: Text("Here I am.", interval=0.5))  # written slowly: streamed, if it may be
     bot.start()
-    slack.inject_drop(method)  # Slack posts (starts) the answer, the connection drops before it answers
+    # Slack posts (starts) the answer, then the connection drops before it answers, or it answers 500.
+    if failure == "dropped":
+        slack.inject_drop(method)
+    else:
+        slack.inject_server_error(method, 500, after=True)
     ts = mention(slack)
 
     answer = wait_until(lambda: settled(bot, ts), what="the claim settled")
