@@ -196,6 +196,24 @@ def test_post_failing_once_then_six_429s_gives_one_answer(bot: BotProcess, slack
     assert bot.stop() == 0
 
 
+@pytest.mark.parametrize(("method", "error"), [("chat.postMessage", "msg_too_long"), ("chat.startStream", "invalid_blocks")])
+def test_an_answer_slack_refuses_once_is_written_again_by_the_next_attempt(
+    bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI, method: str, error: str
+) -> None:
+    bot.settings.update(QUICK_RETRIES)
+    bot.settings["response.streaming"] = method == "chat.startStream"
+    llm.set_responder(lambda request: Text("Here I am.", interval=0.5))  # written slowly: streamed, if it may be
+    bot.start()
+    slack.inject_error(method, error)  # no passing failure: the attempt fails, nothing shows
+    ts = mention(slack)
+    answer = wait_until(lambda: settled(bot, ts), what="the claim settled")
+    time.sleep(2.5)  # a retry round more: room for a second answer to show up
+    [message] = [m for m in slack.messages(GENERAL) if m.get("user") == slack.bot_user_id]
+    assert (message["ts"], message["text"]) == (answer, "Here I am.")
+    assert [m for m, _ in slack.web_calls].count(method) == 2 and len(llm.requests) == 2
+    assert bot.stop() == 0
+
+
 def test_a_failing_reaction_never_holds_the_answer(bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI) -> None:
     llm.set_responder(lambda request: Text("Here anyway.", delay=1.5))  # slow: the reaction is sent first
     bot.start()
