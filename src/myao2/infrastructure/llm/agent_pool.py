@@ -1,8 +1,8 @@
-"""Strands agents kept between answers, each writing one answer at a time.
+"""Strands agents kept between answers (replies, judgments, memory updates), each giving one answer at a time.
 
 Making a strands `Agent` takes about a third of the CPU strands spends on a plain answer (its plugins are
 introspected, its hook, tool and plugin registries built, the ``./tools`` directory looked for). An agent that
-ended its answer cleanly writes a later one instead, made blank first: strands' snapshot of a new agent (messages,
+ended its answer cleanly gives a later one instead, made blank first: strands' snapshot of a new agent (messages,
 state, conversation manager state, interrupt state, system prompt, model state) is loaded into it, and its metrics
 (which keep the answer's messages) and its trace span are dropped. An agent on which strands left an attribute
 a new agent has not (as it does for input deferred by an interrupt) is not kept. One whose answer failed, or was

@@ -1,4 +1,4 @@
-"""Strands agents over the configured models: one model client per role, a fresh Agent per reply.
+"""Strands agents over the configured models: one model client per role, agents kept between calls (`AgentPool`).
 
 Retries are bounded in two layers. The openai client retries timeouts, 429 and 5xx
 `max_retries` times with its own short backoff; strands' throttle retry adds at most
@@ -222,15 +222,16 @@ class NoStructuredAnswer(Exception):
 
 async def ask_structured(
     clients: ModelClients,
+    agents: AgentPool,
     role: Role,
     system: str,
     query: str,
     output_model: type[_Output],
     *,
     max_calls: int,
-    debug: bool,
 ) -> _Output:
-    """The `role` model's answer of type `output_model` to `query`, in at most `max_calls` calls.
+    """The `role` model's answer of type `output_model` to `query`, in at most `max_calls` calls, asked of an agent
+    of `agents` (`role`'s), given back once the ask ended cleanly.
 
     Raises `ModelUnavailable` when the model cannot be reached, `NoStructuredAnswer` when it gives no such answer.
     """
@@ -239,7 +240,7 @@ async def ask_structured(
         await asyncio.to_thread(output_model.model_rebuild)
     from strands.types.exceptions import StructuredOutputException
 
-    agent = new_agent(clients, role, system, debug)
+    agent = agents.take(clients.model(role), system)
     try:
         result = await agent.invoke_async(query, structured_output_model=output_model, limits={"turns": max_calls})
     except StructuredOutputException:
@@ -249,6 +250,7 @@ async def ask_structured(
     except Exception as exc:  # malformed output from the provider, or a bug
         logger.error("%s agent failed unexpectedly: %s", role, type(exc).__name__, exc_info=True)
         raise NoStructuredAnswer(type(exc).__name__) from None
+    agents.give_back(agent)
     output = result.structured_output
     if not isinstance(output, output_model):
         raise NoStructuredAnswer(f"stopped with {result.stop_reason}")
@@ -467,13 +469,13 @@ class StrandsJudge:
         self._clients = clients
         self._renderer = renderer
         self._language = language
-        self._debug = debug_messages
+        self._agents = AgentPool(lambda: new_agent(clients, self.ROLE, "", debug_messages))
 
     async def judge(self, context: PromptContext, elapsed: timedelta) -> Judgment:
         system, query = self._render(context, elapsed)
         try:
             output = await ask_structured(
-                self._clients, self.ROLE, system, query, JudgmentOutput, max_calls=self.MAX_CALLS, debug=self._debug
+                self._clients, self._agents, self.ROLE, system, query, JudgmentOutput, max_calls=self.MAX_CALLS
             )
         except NoStructuredAnswer as exc:
             return Judgment.invalid(str(exc))
@@ -564,7 +566,7 @@ class StrandsMemoryWriter:
     def __init__(self, clients: ModelClients, renderer: PromptRenderer, debug_messages: bool = False) -> None:
         self._clients = clients
         self._renderer = renderer
-        self._debug = debug_messages
+        self._agents = AgentPool(lambda: new_agent(clients, self.ROLE, "", debug_messages))
 
     async def update(self, prompts: Sequence[MemoryPrompt]) -> tuple[MemoryUpdate, ...]:
         output = await self._ask(*_memory_call(prompts))
@@ -601,7 +603,7 @@ class StrandsMemoryWriter:
         system, query = self._render(kind, prompt)
         try:
             return await ask_structured(
-                self._clients, self.ROLE, system, query, output_model, max_calls=self.MAX_CALLS, debug=self._debug
+                self._clients, self._agents, self.ROLE, system, query, output_model, max_calls=self.MAX_CALLS
             )
         except NoStructuredAnswer as exc:
             raise ModelUnavailable(f"{self.ROLE} model gave no usable answer: {exc}") from None
@@ -826,7 +828,7 @@ def model_errors() -> tuple[type[BaseException], ...]:
 
 
 def new_agent(clients: ModelClients, role: Role, system: str, debug: bool) -> Agent:
-    """A strands Agent for one answer of `role`'s model to `system`: no output printed, no conversation
+    """A strands Agent of `role`'s model with `system` as its system prompt: no output printed, no conversation
     management, the bounded retries, the call log (`debug`: with messages) and the one delegation plugin."""
     from strands import Agent
     from strands.agent.conversation_manager import NullConversationManager
