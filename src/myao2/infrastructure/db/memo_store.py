@@ -520,31 +520,34 @@ def _prompt_query(audiences: tuple[Audience, ...] | None) -> Any:
     """The statement of `for_prompt` (built once per reader, like `_seen_clause`): the memos a reader sees that are
     pinned (part `_PINNED`, with their `pinned_at`), among the first `important` of at least `min_priority`
     by priority then newest first (`_IMPORTANT`), and the newest `recent` of the others (`_RECENT`), each part
-    unordered. A reader sees one memo of a name (see `_seen`), so leaving out memos is leaving out names."""
+    unordered. A reader sees one memo of a name (see `_seen`), so leaving out memos is leaving out names.
+
+    What the reader sees is decided once, in a common table expression the parts read: each part deciding it
+    anew scanned the memos four times, with the visibility rule's parameters bound four times over."""
     memos: Table = MemoRow.__table__  # type: ignore[attr-defined]
-    seen = _seen_clause(audiences, False, True)
-    newest = (memos.c.updated_at.desc(), memos.c.id.desc())
+    seen = core_select(memos).where(_seen_clause(audiences, False, True)).cte("seen")
+    newest = (seen.c.updated_at.desc(), seen.c.id.desc())
     important = (
-        core_select(memos.c.id)
-        .where(seen, memos.c.priority >= bindparam("min_priority"))
-        .order_by(memos.c.priority.desc(), *newest)
+        core_select(seen.c.id)
+        .where(seen.c.priority >= bindparam("min_priority"))
+        .order_by(seen.c.priority.desc(), *newest)
         .limit(bindparam("important"))
         .correlate(None)
     )
     recent = (
-        core_select(memos.c.id)
-        .where(seen, ~exists().where(_PINS.c.memo_id == memos.c.id), memos.c.id.not_in(important))
+        core_select(seen.c.id)
+        .where(~exists().where(_PINS.c.memo_id == seen.c.id), seen.c.id.not_in(important))
         .order_by(*newest)
         .limit(bindparam("recent"))
         .correlate(None)
     )
     no_pin = cast(null(), _PINS.c.pinned_at.type).label("pinned_at")
     return union_all(
-        core_select(memos, literal(_PINNED).label("part"), _PINS.c.pinned_at.label("pinned_at"))
-        .select_from(memos.join(_PINS, _PINS.c.memo_id == memos.c.id))
-        .where(seen),
-        core_select(memos, literal(_IMPORTANT).label("part"), no_pin).where(memos.c.id.in_(important)),
-        core_select(memos, literal(_RECENT).label("part"), no_pin).where(memos.c.id.in_(recent)),
+        core_select(seen, literal(_PINNED).label("part"), _PINS.c.pinned_at.label("pinned_at")).select_from(
+            seen.join(_PINS, _PINS.c.memo_id == seen.c.id)
+        ),
+        core_select(seen, literal(_IMPORTANT).label("part"), no_pin).where(seen.c.id.in_(important)),
+        core_select(seen, literal(_RECENT).label("part"), no_pin).where(seen.c.id.in_(recent)),
     )
 
 
