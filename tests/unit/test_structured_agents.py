@@ -235,3 +235,30 @@ async def test_nothing_of_a_dm_memory_update_reaches_the_next_channel_updates_re
 
     system = RENDERER.render("memory", "system", CHANNEL_MEMORY)
     assert_a_fresh_request(fake.requests[1], system, RENDERER.render("memory", "query", CHANNEL_MEMORY))
+
+
+async def test_a_judgment_offers_its_answers_tool_normalised_once_and_sends_it_as_preview_shows(
+    fake, clients, monkeypatch
+):
+    """Strands normalised the structured answer's tool spec at every read of the agent's tools (three per ask) and
+    deep-copied it before the model call; read once, it is read-only (the openai provider sends it as given)."""
+    from strands.tools import registry
+
+    judge = StrandsJudge(clients, RENDERER, "en")
+    shown = judge.prompt(CHANNEL_CONTEXT, ELAPSED).tools
+    normalised: list[str] = []
+    normalise = registry.normalize_tool_spec
+    monkeypatch.setattr(
+        registry, "normalize_tool_spec", lambda spec: normalised.append(spec["name"]) or normalise(spec)
+    )
+    fake.set_responder(lambda request: judgment())
+
+    await judge.judge(CHANNEL_CONTEXT, ELAPSED)
+    await judge.judge(CHANNEL_CONTEXT, ELAPSED)
+
+    assert normalised == ["JudgmentOutput", "JudgmentOutput"]
+    for request in fake.requests:
+        assert [tool["function"] for tool in request["tools"]] == [
+            {"name": tool["name"], "description": tool["description"], "parameters": tool["parameters"]}
+            for tool in shown
+        ]

@@ -469,7 +469,7 @@ class StrandsJudge:
         self._clients = clients
         self._renderer = renderer
         self._language = language
-        self._agents = AgentPool(lambda: new_agent(clients, self.ROLE, "", debug_messages))
+        self._agents = AgentPool(lambda: structured_agent(clients, self.ROLE, debug_messages))
 
     async def judge(self, context: PromptContext, elapsed: timedelta) -> Judgment:
         system, query = self._render(context, elapsed)
@@ -566,7 +566,7 @@ class StrandsMemoryWriter:
     def __init__(self, clients: ModelClients, renderer: PromptRenderer, debug_messages: bool = False) -> None:
         self._clients = clients
         self._renderer = renderer
-        self._agents = AgentPool(lambda: new_agent(clients, self.ROLE, "", debug_messages))
+        self._agents = AgentPool(lambda: structured_agent(clients, self.ROLE, debug_messages))
 
     async def update(self, prompts: Sequence[MemoryPrompt]) -> tuple[MemoryUpdate, ...]:
         output = await self._ask(*_memory_call(prompts))
@@ -842,6 +842,18 @@ def new_agent(clients: ModelClients, role: Role, system: str, debug: bool) -> Ag
         hooks=[clients.call_log(role, debug)],
         plugins=[_delegation()],
     )
+
+
+def structured_agent(clients: ModelClients, role: Role, debug: bool) -> Agent:
+    """An agent (`new_agent`) for structured answers: its tool registry (`FixedToolRegistry`, of no tool but the
+    structured answer's, which strands registers for each ask) normalises that tool's spec once per ask, read-only
+    for the openai provider as the reply agents' specs are (strands normalised it at each of its reads, three an
+    ask, and deep-copied it before each model call)."""
+    from myao2.infrastructure.llm.tool_registry import FixedToolRegistry
+
+    agent = new_agent(clients, role, "", debug)
+    agent.tool_registry = FixedToolRegistry([], read_only_specs=clients.config(role).provider == "openai")
+    return agent
 
 
 @cache
