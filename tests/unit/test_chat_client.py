@@ -68,6 +68,17 @@ async def test_a_chunks_fields_are_made_once_as_it_arrives(fake: FakeOpenAI, cli
     assert chunks[0].choices[0].delta.no_such_field is None
 
 
+def test_a_view_takes_the_json_object_it_is_given_as_its_fields_its_objects_made_views_in_place() -> None:
+    """A chunk's JSON is parsed for it alone: its view takes the object as its attributes (no copy, no call per
+    value), each object in it made a view, in lists (of lists) too."""
+    data = {"id": "c1", "choices": [{"delta": {"content": "hi"}, "logprobs": None}], "grid": [[{"x": 1}], 2], "n": 0}
+    view = Fields(data)
+
+    assert vars(view) is data
+    assert view.choices[0].delta.content == "hi" and view.choices[0].logprobs is None
+    assert view.grid[0][0].x == 1 and view.grid[1] == 2 and view.n == 0 and view.usage is None
+
+
 async def test_a_chunk_is_made_a_view_without_the_sdks_check_of_its_type_at_every_chunk(
     fake: FakeOpenAI, client: LeanChatClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -86,11 +86,18 @@ class Fields:
     field the object lacks reads as None.
 
     Its fields are made attributes, once, as it arrives: strands reads a chunk's choice and delta several times
-    each, and a view made at every read cost about twice as much.
+    each, and a view made at every read cost about twice as much. The object given (JSON parsed for it alone) is
+    taken as the attributes themselves, its objects replaced by their views: no copy, and no call per field.
     """
 
     def __init__(self, data: dict[str, Any]) -> None:
-        self.__dict__.update({key: as_fields(value) for key, value in data.items()})
+        for key, value in data.items():
+            kind = type(value)
+            if kind is dict:
+                data[key] = Fields(value)
+            elif kind is list:
+                data[key] = [as_fields(item) for item in value]
+        self.__dict__ = data
 
     def __getattr__(self, name: str) -> Any:
         """A field the object lacks (the fields it has are attributes)."""
@@ -114,9 +121,10 @@ def cleaned(value: Any) -> Any:
 
 
 def as_fields(value: Any) -> Any:
-    """`value` (JSON) with its objects made `Fields`."""
-    if isinstance(value, dict):
+    """`value` (JSON) with its objects made `Fields` (in place)."""
+    kind = type(value)
+    if kind is dict:
         return Fields(value)
-    if isinstance(value, list):
+    if kind is list:
         return [as_fields(item) for item in value]
     return value
