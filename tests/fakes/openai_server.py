@@ -177,6 +177,7 @@ class FakeOpenAI(LoopbackServer):
         self._responder: Responder = default_responder
         self._requests: list[dict[str, Any]] = []
         self._headers: list[dict[str, Any]] = []
+        self._client_ports: list[int] = []
 
     def _app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -209,6 +210,12 @@ class FakeOpenAI(LoopbackServer):
         """
         with self._lock:
             return copy.deepcopy(self._headers)
+
+    @property
+    def client_ports(self) -> list[int]:
+        """The client's port of each of those requests: one port for two requests, one connection kept for both."""
+        with self._lock:
+            return list(self._client_ports)
 
     @property
     def pending_replies(self) -> int:
@@ -269,6 +276,7 @@ class FakeOpenAI(LoopbackServer):
             body = None
         with self._lock:
             self._requests.append(copy.deepcopy(body))
+            self._client_ports.append(request.transport.get_extra_info("peername")[1] if request.transport else 0)
         if not authorized:
             return self._error_response(BAD_KEY)
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):

@@ -1,7 +1,11 @@
-"""LeanChatClient: the chat completions strands asks for, sent as given and streamed as plain views."""
+"""LeanChatClient: the chat completions strands asks for, sent as given and streamed as plain views (FieldsStream),
+read to their end with nothing left to close."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import sys
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -10,7 +14,8 @@ import pytest
 from openai._models import FinalRequestOptions
 
 from myao2.infrastructure.llm.chat_client import Fields, LeanChatClient
-from tests.fakes.openai_server import FakeOpenAI, Text
+from myao2.infrastructure.llm.merging_http_client import MergingHttpClient
+from tests.fakes.openai_server import FakeOpenAI, Raw, Text
 
 API_KEY = "sk-test-chat-client"
 
@@ -24,6 +29,14 @@ def fake() -> Iterator[FakeOpenAI]:
 @pytest.fixture
 async def client(fake: FakeOpenAI) -> AsyncIterator[LeanChatClient]:
     sdk = openai.AsyncOpenAI(api_key=API_KEY, base_url=fake.base_url, max_retries=0)
+    yield LeanChatClient(sdk)
+    await sdk.close()
+
+
+@pytest.fixture
+async def bots_client(fake: FakeOpenAI) -> AsyncIterator[LeanChatClient]:
+    """The client as the bot makes it: over aiohttp."""
+    sdk = openai.AsyncOpenAI(api_key=API_KEY, base_url=fake.base_url, max_retries=0, http_client=MergingHttpClient())
     yield LeanChatClient(sdk)
     await sdk.close()
 
@@ -176,3 +189,71 @@ async def test_the_sdks_request_options_are_made_once_and_copied_at_every_call(
     assert first.security == second.security and first.security is not second.security
     assert first.json_data["stream"] and "stream" not in second.json_data
     assert [headers.get("x-trace") for headers in fake.request_headers] == [None, "t2"]
+
+
+async def _read_as_strands_does(client: LeanChatClient) -> tuple[str, Any]:
+    """The text and the usage of a streamed completion, read as strands reads it: up to the chunk that finishes the
+    choice, then on to the end for the usage."""
+    stream = await client.chat.completions.create(
+        model="fake", messages=[{"role": "user", "content": "hi"}], stream=True, stream_options={"include_usage": True}
+    )
+    text = ""
+    async for chunk in stream:
+        if chunk.choices:
+            text += chunk.choices[0].delta.content or ""
+            if chunk.choices[0].finish_reason:
+                break
+    last = None
+    async for last in stream:
+        pass
+    return text, last.usage if last else None
+
+
+async def test_a_streamed_completion_leaves_no_generator_for_the_event_loop_to_close(
+    fake: FakeOpenAI, bots_client: LeanChatClient
+) -> None:
+    """Stopped at the end mark ([DONE]), the SDK's stream left its generators of events, of their lines and of the
+    body suspended: the event loop closed each in a task of its own, woken through its self-pipe (3 tasks and 3
+    wake-ups per model call). Read to the end, they end by themselves."""
+    hooks = sys.get_asyncgen_hooks()
+    left: list[str] = []
+
+    def finalizer(generator: Any) -> None:
+        left.append(generator.ag_code.co_qualname)
+        hooks.finalizer(generator)
+
+    fake.script(Text("one two three", pieces=3), Text("four five", pieces=2))
+    sys.set_asyncgen_hooks(hooks.firstiter, finalizer)
+    try:
+        answers = [await _read_as_strands_does(bots_client), await _read_as_strands_does(bots_client)]
+    finally:
+        sys.set_asyncgen_hooks(*hooks)
+
+    assert [text for text, _ in answers] == ["one two three", "four five"]
+    assert all(usage.completion_tokens > 0 for _, usage in answers)
+    assert left == []
+
+
+async def test_the_connection_is_kept_for_the_next_call_once_a_stream_is_read(
+    fake: FakeOpenAI, bots_client: LeanChatClient
+) -> None:
+    fake.script(Text("one"), Text("two"), Text("three"))
+    texts = [(await _read_as_strands_does(bots_client))[0] for _ in range(3)]
+
+    assert texts == ["one", "two", "three"]
+    assert len(set(fake.client_ports)) == 1
+
+
+async def test_a_stream_its_server_leaves_open_after_its_end_mark_ends_at_the_mark(
+    fake: FakeOpenAI, bots_client: LeanChatClient
+) -> None:
+    """The SDK reads a body on past [DONE] for a short while only (its connection kept then), and so does the
+    stream: a server that holds it open does not hold the answer; the next call goes out on a new connection."""
+    chunk = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "fake",
+             "choices": [{"index": 0, "delta": {"content": "held"}, "logprobs": None, "finish_reason": "stop"}]}
+    fake.script(Raw(f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n", hold_open=120), Text("next"))
+
+    text, _ = await asyncio.wait_for(_read_as_strands_does(bots_client), 60)
+    assert text == "held"
+    assert (await _read_as_strands_does(bots_client))[0] == "next"
+    assert len(set(fake.client_ports)) == 2
