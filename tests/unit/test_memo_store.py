@@ -443,6 +443,19 @@ class TestSqliteFile:
         with sqlite3.connect(db_path) as plain:
             assert plain.execute("PRAGMA journal_mode").fetchone() == ("wal",)
 
+    def test_a_connection_is_taken_from_those_returned_the_last_returned_first(
+        self, engine: Engine, db_path: Path
+    ) -> None:
+        """SQLite empties a connection's page cache when another connection committed since its last transaction:
+        the one returned last (most likely the last to commit) is the one whose cache is still good."""
+        first, second = engine.connect(), engine.connect()
+        first_dbapi, second_dbapi = first.connection.dbapi_connection, second.connection.dbapi_connection
+        first.close()
+        second.close()
+        with engine.connect() as again:
+            assert again.connection.dbapi_connection is second_dbapi
+            assert again.connection.dbapi_connection is not first_dbapi
+
     def test_readable_by_plain_sqlite3_while_a_session_writes(
         self, store: SqlMemoStore, engine: Engine, db_path: Path
     ) -> None:

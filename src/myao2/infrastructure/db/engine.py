@@ -78,8 +78,11 @@ def _create(url: str) -> Engine:
         # SQL errors are logged: their parameters hold message and memo text.
         hide_parameters=True,
         connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000},
-        # An in-memory database lives in its one connection: every thread must share it.
-        poolclass=StaticPool if in_memory else None,
+        # An in-memory database lives in its one connection: every thread must share it. A file's pool hands out
+        # the connection returned last first: SQLite empties a connection's page cache when another one committed
+        # since its last transaction, so the one that committed last (most likely the last returned) reads from
+        # its cache, where one idle since (first in, first out) reads every page it needs again.
+        **({"poolclass": StaticPool} if in_memory else {"pool_use_lifo": True}),
     )
     event.listen(engine, "connect", _sqlite_pragmas)
     return engine
