@@ -148,3 +148,30 @@ def test_openais_types_read_the_same_deferred_as_imported_at_once() -> None:
         "from myao2.infrastructure.llm.agents import import_model_libraries\nimport_model_libraries()\n" + names
     )
     assert deferred == printed(names)
+
+
+def test_the_model_libraries_load_without_strands_unused_features() -> None:
+    """strands.experimental's ``__init__`` imports its agent config (jsonschema, ~120 M instructions), strands.session's
+    its session managers and bidirectional agents: features the bot never uses. The agent imports the modules it
+    needs of them (checkpoint, session_manager) by their own names."""
+    code = (
+        "import sys\n"
+        "from myao2.infrastructure.llm.agents import import_model_libraries\n"
+        "import_model_libraries()\n"
+        "unused = ('jsonschema', 'strands.experimental.agent_config', 'strands.session.s3_session_manager', 'strands.bidi')\n"
+        "print(sorted(name for name in unused if name in sys.modules))\n"
+    )
+    assert printed(code) == "[]"
+
+
+def test_strands_unused_features_read_the_same_deferred_as_imported_at_once() -> None:
+    names = (
+        "import strands.experimental, strands.experimental.steering, strands.session\n"
+        "print(strands.experimental.config_to_agent.__module__, strands.experimental.steering.SteeringHandler.__module__)\n"
+        "print(strands.session.FileSessionManager.__module__)\n"
+        "print(sorted(vars(strands.experimental)), sorted(vars(strands.experimental.steering)), sorted(vars(strands.session)))\n"
+    )
+    deferred = printed(
+        "from myao2.infrastructure.llm.agents import import_model_libraries\nimport_model_libraries()\n" + names
+    )
+    assert deferred == printed(names)

@@ -193,3 +193,28 @@ def test_the_bots_aiohttp_reads_no_certificate_up_front() -> None:
     if printed_ == "no such folder":
         pytest.skip("the system's hashed certificate folder does not hold its bundle")
     assert printed_ == "[0, 0]"
+
+
+def test_a_first_agent_and_its_answer_import_nothing_on_the_event_loop() -> None:
+    """Strands imports its context manager in every Agent's constructor: the model libraries' loading thread has
+    imported it (and whatever an answer uses), not the first answer on the loop."""
+    code = (
+        "import asyncio, sys\n"
+        "from tests.fakes.openai_server import FakeOpenAI, Text\n"
+        "from myao2.config import AgentConfig, AgentsConfig\n"
+        "from myao2.infrastructure.llm.agents import ModelClients, import_model_libraries, new_agent\n"
+        "import_model_libraries()\n"
+        "async def first_answer(url):\n"
+        "    config = AgentConfig(model_id='m', client_args={'base_url': url, 'api_key': 'k'}, max_retries=0)\n"
+        "    clients = ModelClients(AgentsConfig(response=config))\n"
+        "    await clients.load()\n"
+        "    before = set(sys.modules)\n"
+        "    async for _ in new_agent(clients, 'response', 'You answer.', False).stream_async('hi'):\n"
+        "        pass\n"
+        "    await clients.close()\n"
+        "    return sorted(set(sys.modules) - before)\n"
+        "with FakeOpenAI() as fake:\n"
+        "    fake.script(Text('hello', pieces=3))\n"
+        "    print(asyncio.run(first_answer(fake.base_url)))\n"
+    )
+    assert printed(code, cwd=Path(__file__).resolve().parents[2]) == "[]"

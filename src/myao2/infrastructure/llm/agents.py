@@ -778,13 +778,17 @@ def import_model_libraries() -> None:
     is imported at its first use, with the chat streaming helpers and their types: ~40 ms of
     CPU on the loop at the first model call (its first call took 57-108 ms of CPU, then
     16-32 ms; the next ones 5-10 ms). openai's type packages run their ``__init__`` (every type module) only
-    when a name of theirs is read (`defer_package_inits`). Strands' delegation plugin, whose module the first
-    agent imported, is made (`_delegation`).
+    when a name of theirs is read (`defer_package_inits`); so do ``strands.experimental``'s (its agent config
+    alone imports jsonschema: ~120 M instructions) and ``strands.session``'s (its session managers, bidirectional
+    agents), whose modules the agent needs (checkpoint, session_manager) it imports by their own names.
+    Strands' context manager, which every Agent's constructor imports, is imported here. Strands' delegation
+    plugin, whose module the first agent imported, is made (`_delegation`).
     """
-    defer_package_inits("openai.types")
+    defer_package_inits("openai.types", "strands.experimental", "strands.session")
     import anyio
     import openai  # noqa: F401
     from openai.resources.chat import AsyncChat  # noqa: F401
+    from strands.experimental.context_manager import ContextManager  # noqa: F401
     import strands.models.openai  # noqa: F401
     import strands.types.exceptions  # noqa: F401
     from opentelemetry.instrumentation.threading import ThreadingInstrumentor
