@@ -455,12 +455,16 @@ async def test_a_stream_whose_stop_failed_is_ended_after_a_restart_with_what_it_
     assert await world.retry_after(3600) == 0
 
 
+READS = ("SELECT", "WITH")
+"""How the statements that only read begin (a WITH names what the SELECT after it reads: the memo read's CTE)."""
+
+
 async def test_an_answer_is_stored_and_settled_in_one_commit(world: World) -> None:
     message = world.mention()
     written: list[str] = []  # the writes to the database and its commits, in order
 
     def executed(_conn: object, _cursor: object, statement: str, *_: object) -> None:
-        if not statement.startswith("SELECT"):
+        if not statement.startswith(READS):
             written.append(" ".join(statement.split()[:3]))
 
     event.listen(world.engine, "before_cursor_execute", executed)
@@ -504,7 +508,7 @@ def trips_to_the_database(world: World, monkeypatch: pytest.MonkeyPatch) -> Iter
     def executed(_conn: object, _cursor: object, statement: str, *_: object) -> None:
         words = statement.split()
         table = re.search(r"\bFROM (\w+)", statement)
-        sent(f"SELECT {table.group(1) if table else '?'}" if words[0] == "SELECT" else " ".join(words[:3]))
+        sent(f"SELECT {table.group(1) if table else '?'}" if statement.startswith(READS) else " ".join(words[:3]))
 
     monkeypatch.setattr(asyncio, "to_thread", counted)
     event.listen(world.engine, "before_cursor_execute", executed)
