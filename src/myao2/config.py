@@ -287,7 +287,8 @@ class ResponseConfig(_Section):
     """Estimated tokens one message may take in a prompt; a longer one is cut, with a marker."""
     mention_catchup_seconds: int = Field(default=3600, ge=0)
     """A mention missed (the bot down, an event lost) is answered if younger than this; 0: never. An answer that
-    failed is taken up again only while its message is younger than this too: keep it above what the retries take."""
+    failed is taken up again (at last, apologised for) while its message is younger than this or than
+    `max_message_age_seconds`, whichever is longer."""
     answer_retry_seconds: list[Annotated[float, Field(gt=0)]] = Field(default=[15.0, 45.0, 60.0], min_length=1)
     """Waits between attempts at an answer that failed; once they are used up, an apology is posted."""
     check_interval_seconds: float = Field(default=60.0, gt=0)

@@ -214,6 +214,23 @@ def test_an_answer_slack_refuses_once_is_written_again_by_the_next_attempt(
     assert bot.stop() == 0
 
 
+def test_with_no_catch_up_window_an_answer_that_failed_is_still_written_again(
+    bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
+) -> None:
+    """`mention_catchup_seconds: 0` takes up nothing missed, but the answer the bot owes is not left silent."""
+    bot.settings.update(QUICK_RETRIES)
+    bot.settings["response.mention_catchup_seconds"] = 0
+    bot.settings["response.streaming"] = False
+    llm.set_responder(lambda request: Text("Second time lucky."))
+    bot.start()
+    slack.inject_error("chat.postMessage", "msg_too_long")  # no passing failure: the attempt fails, nothing shows
+    ts = mention(slack)
+    answer = wait_until(lambda: settled(bot, ts), what="the claim settled")
+    [message] = [m for m in slack.messages(GENERAL) if m.get("user") == slack.bot_user_id]
+    assert (message["ts"], message["text"]) == (answer, "Second time lucky.")
+    assert bot.stop() == 0
+
+
 def test_a_failing_reaction_never_holds_the_answer(bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI) -> None:
     llm.set_responder(lambda request: Text("Here anyway.", delay=1.5))  # slow: the reaction is sent first
     bot.start()

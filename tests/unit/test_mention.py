@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -415,6 +416,31 @@ async def test_after_the_attempts_come_one_apology(world: World) -> None:
     assert [p[1] for p in world.chat.posts] == [APOLOGY]
     assert world.writer.calls == 3
     assert await world.retry_after(3600) == 0
+
+
+@pytest.mark.parametrize("catchup_seconds", [0, 60])
+async def test_an_answer_owed_is_retried_then_apologised_for_however_short_the_catch_up_window(
+    world: World, catchup_seconds: int
+) -> None:
+    """The catch-up window bounds what was missed, not what the bot claimed and owes: never silence."""
+    world.answer._settings = replace(world.answer._settings, catchup_seconds=catchup_seconds)
+    message = world.mention()
+    world.chat.fail_posts = 3
+    await world.answer(message)
+    assert await world.retry_after(10) == 1
+    assert await world.retry_after(20) == 1
+    assert await world.retry_after(30) == 1
+    assert [p[1] for p in world.chat.posts] == [APOLOGY]
+    assert await world.retry_after(3600) == 0
+
+
+async def test_an_answer_owed_for_a_message_older_than_the_conversation_span_is_left(world: World) -> None:
+    """What the prompt would no longer show (`max_message_age_seconds`) is not answered late."""
+    message = world.mention()
+    world.chat.fail_posts = 1
+    await world.answer(message)
+    assert await world.retry_after(86401) == 0
+    assert world.chat.posts == []
 
 
 async def test_a_model_that_is_down_gets_an_apology_at_once(world: World) -> None:

@@ -8,7 +8,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Coroutine
 from contextlib import aclosing, suppress
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from myao2.application import tracing
@@ -171,9 +171,10 @@ class AnswerMention:
     async def catch_up(self) -> int:
         """Take up what is owed: messages for the bot never claimed, and answers due again.
 
-        Only messages posted in the `catchup_seconds` before it began are considered: one posted since is its
-        event's to take up (or the next catch-up's), so with 0 no message is. Returns how many attempts were
-        started (they run in the background).
+        Only messages posted in the `catchup_seconds` before it began are taken up: one posted since is its
+        event's to take up (or the next catch-up's), so with 0 no message is. Answers owed (claimed, not settled)
+        are due again whatever that window (`_owed_since`). Returns how many attempts were started (they run in
+        the background).
         """
         now = self._clock.now()
         since = now - timedelta(seconds=self._settings.catchup_seconds)
@@ -182,7 +183,7 @@ class AnswerMention:
             """Both in one trip, over one connection: the messages claimed below are due after `now`, never now."""
             with self._store.one_connection():
                 missed = self._store.unclaimed_mentions(self._bot.user_id, since, now)
-                return missed, self._store.due_answers(now, since, holder=self._replica)
+                return missed, self._store.due_answers(now, self._owed_since(now), holder=self._replica)
 
         missed, due = await asyncio.to_thread(read)
         started = 0
@@ -210,11 +211,17 @@ class AnswerMention:
         owe are taken up once they are gone (`wake`).
         """
         now = self._clock.now()
-        since = now - timedelta(seconds=self._settings.catchup_seconds)
-        due = await asyncio.to_thread(self._store.next_due, now, since, holder=self._replica)
+        due = await asyncio.to_thread(self._store.next_due, now, self._owed_since(now), holder=self._replica)
         with suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._due.wait(), None if due is None else (due - now).total_seconds())
         self._due.clear()
+
+    def _owed_since(self, now: datetime) -> datetime:
+        """Answers owed to messages posted after this are taken up again (and at last apologised for): those
+        the conversation still shows (`max_message_age_seconds`), or missed ones may be if that is longer. A
+        shorter catch-up window does not leave a failed answer silent."""
+        settings = self._settings
+        return now - timedelta(seconds=max(settings.catchup_seconds, settings.max_message_age_seconds))
 
     def wake(self) -> None:
         """Another replica is gone: the answers it held may be due here now."""
