@@ -632,26 +632,16 @@ async def read_all(stream: Any) -> None:
         pass
 
 
-async def test_consecutive_answers_are_written_by_one_agent_made_once(fake, make_writer, monkeypatch):
+async def test_consecutive_answers_are_written_by_one_agent_made_once(fake, make_writer, agents_made):
     """Making a strands Agent is a good part of an answer's CPU (its plugins introspected, its registries built):
     an agent that ended its answer cleanly writes the next one."""
-    import strands
-
-    made: list[object] = []
-    init = strands.Agent.__init__
-
-    def counted(self: object, *args: Any, **kwargs: Any) -> None:
-        made.append(self)
-        init(self, *args, **kwargs)
-
-    monkeypatch.setattr(strands.Agent, "__init__", counted)
     writer = make_writer()
 
     for _ in range(3):
         await writer.write(CONTEXT, ORIGIN)
 
     assert len(fake.requests) == 3
-    assert len(made) == 1
+    assert len(agents_made) == 1
 
 
 async def test_nothing_of_a_dm_answer_reaches_the_next_channel_answers_request(fake, make_writer):

@@ -123,21 +123,6 @@ async def judge_dm_then_channel(clients: ModelClients, fake: FakeOpenAI, *dm_rep
     return fake.requests[seen]
 
 
-@pytest.fixture
-def agents_made(monkeypatch) -> list[object]:
-    import strands
-
-    made: list[object] = []
-    init = strands.Agent.__init__
-
-    def counted(self: object, *args: Any, **kwargs: Any) -> None:
-        made.append(self)
-        init(self, *args, **kwargs)
-
-    monkeypatch.setattr(strands.Agent, "__init__", counted)
-    return made
-
-
 async def test_consecutive_judgments_are_asked_of_one_agent_made_once(fake, clients, agents_made):
     judge = StrandsJudge(clients, RENDERER, "en")
     fake.set_responder(lambda request: judgment())
