@@ -62,7 +62,8 @@ class Text:
     that many fragments, as a provider failing mid-answer does; with ``at_once``
     the whole stream goes out in one write, so the client reads its chunks together
     (as after a stall). With ``hold``, nothing goes out until the test sets the event:
-    an answer the model is writing until something else has happened.
+    an answer the model is writing until something else has happened; with ``hold_after``
+    too, that many pieces go out first (an answer the model pauses midway).
     """
 
     content: str
@@ -72,6 +73,7 @@ class Text:
     fail_after: int | None = None
     at_once: bool = False
     hold: threading.Event | None = None
+    hold_after: int = 0
 
 
 @dataclass
@@ -285,8 +287,8 @@ class FakeOpenAI(LoopbackServer):
         if reply.delay:
             await asyncio.sleep(reply.delay)
         hold = reply.hold if isinstance(reply, (Text, ToolCalls)) else None
-        while hold is not None and not hold.is_set():
-            await asyncio.sleep(0.01)
+        if hold is not None and not (isinstance(reply, Text) and reply.hold_after and body.get("stream")):
+            await _until(hold)
         if isinstance(reply, Error):
             return self._error_response(reply)
         if isinstance(reply, Raw):
@@ -429,10 +431,18 @@ class FakeOpenAI(LoopbackServer):
                 return response
             if interval and 1 < index <= len(text_pieces):
                 await asyncio.sleep(interval)
+            if isinstance(reply, Text) and reply.hold and reply.hold_after and index == reply.hold_after + 1:
+                await _until(reply.hold)
             await response.write(f"data: {json.dumps(data)}\n\n".encode())
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
+
+
+async def _until(event: threading.Event) -> None:
+    """Return once the test has set `event` (a thread's), without blocking the server meanwhile."""
+    while not event.is_set():
+        await asyncio.sleep(0.01)
 
 
 def main(argv: list[str] | None = None) -> None:
