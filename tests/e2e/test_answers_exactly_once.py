@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from tests.e2e.conftest import ALICE, GENERAL, STOP_SECONDS, BotProcess, wait_until
+from tests.e2e.conftest import ALICE, BOB, GENERAL, STOP_SECONDS, BotProcess, wait_until
 from tests.fakes.openai_server import FakeOpenAI, Text
 from tests.fakes.slack_server import FakeSlack
 
@@ -272,6 +272,33 @@ def test_a_mention_in_a_reply_to_a_thread_older_than_the_synced_span_is_answered
     ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> is it still on?", thread_ts=parent, emit=False)
 
     slack.wait_for(lambda: answers_to(slack, ts), what="the answer found from the history")
+    wait_until(lambda: settled(bot, ts), what="the claim settled")
+    reads = thread_reads(slack, parent)
+    slack.wait_for(lambda: thread_reads(slack, parent) >= reads + 2, what="two more syncs reading the thread")
+    assert [(p["text"], p["thread_ts"]) for p in answers_to(slack, ts)] == [("Yes, still on.", parent)]
+    assert len(slack.posted) == 1 and len(llm.requests) == 1
+    assert bot.stop() == 0
+
+
+def test_a_mention_in_a_reply_to_a_thread_older_than_the_history_pages_read_is_answered_once(
+    bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
+) -> None:
+    # As above, but 200 top-level messages posted since the thread's parent fill the history page the sync reads:
+    # Slack lists the parent on no page read, and the sync asks about the thread because the store knows of a
+    # reply under it posted in the span.
+    bot.settings["response.history_sync_interval_seconds"] = 1
+    bot.settings["response.check_interval_seconds"] = 3600  # the reply Bob posts live is no autonomous model call
+    llm.set_responder(lambda request: Text("Yes, still on."))
+    days_ago = lambda days: f"{time.time() - days * 86400:.6f}"  # noqa: E731
+    parent = slack.post_message(GENERAL, ALICE, "the spring trip", ts=days_ago(3), emit=False)
+    for i in range(200):
+        slack.post_message(GENERAL, BOB, f"chatter {i}", ts=days_ago(2 - i / 1000), emit=False)
+    bot.start()
+    known = slack.post_message(GENERAL, BOB, "dates to follow", thread_ts=parent)
+    wait_until(lambda: bot.rows("SELECT ts FROM messages WHERE ts = :ts", ts=known), what="the reply stored")
+    ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> is it still on?", thread_ts=parent, emit=False)
+
+    slack.wait_for(lambda: answers_to(slack, ts), what="the answer found from the thread")
     wait_until(lambda: settled(bot, ts), what="the claim settled")
     reads = thread_reads(slack, parent)
     slack.wait_for(lambda: thread_reads(slack, parent) >= reads + 2, what="two more syncs reading the thread")

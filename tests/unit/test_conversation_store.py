@@ -585,3 +585,21 @@ def reads_and_writes_over_one_connection(store: SqlConversationStore, engine: En
         assert elsewhere.unfinished_answer("C1", ts(0)) is None
     assert len(checkouts) == 1
     assert texts(elsewhere.channel_messages("C1", 10)) == ["question", "the answer"]
+
+
+def test_replied_threads_are_those_with_a_reply_posted_since_the_latest_replied_first(
+    store: SqlConversationStore,
+) -> None:
+    store.save_message(msg(0, "parent", thread_ts=ts(0)))
+    store.save_message(msg(1, "a reply long ago", thread_ts=ts(0)))
+    store.save_message(msg(2, "a parent replied to since", thread_ts=ts(2)))
+    store.save_message(msg(3, "its old reply", thread_ts=ts(2)))
+    store.save_message(msg(4, "another parent, quiet since"))
+    store.save_message(msg(5, "an old reply", thread_ts=ts(4)))
+    store.save_message(msg(10, "top, since"))
+    store.save_message(msg(11, "a parent posted since", thread_ts=ts(11)))
+    store.save_message(msg(12, "a reply since", thread_ts=ts(2)))
+    store.save_message(msg(13, "a reply since", thread_ts=ts(0)))
+    store.save_message(msg(14, "a reply since elsewhere", channel="C2", thread_ts=ts(4)))
+
+    assert store.replied_threads(ts_to_datetime(ts(9))) == [("C2", ts(4)), ("C1", ts(0)), ("C1", ts(2))]

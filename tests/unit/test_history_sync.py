@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from myao2.application.history_sync import LEFT_CHANNELS_ASKED_PER_SYNC, HistorySync
+from myao2.application.history_sync import LEFT_CHANNELS_ASKED_PER_SYNC, THREADS_ASKED_PER_SYNC, HistorySync
 from myao2.domain.conversation import Channel, ChannelKind, Message, Person
 from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
+from myao2.infrastructure.slack import gateway as gateway_module
 from myao2.infrastructure.slack.gateway import SlackGateway, make_web_client
 from tests.fakes.slack_server import FakeSlack
 from tests.stored import stored_message
@@ -340,3 +341,125 @@ async def test_public_channels_the_bot_is_out_of_are_asked_about_a_few_per_sync_
 
     assert set(left) <= set(asked)
     assert store.get_channel(left[-1]).kind is ChannelKind.PRIVATE
+
+
+def parents_older_than_the_pages_read(fake: FakeSlack, count: int) -> list[str]:
+    """`count` parents of threads posted two days ago, older than any history page of 2 (`PAGE_SIZE`) a sync
+    reads: newer old messages come first."""
+    now = time.time()
+    parents = [
+        fake.post_message("C1", "U1", f"plan {i}", ts=f"{now - 2 * DAY + i:.6f}", emit=False) for i in range(count)
+    ]
+    for i in range(3):
+        fake.post_message("C1", "U1", f"quiet since {i}", ts=f"{now - 1.5 * DAY + i:.6f}", emit=False)
+    return parents
+
+
+def known_replies(fake: FakeSlack, store: SqlConversationStore, parents: list[str]) -> None:
+    """A reply under each of `parents`, posted an hour ago or later (under the last one last) and stored, as its
+    event does."""
+    now = time.time()
+    for i, parent in enumerate(parents):
+        reply = fake.post_message("C1", "U2", f"on {i}", thread_ts=parent, ts=f"{now - 3600 + i:.6f}", emit=False)
+        store.save_message(Message("C1", reply, "U2", f"on {i}", "Bob Builder", thread_ts=parent))
+
+
+async def test_a_reply_under_a_thread_older_than_the_pages_read_is_stored_when_the_thread_is_known(
+    fake: FakeSlack, store: SqlConversationStore, history: HistorySync, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Slack lists a thread's parent in the channel's history at its own ts: under a parent older than the history
+    # pages a sync reads, a reply posted while the bot was away (its event lost) is found only by asking about the
+    # thread, which the store knows of from a reply in the span.
+    monkeypatch.setattr(gateway_module, "PAGE_SIZE", 2)
+    parents = parents_older_than_the_pages_read(fake, 1)
+    known_replies(fake, store, parents)
+    for i in range(3):
+        fake.post_message("C1", "U1", f"meanwhile {i}", emit=False)
+    late = fake.post_message("C1", "U2", f"<@{fake.bot_user_id}> and now?", thread_ts=parents[0], emit=False)
+
+    new = await history.sync()
+
+    assert late in [m.ts for m in new]
+    assert stored_message(store, "C1", late).mentions == (fake.bot_user_id,)
+
+
+async def test_a_reply_under_a_parent_in_the_span_beyond_the_limit_is_stored(
+    fake: FakeSlack, gateway: SlackGateway, store: SqlConversationStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The history pages read end once they hold more than `limit` messages of the span: a parent posted in the
+    # span before the newest `limit` may be on none of them.
+    monkeypatch.setattr(gateway_module, "PAGE_SIZE", 2)
+    sync = HistorySync(gateway, store, SystemClock(), fake.bot_user_id, max_age_seconds=DAY, limit=2)
+    parent = fake.post_message("C1", "U1", "a plan", emit=False)
+    fake.post_message("C1", "U2", "sounds good", thread_ts=parent, emit=False)
+    await sync.sync()
+    for i in range(4):
+        fake.post_message("C1", "U1", f"meanwhile {i}", emit=False)
+    late = fake.post_message("C1", "U2", f"<@{fake.bot_user_id}> still on?", thread_ts=parent, emit=False)
+
+    new = await sync.sync()
+
+    assert late in [m.ts for m in new]
+
+
+async def test_a_reply_broadcast_to_the_channel_under_an_old_thread_is_stored(
+    fake: FakeSlack, store: SqlConversationStore, history: HistorySync, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Slack lists a reply also sent to the channel (thread_broadcast) in the channel's history: found there, though
+    # the thread is unknown and its parent on no page read.
+    monkeypatch.setattr(gateway_module, "PAGE_SIZE", 2)
+    [parent] = parents_older_than_the_pages_read(fake, 1)
+    for i in range(3):
+        fake.post_message("C1", "U1", f"meanwhile {i}", emit=False)
+    broadcast = fake.post_message(
+        "C1", "U2", f"<@{fake.bot_user_id}> back on?", thread_ts=parent, subtype="thread_broadcast", emit=False
+    )
+
+    new = await history.sync()
+
+    assert broadcast in [m.ts for m in new]
+    stored = stored_message(store, "C1", broadcast)
+    assert stored.thread_ts == parent and stored.mentions == (fake.bot_user_id,)
+
+
+async def test_threads_whose_parents_are_not_listed_are_asked_about_a_few_per_sync_the_latest_replied_first(
+    fake: FakeSlack, store: SqlConversationStore, history: HistorySync, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # conversations.replies is limited to about 50 calls a minute: a workspace may have hundreds of threads
+    # replied to in the span whose parents are older than the history pages read.
+    monkeypatch.setattr(gateway_module, "PAGE_SIZE", 2)
+    parents = parents_older_than_the_pages_read(fake, THREADS_ASKED_PER_SYNC + 3)
+    known_replies(fake, store, parents)
+    late = [fake.post_message("C1", "U2", "and now?", thread_ts=parent, emit=False) for parent in parents]
+    calls = len(fake.web_calls)
+
+    new = await history.sync()
+
+    asked = {params["ts"] for method, params in fake.web_calls[calls:] if method == "conversations.replies"}
+    assert sorted(asked) == parents[-THREADS_ASKED_PER_SYNC:]
+    assert sorted(m.ts for m in new if m.thread_ts) == late[-THREADS_ASKED_PER_SYNC:]
+
+
+async def test_a_reply_deleted_under_a_known_thread_whose_parent_is_not_listed_is_deleted_and_nothing_else(
+    fake: FakeSlack, store: SqlConversationStore, gateway: SlackGateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What a read of a thread alone does not return is deleted only among the thread's replies: a top-level
+    # message the channel's read left alone (older than the `limit` newest) is not taken for deleted.
+    monkeypatch.setattr(gateway_module, "PAGE_SIZE", 2)
+    sync = HistorySync(gateway, store, SystemClock(), fake.bot_user_id, max_age_seconds=DAY, limit=2)
+    [parent] = parents_older_than_the_pages_read(fake, 1)
+    known_replies(fake, store, [parent])
+    secret = fake.post_message("C1", "U2", "the key is 1234", thread_ts=parent, emit=False)
+    fake.post_message("C1", "U1", "noted", thread_ts=parent, emit=False)
+    earlier = fake.post_message("C1", "U1", "lunch?", ts=f"{time.time() - 60:.6f}", emit=False)
+    store.save_message(Message("C1", earlier, "U1", "lunch?", "Alice"))  # by its event
+    for i in range(2):
+        fake.post_message("C1", "U1", f"later {i}", emit=False)
+    await sync.sync()
+    assert stored_message(store, "C1", secret) is not None
+
+    fake.delete_message("C1", secret, emit=False)
+    await sync.sync()
+
+    assert stored_message(store, "C1", secret) is None
+    assert stored_message(store, "C1", earlier) is not None

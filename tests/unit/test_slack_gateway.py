@@ -280,6 +280,21 @@ async def test_fetch_history_reads_a_long_thread_posted_in_a_burst_in_few_calls(
     assert len(calls(fake, "conversations.replies")) <= 6  # reading it whole takes 41
 
 
+async def test_fetch_thread_reads_the_newest_replies_of_one_thread_and_tells_nothing_of_the_top_level(
+    fake: FakeSlack, gateway: SlackGateway
+) -> None:
+    parent = fake.post_message("C1", "U1", "an old plan", ts=f"{time.time() - 3 * 86400:.6f}", emit=False)
+    replies = [fake.post_message("C1", "U2", f"r{i}", thread_ts=parent, emit=False) for i in range(4)]
+    fake.post_message("C1", "U1", "top-level, not asked about", emit=False)
+
+    history = await gateway.fetch_thread("C1", parent, f"{time.time() - 3600:.6f}", 3)
+
+    assert [(m.ts, m.thread_ts, m.user_name) for m in history.messages] == [(r, parent, "Bob Builder") for r in replies[1:]]
+    assert Decimal(replies[0]) <= Decimal(history.complete_after) < Decimal(replies[1])
+    assert history.threads == {parent} and not history.top_level
+    assert calls(fake, "conversations.history") == []
+
+
 @pytest.mark.parametrize("method", ["users.conversations", "conversations.history", "conversations.replies"])
 async def test_a_cursor_that_leads_back_fails_the_reading_instead_of_going_round_for_ever(
     fake: FakeSlack, gateway: SlackGateway, method: str

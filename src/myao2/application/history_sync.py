@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
+from functools import partial
 
 from myao2.domain.conversation import Channel, ChannelKind, History, Message, Person
 from myao2.domain.ports import ChatPlatform, Clock, ConversationHidden, ConversationStore
@@ -17,6 +19,12 @@ LEFT_CHANNELS_ASKED_PER_SYNC = 20
 hundreds of archived ones, and Slack limits conversations.info to about 50 calls a minute."""
 
 
+THREADS_ASKED_PER_SYNC = 20
+"""The most threads one sync asks Slack about (the latest replied first) beyond those the channels' history pages
+list: threads replied to in the span whose parents are older than those pages. Slack limits conversations.replies to
+about 50 calls a minute, and the channels' own threads take their share."""
+
+
 class HistorySync:
     """Keeps the store in step with what was said in the bot's channels during the last `max_age_seconds`.
 
@@ -24,6 +32,9 @@ class HistorySync:
     reconciles it with the store: new messages are stored (replies posted in it under
     threads started earlier, even before it, included), texts edited
     while the bot was away are updated, and messages deleted meanwhile are deleted.
+    Slack lists a thread in a channel's history by its parent: of the threads whose
+    parents the pages read do not list, those the store holds a reply in the span of
+    are read too, at most `THREADS_ASKED_PER_SYNC` of them, the latest replied first.
     """
 
     def __init__(
@@ -47,29 +58,58 @@ class HistorySync:
     async def sync(self) -> list[Message]:
         """Fetch and store recent history; returns the messages by others that were not stored yet.
 
-        A channel that cannot be read or stored is logged and skipped; a stored channel
-        the bot is no longer a member of counts as left.
+        A channel (or thread) that cannot be read or stored is logged and skipped; a stored
+        channel the bot is no longer a member of counts as left.
         """
-        oldest = f"{(self._clock.now() - self._max_age).timestamp():.6f}"
+        start = self._clock.now() - self._max_age
+        oldest = f"{start.timestamp():.6f}"
         new: list[Message] = []
         listed_at = self._clock.now()
         channels = await self._platform.member_channels()
         await asyncio.to_thread(self._store.leave_channels_except, [c.id for c in channels], listed_at)
         await self._recheck_left_public()
+        read: dict[str, frozenset[str]] = {}
+        """The channels read, each with the parents its history pages listed."""
         for channel in channels:
-            fetched_at = self._clock.now()
-            try:
-                history = await self._platform.fetch_history(channel.id, oldest, self._limit)
-            except Exception as exc:  # one unreadable channel must not stop the others
-                logger.warning("history of channel %s (%s) skipped: %s", channel.id, channel.name, exc)
-                continue
-            try:
-                stored = await asyncio.to_thread(self._save, channel, history, listed_at, fetched_at)
-            except Exception as exc:  # nor one that cannot be stored; the error's text may quote messages
-                logger.error("history of channel %s (%s) not stored: %s", channel.id, channel.name, type(exc).__name__)
-                continue
-            new.extend(m for m in stored if m.user_id != self._bot_user_id)
-        return new
+            done = await self._read(
+                f"history of channel {channel.id} ({channel.name})",
+                self._platform.fetch_history(channel.id, oldest, self._limit),
+                partial(self._save, channel, listed_at),
+            )
+            if done is not None:
+                read[channel.id] = done[0].threads
+                new.extend(done[1])
+        replied = await asyncio.to_thread(self._store.replied_threads, start)
+        unlisted = [(c, ts) for c, ts in replied if c in read and ts not in read[c]]
+        for channel_id, thread_ts in unlisted[:THREADS_ASKED_PER_SYNC]:
+            done = await self._read(
+                f"thread {thread_ts} of channel {channel_id}",
+                self._platform.fetch_thread(channel_id, thread_ts, oldest, self._limit),
+                self._reconcile,
+            )
+            if done is not None:
+                new.extend(done[1])
+        return [m for m in new if m.user_id != self._bot_user_id]
+
+    async def _read(
+        self,
+        what: str,
+        fetch: Awaitable[History],
+        save: Callable[[History, datetime], list[Message]],
+    ) -> tuple[History, list[Message]] | None:
+        """What `fetch` returned and the messages `save` stored of it that were new; None (logged) when either
+        failed."""
+        fetched_at = self._clock.now()
+        try:
+            history = await fetch
+        except Exception as exc:  # one unreadable channel must not stop the others
+            logger.warning("%s skipped: %s", what, exc)
+            return None
+        try:
+            return history, await asyncio.to_thread(save, history, fetched_at)
+        except Exception as exc:  # nor one that cannot be stored; the error's text may quote messages
+            logger.error("%s not stored: %s", what, type(exc).__name__)
+            return None
 
     async def _recheck_left_public(self) -> None:
         """Ask again about each public channel the bot is out of: one turned private or shared outside meanwhile
@@ -97,9 +137,13 @@ class HistorySync:
                 await asyncio.to_thread(self._store.set_channel_kind, channel.id, kind)
                 logger.info("channel %s, which the bot is out of, is %s now", channel.id, kind.value)
 
-    def _save(self, channel: Channel, history: History, listed_at: datetime, fetched_at: datetime) -> list[Message]:
-        """Store the channel and the messages' authors, reconcile the messages; returns those that were new."""
+    def _save(self, channel: Channel, listed_at: datetime, history: History, fetched_at: datetime) -> list[Message]:
+        """Store the channel, then `_reconcile`."""
         self._store.save_channel(channel, as_of=listed_at)
+        return self._reconcile(history, fetched_at)
+
+    def _reconcile(self, history: History, fetched_at: datetime) -> list[Message]:
+        """Store the messages' authors, reconcile the messages; returns those that were new."""
         authors = {
             m.user_id: Person(user_id=m.user_id, display_name=m.user_name, is_bot=m.is_bot)
             for m in history.messages

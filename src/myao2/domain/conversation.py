@@ -134,15 +134,17 @@ CLOCK_SKEW = timedelta(seconds=2)
 class History:
     """What one history fetch of a channel returned, and the span it saw in full.
 
-    Every top-level message posted after `complete_after` (a ts) was returned, and
-    every reply posted then in a thread whose parent ts is in `threads`. A stored
-    message inside that span which the fetch did not return has been deleted in Slack.
+    Every top-level message posted after `complete_after` (a ts) was returned (unless
+    `top_level` is False: a fetch of threads alone), and every reply posted then in a
+    thread whose parent ts is in `threads`. A stored message inside that span which the
+    fetch did not return has been deleted in Slack.
     """
 
     channel_id: str
     messages: list[Message]
     complete_after: str
     threads: frozenset[str]
+    top_level: bool = True
 
     def deleted(self, stored: Iterable[Message], fetched_at: datetime) -> list[Message]:
         """The stored messages this fetch, started at `fetched_at`, shows to be deleted.
@@ -164,7 +166,7 @@ class History:
             for m in stored
             if m.ts not in returned
             and after < Decimal(m.ts) <= max(listed, newest.get(m.thread_ts, Decimal(0)))
-            and (m.thread_ts is None or m.thread_ts in self.threads)
+            and (self.top_level if m.thread_ts is None else m.thread_ts in self.threads)
         ]
 
 

@@ -284,6 +284,10 @@ class ConversationStore(Protocol):
         """The threads of a channel that `user_id` took part in and that have a message posted after `since`."""
         ...
 
+    def replied_threads(self, since: datetime) -> list[tuple[str, str]]:
+        """(channel id, thread ts) of the threads with a reply posted after `since`, the latest replied first."""
+        ...
+
     def expire_messages(self, channel_id: str, ts: Sequence[str]) -> None:
         """Delete these messages' text for good (retention), keeping who said them when; none is stored again. The
         end kept for an answer to one of them (`keep_ending`) goes too."""
@@ -569,6 +573,10 @@ class ChatPlatform(Protocol):
 
     async def fetch_history(self, channel_id: str, oldest: str, limit: int) -> History:
         """Messages posted after `oldest`, thread replies included, oldest first, at most `limit`."""
+        ...
+
+    async def fetch_thread(self, channel_id: str, thread_ts: str, oldest: str, limit: int) -> History:
+        """The replies of one thread posted after `oldest`, oldest first, at most `limit` (the newest)."""
         ...
 
 

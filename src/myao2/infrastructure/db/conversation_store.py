@@ -317,6 +317,17 @@ class SqlConversationStore:
             ).all()
         return {row[0] for row in rows}
 
+    def replied_threads(self, since: datetime) -> list[tuple[str, str]]:
+        latest = func.max(col(MessageRow.posted_at))
+        with reading(self._engine) as connection:
+            rows = connection.execute(
+                core_select(MessageRow.channel_id, MessageRow.thread_ts)
+                .where(col(MessageRow.posted_at) > since, MessageRow.ts != MessageRow.thread_ts)
+                .group_by(MessageRow.channel_id, MessageRow.thread_ts)
+                .order_by(latest.desc(), MessageRow.channel_id, MessageRow.thread_ts)
+            ).all()
+        return [(row.channel_id, row.thread_ts) for row in rows]
+
     def expire_messages(self, channel_id: str, ts: Sequence[str]) -> None:
         if not ts:
             return

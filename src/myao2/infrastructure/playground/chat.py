@@ -81,6 +81,9 @@ class PlaygroundChat:
     async def fetch_history(self, channel_id: str, oldest: str, limit: int) -> History:
         return History(channel_id, [], oldest, frozenset())  # the store is the whole history
 
+    async def fetch_thread(self, channel_id: str, thread_ts: str, oldest: str, limit: int) -> History:
+        return History(channel_id, [], oldest, frozenset(), top_level=False)  # nothing read, nothing deleted
+
 
 class PlaygroundPublisher:
     """`ReplyPublisher` that hands a reply's events to the listener waiting for the answer to a message.

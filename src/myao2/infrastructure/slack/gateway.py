@@ -278,6 +278,26 @@ class SlackGateway:
             replies, after = await self._newest_replies(channel_id, parent, complete_after, limit)
             raws.update((raw["ts"], raw) for raw in replies)
             complete_after = _cut(raws, limit, max(complete_after, after, key=Decimal))
+        return await self._history(channel_id, raws, limit, complete_after, frozenset(raw["ts"] for raw in listed))
+
+    async def fetch_thread(self, channel_id: str, thread_ts: str, oldest: str, limit: int) -> History:
+        """The replies of thread `thread_ts` posted after `oldest`, oldest first, the newest `limit` when there are
+        more, read as `fetch_history` reads a thread; a history of that thread alone (not of the top level)."""
+        replies, after = await self._newest_replies(channel_id, {"ts": thread_ts}, oldest, limit)
+        raws = {raw["ts"]: raw for raw in replies}
+        complete_after = _cut(raws, limit, after)
+        return await self._history(channel_id, raws, limit, complete_after, frozenset({thread_ts}), top_level=False)
+
+    async def _history(
+        self,
+        channel_id: str,
+        raws: dict[str, dict[str, Any]],
+        limit: int,
+        complete_after: str,
+        threads: frozenset[str],
+        top_level: bool = True,
+    ) -> History:
+        """The newest `limit` spoken messages of `raws` (ts to message), oldest first, named after their authors."""
         spoken = sorted(
             (raw for raw in raws.values() if raw.get("subtype") in translate.SPOKEN_SUBTYPES),
             key=lambda raw: Decimal(raw["ts"]),
@@ -288,7 +308,8 @@ class SlackGateway:
             channel_id=channel_id,
             messages=[translate.to_message(raw, channel_id, _author_name(raw, people)) for raw in spoken],
             complete_after=complete_after,
-            threads=frozenset(raw["ts"] for raw in listed),
+            threads=threads,
+            top_level=top_level,
         )
 
     async def _top_level(self, channel_id: str, oldest: str, limit: int) -> list[dict[str, Any]]:
