@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import sys
-import time
 
 import pytest
 from mcp.client import Client
@@ -23,8 +22,9 @@ from tests.fakes.openai_server import Text, ToolCall, ToolCalls
 from tests.fakes.slack_server import FakeSlack
 
 PLANS = "CPLANS"
-AWAY = 20.0
-"""The wait before a judgment in the test of a channel the bot was removed from."""
+RANDOM = "CRANDOM"
+AWAY = 600.0
+"""The wait before a judgment in the test of a channel the bot was removed from: longer than the test."""
 
 
 def query(bot: BotProcess, sql: str, *params: object) -> list[tuple]:
@@ -203,26 +203,34 @@ def test_a_channel_the_bot_was_removed_from_is_no_longer_judged_until_it_is_back
     bot: BotProcess, slack: FakeSlack, llm
 ) -> None:
     llm.set_responder(responder(lambda request: judgment(False), lambda request: Text("unused")))
-    # The message falls due for a judgment AWAY seconds after it was posted: by then the bot must be out,
-    # its message and its removal stored, which can take longer than FAST's 1.5 s on a busy machine.
+    # Nothing falls due by the wall clock: the bot's clock is moved past the wait once the bot is out.
     bot.settings.update({**FAST, "response.min_wait_seconds": AWAY})
+    bot.shift_clock(0)
+    slack.add_channel(RANDOM, "random", members=[ALICE, BOB])
     bot.start()
     ts = slack.post_message(GENERAL, ALICE, "what a quiet day")
-    posted = time.monotonic()
     wait_until(lambda: query(bot, "SELECT ts FROM messages WHERE ts = ?", ts), what="the message stored")
     wait_until(lambda: left_at(bot) == [(None,)], what="the channel stored")
     slack.remove_member(GENERAL, slack.bot_user_id)
     wait_until(lambda: left_at(bot) != [(None,)], what="the bot's leaving recorded")
-    assert time.monotonic() - posted < AWAY, "the bot was out only once the message was due: nothing was tested"
+    lunch = slack.post_message(RANDOM, BOB, "anyone up for lunch?")
+    wait_until(lambda: query(bot, "SELECT ts FROM messages WHERE ts = ?", lunch), what="#random's message stored")
 
-    time.sleep(max(0.0, posted + AWAY + 1.5 - time.monotonic()))  # due, and a few checks more
-    assert judgments(llm) == []
+    bot.shift_clock(AWAY)  # both messages due
+    slack.wait_for(lambda: judged(llm, "anyone up for lunch?"), what="#random judged")
+    slack.post_message(RANDOM, BOB, "no one?")  # judged by a check after the one that judged #random
+    slack.wait_for(lambda: judged(llm, "no one?"), what="#random judged again")
+    assert not judged(llm, "what a quiet day")
 
     slack.add_member(GENERAL, slack.bot_user_id)
     wait_until(lambda: left_at(bot) == [(None,)], what="the bot back in the channel")
-    slack.wait_for(lambda: judgments(llm), what="the conversation judged again")
-    assert "what a quiet day" in prompt_text(judgments(llm)[0])
+    slack.wait_for(lambda: judged(llm, "what a quiet day"), what="the conversation judged again")
     assert bot.stop() == 0
+
+
+def judged(llm, text: str) -> list[dict]:  # type: ignore[no-untyped-def]
+    """The judgments whose prompt shows `text`."""
+    return [r for r in judgments(llm) if text in prompt_text(r)]
 
 
 def test_what_the_bot_learnt_about_someone_in_a_channel_turned_private_leaves_every_other_prompt(
