@@ -463,3 +463,22 @@ async def test_a_reply_deleted_under_a_known_thread_whose_parent_is_not_listed_i
 
     assert stored_message(store, "C1", secret) is None
     assert stored_message(store, "C1", earlier) is not None
+
+
+async def test_a_known_thread_deleted_whole_while_away_has_its_replies_deleted_and_is_not_asked_about_again(
+    fake: FakeSlack, store: SqlConversationStore, history: HistorySync, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Slack answers thread_not_found for a thread whose parent and replies are all deleted: it has no reply left.
+    monkeypatch.setattr(gateway_module, "PAGE_SIZE", 2)
+    [parent] = parents_older_than_the_pages_read(fake, 1)
+    known_replies(fake, store, [parent])
+    [reply] = [m.ts for m in store.thread_messages("C1", parent, 10)]
+    fake.delete_message("C1", reply, emit=False)
+    fake.delete_message("C1", parent, emit=False)
+
+    await history.sync()
+    calls = len(fake.web_calls)
+    await history.sync()
+
+    assert stored_message(store, "C1", reply) is None
+    assert [p for method, p in fake.web_calls[calls:] if method == "conversations.replies"] == []

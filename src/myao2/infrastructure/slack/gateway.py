@@ -282,8 +282,14 @@ class SlackGateway:
 
     async def fetch_thread(self, channel_id: str, thread_ts: str, oldest: str, limit: int) -> History:
         """The replies of thread `thread_ts` posted after `oldest`, oldest first, the newest `limit` when there are
-        more, read as `fetch_history` reads a thread; a history of that thread alone (not of the top level)."""
-        replies, after = await self._newest_replies(channel_id, {"ts": thread_ts}, oldest, limit)
+        more, read as `fetch_history` reads a thread; a history of that thread alone (not of the top level). A thread
+        Slack does not find (its parent and replies deleted) has no reply."""
+        try:
+            replies, after = await self._newest_replies(channel_id, {"ts": thread_ts}, oldest, limit)
+        except SlackApiError as exc:
+            if error_code(exc) != "thread_not_found":
+                raise
+            replies, after = [], oldest
         raws = {raw["ts"]: raw for raw in replies}
         complete_after = _cut(raws, limit, after)
         return await self._history(channel_id, raws, limit, complete_after, frozenset({thread_ts}), top_level=False)
