@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import Engine, create_engine, event, text
 
 from myao2.domain.answers import Unfinished
-from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Message, Person, ts_to_datetime
+from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, History, Message, Person, ts_to_datetime
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from tests.clocks import ManualClock
 from tests.stored import stored_message
@@ -603,3 +603,31 @@ def test_replied_threads_are_those_with_a_reply_posted_since_the_latest_replied_
     store.save_message(msg(14, "a reply since elsewhere", channel="C2", thread_ts=ts(4)))
 
     assert store.replied_threads(ts_to_datetime(ts(9))) == [("C2", ts(4)), ("C1", ts(0)), ("C1", ts(2))]
+
+
+def test_a_history_of_one_thread_is_reconciled_against_that_threads_stored_replies_alone(
+    store: SqlConversationStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A read of one thread tells nothing of the rest of its channel: the rest is neither read nor (on PostgreSQL)
+    # held while it is reconciled, however many messages the channel had in the span.
+    store.save_message(msg(10, "top, since"))
+    store.save_message(msg(11, "another thread's reply", thread_ts=ts(5)))
+    store.save_message(msg(12, "a reply", thread_ts=ts(0)))
+    store.save_message(msg(13, "a reply deleted", thread_ts=ts(0)))
+    considered: list[str] = []
+    deleted = History.deleted
+
+    def recording(history: History, stored, fetched_at: datetime) -> list[Message]:  # type: ignore[no-untyped-def]
+        stored = list(stored)
+        considered.extend(m.ts for m in stored)
+        return deleted(history, stored, fetched_at)
+
+    monkeypatch.setattr(History, "deleted", recording)
+    fetched = History("C1", [msg(12, "a reply, edited", thread_ts=ts(0))], ts(9), frozenset({ts(0)}), top_level=False)
+
+    store.reconcile(fetched, ts_to_datetime(ts(20)))
+
+    assert sorted(considered) == [ts(12), ts(13)]
+    assert texts(store.thread_messages("C1", ts(0), 10)) == ["a reply, edited"]
+    assert texts(store.channel_messages("C1", 10)) == ["top, since"]
+    assert stored_message(store, "C1", ts(11)) is not None

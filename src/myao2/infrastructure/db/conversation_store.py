@@ -122,13 +122,14 @@ class SqlConversationStore:
         """
         channel_id = history.channel_id
         since = ts_to_datetime(history.complete_after) - timedelta(seconds=1)
+        held = core_select(*_MESSAGE, _MESSAGES.c.edited_at).where(
+            MessageRow.channel_id == channel_id, col(MessageRow.posted_at) > since
+        )
+        if not history.top_level:  # a read of threads alone: the rest of the channel is not its to change
+            held = held.where(col(MessageRow.thread_ts).in_(sorted(history.threads)))
         with writing(self._engine) as connection:
             take_write_lock(connection)  # an edit arriving meanwhile is not overwritten by the older fetched text
-            rows = connection.execute(
-                core_select(*_MESSAGE, _MESSAGES.c.edited_at)
-                .where(MessageRow.channel_id == channel_id, col(MessageRow.posted_at) > since)
-                .with_for_update()
-            ).all()
+            rows = connection.execute(held.with_for_update()).all()
             stored = {row.ts: row for row in rows}
             new = []
             for message in history.messages:
