@@ -482,3 +482,20 @@ async def test_a_known_thread_deleted_whole_while_away_has_its_replies_deleted_a
 
     assert stored_message(store, "C1", reply) is None
     assert [p for method, p in fake.web_calls[calls:] if method == "conversations.replies"] == []
+
+
+async def test_a_thread_that_cannot_be_read_is_skipped_and_the_other_threads_are_read(
+    fake: FakeSlack, store: SqlConversationStore, history: HistorySync, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(gateway_module, "PAGE_SIZE", 2)
+    monkeypatch.setattr(gateway_module, "RETRY_DELAYS", (0.01, 0.01, 0.01))  # Slack failed again at each retry
+    parents = parents_older_than_the_pages_read(fake, 2)
+    known_replies(fake, store, parents)
+    late = [fake.post_message("C1", "U2", f"<@{fake.bot_user_id}> now?", thread_ts=p, emit=False) for p in parents]
+    fake.inject_error("conversations.replies", "internal_error", times=len(gateway_module.RETRY_DELAYS) + 1)
+
+    first = await history.sync()
+    second = await history.sync()
+
+    assert [m.ts for m in first] == [late[0]]  # the latest replied thread, asked first, could not be read
+    assert [m.ts for m in second] == [late[1]]
