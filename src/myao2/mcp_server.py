@@ -32,10 +32,12 @@ from myao2.composition import Application, build_application
 from myao2.config import Config
 from myao2.domain.conversation import BotIdentity, clean_text
 from myao2.domain.memo import MAX_LIST_OFFSET, Memo, MemoError, MemoRevision, lookup_name
+from myao2.domain.ports import ConversationStore
 from myao2.domain.visibility import (
     WORKSPACE,
     WORKSPACE_VIEW,
     Audience,
+    Reader,
     can_write,
     named_audience,
     readable_audiences,
@@ -74,10 +76,11 @@ class Scope:
     conversation: str | None = None
     allow_pinned: bool = False
 
-    @property
-    def reader(self) -> str:
-        """The reader the visibility rule is asked about."""
-        return self.conversation or WORKSPACE_VIEW
+    def reader(self, conversations: ConversationStore) -> Reader:
+        """The reader the visibility rule is asked about: the conversation as `conversations` keeps it now."""
+        if self.conversation is None:
+            return WORKSPACE_VIEW
+        return Reader.of(self.conversation, conversations.get_channel(self.conversation))
 
     @property
     def audience(self) -> Audience:
@@ -102,7 +105,7 @@ class NotebookTools:
 
     def list(self, tag: str | None, min_priority: int, removed: bool, offset: int, limit: int) -> dict[str, Any]:
         page = self._app.memos.list(
-            self._scope.reader, tag=tag, min_priority=min_priority, removed=removed, offset=offset, limit=limit
+            self._reader, tag=tag, min_priority=min_priority, removed=removed, offset=offset, limit=limit
         )
         pinned = self._pinned()
         return {
@@ -121,18 +124,18 @@ class NotebookTools:
         return render_memo(memo, pinned=memo.name in self._pinned())
 
     def names(self) -> list[str]:
-        return [memo.name for memo in self._app.memos.list(self._scope.reader).memos]
+        return [memo.name for memo in self._app.memos.list(self._reader).memos]
 
     def search(self, query: str, limit: int) -> dict[str, Any]:
         try:
-            hits = self._app.search.memos(query, self._scope.reader, None, limit)
+            hits = self._app.search.memos(query, self._reader.conversation_id, None, limit)
         except SearchError as exc:
             raise ToolRefusal(f"the search was refused ({exc.code})") from None
         pinned = self._pinned()
         return {"memos": [{**self._summary(hit.memo, pinned), "score": round(hit.score, 4)} for hit in hits]}
 
     def tags(self) -> dict[str, Any]:
-        usages = self._app.memos.tags(self._scope.reader)
+        usages = self._app.memos.tags(self._reader)
         return {"tags": [{"tag": u.tag, "count": u.count, "last_updated": u.last_updated.isoformat()} for u in usages]}
 
     def add(self, name: str, content: str, priority: int, tags: list[str] | None, detail: str | None) -> dict[str, Any]:
@@ -151,12 +154,12 @@ class NotebookTools:
 
     def restore(self, name: str) -> dict[str, Any]:
         """The removed memo `name` means for this client, refused (`wider_audience`) as `_writable` refuses a change."""
-        memo = self._notebook.restore(lookup_name(name), reader=self._scope.reader, writer=self._scope.writer)
+        memo = self._notebook.restore(lookup_name(name), reader=self._reader, writer=self._scope.writer)
         return self._data(memo, self._pinned())
 
     def history(self, name: str) -> dict[str, Any]:
         name = lookup_name(name)
-        reader = self._scope.reader
+        reader = self._reader
         revisions = self._nearest(lambda audience: self._app.memos.history(name, audience=audience, reader=reader))
         return {"revisions": [_revision(r) for r in revisions]}
 
@@ -165,15 +168,20 @@ class NotebookTools:
             raise ToolRefusal("the bot had not connected to Slack with this database when this server started")
         try:
             shown = await Previewer(self._app, self._bot).preview(
-                role, channel, thread, as_user, self._scope.reader  # type: ignore[arg-type]
+                role, channel, thread, as_user, self._reader
             )
         except PreviewError as exc:
             raise ToolRefusal(str(exc)) from None
         return _printable(shown.to_json())
 
+    @property
+    def _reader(self) -> Reader:
+        """What this client reads, its conversation as stored now (`Scope.reader`)."""
+        return self._scope.reader(self._app.conversations)
+
     def _seen(self, name: str) -> Memo:
         """The live memo `name` means for this client (a name no memo could bear: an unknown memo)."""
-        return self._app.memos.get(lookup_name(name), self._scope.reader)
+        return self._app.memos.get(lookup_name(name), self._reader)
 
     def _writable(self, name: str) -> Memo:
         """The live memo `name` means for this client, refused (`wider_audience`) if this client may not change it,
@@ -187,7 +195,7 @@ class NotebookTools:
         """`work` for the nearest audience this client reads where it is not refused (as a name
         means a conversation's own memo before the workspace's); else the first refusal."""
         refusal: MemoError | None = None
-        for audience in readable_audiences(self._scope.reader):
+        for audience in readable_audiences(self._reader):
             try:
                 return work(audience)
             except MemoError as exc:
@@ -196,7 +204,7 @@ class NotebookTools:
         raise refusal
 
     def _pinned(self) -> set[str]:
-        return {memo.name for memo in self._app.memos.pinned(self._scope.reader)}
+        return {memo.name for memo in self._app.memos.pinned(self._reader)}
 
     @staticmethod
     def _summary(memo: Memo, pinned: set[str]) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import sys
 
 from myao2.config import Config
 from myao2.domain.memory import Digest, Memory, Scope, bullet_line, digest_line, seen_in
-from myao2.domain.visibility import can_read_from, not_public, shows_its_own
+from myao2.domain.visibility import Reader, can_read_from, not_public, shows_its_own
 from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
@@ -37,7 +37,8 @@ def run_memory_command(config: Config, args: argparse.Namespace) -> int:
             channels = SqlConversationStore(engine).channels()
             stored = next((c for c in channels if c.id == args.channel), None)
             memories = seen_in(memories, args.channel, args.thread, not_public(channels), stored)
-            digests = [d for d in digests if can_read_from(args.channel, d.audience, d.channel_id, stored)]
+            reader = Reader.of(args.channel, stored)
+            digests = [d for d in digests if can_read_from(reader, d.audience, d.channel_id, stored)]
             if stored is not None and not shows_its_own(stored):
                 print(
                     f"myao2 memory: the bot is no longer in {args.channel} (left or removed from it): what it remembers"
@@ -60,10 +61,12 @@ def _show_profile(config: Config, user_id: str, channel: str | None, as_json: bo
     engine = open_database(config.memory.sqlalchemy_url)
     try:
         profile = SqlProfileStore(engine, SystemClock()).get(user_id)
-        person = SqlConversationStore(engine).people([user_id]).get(user_id)
+        conversations = SqlConversationStore(engine)
+        person = conversations.people([user_id]).get(user_id)
+        reader = None if channel is None else Reader.of(channel, conversations.get_channel(channel))
     finally:
         engine.dispose()
-    facts = profile.readable(channel) if profile is not None else ()
+    facts = profile.readable(reader) if profile is not None else ()
     name = person.display_name if person is not None else user_id
     if as_json:
         print(json.dumps({"user": user_id, "name": name, "facts": [fact_json(f) for f in facts]}, ensure_ascii=False, indent=2))

@@ -20,7 +20,7 @@ from myao2.composition import Application, memory_budgets
 from myao2.domain.conversation import BotIdentity, Channel, Message
 from myao2.domain.memo import Memo, MemoError, lookup_name
 from myao2.domain.tokens import estimate_tokens
-from myao2.domain.visibility import can_read_from, may_know_of, shows_its_own
+from myao2.domain.visibility import Reader, can_read_from, may_know_of, shows_its_own
 from myao2.infrastructure.llm.agents import ModelPrompt
 
 Role = Literal["response", "judgment", "memory"]
@@ -82,7 +82,7 @@ class Previewer:
         channel_id: str,
         thread_ts: str | None = None,
         as_user: str | None = None,
-        reader: str | None = None,
+        reader: Reader | None = None,
     ) -> Preview:
         """The preview of `role`'s next call for the conversation (a thread, or the channel's top-level flow).
 
@@ -116,7 +116,7 @@ class Previewer:
         return shown
 
     async def _conversation(
-        self, role: Role, channel: Channel, thread_ts: str | None, as_user: str | None, reader: str | None
+        self, role: Role, channel: Channel, thread_ts: str | None, as_user: str | None, reader: Reader | None
     ) -> tuple[Preview, bool]:
         """The response's or the judgment's preview, and whether `reader` may read all the prompt shows of what the
         bot keeps: each memo is the one its name means there, each memory section is as shown there too."""
@@ -142,7 +142,7 @@ class Previewer:
             channel, messages, reader
         )
 
-    def _reads_all(self, memos: Iterable[Memo], reader: str) -> bool:
+    def _reads_all(self, memos: Iterable[Memo], reader: Reader) -> bool:
         """Whether each of `memos` is the one its name means to conversation `reader` (what its memo tools give it)."""
         for memo in memos:
             try:
@@ -163,7 +163,7 @@ class Previewer:
             raise PreviewError(f"{as_user} has no message in this conversation to answer")
         return None
 
-    async def _memory(self, channel: Channel, reader: str | None) -> tuple[Preview, bool]:
+    async def _memory(self, channel: Channel, reader: Reader | None) -> tuple[Preview, bool]:
         """The memory's preview, and whether `reader` may read what is kept for the call's audience of each channel
         it reads (`can_read_from`): the call shows nothing that not everyone of that audience may read."""
         call = await self._app.memory_job.next_call(channel.id)

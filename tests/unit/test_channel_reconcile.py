@@ -11,7 +11,7 @@ from myao2.domain.conversation import Channel, ChannelKind
 from myao2.domain.memo import MemoDraft, Origin
 from myao2.domain.memory import WORKSPACE_SCOPE, Term
 from myao2.domain.profile import NewFact, Profile
-from myao2.domain.visibility import WORKSPACE, Audience
+from myao2.domain.visibility import WORKSPACE, Audience, Reader
 from myao2.infrastructure.db.memo_store import SqlMemoStore
 from myao2.infrastructure.db.profile_store import SqlProfileStore
 from tests.unit.test_memory_job import PERSONA as MEMORY_PERSONA, SETTINGS, FakeWriter
@@ -59,7 +59,7 @@ async def test_a_channel_found_private_is_narrowed_everywhere_and_a_second_pass_
     assert {m.audience for m in memories.all() if m.scope.channel_id == GENERAL.id} == {own}
     assert [d.audience for d in memories.digests(GENERAL.id)] == [own]
     assert memories.get(WORKSPACE_SCOPE, Term.LONG) is None
-    assert [m.name for m in memos.list(random.id).memos] == []
+    assert [m.name for m in memos.list(Reader(random.id)).memos] == []
     assert [f.audience for f in profiles.get("U1").facts] == [own]
 
     await memory_job.run()  # the workspace memory made again, from #random alone

@@ -17,7 +17,7 @@ from myao2.domain.memo import MemoChanges, MemoDraft, Origin
 from myao2.domain.memory import Bullet, Digest, Memory, Stage, Term
 from myao2.domain.memory import Scope as Scope_
 from myao2.domain.profile import NewFact, Profile
-from myao2.domain.visibility import Audience
+from myao2.domain.visibility import Audience, Reader
 from myao2.cli import build_parser
 from myao2.mcp_server import Scope, build_server, memo_uri, scope_of
 from myao2.preview import Previewer
@@ -205,7 +205,7 @@ def test_a_client_started_for_a_dm_cannot_edit_a_workspace_memo_as_the_bots_tool
     assert "conversation" in refusal  # the bot's own wording for a change that would reach a wider audience
     failed, renamed = call(app, Scope(DM), "edit_memo", {"memo_name": "lunch-day", "new_name": "bob-surprise"})
     assert failed
-    assert "surprise" not in app.memos.get("lunch-day", GENERAL).content
+    assert "surprise" not in app.memos.get("lunch-day", Reader(GENERAL)).content
 
     failed, edited = call(app, Scope(DM), "edit_memo", {"memo_name": "surprise", "priority": 5})
     assert not failed and edited["priority"] == 5  # its own memos, as ever
@@ -219,7 +219,7 @@ def test_a_client_started_for_a_dm_cannot_remove_a_workspace_memo_as_the_bots_to
     revisions = len(app.memos.history("lunch-day"))
     failed, refusal = call(app, Scope(DM), "remove_memo", {"memo_name": "lunch-day"})
     assert failed and "seen more widely than this conversation" in refusal, refusal
-    assert app.memos.get("lunch-day", GENERAL).content == "Team lunch is on Fridays"
+    assert app.memos.get("lunch-day", Reader(GENERAL)).content == "Team lunch is on Fridays"
     assert len(app.memos.history("lunch-day")) == revisions
 
     failed, removed = call(app, Scope(DM), "remove_memo", {"memo_name": "surprise"})
@@ -237,7 +237,7 @@ def test_a_client_started_for_a_private_conversation_cannot_restore_a_workspace_
     failed, refusal = call(app, Scope(conversation), "restore_memo", {"memo_name": "lunch-day"})
     # the refusal of the memo the name means there, not the conversation's own "no removed memo"
     assert failed and "seen more widely than this conversation" in refusal, refusal
-    assert app.memos.list(GENERAL, removed=True).total == 1 and len(app.memos.history("lunch-day")) == revisions
+    assert app.memos.list(Reader(GENERAL), removed=True).total == 1 and len(app.memos.history("lunch-day")) == revisions
 
     failed, refusal = call(app, Scope(conversation), "restore_memo", {"memo_name": "no-such-memo"})
     assert failed and 'There is no removed memo named "no-such-memo"' in refusal, refusal
@@ -340,7 +340,7 @@ def test_an_edit_made_from_a_revision_the_bot_has_changed_since_is_refused(app: 
     stale = {"memo_name": "lunch-day", "content": "Team lunch is on Fridays at noon", "revision": read["revision"]}
     failed, refusal = call(app, Scope(), "edit_memo", stale)
     assert failed and "changed meanwhile" in refusal, refusal
-    assert app.memos.get("lunch-day", GENERAL).content == "Team lunch moved to Thursdays"
+    assert app.memos.get("lunch-day", Reader(GENERAL)).content == "Team lunch moved to Thursdays"
 
     fresh = call(app, Scope(), "get_memo", {"memo_name": "lunch-day"})[1]
     failed, edited = call(app, Scope(), "edit_memo", {**stale, "revision": fresh["revision"]})
@@ -353,7 +353,7 @@ def test_started_for_the_workspace_by_name_a_client_writes_the_workspaces_memos(
     # and kept the memos it added for that conversation, which no prompt ever shows
     scope = scope_of(build_parser().parse_args(["mcp", "--conversation", "workspace"]))
     failed, added = call(app, scope, "add_memo", {"name": "offsite", "content": "The offsite is in Hakone"})
-    assert not failed and app.memos.get("offsite", GENERAL).audience.is_workspace
+    assert not failed and app.memos.get("offsite", Reader(GENERAL)).audience.is_workspace
     assert scope_of(build_parser().parse_args(["mcp", "--conversation", DM])) == Scope(DM)
 
 

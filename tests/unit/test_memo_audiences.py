@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import text
 
 from myao2.domain.memo import MemoChanges, MemoDraft, MemoError, Origin
-from myao2.domain.visibility import WORKSPACE, Audience
+from myao2.domain.visibility import WORKSPACE, Audience, Reader
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
 from tests.memo_log import assert_log_replays
@@ -119,9 +119,9 @@ class TestWhoMayChange:
         store.remove("team-lunch", OTHER_PUBLIC, "t")
         store.remove("mine", DM, "t")
         with refused("unknown_name"):
-            store.get("team-lunch", "C1")
+            store.get("team-lunch", Reader("C1"))
         restored = store.restore("team-lunch", "cli")
-        assert restored.content == "lunch on fridays" and store.get("team-lunch", "C2").id == restored.id
+        assert restored.content == "lunch on fridays" and store.get("team-lunch", Reader("C2")).id == restored.id
         assert_log_replays(store)
 
 
@@ -129,15 +129,15 @@ class TestNamesPerAudience:
     def test_a_public_channel_may_take_a_name_only_a_dm_uses(self, store: SqlMemoStore) -> None:
         add(store, "surprise", DM, "the party is on friday")
         add(store, "surprise", PUBLIC, "we like surprises")
-        assert store.get("surprise", "C1").content == "we like surprises"
-        assert store.get("surprise", "C2").content == "we like surprises"
+        assert store.get("surprise", Reader("C1")).content == "we like surprises"
+        assert store.get("surprise", Reader("C2")).content == "we like surprises"
         # in the DM the name means the DM's own memo, and is listed once
-        assert store.get("surprise", "D1").content == "the party is on friday"
-        assert [m.content for m in store.list("D1").memos] == ["the party is on friday"]
-        assert [m.content for m in store.for_prompt("D1", min_priority=1, important=0, recent=10)[2]] == [
+        assert store.get("surprise", Reader("D1")).content == "the party is on friday"
+        assert [m.content for m in store.list(Reader("D1")).memos] == ["the party is on friday"]
+        assert [m.content for m in store.for_prompt(Reader("D1"), min_priority=1, important=0, recent=10)[2]] == [
             "the party is on friday"
         ]
-        assert [m.content for m in store.list("C1").memos] == ["we like surprises"]
+        assert [m.content for m in store.list(Reader("C1")).memos] == ["we like surprises"]
 
     def test_a_dm_cannot_take_a_name_it_already_sees(self, store: SqlMemoStore) -> None:
         add(store, "team-lunch", PUBLIC)
@@ -148,16 +148,16 @@ class TestNamesPerAudience:
         add(store, "surprise", DM)
         add(store, "plans", PUBLIC)
         store.edit("plans", MemoChanges.create(new_name="surprise"), PUBLIC, "t")
-        assert store.get("surprise", "C1").channel_id == "C1"
-        assert store.get("surprise", "D1").channel_id == "D1"
+        assert store.get("surprise", Reader("C1")).channel_id == "C1"
+        assert store.get("surprise", Reader("D1")).channel_id == "D1"
 
     def test_the_own_memo_is_the_one_edited_and_removed(self, store: SqlMemoStore) -> None:
         add(store, "surprise", DM, "dm")
         add(store, "surprise", PUBLIC, "public")
         store.edit("surprise", MemoChanges.create(content="dm, edited"), DM, "t")
         store.remove("surprise", DM, "t")
-        assert store.get("surprise", "C1").content == "public"
-        assert store.get("surprise", "D1").content == "public"
+        assert store.get("surprise", Reader("C1")).content == "public"
+        assert store.get("surprise", Reader("D1")).content == "public"
         assert_log_replays(store)
 
     def test_a_person_names_the_audience_when_two_memos_share_a_name(self, store: SqlMemoStore) -> None:
@@ -180,7 +180,7 @@ class TestNamesPerAudience:
         assert store.restore("surprise", "cli", audience=Audience("D1")).content == "dm"
         # the workspace memo may come back: in the DM the name still means the DM's memo
         assert store.restore("surprise", "cli", audience=WORKSPACE).content == "public"
-        assert store.get("surprise", "D1").content == "dm"
+        assert store.get("surprise", Reader("D1")).content == "dm"
 
     def test_a_restore_from_a_conversation_resolves_like_its_reads(self, store: SqlMemoStore) -> None:
         add(store, "secret", DM)
@@ -197,7 +197,7 @@ class TestNamesPerAudience:
         store.remove("lunch", PUBLIC, "t")
         with refused("wider_audience"):  # its coming back in every channel would tell what was said here
             store.restore("lunch", "t", origin=private)
-        assert store.list("C1", removed=True).total == 1 and len(store.history("lunch")) == 2
+        assert store.list(Reader("C1"), removed=True).total == 1 and len(store.history("lunch")) == 2
         assert store.restore("lunch", "t", origin=OTHER_PUBLIC).channel_id == "C1"  # a public channel writes for all
 
 

@@ -10,6 +10,7 @@ import pytest
 from myao2.cli import build_parser
 from myao2.config import Config, load_config
 from myao2.domain.memo import MemoChanges, MemoDraft, Origin
+from myao2.domain.visibility import Reader
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
 from myao2.memo_cli import run_memo_command
@@ -208,7 +209,7 @@ def test_a_name_shared_by_a_dm_and_the_workspace_is_picked_with_conversation(con
     assert run(config, "restore", "alice-ramen") == 2
     assert "choose one with --conversation" in capsys.readouterr().err
     assert run(config, "restore", "alice-ramen", "--conversation", "G1") == 0
-    assert memos.get("alice-ramen", "G1").content == "Alice loves spicy ramen"
+    assert memos.get("alice-ramen", Reader("G1")).content == "Alice loves spicy ramen"
 
 
 def myao2(config_path, *argv: str) -> subprocess.CompletedProcess[str]:
@@ -227,7 +228,7 @@ def test_people_add_edit_and_remove_memos_from_the_command_line(config_path, sto
     added = myao2(config_path, "add", "standup", "--content", "Standup at 10:00", "--priority", "4", "--tags", "team,daily", "--detail", "In room B")
     assert added.returncode == 0, added.stderr
     assert added.stdout == "Added memo 'standup' for the workspace (priority 4).\n"
-    memo = memos.get("standup", "C7")
+    memo = memos.get("standup", Reader("C7"))
     assert (memo.content, memo.priority, memo.tags, memo.detail) == ("Standup at 10:00", 4, ("team", "daily"), "In room B")
 
     edited = myao2(config_path, "edit", "standup", "--content", "Standup at 10:30", "--tags", "", "--new-name", "daily-standup")
@@ -246,8 +247,8 @@ def test_a_memo_added_for_a_conversation_stays_there(config, store, capsys):
     memos, _ = store
     assert run(config, "add", "surprise", "--content", "Party on Friday", "--conversation", "D5") == 0
     assert capsys.readouterr().out == "Added memo 'surprise' for conversation D5 (priority 3).\n"
-    assert memos.get("surprise", "D5").content == "Party on Friday"
-    assert all(m.name != "surprise" for m in memos.list("C1").memos)
+    assert memos.get("surprise", Reader("D5")).content == "Party on Friday"
+    assert all(m.name != "surprise" for m in memos.list(Reader("C1")).memos)
 
 
 @pytest.mark.parametrize(

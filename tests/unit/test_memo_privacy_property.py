@@ -43,9 +43,10 @@ CONVERSATIONS = {
     "G1": (Origin("G1", channel_private=True, user_id="U1"), ChannelKind.PRIVATE),
     "D1": (Origin("D1", channel_private=True, user_id="U1"), ChannelKind.IM),
     "D2": (Origin("D2", channel_private=True, user_id="U2"), ChannelKind.IM),
+    "X1": (Origin.of(Channel("X1", "partners", ChannelKind.SHARED), "U3", None), ChannelKind.SHARED),
 }
-PRIVATE_KEYS = ["G1", "D1", "D2"]
-TOKEN = re.compile(r"x(WS|G1|D1|D2)x")
+PRIVATE_KEYS = ["G1", "D1", "D2", "X1"]
+TOKEN = re.compile(r"x(WS|G1|D1|D2|X1)x")
 SHARED_NAMES = ["plans", "lunch"]
 PERSONA = Persona("myao", "", "en", ZoneInfo("UTC"))
 
@@ -60,7 +61,8 @@ def key_of(origin: Origin) -> str:
 
 
 def readable_keys(channel_id: str) -> set[str]:
-    return {"WS", channel_id}
+    """What a conversation may read: its own, and the workspace's unless shared outside it (Slack Connect)."""
+    return {channel_id} if CONVERSATIONS[channel_id][1] is ChannelKind.SHARED else {"WS", channel_id}
 
 
 class PrivacyMachine(RuleBasedStateMachine):
@@ -146,15 +148,15 @@ class PrivacyMachine(RuleBasedStateMachine):
 
     @invariant()
     def every_conversation_sees_only_what_it_may(self) -> None:
-        for channel_id, (_, kind) in CONVERSATIONS.items():
-            page = self.store.list(channel_id, limit=50)
+        for channel_id, (origin, kind) in CONVERSATIONS.items():
+            page = self.store.list(origin.reader, limit=50)
             self.assert_may_see(channel_id, say.page_message(page, None, "en"))
             for memo in page.memos:
                 self.assert_may_see(channel_id, say.memo_message(memo, "en"))
-            self.assert_may_see(channel_id, say.tags_message(self.store.tags(channel_id), "en"))
+            self.assert_may_see(channel_id, say.tags_message(self.store.tags(origin.reader), "en"))
             for name in SHARED_NAMES + [self.names(k)[0] for k in PRIVATE_KEYS if k != channel_id]:
                 try:
-                    shown = say.memo_message(self.store.get(name, channel_id), "en")
+                    shown = say.memo_message(self.store.get(name, origin.reader), "en")
                 except MemoError as error:
                     shown = say.error_message(error, "en")
                 # the name asked about is the asker's own text: whatever it says beyond it counts

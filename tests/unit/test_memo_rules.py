@@ -26,6 +26,7 @@ from myao2.domain.memo import (
     validate_page,
     validate_priority,
 )
+from myao2.domain.visibility import Reader
 
 NOW = datetime(2026, 1, 2, 3, 4, tzinfo=timezone.utc)
 
@@ -235,9 +236,9 @@ class TestVisibility:
             channel_id="D1",
             visibility=Visibility.CONVERSATION,
         )
-        assert private.visible_in("D1", {"D1"}) and private.visible_in(None, {"D1"})
-        assert not private.visible_in("C2", {"D1"})
+        assert private.visible_in(Reader("D1"), {"D1"}) and private.visible_in(None, {"D1"})
+        assert not private.visible_in(Reader("C2"), {"D1"})
         public = replace(private, channel_id="C1", visibility=Visibility.WORKSPACE)
-        assert public.visible_in("C2", {"D1"}) and public.visible_in("C1", {"D1"})
+        assert public.visible_in(Reader("C2"), {"D1"}) and public.visible_in(Reader("C1"), {"D1"})
         # written in #C1 while public, #C1 since stored as private: its own alone, though kept for the workspace
-        assert not public.visible_in("C2", {"C1"}) and public.visible_in("C1", {"C1"}) and public.visible_in(None, {"C1"})
+        assert not public.visible_in(Reader("C2"), {"C1"}) and public.visible_in(Reader("C1"), {"C1"}) and public.visible_in(None, {"C1"})

@@ -19,7 +19,7 @@ from myao2.application.memo_snapshot import (
 from myao2.application.notebook import Actor, Notebook
 from myao2.cli import main
 from myao2.domain.memo import MAX_TAG_KINDS, Memo, Visibility
-from myao2.domain.visibility import WORKSPACE, Audience
+from myao2.domain.visibility import WORKSPACE, Audience, Reader
 from myao2.infrastructure.db.memo_store import SqlMemoStore
 from tests.clocks import ManualClock
 from tests.memo_log import assert_log_replays
@@ -190,7 +190,7 @@ def test_a_plan_writes_nothing_and_apply_edits_in_place_keeping_history(store, n
     assert [(r.action.value, r.actor) for r in store.history("alice-ramen")] == [
         ("add", "user:cli"), ("edit", "user:import")
     ]
-    assert store.get("lunch", "C1").tags == ("food",)
+    assert store.get("lunch", Reader("C1")).tags == ("food",)
     assert store.history("lunch")[0].actor == "user:import"
     assert [memo.name for memo in store.pinned(None)] == []
     assert plan_import(store, files, Scope.WORKSPACE).count(Outcome.UNCHANGED) == 3
@@ -290,7 +290,7 @@ def test_a_pruned_memo_frees_its_name_for_a_file_of_another_audience(store, note
     plan = apply_import(store, plan_import(store, files, Scope.ALL, prune=True))
 
     assert plan.complete
-    assert store.get("standup", "D1").audience == DM
+    assert store.get("standup", Reader("D1")).audience == DM
 
 
 def test_unicode_names_are_compared_as_written(store):

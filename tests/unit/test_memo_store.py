@@ -21,6 +21,7 @@ from myao2.domain.memo import (
     Origin,
     Visibility,
 )
+from myao2.domain.visibility import Reader
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
 from myao2.infrastructure.db.tables import MemoRow
@@ -287,12 +288,12 @@ class TestVisibility:
 
     def test_private_memo_stays_in_its_conversation(self, both: SqlMemoStore) -> None:
         assert both.get("secret", None).visibility is Visibility.CONVERSATION
-        assert names(both.list("C2").memos) == ["public"]
-        assert both.list("C2").total == 1
-        assert [t.tag for t in both.tags("C2")] == ["shared"]
-        assert names(both.for_prompt("C2", min_priority=1, important=0, recent=10)[2]) == ["public"]
+        assert names(both.list(Reader("C2")).memos) == ["public"]
+        assert both.list(Reader("C2")).total == 1
+        assert [t.tag for t in both.tags(Reader("C2"))] == ["shared"]
+        assert names(both.for_prompt(Reader("C2"), min_priority=1, important=0, recent=10)[2]) == ["public"]
         with refused("unknown_name"):
-            both.get("secret", "C2")
+            both.get("secret", Reader("C2"))
         with refused("unknown_name"):
             both.edit("secret", MemoChanges.create(priority=1), ELSEWHERE, "test")
         with refused("unknown_name"):
@@ -302,14 +303,14 @@ class TestVisibility:
     def test_its_own_conversation_and_a_persons_view_see_everything(
         self, both: SqlMemoStore
     ) -> None:
-        for channel in ("D1", None):
+        for channel in (Reader("D1"), None):
             assert sorted(names(both.list(channel).memos)) == ["public", "secret"]
             assert both.get("secret", channel).name == "secret"
             assert {t.tag for t in both.tags(channel)} == {"shared", "hidden"}
         both.edit("secret", MemoChanges.create(priority=5), PRIVATE, "test")
 
     def test_public_memos_are_seen_everywhere(self, both: SqlMemoStore) -> None:
-        for channel in ("C1", "C2", "D1", "D9", None):
+        for channel in (Reader("C1"), Reader("C2"), Reader("D1"), Reader("D9"), None):
             assert both.get("public", channel).name == "public"
 
 
@@ -399,7 +400,7 @@ class TestListing:
         for i in range(12):
             add(store, f"m{i:02}", priority=1 + i % 5, origin=(PUBLIC, PRIVATE, ELSEWHERE)[i % 3])
         store.remove("m03", None, "test")
-        for reader in (None, "C1", "D1", "C2"):
+        for reader in (None, Reader("C1"), Reader("D1"), Reader("C2")):
             for min_priority in (1, 3):
                 whole = store.list(reader, min_priority=min_priority)
                 for offset in (0, 2, len(whole.memos), 20):
@@ -489,11 +490,11 @@ class TestNarrowing:
 
         assert sorted(names(narrowed)) == ["old-plan", "party"]
         assert all(m.visibility is Visibility.CONVERSATION and m.channel_id == "C1" for m in narrowed)
-        assert names(store.list("C2").memos) == ["elsewhere"]
+        assert names(store.list(Reader("C2")).memos) == ["elsewhere"]
         with refused("unknown_name"):
-            store.get("party", "C2")
-        assert store.get("party", "C1").content == "surprise party for Bob"
-        assert names(store.list("C1").memos) == ["party", "elsewhere"] or names(store.list("C1").memos) == [
+            store.get("party", Reader("C2"))
+        assert store.get("party", Reader("C1")).content == "surprise party for Bob"
+        assert names(store.list(Reader("C1")).memos) == ["party", "elsewhere"] or names(store.list(Reader("C1")).memos) == [
             "elsewhere",
             "party",
         ]
@@ -509,5 +510,5 @@ class TestNarrowing:
 
         store.restore("plan", "test")
 
-        assert names(store.list("C1").memos) == ["plan"]
-        assert store.list("C2").total == 0
+        assert names(store.list(Reader("C1")).memos) == ["plan"]
+        assert store.list(Reader("C2")).total == 0

@@ -14,14 +14,14 @@ import pytest
 from myao2.application.memo_snapshot import Outcome, Scope, apply_import, export_snapshot, plan_import
 from myao2.domain.conversation import ChannelKind
 from myao2.domain.memo import Action, MemoChanges, MemoDraft, MemoError, Origin, Visibility
-from myao2.domain.visibility import WORKSPACE_VIEW, Audience
+from myao2.domain.visibility import WORKSPACE_VIEW, Audience, Reader
 from tests.memo_log import assert_log_replays
 from tests.unit.test_search_index import World
 
 GENERAL = Origin("C1", channel_private=False, user_id="U1", message_ts="1.1")
 PLANS = Origin("C2", channel_private=False, user_id="U2", message_ts="2.2")
 DM = Origin("D1", channel_private=True, user_id="U3", message_ts="3.3")
-OTHERS = ("C1", "D1", WORKSPACE_VIEW)
+OTHERS = (Reader("C1"), Reader("D1"), WORKSPACE_VIEW)
 """Readers other than #plans: a public channel, a DM, and a view of no conversation (the MCP server's)."""
 
 
@@ -42,7 +42,7 @@ def stored_private(world: World) -> None:
     world.conversations.set_channel_kind("C2", ChannelKind.PRIVATE)
 
 
-def prompt_names(world: World, reader: str | None) -> set[str]:
+def prompt_names(world: World, reader: Reader | None) -> set[str]:
     parts = world.memos.for_prompt(reader, min_priority=1, important=10, recent=10)
     return {memo.name for part in parts for memo in part}
 
@@ -52,13 +52,13 @@ def refused(code: str) -> pytest.RaisesExc[MemoError]:
 
 
 def test_a_memo_of_a_channel_stored_as_private_leaves_every_other_prompt_while_not_narrowed_yet(world: World) -> None:
-    assert prompt_names(world, "C1") == {"launch", "offsite", "lunch"}  # public: the workspace's
+    assert prompt_names(world, Reader("C1")) == {"launch", "offsite", "lunch"}  # public: the workspace's
     stored_private(world)
     for reader in OTHERS:
         assert prompt_names(world, reader) == {"lunch"}, reader
         assert world.memos.pinned(reader) == [], reader
-    assert prompt_names(world, "C2") == {"launch", "offsite", "lunch"}  # the channel itself still sees its own
-    assert [m.name for m in world.memos.pinned("C2")] == ["offsite"]
+    assert prompt_names(world, Reader("C2")) == {"launch", "offsite", "lunch"}  # the channel itself still sees its own
+    assert [m.name for m in world.memos.pinned(Reader("C2"))] == ["offsite"]
     assert prompt_names(world, None) == {"launch", "offsite", "lunch"}  # a person's own view sees everything
 
 
@@ -73,9 +73,9 @@ def test_a_memo_of_a_channel_stored_as_private_is_neither_listed_nor_found_by_na
         assert world.memos.list(reader, tag="canary-tag").memos == [], reader
         assert world.memos.list(reader, removed=True).memos == [], reader
         assert [t.tag for t in world.memos.tags(reader)] == ["food"], reader
-    assert world.memos.get("launch", "C2").content == "canary-launch moves to June"
-    assert [m.name for m in world.memos.list("C2", removed=True).memos] == ["gone"]
-    assert {t.tag for t in world.memos.tags("C2")} == {"canary-tag", "food"}
+    assert world.memos.get("launch", Reader("C2")).content == "canary-launch moves to June"
+    assert [m.name for m in world.memos.list(Reader("C2"), removed=True).memos] == ["gone"]
+    assert {t.tag for t in world.memos.tags(Reader("C2"))} == {"canary-tag", "food"}
 
 
 def test_a_memo_of_a_channel_stored_as_private_cannot_be_changed_from_elsewhere(world: World) -> None:
@@ -86,13 +86,13 @@ def test_a_memo_of_a_channel_stored_as_private_cannot_be_changed_from_elsewhere(
         world.memos.remove("launch", GENERAL, "tool:remove_memo")
     with refused("not_removed"):
         world.memos.restore("gone", "tool:restore_memo", origin=GENERAL)
-    assert world.memos.get("launch", "C2").priority == 5 and world.memos.list("C2", removed=True).total == 1
+    assert world.memos.get("launch", Reader("C2")).priority == 5 and world.memos.list(Reader("C2"), removed=True).total == 1
 
 
 def test_a_memo_of_a_channel_stored_as_private_is_not_found_by_a_search_elsewhere(world: World) -> None:
     stored_private(world)
     for reader in OTHERS:
-        assert world.memo_names("canary-launch June", reader) == ["lunch"], reader  # the one memo left to find
+        assert world.memo_names("canary-launch June", reader.conversation_id) == ["lunch"], reader  # the one memo left to find
     assert world.memo_names("canary-launch June", "C2")[0] == "launch"
     assert "launch" in world.memo_names("canary-launch June", None)
 
@@ -110,27 +110,27 @@ def test_a_narrower_memo_of_the_name_still_shadows_and_a_hidden_one_shadows_noth
     world.memos.add(MemoDraft.create("plan", "canary-plan", 3), PLANS, "test")
     world.memos.add(MemoDraft.create("agenda", "general's agenda", 3), GENERAL, "test")
     stored_private(world)
-    listed = [(m.name, m.content) for m in world.memos.list("D1").memos if m.name in ("plan", "agenda")]
+    listed = [(m.name, m.content) for m in world.memos.list(Reader("D1")).memos if m.name in ("plan", "agenda")]
     assert sorted(listed) == [("agenda", "the dm's own agenda"), ("plan", "the dm's own plan")]
-    assert world.memos.get("plan", "D1").content == "the dm's own plan"
-    assert {"plan", "agenda"} <= prompt_names(world, "D1")
-    assert world.memos.get("agenda", "C1").content == "general's agenda"
+    assert world.memos.get("plan", Reader("D1")).content == "the dm's own plan"
+    assert {"plan", "agenda"} <= prompt_names(world, Reader("D1"))
+    assert world.memos.get("agenda", Reader("C1")).content == "general's agenda"
     with refused("unknown_name"):
-        world.memos.get("plan", "C1")
-    assert world.memos.get("plan", "C2").content == "canary-plan"
+        world.memos.get("plan", Reader("C1"))
+    assert world.memos.get("plan", Reader("C2")).content == "canary-plan"
 
 
 def test_adding_a_name_a_hidden_memo_bears_is_not_refused_and_each_channel_keeps_its_own(world: World) -> None:
     stored_private(world)
     added = world.memos.add(MemoDraft.create("launch", "the general launch", 3), GENERAL, "tool:add_memo")
     assert added.visibility is Visibility.WORKSPACE
-    assert world.memos.get("launch", "C1").content == "the general launch"
-    kept = world.memos.get("launch", "C2")  # the narrowing reached it first: #plans' own, shadowing the new one
+    assert world.memos.get("launch", Reader("C1")).content == "the general launch"
+    kept = world.memos.get("launch", Reader("C2"))  # the narrowing reached it first: #plans' own, shadowing the new one
     assert (kept.content, kept.audience) == ("canary-launch moves to June", Audience("C2"))
     last = world.memos.history("launch", audience=Audience("C2"))[-1]
     assert (last.action, last.actor) == (Action.NARROW, "slack")
     assert world.memos.narrow("C2", "slack") != []  # the rest is still narrowed by the conversion
-    assert world.memos.get("launch", "C2").content == "canary-launch moves to June"
+    assert world.memos.get("launch", Reader("C2")).content == "canary-launch moves to June"
     assert_log_replays(world.memos)
 
 
@@ -139,12 +139,12 @@ def test_renaming_or_restoring_into_a_name_a_hidden_memo_bears_is_not_refused(wo
     world.memos.remove("gone", GENERAL, "test")
     stored_private(world)
     renamed = world.memos.edit("lunch", MemoChanges.create(new_name="launch"), GENERAL, "tool:edit_memo")
-    assert renamed.name == "launch" and world.memos.get("launch", "C1").content == "lunch is on Fridays"
+    assert renamed.name == "launch" and world.memos.get("launch", Reader("C1")).content == "lunch is on Fridays"
     world.memos.narrow("C2", "slack")
     world.memos.add(MemoDraft.create("gone", "plans' second gone", 3), Origin("C2", channel_private=True), "test")
     restored = world.memos.restore("gone", "tool:restore_memo", origin=GENERAL)
     assert restored.content == "general's gone"
-    assert world.memos.get("gone", "C2").content == "plans' second gone"
+    assert world.memos.get("gone", Reader("C2")).content == "plans' second gone"
     assert_log_replays(world.memos)
 
 
@@ -164,9 +164,9 @@ def test_a_dm_memos_name_and_a_narrowed_memos_name_are_free_elsewhere(world: Wor
     world.memos.narrow("C2", "slack")
     for name in ("surprise", "offsite"):
         world.memos.add(MemoDraft.create(name, "general's own", 3), GENERAL, "test")
-        assert world.memos.get(name, "C1").content == "general's own"
-    assert world.memos.get("surprise", "D1").content == "canary-dm"
-    assert world.memos.get("offsite", "C2").content == "canary-offsite in Hakone"
+        assert world.memos.get(name, Reader("C1")).content == "general's own"
+    assert world.memos.get("surprise", Reader("D1")).content == "canary-dm"
+    assert world.memos.get("offsite", Reader("C2")).content == "canary-offsite in Hakone"
 
 
 def test_the_channel_itself_is_refused_a_name_its_own_hidden_memo_bears(world: World) -> None:
@@ -178,7 +178,7 @@ def test_the_channel_itself_is_refused_a_name_its_own_hidden_memo_bears(world: W
 def test_a_channel_never_stored_keeps_its_memos_the_workspaces(world: World) -> None:
     world.memos.add(MemoDraft.create("elsewhere", "from a channel never stored", 3), Origin("C9"), "test")
     stored_private(world)
-    assert "elsewhere" in prompt_names(world, "C1")
+    assert "elsewhere" in prompt_names(world, Reader("C1"))
 
 
 
@@ -198,5 +198,5 @@ def test_a_workspace_export_leaves_a_hidden_memo_out_and_its_import_neither_prun
     shared = {"launch.md": b"---\nname: launch\n---\nthe shared launch\n"}
     applied = apply_import(world.memos, plan_import(world.memos, shared, Scope.WORKSPACE))
     assert [step.outcome for step in applied.steps if step.path] == [Outcome.ADDED]
-    assert world.memos.get("launch", "C2").content == "canary-launch moves to June"
-    assert world.memos.get("launch", "C1").content == "the shared launch"
+    assert world.memos.get("launch", Reader("C2")).content == "canary-launch moves to June"
+    assert world.memos.get("launch", Reader("C1")).content == "the shared launch"

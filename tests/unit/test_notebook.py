@@ -6,7 +6,7 @@ import pytest
 
 from myao2.application.notebook import Actor, Notebook
 from myao2.domain.memo import MemoDraft, MemoError, Origin, Visibility
-from myao2.domain.visibility import WORKSPACE, Audience
+from myao2.domain.visibility import WORKSPACE, Audience, Reader
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
 from tests.clocks import ManualClock
@@ -27,7 +27,7 @@ def test_an_add_goes_to_the_workspace_and_records_the_actor(store):
     assert (memo.visibility, memo.channel_id, memo.priority, memo.tags, memo.detail) == (
         Visibility.WORKSPACE, None, 4, ("food",), "at noon"
     )
-    assert store.get("lunch", "C9").content == "Lunch on Fridays"
+    assert store.get("lunch", Reader("C9")).content == "Lunch on Fridays"
     [revision] = store.history("lunch")
     assert (revision.action.value, revision.actor) == ("add", "user:cli")
 
@@ -35,9 +35,9 @@ def test_an_add_goes_to_the_workspace_and_records_the_actor(store):
 def test_a_conversation_memo_is_seen_only_there(store):
     Notebook(store, Actor.IMPORT).add("secret", "A surprise party", audience=DM)
 
-    assert store.get("secret", "D1").audience == DM
+    assert store.get("secret", Reader("D1")).audience == DM
     with pytest.raises(MemoError) as refused:
-        store.get("secret", "C1")
+        store.get("secret", Reader("C1"))
     assert refused.value.code == "unknown_name"
 
 
@@ -95,8 +95,8 @@ def test_names_are_per_audience_and_edits_pick_one(store):
     notebook.edit("lunch", content="DM lunch, moved", audience=DM)
     notebook.remove("lunch", audience=WORKSPACE)
 
-    assert store.get("lunch", "D1").content == "DM lunch, moved"
-    assert [m.name for m in store.list("C1").memos] == []
+    assert store.get("lunch", Reader("D1")).content == "DM lunch, moved"
+    assert [m.name for m in store.list(Reader("C1")).memos] == []
     assert [r.action.value for r in store.history("lunch", audience=WORKSPACE)] == ["add", "remove"]
     notebook.restore("lunch", audience=WORKSPACE)
     notebook.pin("lunch", audience=DM)

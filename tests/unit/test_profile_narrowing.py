@@ -10,7 +10,7 @@ from myao2.application.agents import PersonUpdate, ProfilePrompt
 from myao2.application.channels import ChannelLifecycle
 from myao2.domain.conversation import ChannelKind
 from myao2.domain.profile import NewFact
-from myao2.domain.visibility import WORKSPACE, Audience
+from myao2.domain.visibility import WORKSPACE, Audience, Reader
 from myao2.infrastructure.db.memo_store import SqlMemoStore
 from myao2.infrastructure.db.memory_store import SqlMemoryStore
 from tests.unit.test_profiles import (  # noqa: F401 (fixtures)
@@ -41,7 +41,7 @@ def lifecycle(engine, clock, conversations, profiles) -> ChannelLifecycle:
 
 def texts(profiles, user: str, reader: str | None) -> list[str]:
     profile = profiles.get(user)
-    return [] if profile is None else [f.text for f in profile.readable(reader)]
+    return [] if profile is None else [f.text for f in profile.readable(None if reader is None else Reader(reader))]
 
 
 async def test_facts_learnt_in_a_channel_that_turns_private_are_shown_only_there(

@@ -16,7 +16,7 @@ from myao2.config import Config
 from myao2.domain.conversation import Channel, ChannelKind, Message
 from myao2.domain.profile import Confirmation, NewFact, Profile
 from myao2.domain.tokens import estimate_tokens
-from myao2.domain.visibility import WORKSPACE, Audience
+from myao2.domain.visibility import WORKSPACE, Audience, Reader
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.memo_store import SqlMemoStore
 from myao2.infrastructure.db.memory_store import SqlMemoryStore
@@ -114,7 +114,7 @@ def say(conversations, clock):
 
 def facts(profiles: SqlProfileStore, user: str, reader: str | None = None) -> list[tuple[str, int, float]]:
     profile = profiles.get(user)
-    return [] if profile is None else [(f.text, f.confirmations, f.confidence) for f in profile.readable(reader)]
+    return [] if profile is None else [(f.text, f.confirmations, f.confidence) for f in profile.readable(None if reader is None else Reader(reader))]
 
 
 # -- the domain ---------------------------------------------------------------
@@ -138,7 +138,7 @@ def test_a_private_conversation_neither_confirms_nor_supersedes_what_another_aud
         ("likes tea", 0, WORKSPACE),
         ("hates tea", 0, dm),
     ]
-    assert [f.text for f in profile.readable(GENERAL.id)] == ["likes tea"]
+    assert [f.text for f in profile.readable(Reader(GENERAL.id))] == ["likes tea"]
 
 
 def test_the_id_of_a_fact_dropped_is_never_given_again():

@@ -23,6 +23,7 @@ from myao2.application.reply_stream import ReplyDone, TextDelta, ToolFinished, T
 from myao2.config import AgentConfig, AgentsConfig, ConfigError
 from myao2.domain.conversation import Channel, ChannelKind
 from myao2.domain.memo import Origin
+from myao2.domain.visibility import Reader
 from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
@@ -201,7 +202,7 @@ async def test_add_memo_writes_a_memo_with_the_origin(fake, make_writer, store):
     reply = await make_writer().write(CONTEXT, ORIGIN)
 
     assert reply == "Noted, Alice!"
-    memo = store.get("alice-ramen", "C1")
+    memo = store.get("alice-ramen", Reader("C1"))
     assert (memo.content, memo.channel_id, memo.user_id) == ("Alice loves ramen", "C1", "U1")
     second = fake.requests[1]["messages"]
     assert second[-1]["role"] == "tool"
@@ -434,7 +435,7 @@ async def test_memo_tool_calls_are_announced_and_completed(fake, make_writer, st
     text = "".join(e.text for e in events if isinstance(e, TextDelta))
     assert text == "Noting that.\n\nNoted!"
     assert events[-1] == ReplyDone("Noted!")
-    assert store.get("alice-ramen", "C1").content == "Alice loves ramen"
+    assert store.get("alice-ramen", Reader("C1")).content == "Alice loves ramen"
 
 
 async def test_a_refused_tool_call_finishes_not_ok(fake, make_writer):

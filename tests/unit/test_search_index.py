@@ -247,7 +247,7 @@ def _search_unmoved_by(world: World, hide: Callable[[], None]) -> None:
 
     world.index.sync()
     world.index.warm()  # as the background does: every kind's vectors loaded, among which the weights are counted
-    readers = ("C1", WORKSPACE_VIEW)
+    readers = ("C1", WORKSPACE_VIEW.conversation_id)
     before = {reader: seen(reader) for reader in readers}
     hide()
     assert {reader: seen(reader) for reader in readers} == before
@@ -267,7 +267,7 @@ def _japanese_memo_search_unmoved_by(world: World, hide: Callable[[], None]) -> 
     def seen(reader: str) -> list[tuple[str, float]]:
         return [(hit.memo.name, round(hit.score, 4)) for hit in world.search.memos("佐藤さんの好物は？", reader, None, 5)]
 
-    readers = ("C1", WORKSPACE_VIEW)
+    readers = ("C1", WORKSPACE_VIEW.conversation_id)
     before = {reader: seen(reader) for reader in readers}
     hide()
     assert {reader: seen(reader) for reader in readers} == before

@@ -12,7 +12,7 @@ from myao2.application.search import Reads
 from myao2.domain.conversation import Channel, ChannelKind, Message
 from myao2.domain.memo import MemoDraft, Origin
 from myao2.domain.memory import WORKSPACE_SCOPE, Bullet, Digest, Memory, Scope, Stage, Term
-from myao2.domain.visibility import WORKSPACE, WORKSPACE_VIEW, Audience, can_read_conversation, can_read_from, not_public
+from myao2.domain.visibility import WORKSPACE, WORKSPACE_VIEW, Audience, Reader, can_read_conversation, can_read_from, not_public
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.memo_store import SqlMemoStore
 from myao2.infrastructure.db.memory_store import NOT_PUBLIC_IDS, SqlMemoryStore, not_public_among
@@ -82,7 +82,7 @@ def test_the_search_index_weighs_the_documents_of_exactly_those_the_domain_shows
     summaries = memories.memories_by_ids([ref for _, kind, ref in documents if kind == "summary"])
     messages = conversations.messages_by_ids([ref for _, kind, ref in documents if kind == "message"])
 
-    def shown(reader: str | None, kind: str, ref: int) -> bool:
+    def shown(reader: Reader | None, kind: str, ref: int) -> bool:
         if kind == "memo":
             return every_memo[ref].visible_in(reader, hidden)
         if kind == "message":
@@ -96,7 +96,7 @@ def test_the_search_index_weighs_the_documents_of_exactly_those_the_domain_shows
         return shown_as is not None and shown_as.active == memory.active
 
     keywords = keyword_table(engine)
-    for reader in (None, WORKSPACE_VIEW, *ids):
+    for reader in (None, WORKSPACE_VIEW, *(Reader.of(c, stored.get(c)) for c in ids)):
         reads = Reads.of(reader, stored)
         reach = index._reach(reads)
         with engine.connect() as connection:

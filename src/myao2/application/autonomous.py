@@ -185,9 +185,7 @@ class AutonomousResponder:
             # The reason is the model's free text about the conversation: DEBUG only.
             logger.info("joining %s (confidence %.2f)", key, judgment.confidence)
             logger.debug("joining %s because: %s", key, judgment.reason)
-            origin = Origin(
-                channel_id=channel.id, channel_private=channel.is_private, user_id=newest.user_id, message_ts=newest.ts
-            )
+            origin = Origin.of(channel, newest.user_id, newest.ts)
             async with self._channel_turns.hold(channel.id):
                 if not await self._pace(channel.id):
                     # Unclaimed and not standing: judged afresh once the budget allows.

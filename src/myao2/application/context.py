@@ -21,7 +21,7 @@ from myao2.domain.memory import WORKSPACE_SCOPE, Memory, Scope, Term, bullet_lin
 from myao2.domain.ports import Clock, MemoryStore, MemoStore, ProfileStore
 from myao2.domain.profile import Fact, Profile
 from myao2.domain.tokens import estimate_tokens
-from myao2.domain.visibility import audience_of, can_read_from, shows_elsewhere
+from myao2.domain.visibility import Reader, audience_of, can_read_from, shows_elsewhere
 
 IMPORTANT_MEMO_LIMIT = 20
 RECENT_MEMO_LIMIT = 5
@@ -249,24 +249,25 @@ class ContextBuilder:
 
     def _read(self, channel: Channel, thread_ts: str | None, speakers: Sequence[tuple[str, str]]) -> StoredContext:
         """The memos and the memories a prompt in `channel` shows."""
-        memos = self._read_memos(channel.id)
-        return memos, self._read_memories(channel, thread_ts, speakers, (channel.id,))
+        reader = Reader.of(channel.id, channel)
+        return self._read_memos(reader), self._read_memories(channel, thread_ts, speakers, (reader,))
 
-    async def memory_also_shown_to(self, channel: Channel, messages: Sequence[Message], reader: str) -> MemorySections:
+    async def memory_also_shown_to(self, channel: Channel, messages: Sequence[Message], reader: Reader) -> MemorySections:
         """The memory sections of `build`'s context, of what conversation `reader` may read too (the same rules,
         asked for both): those of `build` exactly when `reader` may read all they show."""
         thread_ts = next((m.thread_ts for m in messages if m.thread_ts), None)
         speakers = _speakers(messages, self._bot_user_id)
-        return await asyncio.to_thread(self._read_memories, channel, thread_ts, speakers, (channel.id, reader))
+        readers = (Reader.of(channel.id, channel), reader)
+        return await asyncio.to_thread(self._read_memories, channel, thread_ts, speakers, readers)
 
-    def _read_memos(self, channel_id: str) -> tuple[tuple[Memo, ...], tuple[Memo, ...], tuple[Memo, ...]]:
+    def _read_memos(self, reader: Reader) -> tuple[tuple[Memo, ...], tuple[Memo, ...], tuple[Memo, ...]]:
         """The pinned memos, then the important and the recent ones other than those."""
         return self._memos.for_prompt(
-            channel_id, min_priority=IMPORTANT_PRIORITY, important=IMPORTANT_MEMO_LIMIT, recent=RECENT_MEMO_LIMIT
+            reader, min_priority=IMPORTANT_PRIORITY, important=IMPORTANT_MEMO_LIMIT, recent=RECENT_MEMO_LIMIT
         )
 
     def _read_memories(
-        self, channel: Channel, thread_ts: str | None, speakers: Sequence[tuple[str, str]], readers: Sequence[str]
+        self, channel: Channel, thread_ts: str | None, speakers: Sequence[tuple[str, str]], readers: Sequence[Reader]
     ) -> MemorySections:
         """The memories and profile facts of `speakers` (user id, name) that every one of `readers` (conversations;
         a prompt's: its own) may read, each section within its budget."""
@@ -326,7 +327,7 @@ class ContextBuilder:
         )
 
 
-def _readable_by_all(profile: Profile, readers: Sequence[str]) -> tuple[Fact, ...]:
+def _readable_by_all(profile: Profile, readers: Sequence[Reader]) -> tuple[Fact, ...]:
     """The active facts of `profile` every one of `readers` may see (`Profile.readable`)."""
     facts = profile.readable(readers[0])
     for reader in readers[1:]:

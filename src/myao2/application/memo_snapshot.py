@@ -25,7 +25,7 @@ from myao2.application.memo_markdown import MemoFile, MemoFileError, parse_memo,
 from myao2.application.notebook import Actor, Notebook
 from myao2.domain.memo import Memo, MemoDraft, MemoError, check_tag_kinds
 from myao2.domain.ports import MemoStore
-from myao2.domain.visibility import WORKSPACE_VIEW, Audience, feeds_workspace, view_of
+from myao2.domain.visibility import WORKSPACE_VIEW, Audience, Reader, feeds_workspace, view_of
 
 MEMO_SUFFIX = ".md"
 _UNSAFE = frozenset('<>:"/\\|?*')
@@ -49,7 +49,7 @@ class Scope(str, Enum):
         return self is Scope.ALL or feeds_workspace(audience)
 
     @property
-    def reader(self) -> str | None:
+    def reader(self) -> Reader | None:
         """Who reads the memos in scope: the whole workspace (a memo it keeps from a channel stored as not public
         since is that channel's alone, see `Memo.visible_in`), or a person's own view, which reads every memo."""
         return None if self is Scope.ALL else WORKSPACE_VIEW

@@ -555,12 +555,7 @@ class AnswerMention:
         context = self._contexts.assemble(
             channel, conversation.messages, conversation.stored, names, answering=message
         )
-        origin = Origin(
-            channel_id=channel.id,
-            channel_private=channel.is_private,
-            user_id=message.user_id,
-            message_ts=message.ts,
-        )
+        origin = Origin.of(channel, message.user_id, message.ts)
         written = 0
         async with aclosing(self._writer.stream(context, origin)) as events:  # type: ignore[type-var]
             async for event in events:

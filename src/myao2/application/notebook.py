@@ -13,7 +13,7 @@ from enum import Enum
 
 from myao2.domain.memo import Memo, MemoChanges, MemoDraft, Origin
 from myao2.domain.ports import MemoStore
-from myao2.domain.visibility import WORKSPACE, Audience
+from myao2.domain.visibility import WORKSPACE, Audience, Reader
 
 DEFAULT_PRIORITY = 3
 
@@ -88,7 +88,7 @@ class Notebook:
         return self._store.remove(name, None, self._actor, audience=audience, keep_pins=self._keep_pins)
 
     def restore(
-        self, name: str, *, audience: Audience | None = None, reader: str | None = None, writer: Audience | None = None
+        self, name: str, *, audience: Audience | None = None, reader: Reader | None = None, writer: Audience | None = None
     ) -> Memo:
         """Bring back the most recently removed memo of that name (that the conversation `reader` may read, if given).
         Made for a conversation whose audience is `writer`, as the bot's tools there, the memo the name means there

@@ -18,7 +18,16 @@ from myao2.application import tracing
 from myao2.domain.conversation import Channel, Message, clean_text, ts_to_datetime
 from myao2.domain.memo import Memo, memo_visible_in
 from myao2.domain.memory import Bullet, Digest, Memory
-from myao2.domain.visibility import WORKSPACE, Audience, can_read_conversation, can_read_from, heard_now, not_public
+from myao2.domain.visibility import (
+    WORKSPACE,
+    Audience,
+    Reader,
+    can_read_conversation,
+    can_read_from,
+    heard_now,
+    not_public,
+    readable_audiences,
+)
 
 MAX_QUERY_LENGTH = 500
 MAX_LIMIT = 20
@@ -55,11 +64,13 @@ class Reads:
         return self.scope(kind, scope) and self.channel(kind, channel)
 
     @classmethod
-    def of(cls, reader: str | None, channels: dict[str, Channel]) -> Reads:
+    def of(cls, reader: Reader | None, channels: dict[str, Channel]) -> Reads:
         """What `reader` may read, `channels` the conversations stored, by id: a message as its channel's
         (`can_read_conversation`), a memo as `memo_visible_in` tells, a digest or memory as `can_read_from` does (each
-        predicate answers the rule for the part it is given, the other part read as open to all)."""
+        predicate answers the rule for the part it is given, the other part read as open to the reader)."""
         hidden = not_public(channels.values())
+        # the other part read as the reader's own audience, which every reader reads (not so the workspace: `Reader`)
+        own = WORKSPACE if reader is None else readable_audiences(reader)[0]
 
         @functools.cache
         def scope(kind: str, scope: str | None) -> bool:
@@ -72,12 +83,12 @@ class Reads:
         @functools.cache
         def channel(kind: str, channel: str | None) -> bool:
             if kind == "memo":
-                return memo_visible_in(reader, WORKSPACE, channel, hidden)
-            return can_read_from(reader, WORKSPACE, channel, None if channel is None else channels.get(channel))
+                return memo_visible_in(reader, own, channel, hidden)
+            return can_read_from(reader, own, channel, None if channel is None else channels.get(channel))
 
         @functools.cache
         def heard(conversations: tuple[str, ...]) -> bool:
-            return can_read_from(reader, WORKSPACE, None, heard=heard_now(conversations, hidden))
+            return can_read_from(reader, own, None, heard=heard_now(conversations, hidden))
 
         return cls(scope, channel, heard)
 
@@ -168,7 +179,8 @@ def _traced(name: str) -> Callable[[Callable[..., Hits]], Callable[..., Hits]]:
 
 
 class Search:
-    """Memo and message search on behalf of a reader: a conversation's id, or None for a person's own view."""
+    """Memo and message search on behalf of a reader: a conversation's id, or None for a person's own view. What the
+    reader may read is asked of the domain with the conversation as the conversation store keeps it (`Reader.of`)."""
 
     def __init__(
         self,
@@ -196,6 +208,7 @@ class Search:
 
         channels = {c.id: c for c in self._conversations.channels()}
         hidden = not_public(channels.values())
+        who = _reader(reader, channels)
 
         def memo_hits(found: list) -> tuple[list[MemoHit], bool]:
             ids = [hit.ref_id for hit in found]
@@ -207,13 +220,13 @@ class Search:
                 if memo is None or shown is None or memo.removed:
                     continue
                 # Checked now and then: a memo's audience only ever narrows, and the narrower holds.
-                if memo.visible_in(reader, hidden) and shown.visible_in(reader, hidden):
+                if memo.visible_in(who, hidden) and shown.visible_in(who, hidden):
                     hits.append(MemoHit(shown, hit.score))
                 else:
                     hid = True
             return hits, hid
 
-        return self._best("memo", text, Reads.of(reader, channels), _seconds(before), None, count, memo_hits)[:count]
+        return self._best("memo", text, Reads.of(who, channels), _seconds(before), None, count, memo_hits)[:count]
 
     @_traced("search.messages")
     def messages(
@@ -229,7 +242,7 @@ class Search:
         text, count = validate(query, limit)
         self._index.catch_up()
         channels = {c.id: c for c in self._conversations.channels()}
-        reads = Reads.of(reader, channels)
+        reads = Reads.of(_reader(reader, channels), channels)
         hits = self._index.search("message", text, reads, _seconds(before), count, channel)
         messages = self._conversations.messages_by_ids([hit.ref_id for hit in hits])
         found = []
@@ -262,7 +275,8 @@ class Search:
 
         seconds = _seconds(before)
         channels = {c.id: c for c in self._conversations.channels()}
-        reads = Reads.of(reader, channels)
+        who = _reader(reader, channels)
+        reads = Reads.of(who, channels)
         hidden = not_public(channels.values())
 
         def digest_hits(found: list) -> tuple[list[NoteHit], bool]:
@@ -271,7 +285,7 @@ class Search:
             for hit in found:
                 digest = digests.get(hit.ref_id)
                 if digest is None or not can_read_from(
-                    reader, digest.audience, digest.channel_id, channels.get(digest.channel_id)
+                    who, digest.audience, digest.channel_id, channels.get(digest.channel_id)
                 ):
                     hid = True
                     continue
@@ -289,7 +303,7 @@ class Search:
             hits, hid = [], False
             for hit in found:
                 memory = memories.get(hit.ref_id)
-                shown = memory and memory.shown_in(reader, channels.get(memory.scope.channel_id or ""), hidden)
+                shown = memory and memory.shown_in(who, channels.get(memory.scope.channel_id or ""), hidden)
                 if memory is None or shown is None:
                     hid = True
                     continue
@@ -354,10 +368,12 @@ class Search:
         again after a deletion means the channel bearing it now, an id before any name.
         """
         wanted = name.strip().lstrip("#")
+        channels = {c.id: c for c in self._conversations.channels()}
+        who = _reader(reader, channels)
         named = (
             channel
-            for channel in self._conversations.channels()
-            if wanted in (channel.id, channel.name) and can_read_conversation(reader, channel.id, channel)
+            for channel in channels.values()
+            if wanted in (channel.id, channel.name) and can_read_conversation(who, channel.id, channel)
         )
         found = min(named, key=lambda c: (c.id != wanted, c.deleted), default=None)
         if found is None:
@@ -386,6 +402,12 @@ def parse_before(value: str, zone: tzinfo) -> datetime:
         return (moment if moment.tzinfo else moment.replace(tzinfo=zone)).astimezone(timezone.utc)
     except (ValueError, OverflowError):
         raise SearchError("bad_before") from None
+
+
+def _reader(reader: str | None, channels: dict[str, Channel]) -> Reader | None:
+    """Conversation `reader` (None: a person's own view) as the visibility rule reads it, `channels` the conversations
+    stored, by id (`Reader.of`)."""
+    return None if reader is None else Reader.of(reader, channels.get(reader))
 
 
 def _seconds(moment: datetime | None) -> float | None:

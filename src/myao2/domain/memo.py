@@ -13,8 +13,8 @@ from enum import Enum
 from collections.abc import Container
 from typing import Any
 
-from myao2.domain.conversation import clean_text
-from myao2.domain.visibility import Audience, can_read_from, heard_now
+from myao2.domain.conversation import Channel, clean_text
+from myao2.domain.visibility import Audience, Reader, can_read_from, heard_now
 
 MAX_NAME_LENGTH = 32
 MAX_CONTENT_LENGTH = 500
@@ -61,6 +61,19 @@ class Origin:
     channel_private: bool = False
     user_id: str | None = None
     message_ts: str | None = None
+    outside: bool = False
+    """Whether people of another organisation hear the conversation (`Reader.outside`)."""
+
+    @classmethod
+    def of(cls, channel: Channel, user_id: str | None, message_ts: str | None) -> Origin:
+        """A message of `user_id` at `message_ts` in `channel` (as the conversation store keeps it)."""
+        outside = Reader.of(channel.id, channel).outside
+        return cls(channel.id, channel.is_private, user_id, message_ts, outside)
+
+    @property
+    def reader(self) -> Reader | None:
+        """What this conversation reads (None: a person's own view)."""
+        return None if self.channel_id is None else Reader(self.channel_id, self.outside)
 
     @property
     def audience(self) -> Audience:
@@ -79,7 +92,7 @@ def memo_audience(visibility: Visibility, memo_channel_id: str | None) -> Audien
 
 
 def memo_visible_in(
-    reader: str | None, audience: Audience, memo_channel_id: str | None, not_public: Container[str]
+    reader: Reader | None, audience: Audience, memo_channel_id: str | None, not_public: Container[str]
 ) -> bool:
     """Whether a memo kept for `audience`, written in conversation `memo_channel_id` (None: in none), may be shown
     in conversation `reader` (`Memo.visible_in`, of a memo known by these alone, as the search index knows it).
@@ -120,14 +133,14 @@ class Memo:
     def audience(self) -> Audience:
         return memo_audience(self.visibility, self.channel_id)
 
-    def visible_in(self, channel_id: str | None, not_public: Container[str]) -> bool:
-        """Whether this memo may be shown in the conversation `channel_id` (None: a person's own view).
+    def visible_in(self, reader: Reader | None, not_public: Container[str]) -> bool:
+        """Whether this memo may be shown in conversation `reader` (None: a person's own view).
 
         `not_public` holds the ids of the stored conversations that are not public: a memo written in one of
         them while it was public is its alone from then on, though still kept for the workspace until the
         narrowing reaches it (the store's reads apply the same rule in SQL).
         """
-        return memo_visible_in(channel_id, self.audience, self.channel_id, not_public)
+        return memo_visible_in(reader, self.audience, self.channel_id, not_public)
 
     def snapshot(self) -> dict[str, Any]:
         """The full state as JSON-ready data, for revisions and exports."""

@@ -17,7 +17,7 @@ from datetime import date, datetime
 from enum import Enum
 
 from myao2.domain.conversation import Channel
-from myao2.domain.visibility import Audience, can_read_from, heard_now, may_hold
+from myao2.domain.visibility import Audience, Reader, can_read_from, heard_now, may_hold
 
 
 class Term(str, Enum):
@@ -144,7 +144,7 @@ class Memory:
             {b.id for b in self.bullets if not may_hold(self.audience, heard_now(b.heard_in, not_public))}
         )
 
-    def shown_in(self, reader: str | None, source: Channel | None, not_public: Container[str]) -> Memory | None:
+    def shown_in(self, reader: Reader | None, source: Channel | None, not_public: Container[str]) -> Memory | None:
         """This memory as conversation `reader` (None: a person's own view) may be shown it, or None when it may not
         be shown there at all: the one statement of which memory a reader sees, and how much of it.
 
@@ -189,7 +189,8 @@ def seen_in(
     """The memories a conversation's prompts may draw on: the workspace's, the channel's and the thread's, as they
     are shown there (`Memory.shown_in`, the channel as `stored`, None: never stored)."""
     wanted = {Scope().key, Scope(channel).key} | ({Scope(channel, thread).key} if thread else set())
-    shown = (m.shown_in(channel, stored, not_public) for m in memories if m.scope.key in wanted)
+    reader = Reader.of(channel, stored)
+    shown = (m.shown_in(reader, stored, not_public) for m in memories if m.scope.key in wanted)
     return [m for m in shown if m is not None]
 
 

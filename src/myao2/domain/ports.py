@@ -22,7 +22,7 @@ from myao2.domain.memo import (
     Origin,
     TagUsage,
 )
-from myao2.domain.visibility import Audience
+from myao2.domain.visibility import Audience, Reader
 
 
 class Clock(Protocol):
@@ -77,7 +77,7 @@ class MemoStore(Protocol):
         *,
         origin: Origin | None = None,
         audience: Audience | None = None,
-        reader: str | None = None,
+        reader: Reader | None = None,
     ) -> Memo:
         """Bring back the most recently removed memo `name` (kept for `audience`, if given) that the conversation
         of `origin`, else `reader`, may read (neither: a person's own view, which reads every memo)."""
@@ -92,11 +92,11 @@ class MemoStore(Protocol):
         """
         ...
 
-    def get(self, name: str, channel_id: str | None, *, audience: Audience | None = None) -> Memo: ...
+    def get(self, name: str, reader: Reader | None, *, audience: Audience | None = None) -> Memo: ...
 
     def list(
         self,
-        channel_id: str | None,
+        reader: Reader | None,
         *,
         tag: str | None = None,
         min_priority: int = 1,
@@ -105,17 +105,17 @@ class MemoStore(Protocol):
         removed: bool = False,
     ) -> MemoPage: ...
 
-    def tags(self, channel_id: str | None) -> list[TagUsage]: ...
+    def tags(self, reader: Reader | None) -> list[TagUsage]: ...
 
     def for_prompt(
-        self, channel_id: str | None, *, min_priority: int, important: int, recent: int
+        self, reader: Reader | None, *, min_priority: int, important: int, recent: int
     ) -> tuple[tuple[Memo, ...], tuple[Memo, ...], tuple[Memo, ...]]:
-        """What a prompt in `channel_id` shows of the memos it may see, read at once: the pinned ones (its rules),
+        """What a prompt in conversation `reader` shows of the memos it may see, read at once: the pinned ones (its rules),
         oldest pin first; those of the first `important` by priority (then newest first) of at least `min_priority`
         that are not pinned, in that order; and the newest `recent` of the others."""
         ...
 
-    def history(self, name: str, *, audience: Audience | None = None, reader: str | None = None) -> list[MemoRevision]:
+    def history(self, name: str, *, audience: Audience | None = None, reader: Reader | None = None) -> list[MemoRevision]:
         """The revisions of the memos that have borne `name`, of those kept for `audience` and that conversation
         `reader` may read (when given), oldest first."""
         ...
@@ -126,8 +126,8 @@ class MemoStore(Protocol):
 
     def unpin(self, name: str, actor: str, *, audience: Audience | None = None) -> Memo: ...
 
-    def pinned(self, channel_id: str | None) -> list[Memo]:
-        """The pinned memos `channel_id` may see, oldest pin first."""
+    def pinned(self, reader: Reader | None) -> list[Memo]:
+        """The pinned memos conversation `reader` may see (None: a person's own view), oldest pin first."""
         ...
 
 

@@ -15,7 +15,7 @@ from collections.abc import Collection, Container, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date
 
-from myao2.domain.visibility import Audience, can_read, heard_now, narrowest
+from myao2.domain.visibility import Audience, Reader, can_read, heard_now, narrowest
 
 CANDIDATE_CONFIDENCE = 0.9
 CANDIDATE_CONFIRMATIONS = 3
@@ -88,7 +88,7 @@ class Profile:
     """The highest fact id given out: a fact dropped since does not free its id (`myao2 profile promote` names a
     fact by the id a listing showed)."""
 
-    def readable(self, reader: str | None) -> tuple[Fact, ...]:
+    def readable(self, reader: Reader | None) -> tuple[Fact, ...]:
         """The active facts conversation `reader` may see (None: a person's own view), oldest first."""
         return tuple(f for f in self.facts if f.active and can_read(reader, f.audience))
 

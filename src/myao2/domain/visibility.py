@@ -5,8 +5,9 @@ a search hit) belongs to an audience: the whole workspace, or one conversation.
 Text from a public channel belongs to the workspace; text from a private channel,
 a DM, a group DM or a channel shared outside the workspace belongs to that
 conversation alone. A reader is a conversation (what a prompt, a tool result or a
-refusal there may contain) or a person's own view (`None`: the command line, which
-sees everything). What was said in a conversation the bot has left or been removed
+refusal there may contain: a `Reader`) or a person's own view (`None`: the command
+line, which sees everything). A channel shared outside the workspace (Slack Connect) reads only what is its own:
+people of another organisation hear it. What was said in a conversation the bot has left or been removed
 from is shown in no conversation until it joins again, and what was said in one never
 stored counts as not public (`can_read_conversation`). Every reader of stored text asks
 this module, and nothing else.
@@ -17,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Container, Iterable, Iterator
 from dataclasses import dataclass, replace
 
-from myao2.domain.conversation import Channel
+from myao2.domain.conversation import Channel, ChannelKind
 
 
 @dataclass(frozen=True)
@@ -48,18 +49,37 @@ def named_audience(name: str) -> Audience:
     return WORKSPACE if name == WORKSPACE_NAME else Audience(name)
 
 
-WORKSPACE_VIEW = ""
+@dataclass(frozen=True)
+class Reader:
+    """A conversation stored text may be shown in (a prompt, a tool result, a refusal there).
+
+    `outside` when people of another organisation read it (a channel shared outside the workspace, Slack Connect):
+    it reads only what is its own (`readable_audiences`), nothing kept for the workspace and nothing said in another
+    conversation, so that the bot tells outsiders nothing internal.
+    """
+
+    conversation_id: str
+    outside: bool = False
+
+    @classmethod
+    def of(cls, conversation_id: str, stored: Channel | None) -> Reader:
+        """Conversation `conversation_id` as a reader, `stored` it as the conversation store keeps it (None: never
+        stored, read as a conversation of the workspace's members)."""
+        return cls(conversation_id, stored is not None and stored.kind is ChannelKind.SHARED)
+
+
+WORKSPACE_VIEW = Reader("")
 """A reader that is no conversation: it sees what the whole workspace may read and nothing of any
-conversation's own (e.g. an MCP client started without a conversation). No conversation has this id."""
+conversation's own (e.g. an MCP client started without a conversation). No conversation has its id."""
 
 
-def can_read(reader: str | None, audience: Audience) -> bool:
+def can_read(reader: Reader | None, audience: Audience) -> bool:
     """Whether text kept for `audience` may be shown in conversation `reader` (None: a person's own view)."""
-    return reader is None or audience.conversation_id is None or audience.conversation_id == reader
+    return reader is None or audience in readable_audiences(reader)
 
 
 def can_read_from(
-    reader: str | None,
+    reader: Reader | None,
     audience: Audience,
     said_in: str | None,
     stored: Channel | None = None,
@@ -81,23 +101,25 @@ def can_read_from(
     return said_in is None or can_read_conversation(reader, said_in, stored)
 
 
-def can_read_conversation(reader: str | None, conversation_id: str, stored: Channel | None) -> bool:
+def can_read_conversation(reader: Reader | None, conversation_id: str, stored: Channel | None) -> bool:
     """Whether what was said in conversation `conversation_id` may be shown in conversation `reader` (None: a
     person's own view, which sees everything), `stored` that conversation as stored (None: never stored): the one
     statement of this rule.
 
     Nothing of a conversation the bot has left or been removed from, until it joins again, its own included; what a
-    conversation that keeps to itself said, only there. One never stored counts as keeping to itself (the safe
-    side): nothing it said reaches another conversation, whatever audience the text kept of it has.
+    conversation that keeps to itself said, only there; what a public channel said, where the workspace's text is
+    read (`can_read`). One never stored counts as keeping to itself (the safe side): nothing it said reaches another
+    conversation, whatever audience the text kept of it has.
     """
     if reader is None:
         return True
+    own = conversation_id == reader.conversation_id
     if stored is None:
-        return conversation_id == reader
-    return stored.is_member and (conversation_id == reader or not stored.is_private)
+        return own
+    return stored.is_member and (own or (not stored.is_private and can_read(reader, WORKSPACE)))
 
 
-def may_know_of(reader: str | None, conversation: Channel) -> bool:
+def may_know_of(reader: Reader | None, conversation: Channel) -> bool:
     """Whether conversation `reader` (None: a person's own view) may be told that `conversation` exists (a refusal
     naming it, say): where it could read what was said there, were the bot in it (`can_read_conversation`). Of one
     that keeps to itself, another conversation is told nothing: to it, it is as one the bot never saw."""
@@ -107,7 +129,7 @@ def may_know_of(reader: str | None, conversation: Channel) -> bool:
 def shows_its_own(conversation: Channel) -> bool:
     """Whether what was said in `conversation` may be shown there (`can_read_conversation`): not while the bot is
     out of it. What it remembers of it is kept for when it joins again."""
-    return can_read_conversation(conversation.id, conversation.id, conversation)
+    return can_read_conversation(Reader.of(conversation.id, conversation), conversation.id, conversation)
 
 
 def audience_of(conversation: Channel) -> Audience:
@@ -126,19 +148,22 @@ def heard_now(conversation_ids: Iterable[str], not_public: Container[str]) -> It
     return (Audience(c) if c in not_public else WORKSPACE for c in conversation_ids)
 
 
-def readable_audiences(reader: str) -> tuple[Audience, Audience]:
-    """The audiences whose text conversation `reader` may see, nearest first.
+def readable_audiences(reader: Reader) -> tuple[Audience, ...]:
+    """The audiences whose text conversation `reader` may see, nearest first: the one statement of this rule.
 
     Its own audience comes before the workspace: where a name is borne by a memo of
-    each, the name means the conversation's own one there.
+    each, the name means the conversation's own one there. A reader `outside` the
+    workspace sees its own alone.
     """
-    return (Audience(reader), WORKSPACE)
+    own = Audience(reader.conversation_id)
+    return (own,) if reader.outside else (own, WORKSPACE)
 
 
 def view_of(audience: Audience) -> tuple[Audience, ...]:
     """The audiences seen together with `audience` by its readers: itself, and the workspace.
 
-    Limits that count what a conversation sees (names, tag kinds) apply to this set.
+    Limits that count what a conversation sees (names, tag kinds) apply to this set (for a channel shared outside,
+    which sees its own alone, the stricter count).
     """
     return (WORKSPACE,) if audience.is_workspace else (audience, WORKSPACE)
 

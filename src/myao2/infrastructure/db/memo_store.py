@@ -40,7 +40,7 @@ from myao2.domain.memo import (
     numbered_name,
 )
 from myao2.domain.ports import Clock
-from myao2.domain.visibility import WORKSPACE, Audience, can_write, readable_audiences, view_of
+from myao2.domain.visibility import WORKSPACE, Audience, Reader, can_write, readable_audiences, view_of
 from myao2.infrastructure.db.engine import INSERT_IGNORING, reading
 from myao2.infrastructure.db.memory_store import NOT_PUBLIC_IDS
 from myao2.infrastructure.db.tables import MemoPinRow, MemoRevisionRow, MemoRow
@@ -146,7 +146,7 @@ class SqlMemoStore:
         *,
         origin: Origin | None = None,
         audience: Audience | None = None,
-        reader: str | None = None,
+        reader: Reader | None = None,
     ) -> Memo:
         with self._change() as session:
             readers = _reader(origin) if origin is not None else _readable(reader)
@@ -192,16 +192,16 @@ class SqlMemoStore:
 
     # -- reads ---------------------------------------------------------------
 
-    def pinned(self, channel_id: str | None) -> list[Memo]:
-        return [_to_memo(r) for r in self._rows(_pinned_query(_audiences(channel_id)))]
+    def pinned(self, reader: Reader | None) -> list[Memo]:
+        return [_to_memo(r) for r in self._rows(_pinned_query(_audiences(reader)))]
 
-    def get(self, name: str, channel_id: str | None, *, audience: Audience | None = None) -> Memo:
+    def get(self, name: str, reader: Reader | None, *, audience: Audience | None = None) -> Memo:
         with Session(self._engine) as session:
-            return _to_memo(self._resolve(session, name, _readable(channel_id), audience))
+            return _to_memo(self._resolve(session, name, _readable(reader), audience))
 
     def list(
         self,
-        channel_id: str | None,
+        reader: Reader | None,
         *,
         tag: str | None = None,
         min_priority: int = 1,
@@ -209,7 +209,7 @@ class SqlMemoStore:
         limit: int | None = None,
         removed: bool = False,
     ) -> MemoPage:
-        audiences = _audiences(channel_id)
+        audiences = _audiences(reader)
         if tag is None and limit is not None:  # a page read as a page: a large notebook is not read whole
             rows = self._rows(_page_query(audiences, removed), min_priority=min_priority, offset=offset, limit=limit)
             if offset == 0 and len(rows) < limit:
@@ -223,9 +223,9 @@ class SqlMemoStore:
         end = None if limit is None else offset + limit
         return MemoPage(memos=memos[offset:end], offset=offset, total=len(memos))
 
-    def tags(self, channel_id: str | None) -> list[TagUsage]:
+    def tags(self, reader: Reader | None) -> list[TagUsage]:
         with Session(self._engine) as session:
-            rows = session.exec(_seen(select(MemoRow), _readable(channel_id))).all()
+            rows = session.exec(_seen(select(MemoRow), _readable(reader))).all()
         counts: dict[str, int] = {}
         latest: dict[str, datetime] = {}
         for row in rows:
@@ -237,9 +237,9 @@ class SqlMemoStore:
         return usages
 
     def for_prompt(
-        self, channel_id: str | None, *, min_priority: int, important: int, recent: int
+        self, reader: Reader | None, *, min_priority: int, important: int, recent: int
     ) -> tuple[tuple[Memo, ...], tuple[Memo, ...], tuple[Memo, ...]]:
-        rows = self._rows(_prompt_query(_audiences(channel_id)), min_priority=min_priority, important=important, recent=recent)
+        rows = self._rows(_prompt_query(_audiences(reader)), min_priority=min_priority, important=important, recent=recent)
         parts: dict[int, list[tuple[Any, Memo]]] = {_PINNED: [], _IMPORTANT: [], _RECENT: []}
         # each row read by position (a memo's columns, its part, its pinned_at): reading a Row's column by its name
         # cost more than making the memo (an AttributeError formatted at each, then caught)
@@ -276,7 +276,7 @@ class SqlMemoStore:
         return {memo_id: memo for memo_id, memo in memos.items() if not memo.removed}
 
     def history(
-        self, name: str, *, audience: Audience | None = None, reader: str | None = None
+        self, name: str, *, audience: Audience | None = None, reader: Reader | None = None
     ) -> list[MemoRevision]:
         """Every revision of every memo that has borne `name` (kept for `audience`, if given, and that conversation
         `reader` may read now, if given), oldest first."""
@@ -328,7 +328,7 @@ class SqlMemoStore:
         """`name`, or the first numbered variant of it no other live memo seen in `channel_id` bears."""
         taken = set(
             session.exec(
-                _seen(select(MemoRow.name), _readable(channel_id), shadow=False).where(
+                _seen(select(MemoRow.name), view_of(Audience(channel_id)), shadow=False).where(
                     col(MemoRow.name).startswith(name[: MAX_NAME_LENGTH - 4], autoescape=True), MemoRow.id != memo_id
                 )
             ).all()
@@ -429,20 +429,20 @@ class SqlMemoStore:
         )
 
 
-def _readable(channel_id: str | None) -> Audiences:
-    """What conversation `channel_id` reads, nearest first; None: a person's own view."""
-    return None if channel_id is None else readable_audiences(channel_id)
+def _readable(reader: Reader | None) -> Audiences:
+    """What conversation `reader` reads, nearest first; None: a person's own view."""
+    return None if reader is None else readable_audiences(reader)
 
 
 def _reader(origin: Origin | None) -> Audiences:
-    return _readable(origin.channel_id if origin is not None else None)
+    return _readable(origin.reader if origin is not None else None)
 
 
 def _view(origin: Origin | None, audience: Audience) -> Sequence[Audience]:
     """Where names and tag kinds must stay within limits when a memo kept for `audience`
     is written from `origin`: what that conversation sees, else what the memo's readers see."""
-    if origin is not None and origin.channel_id is not None:
-        return readable_audiences(origin.channel_id)
+    if origin is not None and origin.reader is not None:
+        return readable_audiences(origin.reader)
     return view_of(audience)
 
 
@@ -479,9 +479,9 @@ def _seen(query: Any, audiences: Audiences, *, removed: bool = False, shadow: bo
     return query.where(_seen_clause(None if audiences is None else tuple(audiences), removed, shadow))
 
 
-def _audiences(channel_id: str | None) -> tuple[Audience, ...] | None:
+def _audiences(reader: Reader | None) -> tuple[Audience, ...] | None:
     """`_readable` as a key of the cached queries below."""
-    audiences = _readable(channel_id)
+    audiences = _readable(reader)
     return None if audiences is None else tuple(audiences)
 
 

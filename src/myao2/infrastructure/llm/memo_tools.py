@@ -48,7 +48,7 @@ SCOPE_KEY = "memo_scope"
 class MemoToolScope:
     """What one conversation's tool calls work with.
 
-    `origin.channel_id` limits what reads and changes can see, and `origin` what changes
+    `origin.reader` limits what reads and changes can see, and `origin` what changes
     may write; it is recorded on added memos; `language` ('ja' or 'en') is the language of
     the tools' replies; `budget` counts the changes of one reply.
     """
@@ -167,7 +167,7 @@ async def list_memo(
     try:
         offset, limit = validate_page(offset, limit)
         page = await asyncio.to_thread(
-            scope.store.list, scope.origin.channel_id, tag=wanted, offset=offset, limit=limit
+            scope.store.list, scope.origin.reader, tag=wanted, offset=offset, limit=limit
         )
     except MemoError as error:
         return _refused(error, scope)
@@ -185,7 +185,7 @@ async def get_memo(memo_name: str, *, tool_context: ToolContext) -> _Reply:
     scope = _scope(tool_context)
     try:
         memo = await asyncio.to_thread(
-            scope.store.get, lookup_name(memo_name), scope.origin.channel_id
+            scope.store.get, lookup_name(memo_name), scope.origin.reader
         )
     except MemoError as error:
         return _refused(error, scope)
@@ -199,7 +199,7 @@ async def list_memo_tags(*, tool_context: ToolContext) -> _Reply:
     rather than inventing near-duplicates.
     """
     scope = _scope(tool_context)
-    usages = await asyncio.to_thread(scope.store.tags, scope.origin.channel_id)
+    usages = await asyncio.to_thread(scope.store.tags, scope.origin.reader)
     return say.tags_message(usages, scope.language)
 
 

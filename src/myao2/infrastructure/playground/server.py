@@ -18,7 +18,7 @@ from myao2.domain.conversation import Channel, Message, Person, clean_text
 from myao2.domain.memory import Memory, seen_in
 from myao2.domain.memo import Memo
 from myao2.domain.ports import ConversationStore, MemoStore, MemoryStore
-from myao2.domain.visibility import not_public
+from myao2.domain.visibility import Reader, not_public
 from myao2.infrastructure.playground.chat import PlaygroundPublisher, Stamps
 from myao2.infrastructure.playground.rooms import BOT_USER_ID, MAX_NAME_LENGTH, ROOMS, clean_name, person_id, room
 from myao2.infrastructure.tasks import TaskSet
@@ -168,7 +168,7 @@ class _Routes:
 
     async def memos(self, request: web.Request) -> web.StreamResponse:
         channel = _conversation(request.query.get("conversation"))
-        page = await asyncio.to_thread(self._p.memos.list, channel.id, limit=MEMOS_SHOWN)
+        page = await asyncio.to_thread(self._p.memos.list, Reader.of(channel.id, channel), limit=MEMOS_SHOWN)
         return web.json_response({"memos": [_memo_json(m) for m in page.memos]})
 
     async def memory(self, request: web.Request) -> web.StreamResponse:

@@ -1,0 +1,66 @@
+"""A channel shared with another organisation (Slack Connect) end to end: a mention there sends the model nothing of
+the workspace (its memos, its memory, news of other channels, facts learnt about people elsewhere), while the same
+mention in a public channel does."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tests.e2e.conftest import ALICE, BOB, GENERAL, BotProcess, wait_until
+from tests.e2e.test_mentions import prompt_text, replies_in
+from tests.e2e.test_profiles import facts
+from tests.fakes import memory_model
+from tests.fakes.openai_server import Text, ToolCall, ToolCalls
+from tests.fakes.slack_server import FakeSlack
+
+PARTNERS = "CPARTNERS"
+RANDOM = "CRANDOM"
+CANARY = "canary"
+"""Begins every piece of the workspace's text: none of it may reach a prompt in #partners."""
+
+
+def responder(request: dict[str, Any]):  # type: ignore[no-untyped-def]
+    """The fake memory model; an answer asked to note the budget adds a memo first."""
+    if memory_model.is_memory_request(request):
+        return memory_model.remember(request)
+    asked = "note the budget" in prompt_text(request)
+    if asked and not any(m["role"] == "tool" for m in request["messages"]):
+        memo = {"name": "canary-budget", "content": "canary-budget: 2M for acme", "priority": 5}
+        return ToolCalls([ToolCall("add_memo", memo)])
+    return Text("Sure thing.")
+
+
+def test_a_mention_in_a_shared_channel_sends_the_model_nothing_of_the_workspace(
+    bot: BotProcess, slack: FakeSlack, llm
+) -> None:
+    slack.add_channel(PARTNERS, "partners", members=[ALICE, BOB])
+    slack.share_externally(PARTNERS)  # conversations.info: is_ext_shared
+    slack.add_channel(RANDOM, "random", members=[ALICE, BOB])
+    llm.set_responder(responder)
+    bot.settings["memory.update_interval_seconds"] = 0.5
+    bot.start()
+    ask = slack.post_message(GENERAL, BOB, f"<@{slack.bot_user_id}> note the budget")
+    slack.wait_for(lambda: replies_in(slack, ask), what="the reply that noted the budget")
+    slack.post_message(GENERAL, ALICE, "I like canary-tea")
+    wait_until(lambda: "likes canary-tea" in facts(bot, ALICE), what="Alice's fact learnt in #general")
+    wait_until(
+        lambda: any(CANARY in json.dumps(b) for (b,) in bot.rows("SELECT bullets FROM memories WHERE scope = 'workspace'")),
+        what="the workspace memory",
+    )
+
+    def prompt(channel: str, question: str) -> str:
+        """The text of the requests that answered `question`, asked by Alice in `channel`."""
+        ts = slack.post_message(channel, ALICE, f"<@{slack.bot_user_id}> {question}")
+        slack.wait_for(lambda: replies_in(slack, ts), what=f"the reply in {channel}")
+        answers = [r for r in llm.requests if not memory_model.is_memory_request(r)]
+        return "\n".join(prompt_text(r) for r in answers if question in prompt_text(r))
+
+    public = prompt(RANDOM, "what do you know about us?")
+    for canary in ("canary-budget", "likes canary-tea", "I like canary-tea"):
+        assert canary in public  # the memo, the fact about Alice, and #general's news or the workspace memory
+    shared = prompt(PARTNERS, "what do you know about your company?")
+    assert "what do you know about your company?" in shared
+    assert CANARY not in shared
+    assert bot.rows("SELECT kind FROM channels WHERE id = :id", id=PARTNERS) == [("shared",)]
+    assert bot.stop() == 0
