@@ -180,6 +180,7 @@ class FakeOpenAI(LoopbackServer):
         self._requests: list[dict[str, Any]] = []
         self._headers: list[dict[str, Any]] = []
         self._client_ports: list[int] = []
+        self._arrivals: list[float] = []
 
     def _app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -218,6 +219,12 @@ class FakeOpenAI(LoopbackServer):
         """The client's port of each of those requests: one port for two requests, one connection kept for both."""
         with self._lock:
             return list(self._client_ports)
+
+    @property
+    def arrivals(self) -> list[float]:
+        """When each of those requests arrived (`time.monotonic()`)."""
+        with self._lock:
+            return list(self._arrivals)
 
     @property
     def pending_replies(self) -> int:
@@ -279,6 +286,7 @@ class FakeOpenAI(LoopbackServer):
         with self._lock:
             self._requests.append(copy.deepcopy(body))
             self._client_ports.append(request.transport.get_extra_info("peername")[1] if request.transport else 0)
+            self._arrivals.append(time.monotonic())
         if not authorized:
             return self._error_response(BAD_KEY)
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
