@@ -257,17 +257,21 @@ async def test_a_channel_turned_private_while_it_was_looked_up_stays_private(eng
     assert channel is not None and channel.kind is ChannelKind.PRIVATE
 
 
-def sql_inbox(engine: Engine, delay: float = 0.0) -> tuple[Inbox, SqlConversationStore]:
-    """An inbox over a real store whose message saves take `delay` seconds in their worker thread."""
+def sql_inbox(
+    engine: Engine, began: threading.Event | None = None, gate: threading.Event | None = None
+) -> tuple[Inbox, SqlConversationStore]:
+    """An inbox over a real store whose message saves, in their worker thread, set `began` and wait for `gate`."""
     store = SqlConversationStore(engine, ManualClock(NOW))
     store.save_channel(Channel("C1", "general", ChannelKind.PUBLIC))
     save = store.save_messages
 
-    def slow_save(messages: list[Message]) -> None:
-        threading.Event().wait(delay)
+    def held_save(messages: list[Message]) -> None:
+        if began is not None and gate is not None:
+            began.set()
+            gate.wait(10)
         save(messages)
 
-    store.save_messages = slow_save  # type: ignore[method-assign]
+    store.save_messages = held_save  # type: ignore[method-assign]
 
     async def answer(message: Message) -> None:
         pass
@@ -287,12 +291,16 @@ async def test_an_edit_arriving_before_its_message_is_the_text_stored(engine: En
 
 
 async def test_an_edit_arriving_while_its_message_is_being_stored_is_not_lost(engine: Engine) -> None:
-    box, store = sql_inbox(engine, delay=0.3)
+    began, gate = threading.Event(), threading.Event()
+    box, store = sql_inbox(engine, began, gate)
     original = mention("<@UBOT> lunch at noon?")
     posting = asyncio.ensure_future(box.message_posted(original, None))
-    await asyncio.sleep(0.1)  # the save is under way in its thread
-    await box.message_edited("C1", original.ts, "<@UBOT> lunch at one?")
-    await posting
+    while not began.is_set():  # the save is under way in its thread, held at the gate
+        await asyncio.sleep(0.01)
+    editing = asyncio.ensure_future(box.message_edited("C1", original.ts, "<@UBOT> lunch at one?"))
+    await asyncio.sleep(0)  # the edit reaches the save under way
+    gate.set()
+    await asyncio.gather(posting, editing)
     stored = stored_message(store, "C1", original.ts)
     assert stored is not None and stored.text == "<@UBOT> lunch at one?"
 
