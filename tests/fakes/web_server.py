@@ -9,10 +9,11 @@ Pages (``{base_url}/...``):
 - ``/injection``: an article that tries to close the untrusted-content marker.
 - ``/redirect?to=URL``: a 302 to URL (e.g. a private address).
 - ``/loop``: redirects to itself forever.
-- ``/huge``: an endless stream of HTML (chunked, no Content-Length); records how many bytes it sent.
+- ``/huge``: an endless stream of HTML (chunked, no Content-Length); records how many bytes it sent, and sets
+  ``huge_ended`` once it stops sending.
 - ``/huge-declared``: declares a Content-Length of 1 GB and sends little.
 - ``/binary``: a PNG image.
-- ``/slow``: answers after ``slow_seconds``.
+- ``/slow``: never answers (a server that hangs): the request is held until the server stops.
 - ``/empty``: HTML with no readable text.
 - ``/missing``: 404.
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from typing import NoReturn
 
 from aiohttp import web
 
@@ -61,12 +63,13 @@ def _paragraphs(count: int, start: int = 0) -> str:
 class FakeWeb(LoopbackServer):
     """A handful of pages, good and bad, on 127.0.0.1."""
 
-    def __init__(self, port: int = 0, slow_seconds: float = 30.0) -> None:
+    def __init__(self, port: int = 0) -> None:
         super().__init__(port)
-        self.slow_seconds = slow_seconds
         self._lock = threading.Lock()
         self._paths: list[str] = []
         self._huge_sent = 0
+        self.huge_ended = threading.Event()
+        """Set once /huge stopped sending: the client hung up (or all was sent)."""
 
     @property
     def base_url(self) -> str:
@@ -150,6 +153,8 @@ class FakeWeb(LoopbackServer):
                     self._huge_sent += len(chunk)
         except (ConnectionError, asyncio.CancelledError):
             pass
+        finally:
+            self.huge_ended.set()
         return response
 
     async def _huge_declared(self, request: web.Request) -> web.StreamResponse:
@@ -161,9 +166,9 @@ class FakeWeb(LoopbackServer):
     async def _binary(self, request: web.Request) -> web.Response:
         return web.Response(body=PNG, content_type="image/png")
 
-    async def _slow(self, request: web.Request) -> web.Response:
-        await asyncio.sleep(self.slow_seconds)
-        return web.Response(text=_ARTICLE, content_type="text/html")
+    async def _slow(self, request: web.Request) -> NoReturn:
+        while True:
+            await asyncio.sleep(3600)
 
     async def _empty(self, request: web.Request) -> web.Response:
         return web.Response(text="<html><body><script>var a = 1;</script></body></html>", content_type="text/html")

@@ -35,7 +35,7 @@ def fake_is_public(address: IPAddress) -> bool:
 
 @pytest.fixture
 def site() -> Iterator[FakeWeb]:
-    with FakeWeb(slow_seconds=2.0) as fake:
+    with FakeWeb() as fake:
         yield fake
 
 
