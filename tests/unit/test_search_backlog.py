@@ -172,7 +172,7 @@ def test_a_memo_edited_and_not_embedded_again_yet_is_found_first_by_its_new_word
 
 
 def test_a_search_does_not_wait_for_a_replica_frozen_while_holding_the_index(
-    database_url: str, monkeypatch: pytest.MonkeyPatch
+    database_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     if not database_url.startswith("postgresql"):
         pytest.skip("replicas share the index through PostgreSQL's advisory lock")
@@ -186,9 +186,8 @@ def test_a_search_does_not_wait_for_a_replica_frozen_while_holding_the_index(
             frozen.execute(text("SELECT pg_advisory_lock(:key)"), {"key": SYNC_LOCK})
             world.memo("cake", "carol bakes carrot cake")
             world.memos.remove("coffee", None, "test")
-            started = time.monotonic()
             assert world.memo_names("green tea", limit=1) == ["tea"]  # the index as it was
-            assert time.monotonic() - started < 5
+            assert "held by another process for over 0.2 s; searching without the latest changes" in caplog.text
             assert "coffee" not in world.memo_names("black coffee")  # removed meanwhile: never returned
             frozen.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": SYNC_LOCK})
             frozen.commit()
