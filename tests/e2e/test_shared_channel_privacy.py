@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from tests.e2e.conftest import ALICE, BOB, GENERAL, BotProcess, wait_until
 from tests.e2e.test_mentions import prompt_text, replies_in
 from tests.e2e.test_profiles import facts
@@ -31,10 +33,12 @@ def responder(request: dict[str, Any]):  # type: ignore[no-untyped-def]
     return Text("Sure thing.")
 
 
+@pytest.mark.parametrize("private", [False, True], ids=["public", "private"])
 def test_a_mention_in_a_shared_channel_sends_the_model_nothing_of_the_workspace(
-    bot: BotProcess, slack: FakeSlack, llm
+    bot: BotProcess, slack: FakeSlack, llm, private: bool
 ) -> None:
-    slack.add_channel(PARTNERS, "partners", members=[ALICE, BOB])
+    """A private channel shared outside too: its people of another organisation read it alike."""
+    slack.add_channel(PARTNERS, "partners", is_private=private, members=[ALICE, BOB])
     slack.share_externally(PARTNERS)  # conversations.info: is_ext_shared
     slack.add_channel(RANDOM, "random", members=[ALICE, BOB])
     llm.set_responder(responder)

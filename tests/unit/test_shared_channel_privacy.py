@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from strands.types.events import ToolResultEvent
 
+from myao2.application.channels import ChannelLifecycle
 from myao2.application.notebook import Actor, Notebook
 from myao2.application.search import SearchError
 from myao2.composition import Application
@@ -166,3 +167,20 @@ def test_a_preview_of_a_shared_channel_shows_the_prompt_it_gets_without_the_work
     with pytest.raises(PreviewError) as error:
         asyncio.run(refused)
     assert WORKSPACE_TEXT not in str(error.value)
+
+
+def test_a_private_channel_shared_outside_reads_nothing_of_the_workspace_either(shared: Application) -> None:
+    """Its people of another organisation read it as they read a public one shared: so too once converted to private
+    while shared (the conversion's event comes, Slack still shares it)."""
+    store = shared.conversations
+    partners = Channel("GPARTNERS", "partners-private", ChannelKind.PRIVATE)
+    store.save_channel(partners)
+
+    async def refresh(channel_id: str) -> None:
+        return None
+
+    lifecycle = ChannelLifecycle(store, shared.memos, shared.memories, refresh, profiles=shared.profiles)
+    asyncio.run(lifecycle.shared_outside(partners.id))
+    assert WORKSPACE_TEXT not in prompt_of(shared, store.get_channel(partners.id))
+    asyncio.run(lifecycle.became_private(PARTNERS.id))
+    assert WORKSPACE_TEXT not in prompt_of(shared, store.get_channel(PARTNERS.id))

@@ -349,7 +349,7 @@ async def test_a_channel_shared_outside_is_never_the_workspaces(fake: FakeSlack,
 
     assert await gateway.channel("C7") == Channel("C7", "partners", ChannelKind.SHARED)
     assert (await gateway.channel("C7")).is_private
-    assert await gateway.channel("G7") == Channel("G7", "partners-private", ChannelKind.PRIVATE)
+    assert await gateway.channel("G7") == Channel("G7", "partners-private", ChannelKind.SHARED)  # private, shared too
     assert await gateway.channel("C8") == Channel("C8", "left-behind", is_member=False)
 
 

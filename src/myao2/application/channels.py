@@ -36,16 +36,18 @@ class ChannelLifecycle:
         self._profiles = profiles
 
     async def became_private(self, channel_id: str) -> None:
-        """Converted to a private channel: what was said there is no longer the workspace's."""
-        await self._narrow(channel_id, ChannelKind.PRIVATE)
+        """Converted to a private channel: what was said there is no longer the workspace's. One shared outside
+        stays `SHARED`."""
+        channel = await asyncio.to_thread(self._store.get_channel, channel_id)
+        shared = channel is not None and channel.kind is ChannelKind.SHARED
+        await self._narrow(channel_id, ChannelKind.SHARED if shared else ChannelKind.PRIVATE)
 
     async def shared_outside(self, channel_id: str) -> None:
-        """Shared with another organisation (Slack Connect): it stops being the workspace's.
-
-        A private channel stays private; a public one becomes `SHARED`.
-        """
+        """Shared with another organisation (Slack Connect): it stops being the workspace's, and a public or a
+        private channel becomes `SHARED` (people of another organisation read it)."""
         channel = await asyncio.to_thread(self._store.get_channel, channel_id)
-        kind = ChannelKind.SHARED if channel is None or channel.kind is ChannelKind.PUBLIC else channel.kind
+        channels = (ChannelKind.PUBLIC, ChannelKind.PRIVATE)
+        kind = ChannelKind.SHARED if channel is None or channel.kind in channels else channel.kind
         await self._narrow(channel_id, kind)
 
     async def reconcile(self) -> None:

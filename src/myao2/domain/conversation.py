@@ -54,7 +54,7 @@ class ChannelKind(str, Enum):
     IM = "im"
     MPIM = "mpim"
     SHARED = "shared"
-    """A channel shared with another organisation (Slack Connect): never the workspace's."""
+    """A channel shared with another organisation (Slack Connect), public or private: never the workspace's."""
 
     @property
     def keeps_to_itself(self) -> bool:

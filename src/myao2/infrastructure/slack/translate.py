@@ -76,17 +76,18 @@ def kind_from_event(channel_type: str | None) -> ChannelKind | None:
 def to_channel(info: dict[str, Any]) -> Channel:
     """A channel from a `conversations.info` / `users.conversations` item.
 
-    A public channel shared with another organisation (`is_ext_shared`, or still
-    pending as `is_pending_ext_shared`) is not the workspace's: it is `SHARED`.
+    A channel shared with another organisation (`is_ext_shared`, or still pending as
+    `is_pending_ext_shared`), public or private, is `SHARED`: people of another
+    organisation read it.
     """
     if info.get("is_im"):
         kind = ChannelKind.IM
     elif info.get("is_mpim"):
         kind = ChannelKind.MPIM
-    elif info.get("is_private") or info.get("is_group"):
-        kind = ChannelKind.PRIVATE
     elif info.get("is_ext_shared") or info.get("is_pending_ext_shared"):
         kind = ChannelKind.SHARED
+    elif info.get("is_private") or info.get("is_group"):
+        kind = ChannelKind.PRIVATE
     else:
         kind = ChannelKind.PUBLIC
     name = info.get("name") or info.get("user") or info["id"]
