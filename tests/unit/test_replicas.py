@@ -247,10 +247,11 @@ async def test_a_replica_frozen_while_it_renews_its_leases_is_noticed_gone_all_t
     frozen, survivor = Replica(frozen_store, clock, 5, "frozen"), Replica(leases, clock, 5, "survivor")
     await frozen.join()
     await survivor.join()
-    thaw = threading.Event()
+    frozen_now, thaw = threading.Event(), threading.Event()
 
     def freeze_after_update(connection, statement, *_: object) -> None:  # type: ignore[no-untyped-def]
         if str(statement).startswith("UPDATE leases"):
+            frozen_now.set()
             thaw.wait(30)  # the lease's row changed and locked, the transaction left open
 
     event.listen(frozen_engine, "after_execute", freeze_after_update)
@@ -258,7 +259,7 @@ async def test_a_replica_frozen_while_it_renews_its_leases_is_noticed_gone_all_t
     stop, gone = asyncio.Event(), asyncio.Event()
     keeping = None
     try:
-        await asyncio.sleep(0.2)
+        assert await asyncio.to_thread(frozen_now.wait, 30)
         clock.advance(6)  # the frozen replica's lease runs out
         keeping = asyncio.create_task(survivor.keep(stop, gone.set))
         await asyncio.wait_for(gone.wait(), 20)
