@@ -248,7 +248,11 @@ def test_a_mention_lost_to_a_users_info_failure_is_answered_by_the_periodic_sync
     llm.set_responder(lambda request: Text("Nice to meet you, Carol."))
     slack.add_user("UCAROL", "carol", display_name="Carol")
     bot.start()
-    time.sleep(1)  # past the start-up sync
+    # the start-up sync has read #general (its answer made under the fake's lock): the mention is not in it
+    slack.wait_for(
+        lambda: [p for m, p in slack.web_calls if m == "conversations.history" and p["channel"] == GENERAL],
+        what="the start-up sync's read of #general",
+    )
     slack.inject_error("users.info", "internal_error", times=4)  # the first lookup and its three retries
     ts = mention(slack, "hi, I am new here", user="UCAROL")
     slack.wait_for(lambda: answers_to(slack, ts), what="the answer from the periodic sync")
