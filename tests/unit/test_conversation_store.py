@@ -193,6 +193,36 @@ def test_thread_and_channel_messages_are_kept_apart(store: SqlConversationStore)
     assert store.thread_messages("C2", ts(1), 10) == []
 
 
+def test_a_threads_read_steps_through_its_own_messages_not_the_channels(
+    store: SqlConversationStore, engine: Engine, db_path: Path
+) -> None:
+    # A thread shorter than the limit was read by walking the whole channel newest first for more of its messages:
+    # a mention in a thread of a busy channel read every message kept there (CPU growing with the channel).
+    store.save_message(msg(500, "parent", thread_ts=ts(500)))
+    store.save_messages([msg(501 + i, f"reply {i}", thread_ts=ts(500)) for i in range(3)])
+
+    def steps() -> int:
+        counted = [0]
+
+        def count() -> int:
+            counted[0] += 1
+            return 0
+
+        def counting(dbapi_connection: sqlite3.Connection, *_: object) -> None:
+            dbapi_connection.set_progress_handler(count, 1)
+
+        event.listen(engine, "checkout", counting)
+        try:
+            assert texts(store.thread_messages("C1", ts(500), 30)) == ["parent", "reply 0", "reply 1", "reply 2"]
+        finally:
+            event.remove(engine, "checkout", counting)
+        return counted[0]
+
+    alone = steps()
+    store.save_messages([msg(second, f"top {second}") for second in (*range(300), *range(600, 900))])
+    assert steps() == alone
+
+
 def test_limits_keep_the_newest_oldest_first(store: SqlConversationStore) -> None:
     for second in range(6):
         store.save_message(msg(second, f"top {second}"))

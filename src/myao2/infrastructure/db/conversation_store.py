@@ -30,6 +30,7 @@ from sqlalchemy import (
     insert,
     or_,
     type_coerce,
+    union_all,
     update,
 )
 from sqlalchemy import select as core_select
@@ -836,10 +837,31 @@ def _newest(*conditions: Any) -> Executable:
     return core_select(*_MESSAGE).where(*conditions).order_by(*_newest_first()).limit(bindparam("limit"))
 
 
+def _thread_newest() -> Executable:
+    """The newest `limit` messages of thread `thread` in `channel`, newest first, as `_newest` reads them: its
+    replies (by the thread's index) and its parent (by its key), each found where it is kept. Read as one
+    condition (its ts or its thread's), the thread was looked for by walking the channel in posting order, newest
+    first, until `limit` of its messages were found: the whole channel, for a thread shorter than that."""
+    thread = bindparam("thread")
+    posted_at = type_coerce(MessageRow.posted_at, Text).label("posted_at")  # to order by, never read
+    replies = core_select(*_MESSAGE, posted_at).where(_IN_CHANNEL, MessageRow.thread_ts == thread)
+    parent = core_select(*_MESSAGE, posted_at).where(
+        _IN_CHANNEL, MessageRow.ts == thread, or_(col(MessageRow.thread_ts).is_(None), MessageRow.thread_ts != thread)
+    )
+    # Gathered first (materialized), then ordered: ordered as they are read, each part walked the channel again.
+    thread_rows = union_all(replies, parent).cte("thread_rows").prefix_with("MATERIALIZED")
+    columns = thread_rows.c
+    return (
+        core_select(*(columns[name] for name in (*_MESSAGE_COLUMNS[:-2], "mentions")))
+        .order_by(columns.posted_at.desc(), columns.ts.desc())
+        .limit(bindparam("limit"))
+    )
+
+
 # The reads of the recent conversation every prompt makes, built once like the statements above.
 _IN_CHANNEL = MessageRow.channel_id == bindparam("channel")
 _TOP_LEVEL = or_(col(MessageRow.thread_ts).is_(None), MessageRow.thread_ts == MessageRow.ts)
-_THREAD_NEWEST = _newest(_IN_CHANNEL, or_(MessageRow.ts == bindparam("thread"), MessageRow.thread_ts == bindparam("thread")))
+_THREAD_NEWEST = _thread_newest()
 _CHANNEL_NEWEST = _newest(_IN_CHANNEL, _TOP_LEVEL)
 _CHANNEL_NEWEST_SINCE = _newest(_IN_CHANNEL, _TOP_LEVEL, col(MessageRow.posted_at) > bindparam("since"))
 
