@@ -128,8 +128,8 @@ def test_a_socket_dropped_silently_is_replaced_and_the_mention_in_the_gap_answer
     connections = slack.connection_count
     llm.script(Text("Sorry, I was briefly away."))
 
-    # The first three tries to reconnect fail: 3.5 s of backoff in which /ready shows the socket dead.
-    slack.inject_error("apps.connections.open", "internal_error", times=3)
+    # Every try to reconnect fails until /ready has shown the socket dead.
+    slack.inject_error("apps.connections.open", "internal_error", times=1000)
     opened = reconnections(slack)
     slack.disconnect(kind="silent")
     ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> hello? anyone?")
@@ -139,6 +139,7 @@ def test_a_socket_dropped_silently_is_replaced_and_the_mention_in_the_gap_answer
     # (slack_sdk's own client noticed only after four of its 5 s ping intervals, 20 s)
     assert "Socket Mode connection ended (closed: ServerTimeoutError: No PONG received after 0.5 seconds)" in bot.log()
     wait_until(lambda: ready(bot) == 503, what="/ready at 503 while the socket is dead")
+    slack.clear_injections("apps.connections.open")
     slack.wait_for(lambda: slack.connection_count > connections and slack.connected, what="a new socket")
 
     slack.wait_for(lambda: replies_in(slack, ts), what="the mention in the gap answered")

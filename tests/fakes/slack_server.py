@@ -624,6 +624,11 @@ class FakeSlack(LoopbackServer):
         with self._lock:
             self._injections.setdefault(method, []).append(_Injection("error", error, times))
 
+    def clear_injections(self, method: str) -> None:
+        """Answer ``method`` normally again, whatever was injected for it and not used up."""
+        with self._lock:
+            self._injections.pop(method, None)
+
     def inject_rate_limit(self, method: str, times: int = 1, retry_after: int = 1) -> None:
         """Answer the next ``times`` calls of ``method`` with HTTP 429 and ``Retry-After``."""
         with self._lock:
