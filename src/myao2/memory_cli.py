@@ -63,10 +63,11 @@ def _show_profile(config: Config, user_id: str, channel: str | None, as_json: bo
         profile = SqlProfileStore(engine, SystemClock()).get(user_id)
         conversations = SqlConversationStore(engine)
         person = conversations.people([user_id]).get(user_id)
-        reader = None if channel is None else Reader.of(channel, conversations.get_channel(channel))
+        channels = conversations.channels()
+        reader = None if channel is None else Reader.of(channel, next((c for c in channels if c.id == channel), None))
     finally:
         engine.dispose()
-    facts = profile.readable(reader) if profile is not None else ()
+    facts = profile.readable(reader, not_public(channels)) if profile is not None else ()
     name = person.display_name if person is not None else user_id
     if as_json:
         print(json.dumps({"user": user_id, "name": name, "facts": [fact_json(f) for f in facts]}, ensure_ascii=False, indent=2))

@@ -41,7 +41,8 @@ def lifecycle(engine, clock, conversations, profiles) -> ChannelLifecycle:
 
 def texts(profiles, user: str, reader: str | None) -> list[str]:
     profile = profiles.get(user)
-    return [] if profile is None else [f.text for f in profile.readable(None if reader is None else Reader(reader))]
+    # by their audiences alone (none is heard in a conversation `reader` may not read: none is counted not public)
+    return [] if profile is None else [f.text for f in profile.readable(None if reader is None else Reader(reader), ())]
 
 
 async def test_facts_learnt_in_a_channel_that_turns_private_are_shown_only_there(

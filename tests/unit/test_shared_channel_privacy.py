@@ -184,3 +184,19 @@ def test_a_private_channel_shared_outside_reads_nothing_of_the_workspace_either(
     assert WORKSPACE_TEXT not in prompt_of(shared, store.get_channel(partners.id))
     asyncio.run(lifecycle.became_private(PARTNERS.id))
     assert WORKSPACE_TEXT not in prompt_of(shared, store.get_channel(PARTNERS.id))
+
+
+def test_a_fact_learnt_with_words_of_another_channel_in_sight_is_not_shown_in_a_channel_shared_since(
+    shared: Application,
+) -> None:
+    """A call of the workspace read Alice's words in #general and in #partners while both were public: what it
+    learnt was heard in both. Once #partners is shared, the narrowing makes it #partners' own (it may be of what it
+    heard there), but it may be of #general's words too, which people of another organisation may not read."""
+    heard = Fact(3, "canary-heard: Alice is job hunting", 0.9, 0, GENERAL, WORKSPACE, DAY, ("1.0",), heard_in=(GENERAL, PARTNERS.id))
+    said = Fact(4, "Alice likes partners", 0.9, 0, PARTNERS.id, WORKSPACE, DAY, ("2.0",), heard_in=(PARTNERS.id,))
+    shared.profiles.save([Profile("UALICE", (heard, said))])
+    shared.profiles.narrow(PARTNERS.id)
+
+    shown = prompt_of(shared, PARTNERS)
+    assert "Alice likes partners" in shown
+    assert WORKSPACE_TEXT not in shown

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from operator import itemgetter
@@ -314,7 +314,7 @@ class ContextBuilder:
             f"- {one_line(name)}: {fact.text}"
             for user_id, name in speakers
             if user_id in profiles
-            for fact in sorted(_readable_by_all(profiles[user_id], readers), key=lambda f: (-f.confidence, f.id))
+            for fact in sorted(_readable_by_all(profiles[user_id], readers, read.not_public), key=lambda f: (-f.confidence, f.id))
         ]
         return MemorySections(
             workspace=_section(workspace, budgets.workspace),
@@ -327,11 +327,11 @@ class ContextBuilder:
         )
 
 
-def _readable_by_all(profile: Profile, readers: Sequence[Reader]) -> tuple[Fact, ...]:
+def _readable_by_all(profile: Profile, readers: Sequence[Reader], not_public: Container[str]) -> tuple[Fact, ...]:
     """The active facts of `profile` every one of `readers` may see (`Profile.readable`)."""
-    facts = profile.readable(readers[0])
+    facts = profile.readable(readers[0], not_public)
     for reader in readers[1:]:
-        also = set(profile.readable(reader))
+        also = set(profile.readable(reader, not_public))
         facts = tuple(fact for fact in facts if fact in also)
     return facts
 

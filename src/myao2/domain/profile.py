@@ -15,7 +15,7 @@ from collections.abc import Collection, Container, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date
 
-from myao2.domain.visibility import Audience, Reader, can_read, heard_now, narrowest
+from myao2.domain.visibility import Audience, Reader, can_read_from, heard_now, narrowest
 
 CANDIDATE_CONFIDENCE = 0.9
 CANDIDATE_CONFIRMATIONS = 3
@@ -88,9 +88,16 @@ class Profile:
     """The highest fact id given out: a fact dropped since does not free its id (`myao2 profile promote` names a
     fact by the id a listing showed)."""
 
-    def readable(self, reader: Reader | None) -> tuple[Fact, ...]:
-        """The active facts conversation `reader` may see (None: a person's own view), oldest first."""
-        return tuple(f for f in self.facts if f.active and can_read(reader, f.audience))
+    def readable(self, reader: Reader | None, not_public: Container[str]) -> tuple[Fact, ...]:
+        """The active facts conversation `reader` may see (None: a person's own view), oldest first: kept for an
+        audience it reads, and learnt with the words in sight of conversations it may read all of (`can_read_from`,
+        `not_public` the ids of those that keep to themselves now), as a memory's bullets are shown: a channel shared
+        outside since reads no fact its narrowing made its own that was heard in another channel too."""
+        return tuple(
+            f
+            for f in self.facts
+            if f.active and can_read_from(reader, f.audience, None, heard=heard_now((f.conversation_id, *f.heard_in), not_public))
+        )
 
     def of(self, audience: Audience) -> tuple[Fact, ...]:
         """The active facts learnt in `audience`: the only ones a model call about `audience` sees or changes."""
