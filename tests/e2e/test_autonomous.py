@@ -90,23 +90,18 @@ def test_lone_question_gets_one_reply_after_the_wait(bot: BotProcess, slack: Fak
     llm.set_responder(responder(lambda r: judgment(True), lambda r: Text("Try the place on 5th street!")))
     start(bot)
     ts = slack.post_message(GENERAL, ALICE, "does anyone know a good ramen place?")
-    posted_at = time.monotonic()
-
-    time.sleep(WAIT - 0.4)
-    assert slack.posted == [] and llm.requests == [], "nothing may happen before the wait is over"
 
     slack.wait_for(lambda: slack.posted, what="the autonomous reply")
     time.sleep(4 * CHECK)  # room for a wrong second reply
     posts = slack.posted
     assert [(p["text"], p["thread_ts"]) for p in posts] == [("Try the place on 5th street!", None)]
-    assert float(posts[0]["ts"]) - float(ts) >= WAIT
-    assert time.monotonic() - posted_at >= WAIT
+    assert float(posts[0]["ts"]) - float(ts) >= WAIT  # posted after the wait, by Slack's clock
 
     [asked] = judgments(llm)
     text = prompt_text(asked)
     assert "Alice: does anyone know a good ramen place?" in text
     waited = re.search(r"Time since the last message: (\d+) seconds?", text)
-    assert waited and int(waited.group(1)) >= int(WAIT)  # shown in whole seconds
+    assert waited and int(waited.group(1)) >= int(WAIT)  # judged after the wait (shown in whole seconds)
     assert len(generations(llm)) == 1
     assert bot.stop() == 0
 
