@@ -139,7 +139,7 @@ class NotebookTools:
         return {"tags": [{"tag": u.tag, "count": u.count, "last_updated": u.last_updated.isoformat()} for u in usages]}
 
     def add(self, name: str, content: str, priority: int, tags: list[str] | None, detail: str | None) -> dict[str, Any]:
-        memo = self._notebook.add(name, content, priority, tags, detail, audience=self._scope.audience)
+        memo = self._notebook.add(name, content, priority, tags, detail, audience=self._scope.audience, reader=self._reader)
         return self._data(memo, self._pinned())
 
     def edit(self, name: str, **changes: Any) -> dict[str, Any]:

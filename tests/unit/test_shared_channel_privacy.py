@@ -200,3 +200,18 @@ def test_a_fact_learnt_with_words_of_another_channel_in_sight_is_not_shown_in_a_
     shown = prompt_of(shared, PARTNERS)
     assert "Alice likes partners" in shown
     assert WORKSPACE_TEXT not in shown
+
+
+def test_an_mcp_client_for_a_shared_channel_writes_as_the_bots_tools_there_knowing_no_workspace_memo(
+    shared: Application,
+) -> None:
+    """Its add and restore are refused or made as by a channel that reads no workspace memo: no refusal names one."""
+    Notebook(shared.memos, Actor.CLI).add("canary-gone", "canary-gone: the old budget", 3)
+    Notebook(shared.memos, Actor.CLI).remove("canary-gone")
+    scope = McpScope(PARTNERS.id)
+
+    failed, added = call(shared, scope, "add_memo", {"name": "canary-memo", "content": "partners' own", "priority": 3})
+    assert not failed and added["kept_for"] == PARTNERS.id
+    _, gone = call(shared, scope, "restore_memo", {"memo_name": "canary-gone"})
+    _, never = call(shared, scope, "restore_memo", {"memo_name": "canary-never"})
+    assert gone == never.replace("canary-never", "canary-gone")

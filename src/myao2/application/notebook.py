@@ -30,9 +30,11 @@ class Actor(str, Enum):
         return f"user:{self.value}"
 
 
-def origin_for(audience: Audience) -> Origin:
-    """The origin of a memo a person writes for `audience`: the workspace, or one conversation."""
-    return Origin(channel_id=audience.conversation_id, channel_private=not audience.is_workspace)
+def origin_for(audience: Audience, reader: Reader | None = None) -> Origin:
+    """The origin of a memo a person writes for `audience`: the workspace, or one conversation (`reader`, when given,
+    that conversation as it reads: one shared outside knows no workspace memo, as the bot's tools there)."""
+    outside = reader is not None and reader.outside
+    return Origin(channel_id=audience.conversation_id, channel_private=not audience.is_workspace, outside=outside)
 
 
 class Notebook:
@@ -57,10 +59,12 @@ class Notebook:
         detail: object = None,
         *,
         audience: Audience = WORKSPACE,
+        reader: Reader | None = None,
     ) -> Memo:
-        """Add a memo kept for `audience` (default: the whole workspace)."""
+        """Add a memo kept for `audience` (default: the whole workspace), written for conversation `reader` if given
+        (`origin_for`)."""
         draft = MemoDraft.create(name, content, priority, tags, detail)
-        return self._store.add(draft, origin_for(audience), self._actor)
+        return self._store.add(draft, origin_for(audience, reader), self._actor)
 
     def edit(
         self,
@@ -93,7 +97,7 @@ class Notebook:
         """Bring back the most recently removed memo of that name (that the conversation `reader` may read, if given).
         Made for a conversation whose audience is `writer`, as the bot's tools there, the memo the name means there
         is refused (`wider_audience`) if kept for a wider audience (`can_write`)."""
-        origin = None if writer is None else origin_for(writer)
+        origin = None if writer is None else origin_for(writer, reader)
         return self._store.restore(name, self._actor, origin=origin, audience=audience, reader=reader)
 
     def pin(self, name: str, *, audience: Audience | None = None) -> Memo:
