@@ -144,7 +144,7 @@ class NotebookTools:
 
     def edit(self, name: str, **changes: Any) -> dict[str, Any]:
         seen = self._writable(name)
-        memo = self._notebook.edit(seen.name, audience=seen.audience, **changes)
+        memo = self._notebook.edit(seen.name, audience=seen.audience, reader=self._reader, **changes)
         return self._data(memo, self._pinned())
 
     def remove(self, name: str) -> dict[str, Any]:

@@ -205,7 +205,8 @@ def test_a_fact_learnt_with_words_of_another_channel_in_sight_is_not_shown_in_a_
 def test_an_mcp_client_for_a_shared_channel_writes_as_the_bots_tools_there_knowing_no_workspace_memo(
     shared: Application,
 ) -> None:
-    """Its add and restore are refused or made as by a channel that reads no workspace memo: no refusal names one."""
+    """Its add, edit and restore are refused or made as by a channel that reads no workspace memo: no refusal names
+    one."""
     Notebook(shared.memos, Actor.CLI).add("canary-gone", "canary-gone: the old budget", 3)
     Notebook(shared.memos, Actor.CLI).remove("canary-gone")
     scope = McpScope(PARTNERS.id)
@@ -215,3 +216,5 @@ def test_an_mcp_client_for_a_shared_channel_writes_as_the_bots_tools_there_knowi
     _, gone = call(shared, scope, "restore_memo", {"memo_name": "canary-gone"})
     _, never = call(shared, scope, "restore_memo", {"memo_name": "canary-never"})
     assert gone == never.replace("canary-never", "canary-gone")
+    failed, renamed = call(shared, scope, "edit_memo", {"memo_name": "partners-memo", "new_name": "canary-rule"})
+    assert not failed and renamed["name"] == "canary-rule"

@@ -77,14 +77,17 @@ class Notebook:
         new_name: object = None,
         audience: Audience | None = None,
         revision: int | None = None,
+        reader: Reader | None = None,
     ) -> Memo:
         """Change the given fields (None: unchanged; an empty detail clears it, empty tags remove them), of the memo
-        at `revision` if given (one changed since, by the bot say, is refused as `changed_meanwhile`)."""
+        at `revision` if given (one changed since, by the bot say, is refused as `changed_meanwhile`), for
+        conversation `reader` if given (a new name and tags bounded by what it reads)."""
         changes = MemoChanges.create(
             content=content, priority=priority, tags=tags, detail=detail, new_name=new_name
         )
         return self._store.edit(
-            name, changes, None, self._actor, audience=audience, keep_pins=self._keep_pins, revision=revision
+            name, changes, None, self._actor, audience=audience, keep_pins=self._keep_pins, revision=revision,
+            reader=reader,
         )
 
     def remove(self, name: str, *, audience: Audience | None = None) -> Memo:

@@ -55,9 +55,11 @@ class MemoStore(Protocol):
         audience: Audience | None = None,
         keep_pins: bool = False,
         revision: int | None = None,
+        reader: Reader | None = None,
     ) -> Memo:
         """Change a memo; `keep_pins` refuses a pinned one even from a person's own view, and `revision` (the one
-        the change was made from) one changed since (`changed_meanwhile`)."""
+        the change was made from) one changed since (`changed_meanwhile`). From a person's own view made for
+        conversation `reader` (when given), a new name and tags are bounded by what that conversation reads."""
         ...
 
     def remove(

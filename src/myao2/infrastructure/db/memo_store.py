@@ -97,6 +97,7 @@ class SqlMemoStore:
         audience: Audience | None = None,
         keep_pins: bool = False,
         revision: int | None = None,
+        reader: Reader | None = None,
     ) -> Memo:
         with self._change() as session:
             row = self._resolve(session, name, _reader(origin), audience)
@@ -107,7 +108,7 @@ class SqlMemoStore:
             _refuse_wider(origin, before)
             now = self._clock.now()
             after = changes.apply(before, now)
-            view = _view(origin, before.audience)
+            view = _view(origin, before.audience, reader)
             if after.name != before.name:
                 self._claim(session, after.name, view, exclude_id=row.id)
             if after.tags != before.tags:
@@ -438,11 +439,14 @@ def _reader(origin: Origin | None) -> Audiences:
     return _readable(origin.reader if origin is not None else None)
 
 
-def _view(origin: Origin | None, audience: Audience) -> Sequence[Audience]:
+def _view(origin: Origin | None, audience: Audience, reader: Reader | None = None) -> Sequence[Audience]:
     """Where names and tag kinds must stay within limits when a memo kept for `audience`
-    is written from `origin`: what that conversation sees, else what the memo's readers see."""
+    is written from `origin`: what that conversation sees, else what the memo's readers see (its conversation
+    `reader`, when given)."""
     if origin is not None and origin.reader is not None:
         return readable_audiences(origin.reader)
+    if reader is not None and reader.conversation_id == audience.conversation_id:
+        return readable_audiences(reader)
     return view_of(audience)
 
 
