@@ -89,9 +89,12 @@ def test_an_answer_written_at_once_is_posted_whole_without_a_reaction(bot: BotPr
 
 def test_a_slow_answer_gets_the_reaction_before_it_streams(bot: BotProcess, slack: FakeSlack, llm) -> None:
     bot.start()
-    llm.script(Text("Let me think. Here it is.", delay=1.5, pieces=3, interval=0.5))
+    thought = threading.Event()
+    llm.script(Text("Let me think. Here it is.", pieces=3, interval=0.5, hold=thought))  # written once the reaction shows
     ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> a hard question")
 
+    slack.wait_for(lambda: slack.reactions, what="the reaction")
+    thought.set()
     slack.wait_for(lambda: finished(slack, ts), what="the stream to finish")
     assert slack.reactions == [(GENERAL, ts, "eyes")]
     methods = [m for m, _ in slack.web_calls]
