@@ -223,6 +223,23 @@ def test_a_threads_read_steps_through_its_own_messages_not_the_channels(
     assert steps() == alone
 
 
+def test_a_channels_newest_messages_are_read_in_the_order_its_index_keeps_them(
+    store: SqlConversationStore, engine: Engine, db_path: Path
+) -> None:
+    # Kept by (channel, posting time) alone, the messages of one posting time were sorted by ts as they were read:
+    # each row of the newest read took a sort of its own, and so did the search index's trigger at each insert.
+    store.save_messages([msg(second, f"top {second}") for second in range(40)])
+    with engine.connect() as connection:
+        newest = connection.exec_driver_sql(
+            "EXPLAIN QUERY PLAN SELECT ts, text FROM messages WHERE channel_id = 'C1' AND posted_at > '0'"
+            " ORDER BY posted_at DESC, ts DESC LIMIT 30"
+        ).fetchall()
+    assert [step[-1] for step in newest] == [
+        "SEARCH messages USING INDEX ix_messages_channel_posted_at (channel_id=? AND posted_at>?)"
+    ]
+    assert texts(store.channel_messages("C1", 3, ts_to_datetime(ts(0)))) == ["top 37", "top 38", "top 39"]
+
+
 def test_limits_keep_the_newest_oldest_first(store: SqlConversationStore) -> None:
     for second in range(6):
         store.save_message(msg(second, f"top {second}"))

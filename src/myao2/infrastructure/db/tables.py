@@ -88,7 +88,7 @@ class MessageRow(SQLModel, table=True):
     __table_args__ = (
         UniqueConstraint("channel_id", "ts", name="uq_messages_channel_ts"),
         Index("ix_messages_thread", "channel_id", "thread_ts", "ts"),
-        Index("ix_messages_channel_posted_at", "channel_id", "posted_at"),
+        Index("ix_messages_channel_posted_at", "channel_id", "posted_at", "ts"),
     )
 
     id: int | None = Field(default=None, primary_key=True)
