@@ -535,6 +535,26 @@ async def test_a_question_answered_in_its_thread_while_judged_is_not_joined(worl
     assert await world.check(after=WAIT) == (1 if answerer == "UBOB" else 0), "only Bob's reply waits for an answer"
 
 
+async def test_a_channel_shared_outside_while_judged_is_joined_only_with_what_is_read_there_now(world: World) -> None:
+    # The judgment's context was read for the workspace's members (workspace memos, memory): shared meanwhile, the
+    # channel's people of another organisation must not get a reply written from it, nor tools reading as before.
+    world.say("does anyone know a good ramen place?")
+    decide = world.judge.decide
+
+    def shared_meanwhile(context: PromptContext) -> Judgment:
+        world.store.set_channel_kind("C1", ChannelKind.SHARED)
+        return decide(context)
+
+    world.judge.decide = shared_meanwhile
+    assert await world.check(after=WAIT) == 1
+    assert world.writer.calls == [] and world.chat.posts == []
+
+    world.judge.decide = decide
+    assert await world.check(after=WAIT) == 1, "judged afresh"
+    [(context, origin)] = world.writer.calls
+    assert context.channel.kind is ChannelKind.SHARED and origin.outside
+
+
 def restarted(world: World, **changes: Any) -> World:
     """The bot started again (or another replica taking over): a new responder over the same database."""
     return with_settings(world, **changes)
