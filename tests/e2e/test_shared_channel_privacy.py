@@ -18,6 +18,7 @@ from tests.fakes.slack_server import FakeSlack
 
 PARTNERS = "CPARTNERS"
 RANDOM = "CRANDOM"
+PARTNER_DM, ALICE_DM = "DPARTNER", "DALICE"
 CANARY = "canary"
 """Begins every piece of the workspace's text: none of it may reach a prompt in #partners."""
 
@@ -33,14 +34,9 @@ def responder(request: dict[str, Any]):  # type: ignore[no-untyped-def]
     return Text("Sure thing.")
 
 
-@pytest.mark.parametrize("private", [False, True], ids=["public", "private"])
-def test_a_mention_in_a_shared_channel_sends_the_model_nothing_of_the_workspace(
-    bot: BotProcess, slack: FakeSlack, llm, private: bool
-) -> None:
-    """A private channel shared outside too: its people of another organisation read it alike."""
-    slack.add_channel(PARTNERS, "partners", is_private=private, members=[ALICE, BOB])
-    slack.share_externally(PARTNERS)  # conversations.info: is_ext_shared
-    slack.add_channel(RANDOM, "random", members=[ALICE, BOB])
+def start_with_workspace_text(bot: BotProcess, slack: FakeSlack, llm) -> None:  # type: ignore[no-untyped-def]
+    """Start the bot and let it keep the workspace's text of each kind, every piece beginning with `CANARY`: a memo
+    noted in #general, a fact about Alice learnt there, the workspace memory."""
     llm.set_responder(responder)
     bot.settings["memory.update_interval_seconds"] = 0.5
     bot.start()
@@ -53,12 +49,28 @@ def test_a_mention_in_a_shared_channel_sends_the_model_nothing_of_the_workspace(
         what="the workspace memory",
     )
 
+
+def answering(llm, question: str) -> str:  # type: ignore[no-untyped-def]
+    """The text of the model's requests (the memory's aside) that answered `question`."""
+    answers = [r for r in llm.requests if not memory_model.is_memory_request(r)]
+    return "\n".join(prompt_text(r) for r in answers if question in prompt_text(r))
+
+
+@pytest.mark.parametrize("private", [False, True], ids=["public", "private"])
+def test_a_mention_in_a_shared_channel_sends_the_model_nothing_of_the_workspace(
+    bot: BotProcess, slack: FakeSlack, llm, private: bool
+) -> None:
+    """A private channel shared outside too: its people of another organisation read it alike."""
+    slack.add_channel(PARTNERS, "partners", is_private=private, members=[ALICE, BOB])
+    slack.share_externally(PARTNERS)  # conversations.info: is_ext_shared
+    slack.add_channel(RANDOM, "random", members=[ALICE, BOB])
+    start_with_workspace_text(bot, slack, llm)
+
     def prompt(channel: str, question: str) -> str:
         """The text of the requests that answered `question`, asked by Alice in `channel`."""
         ts = slack.post_message(channel, ALICE, f"<@{slack.bot_user_id}> {question}")
         slack.wait_for(lambda: replies_in(slack, ts), what=f"the reply in {channel}")
-        answers = [r for r in llm.requests if not memory_model.is_memory_request(r)]
-        return "\n".join(prompt_text(r) for r in answers if question in prompt_text(r))
+        return answering(llm, question)
 
     public = prompt(RANDOM, "what do you know about us?")
     for canary in ("canary-budget", "likes canary-tea", "I like canary-tea"):
@@ -67,4 +79,30 @@ def test_a_mention_in_a_shared_channel_sends_the_model_nothing_of_the_workspace(
     assert "what do you know about your company?" in shared
     assert CANARY not in shared
     assert bot.rows("SELECT kind FROM channels WHERE id = :id", id=PARTNERS) == [("shared",)]
+    assert bot.stop() == 0
+
+
+def test_a_dm_with_someone_of_another_organisation_sends_the_model_nothing_of_the_workspace(
+    bot: BotProcess, slack: FakeSlack, llm
+) -> None:
+    """conversations.info says `is_ext_shared` of the DM (Slack Connect): it stays a DM (answered without a mention,
+    not in a thread) read as a channel shared outside; an ordinary DM reads the workspace's text."""
+    slack.add_channel(PARTNER_DM, "partner", is_im=True, members=[ALICE], is_ext_shared=True)
+    slack.add_channel(ALICE_DM, "alice", is_im=True, members=[ALICE])
+    start_with_workspace_text(bot, slack, llm)
+
+    def prompt(channel: str, question: str) -> str:
+        """The text of the requests that answered `question`, said by Alice in DM `channel` (no mention)."""
+        slack.post_message(channel, ALICE, question)
+        slack.wait_for(lambda: any(p["channel"] == channel for p in slack.posted), what=f"the answer in {channel}")
+        return answering(llm, question)
+
+    ordinary = prompt(ALICE_DM, "what do you know about us?")
+    for canary in ("canary-budget", "likes canary-tea"):
+        assert canary in ordinary  # the workspace's memo and the fact about Alice learnt in #general
+    outside = prompt(PARTNER_DM, "what do you know about your company?")
+    assert "what do you know about your company?" in outside
+    assert CANARY not in outside
+    assert not any(p.get("thread_ts") for p in slack.posted if p["channel"] == PARTNER_DM)
+    assert bot.rows("SELECT kind FROM channels WHERE id = :id", id=PARTNER_DM) == [("im",)]
     assert bot.stop() == 0

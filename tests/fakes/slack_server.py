@@ -428,14 +428,16 @@ class FakeSlack(LoopbackServer):
         is_mpim: bool = False,
         members: tuple[str, ...] | list[str] = (),
         bot_member: bool = True,
+        is_ext_shared: bool = False,
     ) -> None:
-        """Create a conversation; the bot is a member unless ``bot_member=False``."""
+        """Create a conversation; the bot is a member unless ``bot_member=False``; ``is_ext_shared``: with people
+        of another organisation (a DM or group DM with them, Slack Connect)."""
         member_list = [m for m in members if m != self.bot_user_id]
         if bot_member:
             member_list.append(self.bot_user_id)
         with self._lock:
             self._channels[channel_id] = _Channel(
-                channel_id, name, is_private, is_im, is_mpim, member_list, int(time.time())
+                channel_id, name, is_private, is_im, is_mpim, member_list, int(time.time()), is_ext_shared=is_ext_shared
             )
 
     # ------------------------------------------------------------------ driving

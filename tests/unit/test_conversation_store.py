@@ -335,6 +335,19 @@ def test_channels_are_upserted(store: SqlConversationStore) -> None:
     assert store.get_channel("D1") == Channel("D1", "alice", ChannelKind.IM)
 
 
+def test_a_dm_with_people_of_another_organisation_is_stored_so(store: SqlConversationStore) -> None:
+    store.save_channel(Channel("D1", "alice", ChannelKind.IM, ext_shared=True))
+    store.save_channel(Channel("G1", "mpdm-alice--bob", ChannelKind.MPIM, ext_shared=True))
+    store.save_channel(Channel("D2", "bob", ChannelKind.IM))
+
+    assert store.get_channel("D1") == Channel("D1", "alice", ChannelKind.IM, ext_shared=True)
+    assert [c for c in store.channels() if c.ext_shared] == [
+        Channel("D1", "alice", ChannelKind.IM, ext_shared=True),
+        Channel("G1", "mpdm-alice--bob", ChannelKind.MPIM, ext_shared=True),
+    ]
+    assert store.get_channel("D2") == Channel("D2", "bob", ChannelKind.IM)
+
+
 def test_people_are_upserted(store: SqlConversationStore) -> None:
     assert store.people() == {}
 

@@ -218,3 +218,21 @@ def test_an_mcp_client_for_a_shared_channel_writes_as_the_bots_tools_there_knowi
     assert gone == never.replace("canary-never", "canary-gone")
     failed, renamed = call(shared, scope, "edit_memo", {"memo_name": "partners-memo", "new_name": "canary-rule"})
     assert not failed and renamed["name"] == "canary-rule"
+
+
+def test_a_dm_with_people_of_another_organisation_is_read_as_outside_and_shows_nothing_of_the_workspace(
+    shared: Application,
+) -> None:
+    """A DM or group DM with someone of another organisation (Slack Connect) keeps its kind and reads as a channel
+    shared outside does; an ordinary DM reads the workspace's."""
+    outside = Channel("DPARTNER", "partner", ChannelKind.IM, ext_shared=True)
+    group = Channel("GPARTNERS", "mpdm-partners", ChannelKind.MPIM, ext_shared=True)
+    ordinary = Channel("DALICE", "alice", ChannelKind.IM)
+    for channel in (outside, group, ordinary):
+        shared.conversations.save_channel(channel)
+
+    assert Reader.of(outside.id, outside).outside and Reader.of(group.id, group).outside
+    assert not Reader.of(ordinary.id, ordinary).outside
+    assert WORKSPACE_TEXT not in prompt_of(shared, shared.conversations.get_channel(outside.id))
+    assert WORKSPACE_TEXT not in prompt_of(shared, shared.conversations.get_channel(group.id))
+    assert "canary-memo" in prompt_of(shared, shared.conversations.get_channel(ordinary.id))

@@ -353,6 +353,21 @@ async def test_a_channel_shared_outside_is_never_the_workspaces(fake: FakeSlack,
     assert await gateway.channel("C8") == Channel("C8", "left-behind", is_member=False)
 
 
+async def test_a_dm_with_people_of_another_organisation_stays_a_dm_read_by_them(
+    fake: FakeSlack, gateway: SlackGateway
+) -> None:
+    fake.add_channel("D7", "dm-partner", is_im=True, members=["U1"], is_ext_shared=True)
+    fake.add_channel("G7", "mpdm-partners", is_mpim=True, members=["U1", "U2"], is_ext_shared=True)
+    fake.add_channel("D8", "dm-colleague", is_im=True, members=["U1"])
+
+    dm, group = await gateway.channel("D7"), await gateway.channel("G7")
+    assert (dm.kind, dm.ext_shared) == (ChannelKind.IM, True)
+    assert (group.kind, group.ext_shared) == (ChannelKind.MPIM, True)
+    assert not (await gateway.channel("D8")).ext_shared
+    listed = {c.id: c.ext_shared for c in await gateway.member_channels()}
+    assert (listed["D7"], listed["G7"], listed["D8"]) == (True, True, False)
+
+
 @pytest.fixture
 def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(gateway_module, "RETRY_DELAYS", (0.05, 0.05, 0.05))

@@ -7,7 +7,7 @@ import sqlite3
 
 import pytest
 
-from myao2.domain.conversation import clean_text
+from myao2.domain.conversation import ChannelKind, clean_text
 from myao2.infrastructure.slack import translate
 
 LONE = json.loads('"a\\ud800b\\udfffc"')  # what a JSON payload with lone surrogates decodes to
@@ -56,3 +56,15 @@ def test_people_channels_and_posted_names_are_cleaned_too() -> None:
     assert person.display_name == "Al\ufffdice"
     assert channel.name == "gen\ufffdeneral"
     assert translate.posted_name({"username": "bot\ud800"}) == "bot\ufffd"
+
+
+def test_a_dm_or_group_dm_with_people_of_another_organisation_keeps_its_kind_and_says_so() -> None:
+    dm = translate.to_channel({"id": "D1", "is_im": True, "user": "U9", "is_ext_shared": True})
+    pending = translate.to_channel({"id": "G1", "is_mpim": True, "name": "mpdm-a--b", "is_pending_ext_shared": True})
+    ordinary = translate.to_channel({"id": "D2", "is_im": True, "user": "U1", "is_ext_shared": False})
+    shared = translate.to_channel({"id": "C1", "name": "partners", "is_ext_shared": True})
+
+    assert (dm.kind, dm.ext_shared) == (ChannelKind.IM, True)
+    assert (pending.kind, pending.ext_shared) == (ChannelKind.MPIM, True)
+    assert not ordinary.ext_shared
+    assert (shared.kind, shared.ext_shared) == (ChannelKind.SHARED, False)  # its kind says it

@@ -68,13 +68,15 @@ class ChannelKind(str, Enum):
 @dataclass(frozen=True)
 class Channel:
     """A Slack conversation; `is_member` is False once the bot has left it or been removed, `deleted` once Slack
-    said it deleted it."""
+    said it deleted it. `ext_shared`: a DM or group DM with people of another organisation (Slack Connect), who
+    read it as they read a `ChannelKind.SHARED` channel."""
 
     id: str
     name: str
     kind: ChannelKind = ChannelKind.PUBLIC
     is_member: bool = True
     deleted: bool = False
+    ext_shared: bool = False
 
     @property
     def is_private(self) -> bool:

@@ -64,8 +64,10 @@ class Reader:
     @classmethod
     def of(cls, conversation_id: str, stored: Channel | None) -> Reader:
         """Conversation `conversation_id` as a reader, `stored` it as the conversation store keeps it (None: never
-        stored, read as a conversation of the workspace's members)."""
-        return cls(conversation_id, stored is not None and stored.kind is ChannelKind.SHARED)
+        stored, read as a conversation of the workspace's members): outside for a channel shared outside the
+        workspace and for a DM or group DM with people of another organisation (`Channel.ext_shared`)."""
+        outside = stored is not None and (stored.kind is ChannelKind.SHARED or stored.ext_shared)
+        return cls(conversation_id, outside)
 
 
 WORKSPACE_VIEW = Reader("")

@@ -360,7 +360,12 @@ class SqlConversationStore:
     def save_channel(self, channel: Channel, as_of: datetime | None = None) -> None:
         now = self._clock.now()
         # Stamped as of when Slack said it: what was stored since (a kind an event set, a newer lookup) stands.
-        values = {"name": channel.name, "kind": channel.kind.value, "updated_at": now if as_of is None else as_of}
+        values = {
+            "name": channel.name,
+            "kind": channel.kind.value,
+            "ext_shared": channel.ext_shared,
+            "updated_at": now if as_of is None else as_of,
+        }
         if not self._insert(ChannelRow, {"id": channel.id, **values, "left_at": None if channel.is_member else now}):
             older = [] if as_of is None else [col(ChannelRow.updated_at) < as_of]
             self._update(ChannelRow, [ChannelRow.id == channel.id, *older], values)
@@ -647,7 +652,7 @@ _MESSAGE = (
 _CHANNELS, _CLAIMS = ChannelRow.__table__, ClaimRow.__table__  # type: ignore[attr-defined]
 _ONE_CHANNEL = core_select(_CHANNELS).where(_CHANNELS.c.id == bindparam("channel"))
 _ALL_CHANNELS = core_select(
-    _CHANNELS.c.id, _CHANNELS.c.name, _CHANNELS.c.kind, _CHANNELS.c.left_at, _CHANNELS.c.deleted_at
+    _CHANNELS.c.id, _CHANNELS.c.name, _CHANNELS.c.kind, _CHANNELS.c.left_at, _CHANNELS.c.deleted_at, _CHANNELS.c.ext_shared
 )
 _THIS_CLAIM = (_CLAIMS.c.channel_id == bindparam("claim_channel"), _CLAIMS.c.ts == bindparam("claim_ts"))
 _HELD_HERE = (*_THIS_CLAIM, _CLAIMS.c.holder.is_not_distinct_from(bindparam("claim_holder", type_=_CLAIMS.c.holder.type)))
@@ -880,6 +885,7 @@ def _to_channel(row: Any) -> Channel:
         kind=ChannelKind(row.kind),
         is_member=row.left_at is None,
         deleted=row.deleted_at is not None,
+        ext_shared=row.ext_shared,
     )
 
 

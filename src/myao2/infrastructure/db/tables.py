@@ -72,6 +72,8 @@ class ChannelRow(SQLModel, table=True):
     updated_at: datetime = Field(sa_column=Column(UTCDateTime, nullable=False))
     left_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime, nullable=True))
     deleted_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime, nullable=True))
+    ext_shared: bool = Field(default=False, sa_column=Column(Boolean, nullable=False, server_default=false()))
+    """A DM or group DM with people of another organisation (`Channel.ext_shared`)."""
 
 
 class PersonRow(SQLModel, table=True):

@@ -78,20 +78,27 @@ def to_channel(info: dict[str, Any]) -> Channel:
 
     A channel shared with another organisation (`is_ext_shared`, or still pending as
     `is_pending_ext_shared`), public or private, is `SHARED`: people of another
-    organisation read it.
+    organisation read it. A DM or group DM with them stays one, `ext_shared`.
     """
+    ext_shared = bool(info.get("is_ext_shared") or info.get("is_pending_ext_shared"))
     if info.get("is_im"):
         kind = ChannelKind.IM
     elif info.get("is_mpim"):
         kind = ChannelKind.MPIM
-    elif info.get("is_ext_shared") or info.get("is_pending_ext_shared"):
+    elif ext_shared:
         kind = ChannelKind.SHARED
     elif info.get("is_private") or info.get("is_group"):
         kind = ChannelKind.PRIVATE
     else:
         kind = ChannelKind.PUBLIC
     name = info.get("name") or info.get("user") or info["id"]
-    return Channel(id=info["id"], name=clean_text(name), kind=kind, is_member=info.get("is_member", True) is not False)
+    return Channel(
+        id=info["id"],
+        name=clean_text(name),
+        kind=kind,
+        is_member=info.get("is_member", True) is not False,
+        ext_shared=ext_shared and kind in (ChannelKind.IM, ChannelKind.MPIM),
+    )
 
 
 def to_person(user: dict[str, Any]) -> Person:
