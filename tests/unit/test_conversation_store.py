@@ -348,6 +348,18 @@ def test_a_dm_with_people_of_another_organisation_is_stored_so(store: SqlConvers
     assert store.get_channel("D2") == Channel("D2", "bob", ChannelKind.IM)
 
 
+def test_a_dm_with_people_of_another_organisation_stays_so_when_a_listing_does_not_say_it(
+    store: SqlConversationStore, clock: ManualClock
+) -> None:
+    """Its people never change: a users.conversations item without `is_ext_shared` (Slack lists a DM with few
+    fields) clears nothing conversations.info said."""
+    store.save_channel(Channel("D1", "alice", ChannelKind.IM, ext_shared=True))
+    clock.advance(1)
+    store.save_channel(Channel("D1", "Alice", ChannelKind.IM), as_of=clock.now())
+
+    assert store.get_channel("D1") == Channel("D1", "Alice", ChannelKind.IM, ext_shared=True)
+
+
 def test_people_are_upserted(store: SqlConversationStore) -> None:
     assert store.people() == {}
 

@@ -360,14 +360,14 @@ class SqlConversationStore:
     def save_channel(self, channel: Channel, as_of: datetime | None = None) -> None:
         now = self._clock.now()
         # Stamped as of when Slack said it: what was stored since (a kind an event set, a newer lookup) stands.
-        values = {
-            "name": channel.name,
-            "kind": channel.kind.value,
-            "ext_shared": channel.ext_shared,
-            "updated_at": now if as_of is None else as_of,
-        }
-        if not self._insert(ChannelRow, {"id": channel.id, **values, "left_at": None if channel.is_member else now}):
+        values = {"name": channel.name, "kind": channel.kind.value, "updated_at": now if as_of is None else as_of}
+        row = {"id": channel.id, **values, "ext_shared": channel.ext_shared, "left_at": None if channel.is_member else now}
+        if not self._insert(ChannelRow, row):
             older = [] if as_of is None else [col(ChannelRow.updated_at) < as_of]
+            # A DM's people never change: once with people of another organisation, it stays so (Slack's listing
+            # of a DM may not say it).
+            if channel.ext_shared:
+                values["ext_shared"] = True
             self._update(ChannelRow, [ChannelRow.id == channel.id, *older], values)
             if channel.is_member:
                 newer = [] if as_of is None else [col(ChannelRow.left_at) < as_of]
