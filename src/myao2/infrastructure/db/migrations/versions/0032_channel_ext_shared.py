@@ -1,7 +1,9 @@
 """A channel records whether it is a DM or group DM with people of another organisation (Slack Connect): such a
 DM was stored as an ordinary one, and its prompts, memo tools and searches read the workspace's text.
 
-A DM stored before this revision counts as an ordinary one until the history sync reads it from Slack again.
+A DM stored before this revision counts as an ordinary one until Slack says otherwise of it: the history sync's
+listing (users.conversations), if it carries is_ext_shared for DMs, or conversations.info, which the bot asks only of
+a conversation it has not stored.
 
 Revision ID: 0032
 """
