@@ -104,10 +104,11 @@ class NotebookTools:
         self._notebook = Notebook(app.memos, Actor.MCP, allow_pinned=scope.allow_pinned)
 
     def list(self, tag: str | None, min_priority: int, removed: bool, offset: int, limit: int) -> dict[str, Any]:
+        reader = self._reader()
         page = self._app.memos.list(
-            self._reader, tag=tag, min_priority=min_priority, removed=removed, offset=offset, limit=limit
+            reader, tag=tag, min_priority=min_priority, removed=removed, offset=offset, limit=limit
         )
-        pinned = self._pinned()
+        pinned = self._pinned(reader)
         return {
             "memos": [self._summary(memo, pinned) for memo in page.memos],
             "offset": page.offset,
@@ -115,52 +116,57 @@ class NotebookTools:
         }
 
     def get(self, name: str) -> dict[str, Any]:
-        memo = self._seen(name)
-        return self._data(memo, self._pinned())
+        reader = self._reader()
+        return self._data(self._seen(name, reader), self._pinned(reader))
 
     def markdown(self, name: str) -> str:
         """The memo as `myao2 memo export` writes it."""
-        memo = self._seen(name)
-        return render_memo(memo, pinned=memo.name in self._pinned())
+        reader = self._reader()
+        memo = self._seen(name, reader)
+        return render_memo(memo, pinned=memo.name in self._pinned(reader))
 
     def names(self) -> list[str]:
-        return [memo.name for memo in self._app.memos.list(self._reader).memos]
+        return [memo.name for memo in self._app.memos.list(self._reader()).memos]
 
     def search(self, query: str, limit: int) -> dict[str, Any]:
+        reader = self._reader()
         try:
-            hits = self._app.search.memos(query, self._reader.conversation_id, None, limit)
+            hits = self._app.search.memos(query, reader.conversation_id, None, limit)
         except SearchError as exc:
             raise ToolRefusal(f"the search was refused ({exc.code})") from None
-        pinned = self._pinned()
+        pinned = self._pinned(reader)
         return {"memos": [{**self._summary(hit.memo, pinned), "score": round(hit.score, 4)} for hit in hits]}
 
     def tags(self) -> dict[str, Any]:
-        usages = self._app.memos.tags(self._reader)
+        usages = self._app.memos.tags(self._reader())
         return {"tags": [{"tag": u.tag, "count": u.count, "last_updated": u.last_updated.isoformat()} for u in usages]}
 
     def add(self, name: str, content: str, priority: int, tags: list[str] | None, detail: str | None) -> dict[str, Any]:
-        memo = self._notebook.add(name, content, priority, tags, detail, audience=self._scope.audience, reader=self._reader)
-        return self._data(memo, self._pinned())
+        reader = self._reader()
+        memo = self._notebook.add(name, content, priority, tags, detail, audience=self._scope.audience, reader=reader)
+        return self._data(memo, self._pinned(reader))
 
     def edit(self, name: str, **changes: Any) -> dict[str, Any]:
-        seen = self._writable(name)
-        memo = self._notebook.edit(seen.name, audience=seen.audience, reader=self._reader, **changes)
-        return self._data(memo, self._pinned())
+        reader = self._reader()
+        seen = self._writable(name, reader)
+        memo = self._notebook.edit(seen.name, audience=seen.audience, reader=reader, **changes)
+        return self._data(memo, self._pinned(reader))
 
     def remove(self, name: str) -> dict[str, Any]:
-        seen = self._writable(name)
+        seen = self._writable(name, self._reader())
         memo = self._notebook.remove(seen.name, audience=seen.audience)
         return {"removed": memo.name, "revision": memo.revision}
 
     def restore(self, name: str) -> dict[str, Any]:
         """The removed memo `name` means for this client, refused (`wider_audience`) as `_writable` refuses a change."""
-        memo = self._notebook.restore(lookup_name(name), reader=self._reader, writer=self._scope.writer)
-        return self._data(memo, self._pinned())
+        reader = self._reader()
+        memo = self._notebook.restore(lookup_name(name), reader=reader, writer=self._scope.writer)
+        return self._data(memo, self._pinned(reader))
 
     def history(self, name: str) -> dict[str, Any]:
         name = lookup_name(name)
-        reader = self._reader
-        revisions = self._nearest(lambda audience: self._app.memos.history(name, audience=audience, reader=reader))
+        reader = self._reader()
+        revisions = self._nearest(reader, lambda audience: self._app.memos.history(name, audience=audience, reader=reader))
         return {"revisions": [_revision(r) for r in revisions]}
 
     async def preview(self, role: str, channel: str, thread: str | None, as_user: str | None) -> dict[str, Any]:
@@ -168,34 +174,33 @@ class NotebookTools:
             raise ToolRefusal("the bot had not connected to Slack with this database when this server started")
         try:
             shown = await Previewer(self._app, self._bot).preview(
-                role, channel, thread, as_user, self._reader
+                role, channel, thread, as_user, self._reader()
             )
         except PreviewError as exc:
             raise ToolRefusal(str(exc)) from None
         return _printable(shown.to_json())
 
-    @property
     def _reader(self) -> Reader:
-        """What this client reads, its conversation as stored now (`Scope.reader`)."""
+        """What this client reads, its conversation as stored now (`Scope.reader`): looked up once per tool call."""
         return self._scope.reader(self._app.conversations)
 
-    def _seen(self, name: str) -> Memo:
-        """The live memo `name` means for this client (a name no memo could bear: an unknown memo)."""
-        return self._app.memos.get(lookup_name(name), self._reader)
+    def _seen(self, name: str, reader: Reader) -> Memo:
+        """The live memo `name` means for this client, as `reader` (a name no memo could bear: an unknown memo)."""
+        return self._app.memos.get(lookup_name(name), reader)
 
-    def _writable(self, name: str) -> Memo:
-        """The live memo `name` means for this client, refused (`wider_audience`) if this client may not change it,
-        as the bot's tools in its conversation may not."""
-        seen = self._seen(name)
+    def _writable(self, name: str, reader: Reader) -> Memo:
+        """The live memo `name` means for this client, as `reader`, refused (`wider_audience`) if this client may not
+        change it, as the bot's tools in its conversation may not."""
+        seen = self._seen(name, reader)
         if not can_write(self._scope.writer, seen.audience):
             raise MemoError("wider_audience", name=seen.name)
         return seen
 
-    def _nearest(self, work: Callable[[Audience], T]) -> T:
+    def _nearest(self, reader: Reader, work: Callable[[Audience], T]) -> T:
         """`work` for the nearest audience this client reads where it is not refused (as a name
         means a conversation's own memo before the workspace's); else the first refusal."""
         refusal: MemoError | None = None
-        for audience in readable_audiences(self._reader):
+        for audience in readable_audiences(reader):
             try:
                 return work(audience)
             except MemoError as exc:
@@ -203,8 +208,8 @@ class NotebookTools:
         assert refusal is not None
         raise refusal
 
-    def _pinned(self) -> set[str]:
-        return {memo.name for memo in self._app.memos.pinned(self._reader)}
+    def _pinned(self, reader: Reader) -> set[str]:
+        return {memo.name for memo in self._app.memos.pinned(reader)}
 
     @staticmethod
     def _summary(memo: Memo, pinned: set[str]) -> dict[str, Any]:
