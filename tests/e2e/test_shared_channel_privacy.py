@@ -19,6 +19,8 @@ from tests.fakes.slack_server import FakeSlack
 PARTNERS = "CPARTNERS"
 RANDOM = "CRANDOM"
 PARTNER_DM, ALICE_DM = "DPARTNER", "DALICE"
+PAT, PAT_DM, GROUP_DM = "UPAT", "DPAT", "GALICEPAT"
+"""Pat is of another organisation (another team), in a DM and a group DM Slack does not say are shared."""
 CANARY = "canary"
 """Begins every piece of the workspace's text: none of it may reach a prompt in #partners."""
 
@@ -105,4 +107,35 @@ def test_a_dm_with_someone_of_another_organisation_sends_the_model_nothing_of_th
     assert CANARY not in outside
     assert not any(p.get("thread_ts") for p in slack.posted if p["channel"] == PARTNER_DM)
     assert bot.rows("SELECT kind FROM channels WHERE id = :id", id=PARTNER_DM) == [("im",)]
+    assert bot.stop() == 0
+
+
+def test_a_dm_or_group_dm_with_someone_of_another_team_sends_the_model_nothing_of_the_workspace(
+    bot: BotProcess, slack: FakeSlack, llm
+) -> None:
+    """Slack does not say `is_ext_shared` of these conversations here: the other person's team (users.info), not the
+    bot's, tells that people of another organisation read them; an ordinary DM reads the workspace's text."""
+    slack.add_user(PAT, "pat", display_name="Pat", team_id="TPARTNER")
+    slack.add_channel(PAT_DM, "pat", is_im=True, members=[PAT])
+    slack.add_channel(GROUP_DM, "mpdm-alice--pat", is_mpim=True, members=[ALICE, PAT])
+    slack.add_channel(ALICE_DM, "alice", is_im=True, members=[ALICE])
+    start_with_workspace_text(bot, slack, llm)
+
+    def prompt(channel: str, author: str, question: str, mention: str = "") -> str:
+        """The text of the requests that answered `question`, said by `author` in `channel` after `mention`."""
+        slack.post_message(channel, author, mention + question)
+        slack.wait_for(lambda: any(p["channel"] == channel for p in slack.posted), what=f"the answer in {channel}")
+        return answering(llm, question)
+
+    ordinary = prompt(ALICE_DM, ALICE, "what do you know about us?")
+    for canary in ("canary-budget", "likes canary-tea"):
+        assert canary in ordinary  # the workspace's memo and the fact about Alice learnt in #general
+    outside = prompt(PAT_DM, PAT, "what do you know about your company?")
+    assert "what do you know about your company?" in outside
+    assert CANARY not in outside
+    group = prompt(GROUP_DM, ALICE, "what do you know about me?", mention=f"<@{slack.bot_user_id}> ")
+    assert "what do you know about me?" in group
+    assert CANARY not in group
+    stored = "SELECT id, kind, ext_shared FROM channels WHERE id IN (:dm, :group) ORDER BY id"
+    assert bot.rows(stored, dm=PAT_DM, group=GROUP_DM) == [(PAT_DM, "im", True), (GROUP_DM, "mpim", True)]
     assert bot.stop() == 0

@@ -225,6 +225,7 @@ class FakeSlack(LoopbackServer):
         bot_user_id: str = "UBOT",
         bot_id: str = "BBOT",
         team_id: str = "T1",
+        enterprise_id: str | None = None,
         ack_timeout: float | None = 3.0,
         port: int = 0,
         app_id: str = "A1",
@@ -232,7 +233,8 @@ class FakeSlack(LoopbackServer):
         append_min_interval: float | None = None,
         spread_events: bool = False,
     ) -> None:
-        """Configure the workspace; ``ack_timeout=None`` disables redelivery.
+        """Configure the workspace (of Enterprise Grid organisation ``enterprise_id``, if given); ``ack_timeout=None``
+        disables redelivery.
 
         ``spread_events``: deliver each event to the next open connection in turn
         instead of the newest one.
@@ -246,6 +248,7 @@ class FakeSlack(LoopbackServer):
         self.bot_user_id = bot_user_id
         self.bot_id = bot_id
         self.team_id = team_id
+        self.enterprise_id = enterprise_id
         self.app_id = app_id
         self.bot_name = bot_name
         self.ack_timeout = ack_timeout
@@ -401,21 +404,29 @@ class FakeSlack(LoopbackServer):
         real_name: str | None = None,
         is_bot: bool = False,
         bot_id: str | None = None,
+        team_id: str | None = None,
+        enterprise_id: str | None = None,
     ) -> None:
-        """Register a user returned by users.info."""
+        """Register a user returned by users.info; ``team_id``: the workspace they belong to (another one's: a
+        person of another organisation, Slack Connect), ``enterprise_id``: the Enterprise Grid organisation of
+        that workspace, if any (by default, the fake's own for a user of its workspace)."""
         real = real_name if real_name is not None else name
+        team = team_id or self.team_id
+        enterprise_id = enterprise_id or (None if team_id else self.enterprise_id)
         user = {
             "id": user_id,
-            "team_id": self.team_id,
+            "team_id": team,
             "name": name,
             "real_name": real,
             "deleted": False,
             "is_bot": is_bot,
             "is_app_user": False,
-            "profile": {"display_name": display_name or "", "real_name": real, "team": self.team_id},
+            "profile": {"display_name": display_name or "", "real_name": real, "team": team},
         }
         if bot_id:
             user["profile"]["bot_id"] = bot_id
+        if enterprise_id:
+            user["enterprise_user"] = {"id": user_id, "enterprise_id": enterprise_id, "teams": [team]}
         with self._lock:
             self._users[user_id] = user
 
@@ -744,6 +755,10 @@ class FakeSlack(LoopbackServer):
     def _bot_in(self, ch: _Channel) -> bool:
         return self.bot_user_id in ch.members
 
+    def _team_of(self, user: str) -> str:
+        """The workspace of `user`, as a message of theirs carries it (``team``)."""
+        return (self._users.get(user) or {}).get("team_id", self.team_id)
+
     def _next_ts(self, ts: str | None = None) -> str:
         if ts is not None:
             us = int(_ts_key(ts) * 1_000_000)
@@ -779,7 +794,7 @@ class FakeSlack(LoopbackServer):
             raise ValueError(f"duplicate ts {ts} in {ch.id}")
         msg: dict[str, Any] = {"type": "message", "user": user, "text": text, "ts": self._next_ts(ts)}
         msg.update(extra)
-        msg["team"] = self.team_id
+        msg["team"] = self._team_of(user)
         if root:
             msg["thread_ts"] = root
             msg["parent_user_id"] = self._find_message(ch, root)["user"]
@@ -851,7 +866,7 @@ class FakeSlack(LoopbackServer):
                 "user": msg["user"],
                 "text": msg["text"],
                 "ts": msg["ts"],
-                "team": self.team_id,
+                "team": self._team_of(msg["user"]),
                 "channel": ch.id,
                 "event_ts": msg["ts"],
             }
@@ -1179,7 +1194,7 @@ class FakeSlack(LoopbackServer):
             "user_id": self.bot_user_id,
             "bot_id": self.bot_id,
             "is_enterprise_install": False,
-        }
+        } | ({"enterprise_id": self.enterprise_id} if self.enterprise_id else {})
 
     def _api_connections_open(self, params: dict[str, Any]) -> dict[str, Any]:
         ticket = uuid.uuid4().hex

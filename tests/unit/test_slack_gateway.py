@@ -368,6 +368,41 @@ async def test_a_dm_with_people_of_another_organisation_stays_a_dm_read_by_them(
     assert (listed["D7"], listed["G7"], listed["D8"]) == (True, True, False)
 
 
+async def test_a_dm_with_someone_of_another_organisation_reads_as_one_whatever_the_conversation_says(
+    fake: FakeSlack, gateway: SlackGateway
+) -> None:
+    """Slack's conversation objects may not say `is_ext_shared` of a DM (a listing's item carries few fields): the
+    other person's team (users.info), not the bot's (auth.test), says it; in a group DM, any member's."""
+    fake.add_user("U9", "pat", team_id="TOTHER")
+    fake.add_channel("D9", "dm-partner", is_im=True, members=["U9"])
+    fake.add_channel("G9", "mpdm-alice--pat", is_mpim=True, members=["U1", "U9"])
+    fake.add_channel("G8", "mpdm-alice--bob", is_mpim=True, members=["U1", "U2"])
+    await gateway.auth()
+
+    assert (await gateway.channel("D9")).ext_shared
+    assert (await gateway.channel("G9")).ext_shared
+    assert not (await gateway.channel("G8")).ext_shared
+    assert not (await gateway.channel("D1")).ext_shared
+    listed = {c.id: c.ext_shared for c in await gateway.member_channels()}
+    assert (listed["D9"], listed["G9"], listed["G8"], listed["D1"]) == (True, True, False, False)
+    # A group DM's people never change: asked once.
+    assert sorted(c["channel"] for c in calls(fake, "conversations.members")) == ["G8", "G9"]
+
+
+async def test_people_of_one_enterprise_grid_organisation_are_of_the_same_one(fake: FakeSlack) -> None:
+    """In an Enterprise Grid organisation, someone of another of its workspaces (another team) is no outsider."""
+    with FakeSlack(team_id="T1", enterprise_id="E1") as grid:
+        grid.add_user("W2", "colleague", team_id="T2", enterprise_id="E1")
+        grid.add_user("W3", "partner", team_id="T3", enterprise_id="E9")
+        grid.add_channel("D2", "dm-colleague", is_im=True, members=["W2"])
+        grid.add_channel("D3", "dm-partner", is_im=True, members=["W3"])
+        gateway = SlackGateway(make_web_client(grid.bot_token, grid.base_url), ttl=60)
+        await gateway.auth()
+
+        assert not (await gateway.channel("D2")).ext_shared
+        assert (await gateway.channel("D3")).ext_shared
+
+
 @pytest.fixture
 def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(gateway_module, "RETRY_DELAYS", (0.05, 0.05, 0.05))

@@ -128,6 +128,13 @@ class SlackGateway:
         self._people: dict[str, tuple[float, Person]] = {}  # user id -> (expiry, person)
         self._lookups: dict[str, asyncio.Future[Person]] = {}
         self._bot_id: str | None = None
+        self._organisation: str | None = None
+        """The bot's organisation (`translate.bot_organisation`), once `auth` asked."""
+        self._organisations: dict[str, str | None] = {}
+        """Each person looked up, by user id: their organisation (`translate.organisation_of`)."""
+        self._groups_outside: dict[str, bool] = {}
+        """Each group DM asked about, by id: whether someone of another organisation is in it (its people never
+        change)."""
 
     async def auth(self) -> BotIdentity:
         """Who the bot is (auth.test); raises `SlackAuthError` when the token is refused."""
@@ -139,6 +146,7 @@ class SlackGateway:
                 raise SlackAuthError(_auth_help(error)) from None
             raise
         self._bot_id = response.get("bot_id")
+        self._organisation = translate.bot_organisation(response.data)
         return BotIdentity(
             user_id=response["user_id"], bot_id=self._bot_id, team_id=response.get("team_id")
         )
@@ -390,6 +398,7 @@ class SlackGateway:
         try:
             response = await retrying("users.info", lambda: self._client.users_info(user=user_id))
             person = translate.to_person(response["user"])
+            self._organisations[user_id] = translate.organisation_of(response["user"])
         except SlackApiError as exc:
             if error_code(exc) != "user_not_found":
                 raise
@@ -398,11 +407,37 @@ class SlackGateway:
         return person
 
     async def _to_channel(self, info: dict[str, Any]) -> Channel:
+        """`translate.to_channel`, a DM named after the other person; a DM or group DM with someone of another
+        organisation is `ext_shared` whether or not `info` says it (a listing's item may carry few fields)."""
         channel = translate.to_channel(info)
         if channel.kind is ChannelKind.IM and info.get("user"):
             other = await self.person(info["user"])
-            channel = dataclasses.replace(channel, name=other.display_name)
+            outside = channel.ext_shared or self._of_another_organisation(other.user_id)
+            channel = dataclasses.replace(channel, name=other.display_name, ext_shared=outside)
+        elif channel.kind is ChannelKind.MPIM and not channel.ext_shared:
+            channel = dataclasses.replace(channel, ext_shared=await self._group_outside(channel.id))
         return channel
+
+    async def _group_outside(self, channel_id: str) -> bool:
+        """Whether someone of another organisation is in group DM `channel_id`: its members are asked once."""
+        if self._organisation is None:
+            return False
+        outside = self._groups_outside.get(channel_id)
+        if outside is None:
+            response = await retrying(
+                "conversations.members",
+                lambda: self._client.conversations_members(channel=channel_id, limit=PAGE_SIZE),
+            )
+            members = [user_id async for page in pages(response) for user_id in page["members"]]
+            await asyncio.gather(*map(self.person, members))
+            outside = self._groups_outside[channel_id] = any(map(self._of_another_organisation, members))
+        return outside
+
+    def _of_another_organisation(self, user_id: str) -> bool:
+        """Whether person `user_id` (looked up) is of an organisation other than the bot's; not when either is
+        unknown (`auth` not asked, or Slack did not find the person)."""
+        theirs = self._organisations.get(user_id)
+        return None not in (theirs, self._organisation) and theirs != self._organisation
 
 
 async def retrying(

@@ -101,6 +101,19 @@ def to_channel(info: dict[str, Any]) -> Channel:
     )
 
 
+def organisation_of(user: dict[str, Any]) -> str | None:
+    """The organisation of a `users.info` user: their Enterprise Grid organisation, else their workspace (team).
+
+    Slack tells someone of another organisation (Slack Connect) only by this: it differs from the bot's
+    (`bot_organisation`); the workspaces of one Enterprise Grid organisation share its id."""
+    return (user.get("enterprise_user") or {}).get("enterprise_id") or user.get("team_id")
+
+
+def bot_organisation(auth: dict[str, Any]) -> str | None:
+    """The bot's organisation, from its `auth.test` answer (as `organisation_of`)."""
+    return auth.get("enterprise_id") or auth.get("team_id")
+
+
 def to_person(user: dict[str, Any]) -> Person:
     """A person from a `users.info` user: display name, else real name, else user name."""
     profile = user.get("profile") or {}

@@ -1,9 +1,10 @@
 """A channel records whether it is a DM or group DM with people of another organisation (Slack Connect): such a
 DM was stored as an ordinary one, and its prompts, memo tools and searches read the workspace's text.
 
-A DM stored before this revision counts as an ordinary one until Slack says otherwise of it: the history sync's
-listing (users.conversations), if it carries is_ext_shared for DMs, or conversations.info, which the bot asks only of
-a conversation it has not stored.
+A DM stored before this revision counts as an ordinary one until the bot reads it from Slack again: at the history
+sync run at start-up (users.conversations), or at the first message there since the start (conversations.info),
+whichever comes first; either tells it by is_ext_shared or by its people's organisation (users.info's team_id, not
+the bot's; a group DM's people from conversations.members).
 
 Revision ID: 0032
 """
