@@ -268,6 +268,37 @@ async def test_memo_tasks_show_and_complete(fake, publisher_for):
     assert published.text == "Noting it. Done!"
 
 
+async def test_a_task_running_when_the_model_fails_ends_marked_failed_not_spinning(fake, publisher_for):
+    parent = fake.post_message("C1", "U1", "look it up <@UBOT>")
+    reply = events(TextDelta("Looking."), ToolStarted("c1", "get_memo", "Read memo: bob"), ModelUnavailable("boom"),
+                   pause=SLOWLY)
+
+    await publisher_for().publish(GENERAL, parent, "U1", reply, APOLOGY)
+
+    [stream] = fake.streams
+    assert not stream["streaming"] and stream["tasks"]["c1"]["status"] == "error"
+
+
+async def test_a_task_running_when_the_bot_stops_ends_marked_failed_not_spinning(fake, publisher_for):
+    parent = fake.post_message("C1", "U1", "look it up <@UBOT>")
+
+    async def slow_tool() -> AsyncIterator[ReplyEvent]:
+        yield TextDelta("Looking.")
+        yield ToolStarted("c1", "get_memo", "Read memo: bob")
+        await asyncio.Event().wait()  # the tool never returns
+        yield ReplyDone("unreachable")  # pragma: no cover
+
+    task = asyncio.ensure_future(publisher_for().publish(GENERAL, parent, "U1", slow_tool(), APOLOGY))
+    await fake.async_wait_for(lambda: fake.streams and "c1" in fake.streams[0]["tasks"], 10, "the task shown")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+    [stream] = fake.streams
+    assert not stream["streaming"] and stream["tasks"]["c1"]["status"] == "error"
+    assert fake.messages("C1")[-1]["text"] == f"Looking.\n\n{APOLOGY}"
+
+
 async def test_tasks_are_not_shown_when_turned_off(fake, publisher_for):
     parent = fake.post_message("C1", "U1", "remember <@UBOT>")
     reply = events(

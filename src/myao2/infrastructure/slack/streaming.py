@@ -143,11 +143,18 @@ class SlackReplyPublisher:
         return await self._end(channel_id, ts, ending or f"\n\n{apology}", answering, left_open)
 
     async def _end(
-        self, channel_id: str, ts: str, tail: str, answering: str | None, left_open: LeftOpen | None
+        self,
+        channel_id: str,
+        ts: str,
+        tail: str,
+        answering: str | None,
+        left_open: LeftOpen | None,
+        tasks: list[dict[str, Any]] | None = None,
     ) -> str | None:
         """Stop stream `ts`, left unfinished, with `tail`, marked as the answer to `answering`: the one way an
         unfinished stream is stopped, by the attempt cut short as the bot stops (`_Stream`) or by the next one
-        (`finish`). Its whole text as Slack tells it; None when `ts` is no open stream; a passing failure raises.
+        (`finish`). `tasks` go with the stop (the tasks it shows still running, marked failed). Its whole text as
+        Slack tells it; None when `ts` is no open stream; a passing failure raises.
 
         A tail longer than one call takes is appended in pieces first, so the stop itself is never refused for it.
         Should a call fail for a passing reason, `left_open` is told what the stream surely lacks of the tail, for
@@ -160,7 +167,7 @@ class SlackReplyPublisher:
             response = await self._client.chat_stopStream(
                 channel=channel_id,
                 ts=ts,
-                chunks=[_markdown(tail)],
+                chunks=[_markdown(tail), *(tasks or [])],
                 metadata=answer_metadata(answering) if answering else None,
             )
         except CALL_FAILURES as exc:
@@ -222,7 +229,7 @@ class _Stream:
         self._since = 0.0  # when the oldest buffered text came
         self._hold: asyncio.TimerHandle | None = None  # the first words' hold, once they came
         self._starting: asyncio.Task[bool] | None = None  # the stream starting with them as their hold ended
-        self._tasks: dict[str, str] = {}  # call id -> title, for the tasks shown
+        self._tasks: dict[str, str] = {}  # call id -> title, for the tasks shown and not finished yet
         self._broken = False  # the stream stopped taking text (e.g. expired), or its stop failed: chat.update ends it
         self._ending: str | None = None  # its whole text, once its end is sent (`_stop`): see `run`
         self._following = False  # what the message lost was posted after it (`_follow`), perhaps unheard
@@ -291,7 +298,9 @@ class _Stream:
         assert self._ts is not None
         tail = self._buffer + apology_tail(self._written, apology)
         try:
-            await self._owner._end(self._channel.id, self._ts, tail, self._answering, self._left_open)
+            await self._owner._end(
+                self._channel.id, self._ts, tail, self._answering, self._left_open, self._unfinished_tasks()
+            )
         except Exception as exc:  # noqa: BLE001 - the attempt after the restart ends it
             logger.warning("could not end the reply %s as the bot stopped: %r", self._ts, exc)
 
@@ -365,7 +374,7 @@ class _Stream:
             return await self._send([_task(event.call_id, event.title, "in_progress")])
         if isinstance(event, ToolFinished) and event.call_id in self._tasks:
             status = "complete" if event.ok else "error"
-            return await self._send([_task(event.call_id, self._tasks[event.call_id], status)])
+            return await self._send([_task(event.call_id, self._tasks.pop(event.call_id), status)])
         return True
 
     async def _text(self, text: str) -> bool:
@@ -493,7 +502,9 @@ class _Stream:
         await self._send_pieces()  # the stream has started: nothing is refused
         rest = self._buffer
         # A broken stream lost some text: it is stopped without more, and its whole text set by chat.update.
-        chunks: list[dict[str, Any]] = [_markdown(rest)] if rest and not self._broken else []
+        chunks: list[dict[str, Any]] = []
+        if not self._broken:  # a broken stream takes no more
+            chunks = ([_markdown(rest)] if rest else []) + self._unfinished_tasks()
         self._ending = text
         try:  # sent again while it fails for a passing reason: a stream once stopped refuses another stop
             await retrying(
@@ -513,6 +524,10 @@ class _Stream:
         if not self._broken:
             return PublishedReply(ts, text)
         return await self._complete(ts, text, apology)
+
+    def _unfinished_tasks(self) -> list[dict[str, Any]]:
+        """The tasks shown still running, marked failed, for the stream's stop: never left spinning."""
+        return [_task(call_id, title, "error") for call_id, title in self._tasks.items()]
 
     async def _unsent(self, ts: str, text: str, chunks: list[dict[str, Any]]) -> str:
         """What stream `ts`, left open by a stop sent with `chunks` that failed, does not show of its whole `text`:
