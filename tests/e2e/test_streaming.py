@@ -213,6 +213,24 @@ def test_a_dm_answer_streams_into_the_conversation_without_recipients(bot: BotPr
     assert bot.stop() == 0
 
 
+def test_a_dm_whose_top_level_stream_slack_refuses_gets_a_whole_post_and_threads_still_stream(
+    bot: BotProcess, slack: FakeSlack, llm
+) -> None:
+    slack.add_channel("DALICE", "alice-dm", is_im=True, members=[ALICE])
+    slack.refuse_top_level_streams("missing_recipient_user_id")  # a workspace wanting the recipient in DMs too
+    bot.start()
+    llm.set_responder(lambda request: Text("Hello there, slowly.", pieces=4, interval=0.5))  # a stream is tried
+    slack.post_message("DALICE", ALICE, "hi there")
+    [post] = slack.wait_for_posts(1)
+    ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> and here?")
+
+    slack.wait_for(lambda: finished(slack, ts), what="the threaded answer streamed")
+    assert (post["method"], post["channel"], post["text"]) == ("chat.postMessage", "DALICE", "Hello there, slowly.")
+    assert slack.messages(GENERAL)[-1]["text"] == "Hello there, slowly."
+    assert bot.log().count("missing_recipient_user_id") == 1
+    assert bot.stop() == 0
+
+
 def recorded_answer(bot: BotProcess, ts: str) -> str | None:
     with sqlite3.connect(bot.database) as db:
         row = db.execute("SELECT answer_ts FROM claims WHERE ts = ?", (ts,)).fetchone()

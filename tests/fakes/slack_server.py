@@ -35,7 +35,8 @@ Behaviour worth knowing:
   message: it is stored (and its ``message`` event emitted) at the start and
   its text grows with each ``markdown_text`` (argument or chunk); task and plan
   chunks are recorded in ``streams``. Outside a DM the recipient ids are
-  required and a top-level stream is refused; after stop the message is no
+  required and a top-level stream is refused (in a DM too after
+  ``refuse_top_level_streams``); after stop the message is no
   longer streaming. ``refuse_streaming`` makes all three methods fail (as a
   workspace without the feature does), ``append_min_interval`` answers 429 to
   appends that come faster than that on one stream. An injected
@@ -92,6 +93,7 @@ CONTROL_METHODS = (
     "delete_channel",
     "set_fault",
     "refuse_streaming",
+    "refuse_top_level_streams",
     "inject_server_error",
     "inject_delay",
     "inject_drop",
@@ -287,6 +289,7 @@ class FakeSlack(LoopbackServer):
         self._reactions: list[tuple[str, str, str]] = []
         self._streams: dict[tuple[str, str], _Stream] = {}
         self._stream_refusal: str | None = None
+        self._top_level_refusal: str | None = None
         self.add_user(bot_user_id, bot_name, is_bot=True, bot_id=bot_id)
 
     def _app(self) -> web.Application:
@@ -651,6 +654,12 @@ class FakeSlack(LoopbackServer):
         """Answer every chat.*Stream call with ``error`` (e.g. not_allowed, unknown_method); None accepts again."""
         with self._lock:
             self._stream_refusal = error
+
+    def refuse_top_level_streams(self, error: str | None = "invalid_arguments") -> None:
+        """Answer chat.startStream without ``thread_ts`` in a DM too with ``error`` (e.g. missing_recipient_user_id,
+        as some workspaces want the recipient ids in DMs as well); None takes them again."""
+        with self._lock:
+            self._top_level_refusal = error
     def inject_server_error(self, method: str, status: int = 500, times: int = 1, after: bool = False) -> None:
         """Answer the next ``times`` calls of ``method`` with HTTP ``status``.
 
@@ -1271,6 +1280,8 @@ class FakeSlack(LoopbackServer):
         if not self._bot_in(ch):
             raise _SlackError("not_in_channel")
         thread_ts = str(params.get("thread_ts") or "") or None
+        if thread_ts is None and self._top_level_refusal:
+            raise _SlackError(self._top_level_refusal)
         if not ch.is_im:
             if thread_ts is None:
                 raise _SlackError("invalid_arguments")  # a top-level stream is only taken in a DM

@@ -498,6 +498,32 @@ async def test_a_refused_top_level_stream_falls_back_for_dms_only(fake, publishe
     assert (top.text, threaded.text, again.text) == ("a", "b", "c")
 
 
+@pytest.mark.parametrize("error", ["not_allowed", "feature_not_enabled", "missing_recipient_user_id",
+                                   "missing_recipient_team_id", "invalid_arguments"])
+async def test_a_dm_whose_top_level_stream_is_refused_gets_whole_posts_while_threads_still_stream(
+    fake, publisher_for, caplog, error
+):
+    fake.refuse_top_level_streams(error)
+    publisher = publisher_for()
+    fake.post_message("D1", "U1", "hi")
+
+    with caplog.at_level(logging.WARNING, "myao2.infrastructure.slack.streaming"):
+        dm = await publisher.publish(DM, None, "U1", events(TextDelta("a"), ReplyDone("a"), pause=SLOWLY), APOLOGY)
+        parent = fake.post_message("C1", "U1", "hi <@UBOT>")
+        threaded = await publisher.publish(
+            GENERAL, parent, "U1", events(TextDelta("b"), ReplyDone("b"), pause=SLOWLY), APOLOGY
+        )
+        again = await publisher.publish(DM, None, "U1", events(TextDelta("c"), ReplyDone("c"), pause=SLOWLY), APOLOGY)
+
+    assert [(p["channel"], p["text"]) for p in fake.posted if p["method"] == "chat.postMessage"] == [
+        ("D1", "a"), ("D1", "c")
+    ]
+    assert stream_calls(fake) == ["chat.startStream", "chat.startStream", "chat.stopStream"]
+    assert [s["channel"] for s in fake.streams] == ["C1"]
+    assert (dm.text, threaded.text, again.text) == ("a", "b", "c")
+    assert len([r for r in caplog.records if error in r.getMessage()]) == 1
+
+
 async def test_an_answer_is_marked_when_complete_and_its_ts_told_when_it_shows(fake, publisher_for):
     parent = fake.post_message("C1", "U1", "hi <@UBOT>")
     told: list[tuple[str, bool]] = []

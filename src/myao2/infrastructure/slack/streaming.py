@@ -58,14 +58,21 @@ FIRST_WORDS_HOLD_SECONDS = 0.1
 """How long the first words are held back, whatever the model does meanwhile, before the stream starts with them
 (sooner with `FLUSH_CHARS` of text, or a task to show): a reply done by then is posted whole, in one call rather
 than a stream's two and the record of its ts."""
-REFUSALS = frozenset({"not_allowed", "feature_not_enabled", "unknown_method", "method_deprecated"})
-"""Errors of chat.startStream meaning this workspace does not take streamed messages."""
+NO_STREAM_METHODS = frozenset({"unknown_method", "method_deprecated"})
+"""Errors of chat.startStream meaning this workspace has no streamed messages at all."""
+REFUSALS = frozenset({"not_allowed", "feature_not_enabled"}) | NO_STREAM_METHODS
+"""Errors of chat.startStream meaning this workspace does not take streamed messages (of a top-level stream: see
+`TOP_LEVEL_REFUSALS`)."""
 STREAM_TEXT_LIMIT = 12_000
 """The most characters of text one stream call takes (Slack answers msg_too_long beyond): more is sent in pieces."""
 NOT_STREAMING = "message_not_in_streaming_state"
 """The error of a stream call on a message Slack no longer streams (stopped, or expired)."""
-TOP_LEVEL_REFUSALS = frozenset({"invalid_arguments", "thread_ts_required", "missing_argument"})
-"""Errors of a top-level chat.startStream (a DM answered inline) meaning only threads stream."""
+TOP_LEVEL_REFUSALS = frozenset(
+    {"invalid_arguments", "thread_ts_required", "missing_argument", "missing_recipient_user_id",
+     "missing_recipient_team_id", "not_allowed", "feature_not_enabled"}
+)
+"""Errors of a top-level chat.startStream (a DM answered inline, sent without recipient ids) meaning only threads
+stream, or that may mean no more: threads try for themselves."""
 
 
 @dataclass(frozen=True)
@@ -180,14 +187,15 @@ class SlackReplyPublisher:
         return str((response.get("message") or {}).get("text") or "")
 
     def _refused(self, error: str, top_level: bool) -> bool:
-        """Whether `error` from chat.startStream means falling back; remembered and logged once."""
-        if error in REFUSALS:
-            self._streaming = False
-            logger.warning("Slack refused a streamed reply (%s): replies are posted whole from now on", error)
-            return True
+        """Whether `error` from chat.startStream means falling back; remembered and logged once (for top-level
+        replies, then for all)."""
         if top_level and error in TOP_LEVEL_REFUSALS:
             self._top_level = False
             logger.warning("Slack refused a top-level streamed reply (%s): DM answers are posted whole", error)
+            return True
+        if error in REFUSALS:
+            self._streaming = False
+            logger.warning("Slack refused a streamed reply (%s): replies are posted whole from now on", error)
             return True
         return False
 
