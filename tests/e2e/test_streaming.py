@@ -140,6 +140,17 @@ def test_a_memo_written_while_answering_shows_as_a_task(bot: BotProcess, slack: 
     assert bot.stop() == 0
 
 
+def test_a_broadcast_in_a_tasks_title_notifies_nobody(bot: BotProcess, slack: FakeSlack, llm) -> None:
+    bot.start()
+    llm.script(ToolCalls([ToolCall("get_memo", {"memo_name": "<!channel> lunch"})]), Text("No such memo."))
+    ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> what about lunch?")
+
+    slack.wait_for(lambda: finished(slack, ts), what="the stream to finish")
+    [stream] = streams_in(slack, ts)
+    assert {t["title"] for t in stream["task_history"]} == {"Read memo: @\u200bchannel lunch"}
+    assert bot.stop() == 0
+
+
 def test_task_display_can_be_turned_off(bot: BotProcess, slack: FakeSlack, llm) -> None:
     bot.settings["response.show_memo_tasks"] = False
     bot.start()

@@ -68,6 +68,16 @@ async def test_other_events_pass_through_in_order() -> None:
     assert deltas(out) == "ok done"
 
 
+async def test_a_task_title_is_made_safe_as_the_text_is() -> None:
+    # The title quotes the model's tool arguments (a memo's name, a search query), shown before the tool checks them.
+    out = await collect([ToolStarted("c1", "get_memo", "Read memo: <!channel> \ud800"), ReplyDone("ok")])
+
+    assert out[0] == ToolStarted("c1", "get_memo", f"Read memo: @{ZWSP}channel \ufffd")
+    assert (await collect([ToolStarted("c1", "get_memo", "Read memo: @here")], allow=True))[0].title == (
+        "Read memo: @here"
+    )
+
+
 async def test_what_was_held_back_goes_out_before_a_failure() -> None:
     async def failing():  # type: ignore[no-untyped-def]
         yield TextDelta("see you @")

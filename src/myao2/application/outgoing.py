@@ -6,9 +6,10 @@ Text is cleaned (`clean_text`) and, unless broadcasts are allowed, @channel, @he
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
-from myao2.application.reply_stream import ReplyDone, ReplyStream, TextDelta
+from myao2.application.reply_stream import ReplyDone, ReplyStream, TextDelta, ToolStarted
 from myao2.domain.conversation import clean_text, neutralise_broadcasts
 
 _OPEN_TAIL = re.compile(r"(?:<[^>]{0,80}|@\w{0,12})\Z")
@@ -24,7 +25,8 @@ def safe_text(text: str, allow_broadcasts: bool) -> str:
 
 
 async def safe_stream(reply: ReplyStream, allow_broadcasts: bool) -> ReplyStream:
-    """`reply` with every text delta and the whole text made safe, as `safe_text` would make the whole.
+    """`reply` with every text delta and the whole text made safe, as `safe_text` would make the whole, and the
+    titles of tasks shown (which quote the model's tool arguments) too.
 
     A delta ending in what may be the start of a broadcast (``<!chan``, ``@he``)
     is held back until the next delta shows what it is. Each delta is made safe
@@ -61,6 +63,8 @@ async def safe_stream(reply: ReplyStream, allow_broadcasts: bool) -> ReplyStream
                     yield more(len(raw))
                     sent = len(raw)
                 event = ReplyDone(safe_text(event.text, allow_broadcasts))
+            elif isinstance(event, ToolStarted) and event.title:
+                event = dataclasses.replace(event, title=safe_text(event.title, allow_broadcasts))
             yield event
     except Exception:  # the reply failed midway: what was held back is part of what was written
         if len(raw) > sent:
