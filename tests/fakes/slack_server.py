@@ -635,10 +635,11 @@ class FakeSlack(LoopbackServer):
             self._holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             self._holder.bind(("127.0.0.1", self.port))
 
-    def inject_error(self, method: str, error: str = "internal_error", times: int = 1) -> None:
-        """Answer the next ``times`` calls of ``method`` with ``{"ok": false, "error": error}``."""
+    def inject_error(self, method: str, error: str = "internal_error", times: int = 1, after: bool = False) -> None:
+        """Answer the next ``times`` calls of ``method`` with ``{"ok": false, "error": error}``; with ``after``, the
+        call takes effect first, as Slack says an ``internal_error`` or ``fatal_error`` may follow some of the work."""
         with self._lock:
-            self._injections.setdefault(method, []).append(_Injection("error", error, times))
+            self._injections.setdefault(method, []).append(_Injection("error", error, times, after))
 
     def clear_injections(self, method: str) -> None:
         """Answer ``method`` normally again, whatever was injected for it and not used up."""
@@ -1072,7 +1073,7 @@ class FakeSlack(LoopbackServer):
                     status=429,
                     headers={"Retry-After": str(injection.value)},
                 )
-            if injection is not None and injection.kind == "error":
+            if injection is not None and injection.kind == "error" and not injection.after:
                 if injection.value == "message_not_in_streaming_state":
                     self._end_stream(params)
                 return web.json_response({"ok": False, "error": injection.value})
@@ -1092,6 +1093,8 @@ class FakeSlack(LoopbackServer):
                 return web.json_response({"ok": False, "error": str(e)})
         if injection is not None and injection.kind == "server_error":
             return web.Response(status=injection.value, text="server error")
+        if injection is not None and injection.kind == "error":
+            return web.json_response({"ok": False, "error": injection.value})
         if injection is not None and injection.kind == "delay":
             await asyncio.sleep(injection.value)
         if injection is not None and injection.kind == "drop" and request.transport is not None:

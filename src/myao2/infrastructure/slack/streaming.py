@@ -440,13 +440,14 @@ class _Stream:
                     channel=self._channel.id, thread_ts=self._thread_ts, chunks=chunks, **self._recipients()
                 )
             except CALL_FAILURES as exc:
-                if isinstance(exc, SlackApiError) and exc.response.status_code < 500:  # refused: it did not start
+                if isinstance(exc, SlackApiError) and not transient(exc):  # refused: it did not start
                     if self._owner._refused(error_code(exc) or "", self._thread_ts is None):
                         if self._not_shown is not None:
                             self._not_shown()
                         return False
                     raise closed_or(exc) from None
-                # Unanswered, or a 5xx (never sent again, see `make_web_client`): Slack may have started it.
+                # Unanswered, a 5xx or an internal_error (never sent again, see `make_web_client`): Slack may have
+                # started it.
                 found = await self._started_unheard(_text_of(chunks))
                 if found is None:
                     raise  # the next attempt looks for it, and ends it
