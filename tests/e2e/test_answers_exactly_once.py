@@ -90,7 +90,7 @@ def test_sigkill_after_the_post_landed_but_before_it_was_recorded_gives_one_answ
 
 
 @pytest.mark.parametrize("method", ["chat.postMessage", "chat.startStream"])
-@pytest.mark.parametrize("failure", ["dropped", "500"])
+@pytest.mark.parametrize("failure", ["dropped", "500", "internal_error"])
 def test_a_call_failing_after_slack_took_the_answer_gives_one_answer(
     bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI, method: str, failure: str
 ) -> None:
@@ -101,8 +101,10 @@ def test_a_call_failing_after_slack_took_the_answer_gives_one_answer(
     # Slack posts (starts) the answer, then the connection drops before it answers, or it answers 500.
     if failure == "dropped":
         slack.inject_drop(method)
-    else:
+    elif failure == "500":
         slack.inject_server_error(method, 500, after=True)
+    else:  # HTTP 200, and Slack says some of the work may be done
+        slack.inject_error(method, failure, after=True)
     ts = mention(slack)
 
     answer = wait_until(lambda: settled(bot, ts), what="the claim settled")
