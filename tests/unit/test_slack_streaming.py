@@ -288,8 +288,13 @@ async def test_a_task_running_when_the_bot_stops_ends_marked_failed_not_spinning
         await asyncio.Event().wait()  # the tool never returns
         yield ReplyDone("unreachable")  # pragma: no cover
 
-    task = asyncio.ensure_future(publisher_for().publish(GENERAL, parent, "U1", slow_tool(), APOLOGY))
-    await fake.async_wait_for(lambda: fake.streams and "c1" in fake.streams[0]["tasks"], 10, "the task shown")
+    shown = asyncio.Event()
+
+    async def started(ts: str) -> None:  # the stream's ts heard: it shows the task
+        shown.set()
+
+    task = asyncio.ensure_future(publisher_for().publish(GENERAL, parent, "U1", slow_tool(), APOLOGY, started=started))
+    await asyncio.wait_for(shown.wait(), 10)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
