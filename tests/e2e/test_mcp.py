@@ -21,8 +21,10 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from myao2.domain.conversation import Channel, ChannelKind
 from myao2.domain.memo import MemoDraft, Origin
 from myao2.infrastructure.clock import SystemClock
+from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memo_store import SqlMemoStore
 from tests.e2e.conftest import ALICE, CLI_SECONDS, GENERAL, ROOT, START_SECONDS, BotProcess, free_port, held_port, wait_until
@@ -75,6 +77,15 @@ class Notebook:
     def rows(self, sql: str) -> list[tuple[Any, ...]]:
         with sqlite3.connect(self.database) as db:
             return db.execute(sql).fetchall()
+
+    def store(self, channel: Channel) -> None:
+        """Store `channel` as the bot stores a conversation it is in (one never stored reads nothing of the
+        workspace)."""
+        engine = open_database(f"sqlite:///{self.database}")
+        try:
+            SqlConversationStore(engine, SystemClock()).save_channel(channel)
+        finally:
+            engine.dispose()
 
 
 @pytest.fixture
@@ -206,6 +217,7 @@ def test_http_without_a_token_configured_refuses_to_start_naming_the_key(noteboo
 def test_a_dm_memo_is_seen_only_when_started_for_that_dm_and_pinned_memos_need_allow_pinned(
     notebook: Notebook,
 ) -> None:
+    notebook.store(Channel(DM, "alice", ChannelKind.IM))
     assert notebook.myao2("memo", "add", "gift", "--content", "Alice hides a gift for Bob", "--conversation", DM).returncode == 0
     assert notebook.myao2("memo", "add", "lunch", "--content", "Lunch is at noon").returncode == 0
     assert notebook.myao2("memo", "pin", "lunch").returncode == 0

@@ -232,6 +232,7 @@ def test_a_client_started_for_a_dm_cannot_remove_a_workspace_memo_as_the_bots_to
 def test_a_client_started_for_a_private_conversation_cannot_restore_a_workspace_memo_as_it_cannot_remove_it(
     app: Application, conversation: str  # noqa: F811
 ) -> None:
+    app.conversations.save_channel(Channel("GSECRET", "secret", ChannelKind.PRIVATE))
     Notebook(app.memos, Actor.CLI).remove("lunch-day")
     revisions = len(app.memos.history("lunch-day"))
     failed, refusal = call(app, Scope(conversation), "restore_memo", {"memo_name": "lunch-day"})

@@ -34,6 +34,9 @@ def config(config_path) -> Config:
 @pytest.fixture
 def remembered(config) -> None:
     engine = open_database(config.memory.sqlalchemy_url)
+    conversations = SqlConversationStore(engine, ManualClock())
+    conversations.save_channel(Channel("C1", "general"))
+    conversations.save_channel(Channel("D1", "alice", ChannelKind.IM))
     SqlMemoryStore(engine, ManualClock()).save(
         [
             Memory(WORKSPACE_SCOPE, Term.LONG, WORKSPACE, (Bullet(1, "ws fact", DAY, ("1.0",)),)),
@@ -145,3 +148,18 @@ def test_show_prints_the_digests_a_conversation_may_see(config, remembered, caps
     entries = json.loads(show(config, capsys, "--channel", "D1", "--json"))
     assert {"scope": "channel:D1", "term": "digest", "label": "#alice", "private_to": "D1", "day": "2025-01-02",
             "stage": "digest", "lines": ["dm digest"]} in entries
+
+
+def test_show_for_a_conversation_never_stored_shows_nothing_kept_for_the_workspace(config, remembered, capsys):
+    """Nothing says who reads it: it is shown as people of another organisation would read it (its own alone)."""
+    from myao2.domain.memory import Digest, Stage
+
+    engine = open_database(config.memory.sqlalchemy_url)
+    SqlMemoryStore(engine, ManualClock()).save_digest(
+        Digest("CNEVER", DAY, Stage.DIGEST, WORKSPACE, ("canary digest",), "1.0", "2.0", label="#never")
+    )
+    engine.dispose()
+
+    shown = show(config, capsys, "--channel", "CNEVER")
+    assert "ws fact" not in shown and "new plan" not in shown and "canary" not in shown
+    assert "ws fact" in show(config, capsys, "--channel", "C1")

@@ -9,7 +9,7 @@ import pytest
 
 from myao2.cli import main
 from myao2.config import load_config
-from myao2.domain.conversation import Person
+from myao2.domain.conversation import Channel, Person
 from myao2.domain.profile import Confirmation, NewFact, Profile
 from myao2.domain.visibility import WORKSPACE, Audience
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
@@ -34,6 +34,7 @@ def config_path(tmp_path, database_url):
     engine = open_database(load_config(path).memory.sqlalchemy_url)
     clock = ManualClock()
     SqlConversationStore(engine, clock).save_person(Person("UALICE", "Alice"))
+    SqlConversationStore(engine, clock).save_channel(Channel("C1", "general"))
     dm = Audience("DALICE")
     profile = Profile("UALICE").learn(WORKSPACE, [(NewFact("likes jazz", 0.7, ("1.1",)), "C1", DAY)], [])
     profile = profile.learn(WORKSPACE, [(NewFact("likes tea", 0.7, ("1.2",)), "C1", DAY)], [])
@@ -107,6 +108,8 @@ def test_memory_show_user_prints_what_was_learnt_about_them_and_a_channel_sees_o
     assert main(["--config", str(config_path), "memory", "show", "--user", "UALICE", "--channel", "C1", "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert [f["text"] for f in shown["facts"]] == ["likes jazz", "likes tea"]  # not what was said in the DM
+    assert main(["--config", str(config_path), "memory", "show", "--user", "UALICE", "--channel", "CNEVER", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["facts"] == []  # a conversation never stored: its own alone
 
     assert main(["--config", str(config_path), "memory", "show", "--user", "UNOBODY"]) == 0
     assert "Nothing learnt about UNOBODY yet." in capsys.readouterr().out

@@ -740,6 +740,7 @@ def test_numpys_blas_runs_on_one_thread_once_the_index_has_searched(tmp_path: Pa
 import sys
 from threadpoolctl import threadpool_info
 from myao2.application.search import Search
+from myao2.domain.conversation import Channel
 from myao2.domain.memo import MemoDraft, Origin
 from myao2.infrastructure.clock import SystemClock
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
@@ -750,6 +751,7 @@ assert "numpy" not in sys.modules
 from tests.fakes.embedder import HashEmbedder
 engine = open_database({f"sqlite:///{tmp_path / 'blas.db'}"!r})
 memos, conversations = SqlMemoStore(engine, SystemClock()), SqlConversationStore(engine, SystemClock())
+conversations.save_channel(Channel("C1", "general"))
 memos.add(MemoDraft.create("ramen", "ramen on friday", 3), Origin("C1", user_id="U1"), "test")
 hits = Search(SearchIndex(engine, HashEmbedder(), memos, conversations), memos, conversations).memos("ramen", "C1", None)
 assert [hit.memo.name for hit in hits] == ["ramen"]

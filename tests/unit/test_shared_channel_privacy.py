@@ -236,3 +236,31 @@ def test_a_dm_with_people_of_another_organisation_is_read_as_outside_and_shows_n
     assert WORKSPACE_TEXT not in prompt_of(shared, shared.conversations.get_channel(outside.id))
     assert WORKSPACE_TEXT not in prompt_of(shared, shared.conversations.get_channel(group.id))
     assert "canary-memo" in prompt_of(shared, shared.conversations.get_channel(ordinary.id))
+
+
+NEVER_STORED = "CNEVER"
+"""A conversation the bot never stored: an MCP client or a command may still name it."""
+
+
+def test_a_conversation_never_stored_reads_as_one_with_people_of_another_organisation(shared: Application) -> None:
+    """Nothing says who reads it: the safe side is that people of another organisation might, so it reads only what
+    is its own (nothing), as an MCP client started for it, its search or a preview for it shows."""
+    assert Reader.of(NEVER_STORED, None) == Reader(NEVER_STORED, outside=True)
+    scope = McpScope(NEVER_STORED)
+    for tool_name, arguments in (
+        ("list_memo", {}),
+        ("list_memo_tags", {}),
+        ("get_memo", {"memo_name": "canary-memo"}),
+        ("search_memo", {"query": "canary-memo budget"}),
+        ("preview", {"role": "response", "channel": GENERAL}),
+    ):
+        _, shown = call(shared, scope, tool_name, arguments)
+        assert WORKSPACE_TEXT not in without_asked(json.dumps(shown), arguments), (tool_name, shown)
+    found = [
+        *shared.search.memos("canary-memo budget", NEVER_STORED, None, 20),
+        *shared.search.messages("canary-plan acme", NEVER_STORED, None, None, 20),
+        *shared.search.notes("canary-digest merger", NEVER_STORED, None, None, 20),
+    ]
+    assert WORKSPACE_TEXT not in repr(found)
+    failed, shown = call(shared, McpScope(DM), "list_memo", {})
+    assert not failed and "canary-memo" in json.dumps(shown)  # a stored DM of the workspace's people reads it

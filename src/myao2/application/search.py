@@ -20,6 +20,7 @@ from myao2.domain.memo import Memo, memo_visible_in
 from myao2.domain.memory import Bullet, Digest, Memory
 from myao2.domain.visibility import (
     WORKSPACE,
+    WORKSPACE_VIEW,
     Audience,
     Reader,
     can_read_conversation,
@@ -405,9 +406,13 @@ def parse_before(value: str, zone: tzinfo) -> datetime:
 
 
 def _reader(reader: str | None, channels: dict[str, Channel]) -> Reader | None:
-    """Conversation `reader` (None: a person's own view) as the visibility rule reads it, `channels` the conversations
-    stored, by id (`Reader.of`)."""
-    return None if reader is None else Reader.of(reader, channels.get(reader))
+    """Conversation `reader` (None: a person's own view; `WORKSPACE_VIEW`'s id: that view) as the visibility rule
+    reads it, `channels` the conversations stored, by id (`Reader.of`)."""
+    if reader is None:
+        return None
+    if reader == WORKSPACE_VIEW.conversation_id:
+        return WORKSPACE_VIEW
+    return Reader.of(reader, channels.get(reader))
 
 
 def _seconds(moment: datetime | None) -> float | None:

@@ -98,10 +98,12 @@ def memo_visible_in(
     in conversation `reader` (`Memo.visible_in`, of a memo known by these alone, as the search index knows it).
 
     Only when `reader` may read its audience and the audience now of the conversation it was written in (`heard_now`,
-    `not_public` the ids of the stored conversations that keep to themselves): a memo is heard in its conversation,
-    not said there, so it stays the workspace's when the bot leaves it.
+    `not_public` the ids of the stored conversations that keep to themselves), unless that is `reader` itself, which
+    may read what was heard there: a memo is heard in its conversation, not said there, so it stays the workspace's
+    when the bot leaves it.
     """
-    heard = heard_now(() if memo_channel_id is None else (memo_channel_id,), not_public)
+    elsewhere = memo_channel_id is not None and (reader is None or memo_channel_id != reader.conversation_id)
+    heard = heard_now((memo_channel_id,) if elsewhere else (), not_public)
     return can_read_from(reader, audience, None, heard=heard)
 
 

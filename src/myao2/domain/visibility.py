@@ -7,7 +7,7 @@ a DM, a group DM or a channel shared outside the workspace belongs to that
 conversation alone. A reader is a conversation (what a prompt, a tool result or a
 refusal there may contain: a `Reader`) or a person's own view (`None`: the command
 line, which sees everything). A channel shared outside the workspace (Slack Connect) reads only what is its own:
-people of another organisation hear it. What was said in a conversation the bot has left or been removed
+people of another organisation hear it; so does a conversation never stored, as nothing says who reads it. What was said in a conversation the bot has left or been removed
 from is shown in no conversation until it joins again, and what was said in one never
 stored counts as not public (`can_read_conversation`). Every reader of stored text asks
 this module, and nothing else.
@@ -63,10 +63,11 @@ class Reader:
 
     @classmethod
     def of(cls, conversation_id: str, stored: Channel | None) -> Reader:
-        """Conversation `conversation_id` as a reader, `stored` it as the conversation store keeps it (None: never
-        stored, read as a conversation of the workspace's members): outside for a channel shared outside the
-        workspace and for a DM or group DM with people of another organisation (`Channel.ext_shared`)."""
-        outside = stored is not None and (stored.kind is ChannelKind.SHARED or stored.ext_shared)
+        """Conversation `conversation_id` as a reader, `stored` it as the conversation store keeps it: outside for a
+        channel shared outside the workspace and for a DM or group DM with people of another organisation
+        (`Channel.ext_shared`); for one never stored (None: only an MCP client or a command names one) too, since
+        nothing says who reads it (the safe side: it reads its own, nothing)."""
+        outside = stored is None or stored.kind is ChannelKind.SHARED or stored.ext_shared
         return cls(conversation_id, outside)
 
 
