@@ -106,6 +106,21 @@ def test_lone_question_gets_one_reply_after_the_wait(bot: BotProcess, slack: Fak
     assert bot.stop() == 0
 
 
+def test_an_autonomous_reply_written_slowly_is_posted_whole_not_streamed(
+    bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
+) -> None:
+    # Slack asks that streamed messages answer a user request: an autonomous reply never streams, however slow.
+    llm.set_responder(responder(lambda r: judgment(True), lambda r: Text("Try the place on 5th street!", pieces=4,
+                                                                            interval=0.5)))
+    start(bot)
+    slack.post_message(GENERAL, ALICE, "does anyone know a good ramen place?")
+
+    [post] = slack.wait_for(lambda: slack.posted, what="the autonomous reply")
+    assert (post["method"], post["text"]) == ("chat.postMessage", "Try the place on 5th street!")
+    assert slack.streams == [] and "chat.startStream" not in [m for m, _ in slack.web_calls]
+    assert bot.stop() == 0
+
+
 def test_lively_exchange_judged_no_is_not_rejudged_until_someone_posts(
     bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
 ) -> None:
