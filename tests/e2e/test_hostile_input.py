@@ -131,9 +131,12 @@ def test_a_message_sqlite_would_refuse_stops_no_sync_and_no_answer(bot: BotProce
     assert bot.stop() == 0
 
 
-def test_a_broadcast_in_the_models_reply_notifies_nobody(bot: BotProcess, slack: FakeSlack, llm) -> None:
+@pytest.mark.parametrize("streamed", [False, True])
+def test_a_broadcast_in_the_models_reply_notifies_nobody(bot: BotProcess, slack: FakeSlack, llm, streamed: bool) -> None:
     bot.start()
-    llm.script(Text("<!channel> pizza is here, <!subteam^S0DEVS|@devs> and <!here> come!"))
+    # Streamed, the broadcasts are split across the model's pieces and the stream's calls.
+    llm.script(Text("<!channel> pizza is here, <!subteam^S0DEVS|@devs> and <!here> come!",
+                    pieces=12 if streamed else 3, interval=0.2 if streamed else 0.0))
 
     ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> tell everyone the pizza arrived")
 
@@ -141,6 +144,9 @@ def test_a_broadcast_in_the_models_reply_notifies_nobody(bot: BotProcess, slack:
     (posted,) = [p["text"] for p in replies_in(slack, ts)]
     assert posted == "@\u200bchannel pizza is here, @\u200bdevs and @\u200bhere come!"
     assert "<!" not in posted
+    if streamed:
+        assert [p["method"] for p in replies_in(slack, ts)] == ["chat.stopStream"]
+    assert not any("<!" in (call["markdown"] or "") for s in slack.streams for call in s["calls"])
     assert bot.stop() == 0
 
 
