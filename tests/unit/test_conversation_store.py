@@ -471,6 +471,24 @@ def test_an_answer_started_but_never_settled_is_unfinished(store: SqlConversatio
     assert store.known_answers("C9", [ts(1)]) == set() and store.known_answers("C1", []) == set()
 
 
+def test_an_answer_written_as_inside_the_workspace_does_not_begin_showing_once_its_channel_reads_from_outside(
+    store: SqlConversationStore,
+) -> None:
+    store.save_channel(Channel("C1", "general"))
+    store.save_channel(Channel("D1", "alice", ChannelKind.IM))
+    for channel, seconds in (("C1", 0), ("D1", 0), ("D1", 1), ("C9", 0)):  # C9: never stored
+        store.save_message(msg(seconds, "question", channel))
+        store.claim(channel, ts(seconds))
+    assert store.begin_showing("D1", ts(0), inside=True)
+    assert not store.begin_showing("C9", ts(0), inside=True)
+    store.set_channel_kind("C1", ChannelKind.SHARED)
+    assert not store.begin_showing("C1", ts(0), inside=True)
+    assert store.unfinished_answer("C1", ts(0)) == Unfinished(None, showing=False)
+    assert store.begin_showing("C1", ts(0))  # written as read from outside: shown
+    store.save_channel(Channel("D1", "alice", ChannelKind.IM, ext_shared=True))
+    assert not store.begin_showing("D1", ts(1), inside=True)
+
+
 def test_answers_showing_with_no_ts_yet_are_found_in_their_thread_only_with_their_holders(
     store: SqlConversationStore,
 ) -> None:

@@ -24,7 +24,8 @@ from myao2.application.context import Absorbed
 from myao2.application.reply_stream import ReplyDone, ReplyEvent, TextDelta
 from myao2.composition import memory_budgets
 from myao2.config import Config
-from myao2.domain.conversation import Channel, Message
+from myao2.domain.conversation import Channel, ChannelKind, Message
+from myao2.domain.visibility import Reader
 from myao2.infrastructure.db.conversation_store import SqlConversationStore
 from myao2.infrastructure.db.engine import open_database
 from myao2.infrastructure.db.memory_store import SqlMemoryStore
@@ -166,6 +167,32 @@ async def test_a_stream_slack_started_while_the_connection_dropped_is_found_and_
     assert world.slack.messages("C1")[-1]["metadata"]["event_payload"] == {"answers": message.ts}
     assert answered(world, message) == [(stream["ts"], True)] and world.writer.calls == 1
     assert await world.retry_after(3600) == 0
+
+
+@pytest.mark.parametrize("shared_as", ["channel", "dm"])
+async def test_an_answer_written_while_its_channel_was_shared_outside_is_not_shown_but_written_again(
+    world: World, shared_as: str
+) -> None:
+    """Its prompt and memo tools read the workspace's text (the channel as read when the mention was claimed): once
+    the channel is stored as read from outside (shared, or a DM found to be with people of another organisation),
+    that answer never shows; the retry writes it from what the channel reads now."""
+    message = world.mention()
+    world.writer.block = asyncio.Event()
+    answering = asyncio.ensure_future(world.answer(message))
+    while world.writer.calls == 0:  # the model writes from the channel as read at the claim
+        await asyncio.sleep(0.01)
+    if shared_as == "channel":
+        world.store.set_channel_kind("C1", ChannelKind.SHARED)
+    else:
+        world.store.save_channel(Channel("C1", "general", ext_shared=True))
+    world.writer.block.set()
+    await answering
+
+    assert world.slack.streams == [] and answered(world, message) == [(None, False)]
+    assert await world.retry_after(10) == 1
+    assert len(world.slack.streams) == 1 and world.slack.messages("C1")[-1]["text"] == "answer 2"
+    assert Reader.of("C1", world.writer.contexts[-1].channel).outside
+    assert answered(world, message) == [(world.slack.streams[0]["ts"], True)]
 
 
 async def test_a_stream_started_unheard_that_cannot_be_looked_up_at_once_is_ended_by_the_retry(world: World) -> None:

@@ -29,6 +29,7 @@ from myao2.domain.answers import PendingAnswer, RetryPolicy, words_digest
 from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Message, Person
 from myao2.domain.memo import Origin
 from myao2.domain.ports import ChatPlatform, Clock, ConversationClosed, ConversationStore
+from myao2.domain.visibility import Reader
 
 logger = logging.getLogger(__name__)
 
@@ -494,7 +495,7 @@ class AnswerMention:
             if reaction is not None:
                 await reaction.before_answer()
             if not shown:  # once: a stream Slack refused to start is posted whole
-                await self._begin_showing(message)
+                await self._begin_showing(message, channel)
                 shown = True
 
         # Left unfinished (withdrawn as it starts showing, the bot stopping), the reply ends here, in this task.
@@ -583,23 +584,34 @@ class AnswerMention:
 
         return read
 
-    async def _begin_showing(self, message: Message) -> None:
+    async def _begin_showing(self, message: Message, channel: Channel) -> None:
         """Note in the claim that the answer to `message` shows next (its first words go to Slack, before Slack
         tells a stream's ts): a later attempt then looks for a stream whose ts this one never heard (see
         `_unheard_answer`).
 
         Withdrawn if the claim is settled, or another replica took the answer over meanwhile (this one stalled for
         longer than its lease: that one answers). A note that cannot be written (the database locked or
-        unreachable) defers the reply: nothing shows, and the attempt fails, to be taken up again.
+        unreachable) defers the reply: nothing shows, and the attempt fails, to be taken up again. So does an answer
+        written from what a conversation of the workspace reads (`channel` as read for its prompt) once its
+        conversation is stored as read from outside (shared since): the next attempt writes it from what it reads
+        now.
         """
+        inside = not Reader.of(channel.id, channel).outside
         try:
             begun = await asyncio.to_thread(
-                self._store.begin_showing, message.channel_id, message.ts, holder=self._replica
+                self._store.begin_showing, message.channel_id, message.ts, holder=self._replica, inside=inside
             )
         except Exception as exc:
             raise ReplyDeferred(f"could not note the answer as showing: {exc!r}") from exc
         if not begun:
+            if inside and await self._read_from_outside_now(channel):
+                raise ReplyDeferred("its conversation is read from outside now: written again")
             raise ReplyWithdrawn
+
+    async def _read_from_outside_now(self, channel: Channel) -> bool:
+        """Whether `channel`, as stored now, is read from outside (`Reader.of`)."""
+        stored = await asyncio.to_thread(self._store.get_channel, channel.id)
+        return Reader.of(channel.id, stored).outside
 
     async def _held_to_the_end(self, message: Message, reply: ReplyStream, shown: Callable[[], bool]) -> ReplyStream:
         """`reply`, withdrawn as it is complete if it shows already (`shown`) and another replica took the answer

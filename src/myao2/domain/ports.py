@@ -386,10 +386,12 @@ class ConversationStore(Protocol):
         """Whether the answer is unsettled and still `holder`'s (not taken over by another replica meanwhile)."""
         ...
 
-    def begin_showing(self, channel_id: str, ts: str, *, holder: str | None = None) -> bool:
+    def begin_showing(self, channel_id: str, ts: str, *, holder: str | None = None, inside: bool = False) -> bool:
         """An attempt is about to show the answer (its first words go to Slack next), before Slack tells its ts.
 
-        False, and nothing recorded, when the answer is settled or no longer `holder`'s.
+        False, and nothing recorded, when the answer is settled or no longer `holder`'s; with `inside` (it was
+        written from what a conversation of the workspace reads), also when the conversation is no longer stored
+        as one (`Reader.of`: shared outside since, say).
         """
         ...
 

@@ -26,6 +26,7 @@ from sqlalchemy import (
     cast,
     delete,
     exists,
+    false,
     func,
     insert,
     or_,
@@ -478,10 +479,10 @@ class SqlConversationStore:
         with reading(self._engine) as connection:
             return connection.execute(_HELD, {"claim_channel": channel_id, "claim_ts": ts, "claim_holder": holder}).first() is not None
 
-    def begin_showing(self, channel_id: str, ts: str, *, holder: str | None = None) -> bool:
+    def begin_showing(self, channel_id: str, ts: str, *, holder: str | None = None, inside: bool = False) -> bool:
         values = {"claim_channel": channel_id, "claim_ts": ts, "claim_holder": holder}
         with writing(self._engine) as connection:
-            return connection.execute(_BEGIN_SHOWING, values).rowcount == 1
+            return connection.execute(_BEGIN_SHOWING_INSIDE if inside else _BEGIN_SHOWING, values).rowcount == 1
 
     def start_answer(self, channel_id: str, ts: str, answer_ts: str, *, holder: str | None = None) -> bool:
         values = {"claim_channel": channel_id, "claim_ts": ts, "answer": answer_ts, "claim_holder": holder}
@@ -659,6 +660,15 @@ _HELD_HERE = (*_THIS_CLAIM, _CLAIMS.c.holder.is_not_distinct_from(bindparam("cla
 """The claim, held by `holder` still: one taken over while its holder stalled is no longer changed by it."""
 _HELD = core_select(_CLAIMS.c.ts).where(*_HELD_HERE, _CLAIMS.c.settled_at.is_(None))
 _BEGIN_SHOWING = update(_CLAIMS).where(*_HELD_HERE, _CLAIMS.c.settled_at.is_(None)).values(showing=True)
+_READ_INSIDE = exists(
+    core_select(_CHANNELS.c.id).where(
+        _CHANNELS.c.id == bindparam("claim_channel"),
+        _CHANNELS.c.kind != ChannelKind.SHARED.value,
+        _CHANNELS.c.ext_shared == false(),
+    )
+)
+"""The claim's conversation is stored as one of the workspace's (`Reader.of` not outside), in SQL."""
+_BEGIN_SHOWING_INSIDE = _BEGIN_SHOWING.where(_READ_INSIDE)
 _NOTE_UNHEARD_START = (
     update(_CLAIMS).where(*_HELD_HERE, _CLAIMS.c.settled_at.is_(None)).values(unheard_start=bindparam("digest"))
 )
