@@ -529,6 +529,19 @@ async def test_a_dm_whose_top_level_stream_is_refused_gets_whole_posts_while_thr
     assert len([r for r in caplog.records if error in r.getMessage()]) == 1
 
 
+async def test_a_dm_whose_stream_is_refused_for_want_of_the_method_turns_streaming_off_everywhere(fake, publisher_for):
+    fake.refuse_top_level_streams("unknown_method")  # an older workspace: no streaming anywhere
+    publisher = publisher_for()
+    fake.post_message("D1", "U1", "hi")
+
+    await publisher.publish(DM, None, "U1", events(TextDelta("a"), ReplyDone("a"), pause=SLOWLY), APOLOGY)
+    parent = fake.post_message("C1", "U1", "hi <@UBOT>")
+    await publisher.publish(GENERAL, parent, "U1", events(TextDelta("b"), ReplyDone("b"), pause=SLOWLY), APOLOGY)
+
+    assert stream_calls(fake) == ["chat.startStream"] and fake.streams == []
+    assert [p["text"] for p in fake.posted] == ["a", "b"]
+
+
 async def test_an_answer_is_marked_when_complete_and_its_ts_told_when_it_shows(fake, publisher_for):
     parent = fake.post_message("C1", "U1", "hi <@UBOT>")
     told: list[tuple[str, bool]] = []
