@@ -31,13 +31,15 @@ CONVERSATIONS = ["C1", "C2", "G1", "D1", "M1", "X1"]
 NEVER_STORED = "N1"
 WRITTEN_IN = [*CONVERSATIONS, NEVER_STORED]
 NAMES = ["lunch", "plans", "rules", "cats"]
+CROWDED = ["C1", "D1"]
+"""Where half the memos are written: a conversation with more memos of its own than the limits."""
 
 kinds = st.lists(st.tuples(st.sampled_from(ChannelKind), st.booleans()), min_size=len(CONVERSATIONS), max_size=len(CONVERSATIONS))
 memo_rows = st.lists(
     st.fixed_dictionaries(
         {
             "name": st.sampled_from(NAMES),
-            "channel_id": st.sampled_from([None, *WRITTEN_IN]),
+            "channel_id": st.sampled_from([None, *WRITTEN_IN]) | st.sampled_from(CROWDED),
             "own": st.booleans(),  # kept for the conversation it was written in (for the workspace if none)
             "priority": st.integers(1, 5),
             "minute": st.integers(0, 3),
@@ -45,7 +47,7 @@ memo_rows = st.lists(
             "pinned": st.none() | st.integers(0, 2),
         }
     ),
-    max_size=24,
+    max_size=40,
 )
 
 
@@ -107,7 +109,7 @@ def modelled(
 @given(
     drawn_kinds=kinds,
     drawn=memo_rows,
-    limits=st.tuples(st.integers(1, 5), st.integers(0, 6), st.integers(0, 6)),
+    limits=st.tuples(st.integers(1, 5), st.integers(0, 5), st.integers(0, 5)),
 )
 def test_a_prompt_reads_the_memos_the_rule_picks_for_every_reader(
     engine: Engine, drawn_kinds: list[tuple[ChannelKind, bool]], drawn: list[dict], limits: tuple[int, int, int]
