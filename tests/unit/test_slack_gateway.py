@@ -389,6 +389,21 @@ async def test_a_dm_with_someone_of_another_organisation_reads_as_one_whatever_t
     assert sorted(c["channel"] for c in calls(fake, "conversations.members")) == ["G8", "G9"]
 
 
+async def test_a_group_dm_whose_people_cannot_be_read_is_listed_all_the_same_and_asked_about_again(
+    fake: FakeSlack, gateway: SlackGateway
+) -> None:
+    """One conversation Slack will not tell about stops no history sync's listing; a stored `ext_shared` is for good,
+    so a group DM not read is not taken for one with people of another organisation, only asked about again."""
+    fake.add_user("U9", "pat", team_id="TOTHER")
+    fake.add_channel("G9", "mpdm-alice--pat", is_mpim=True, members=["U1", "U9"])
+    await gateway.auth()
+    fake.inject_error("conversations.members", "missing_scope")
+
+    listed = {c.id: c.ext_shared for c in await gateway.member_channels()}
+    assert listed["G9"] is False and listed["C1"] is False
+    assert (await gateway.channel("G9")).ext_shared
+
+
 async def test_people_of_one_enterprise_grid_organisation_are_of_the_same_one(fake: FakeSlack) -> None:
     """In an Enterprise Grid organisation, someone of another of its workspaces (another team) is no outsider."""
     with FakeSlack(team_id="T1", enterprise_id="E1") as grid:
@@ -401,6 +416,12 @@ async def test_people_of_one_enterprise_grid_organisation_are_of_the_same_one(fa
 
         assert not (await gateway.channel("D2")).ext_shared
         assert (await gateway.channel("D3")).ext_shared
+    # Nor is someone of the bot's own workspace, whatever else Slack says of either.
+    fake.add_user("W5", "neighbour", team_id=fake.team_id, enterprise_id="E1")
+    fake.add_channel("D5", "dm-neighbour", is_im=True, members=["W5"])
+    gateway = SlackGateway(make_web_client(fake.bot_token, fake.base_url), ttl=60)
+    await gateway.auth()
+    assert not (await gateway.channel("D5")).ext_shared
 
 
 @pytest.fixture

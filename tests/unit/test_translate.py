@@ -70,13 +70,13 @@ def test_a_dm_or_group_dm_with_people_of_another_organisation_keeps_its_kind_and
     assert (shared.kind, shared.ext_shared) == (ChannelKind.SHARED, False)  # its kind says it
 
 
-def test_a_persons_organisation_is_their_enterprise_grid_organisation_else_their_workspace() -> None:
+def test_a_persons_organisation_is_named_by_their_workspace_and_their_enterprise_grid_organisation() -> None:
     """Slack says whether someone is of another organisation only implicitly: by their team (users.info `team_id`),
     or, in an Enterprise Grid organisation, by its id (`enterprise_user.enterprise_id`), shared by its workspaces."""
     grid = {"id": "W1", "team_id": "T2", "enterprise_user": {"id": "W1", "enterprise_id": "E1", "teams": ["T2"]}}
 
-    assert translate.organisation_of({"id": "U1", "team_id": "T1"}) == "T1"
-    assert translate.organisation_of(grid) == "E1"
-    assert translate.organisation_of({"id": "U2"}) is None
-    assert translate.bot_organisation({"user_id": "UBOT", "team_id": "T2", "enterprise_id": "E1"}) == "E1"
-    assert translate.bot_organisation({"user_id": "UBOT", "team_id": "T1"}) == "T1"
+    assert translate.organisation_ids({"id": "U1", "team_id": "T1"}) == {"T1"}
+    assert translate.organisation_ids(grid) == {"T2", "E1"}
+    assert translate.organisation_ids({"id": "U2"}) == frozenset()
+    assert translate.bot_organisation_ids({"user_id": "UBOT", "team_id": "T2", "enterprise_id": "E1"}) == {"T2", "E1"}
+    assert translate.bot_organisation_ids({"user_id": "UBOT", "team_id": "T1"}) == {"T1"}

@@ -128,10 +128,10 @@ class SlackGateway:
         self._people: dict[str, tuple[float, Person]] = {}  # user id -> (expiry, person)
         self._lookups: dict[str, asyncio.Future[Person]] = {}
         self._bot_id: str | None = None
-        self._organisation: str | None = None
-        """The bot's organisation (`translate.bot_organisation`), once `auth` asked."""
-        self._organisations: dict[str, str | None] = {}
-        """Each person looked up, by user id: their organisation (`translate.organisation_of`)."""
+        self._organisation: frozenset[str] = frozenset()
+        """The ids naming the bot's organisation (`translate.bot_organisation_ids`), once `auth` asked."""
+        self._organisations: dict[str, frozenset[str]] = {}
+        """Each person looked up, by user id: the ids naming their organisation (`translate.organisation_ids`)."""
         self._groups_outside: dict[str, bool] = {}
         """Each group DM asked about, by id: whether someone of another organisation is in it (its people never
         change)."""
@@ -146,7 +146,7 @@ class SlackGateway:
                 raise SlackAuthError(_auth_help(error)) from None
             raise
         self._bot_id = response.get("bot_id")
-        self._organisation = translate.bot_organisation(response.data)
+        self._organisation = translate.bot_organisation_ids(response.data)
         return BotIdentity(
             user_id=response["user_id"], bot_id=self._bot_id, team_id=response.get("team_id")
         )
@@ -398,7 +398,7 @@ class SlackGateway:
         try:
             response = await retrying("users.info", lambda: self._client.users_info(user=user_id))
             person = translate.to_person(response["user"])
-            self._organisations[user_id] = translate.organisation_of(response["user"])
+            self._organisations[user_id] = translate.organisation_ids(response["user"])
         except SlackApiError as exc:
             if error_code(exc) != "user_not_found":
                 raise
@@ -419,25 +419,30 @@ class SlackGateway:
         return channel
 
     async def _group_outside(self, channel_id: str) -> bool:
-        """Whether someone of another organisation is in group DM `channel_id`: its members are asked once."""
-        if self._organisation is None:
+        """Whether someone of another organisation is in group DM `channel_id`: its members are asked once. Not
+        when they cannot be read (logged, asked again next time): what is stored of it stays so for good."""
+        if not self._organisation:
             return False
         outside = self._groups_outside.get(channel_id)
         if outside is None:
-            response = await retrying(
-                "conversations.members",
-                lambda: self._client.conversations_members(channel=channel_id, limit=PAGE_SIZE),
-            )
-            members = [user_id async for page in pages(response) for user_id in page["members"]]
-            await asyncio.gather(*map(self.person, members))
+            try:
+                response = await retrying(
+                    "conversations.members",
+                    lambda: self._client.conversations_members(channel=channel_id, limit=PAGE_SIZE),
+                )
+                members = [user_id async for page in pages(response) for user_id in page["members"]]
+                await asyncio.gather(*map(self.person, members))
+            except CALL_FAILURES as exc:
+                logger.warning("the people of group DM %s could not be read: %s", channel_id, describe(exc))
+                return False
             outside = self._groups_outside[channel_id] = any(map(self._of_another_organisation, members))
         return outside
 
     def _of_another_organisation(self, user_id: str) -> bool:
-        """Whether person `user_id` (looked up) is of an organisation other than the bot's; not when either is
-        unknown (`auth` not asked, or Slack did not find the person)."""
-        theirs = self._organisations.get(user_id)
-        return None not in (theirs, self._organisation) and theirs != self._organisation
+        """Whether person `user_id` (looked up) is of an organisation other than the bot's: no id naming theirs
+        names the bot's. Not when either is unknown (`auth` not asked, or Slack did not find the person)."""
+        theirs = self._organisations.get(user_id, frozenset())
+        return bool(theirs and self._organisation) and theirs.isdisjoint(self._organisation)
 
 
 async def retrying(

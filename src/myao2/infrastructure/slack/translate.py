@@ -101,17 +101,22 @@ def to_channel(info: dict[str, Any]) -> Channel:
     )
 
 
-def organisation_of(user: dict[str, Any]) -> str | None:
-    """The organisation of a `users.info` user: their Enterprise Grid organisation, else their workspace (team).
+def organisation_ids(user: dict[str, Any]) -> frozenset[str]:
+    """The ids naming the organisation of a `users.info` user: their workspace (team) and, in an Enterprise Grid
+    organisation, its id, which its workspaces share.
 
-    Slack tells someone of another organisation (Slack Connect) only by this: it differs from the bot's
-    (`bot_organisation`); the workspaces of one Enterprise Grid organisation share its id."""
-    return (user.get("enterprise_user") or {}).get("enterprise_id") or user.get("team_id")
+    Slack tells someone of another organisation (Slack Connect) only by these: none is the bot's
+    (`bot_organisation_ids`)."""
+    return _ids(user.get("team_id"), (user.get("enterprise_user") or {}).get("enterprise_id"))
 
 
-def bot_organisation(auth: dict[str, Any]) -> str | None:
-    """The bot's organisation, from its `auth.test` answer (as `organisation_of`)."""
-    return auth.get("enterprise_id") or auth.get("team_id")
+def bot_organisation_ids(auth: dict[str, Any]) -> frozenset[str]:
+    """The ids naming the bot's organisation, from its `auth.test` answer (as `organisation_ids`)."""
+    return _ids(auth.get("team_id"), auth.get("enterprise_id"))
+
+
+def _ids(*ids: object) -> frozenset[str]:
+    return frozenset(i for i in ids if isinstance(i, str) and i)
 
 
 def to_person(user: dict[str, Any]) -> Person:
