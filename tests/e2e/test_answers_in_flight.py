@@ -298,14 +298,16 @@ def test_a_model_writing_without_end_is_stopped_within_what_one_slack_message_ho
     assert "Traceback" not in bot.log()  # the model's stream, closed at the cap, ends without an error logged
 
 
-def test_a_channel_archived_before_the_answer_is_given_up_once_not_retried(
-    bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
+@pytest.mark.parametrize("error", ["is_archived", "restricted_action"])
+def test_an_answer_slack_takes_no_post_for_is_given_up_once_not_retried(
+    bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI, error: str
 ) -> None:
+    # Archived between the mention and its answer, or a channel where only admins may post (restricted_action).
     bot.settings.update(QUICK_RETRIES)
     llm.set_responder(lambda request: Text("Nobody will read this."))
     bot.start()
     for method in ("chat.startStream", "chat.postMessage"):
-        slack.inject_error(method, "is_archived", times=1000)  # archived between the mention and its answer
+        slack.inject_error(method, error, times=1000)
     ts = mention(slack)
     wait_until(lambda: "given up" in bot.log(), what="the answer given up")
     attempts = [m for m, _ in slack.web_calls if m in ("chat.startStream", "chat.postMessage")]

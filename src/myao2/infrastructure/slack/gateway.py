@@ -38,8 +38,13 @@ MEMBER_CHANNEL_TYPES = "public_channel,private_channel,mpim,im"
 RETRY_DELAYS = (0.5, 1.0, 2.0)
 """Waits (seconds, with jitter) before retrying a Web API call that failed for a passing reason."""
 TRANSIENT_ERRORS = frozenset({"internal_error", "fatal_error", "service_unavailable", "request_timeout", "ratelimited"})
-CLOSED_ERRORS = frozenset({"is_archived", "channel_is_archived", "channel_not_found", "not_in_channel"})
-"""Errors of a post meaning the conversation takes none from the bot now (`ConversationClosed`)."""
+CLOSED_ERRORS = frozenset(
+    {"is_archived", "channel_is_archived", "channel_not_found", "not_in_channel", "restricted_action",
+     "restricted_action_read_only_channel", "restricted_action_thread_locked",
+     "restricted_action_non_threadable_channel", "restricted_action_thread_only_channel"}
+)
+"""Errors of a post meaning the conversation takes none from the bot now (`ConversationClosed`): archived, gone, the
+bot out of it, or a workspace or channel setting (read-only, a locked thread) keeping the bot from posting there."""
 ANSWER_EVENT = "myao2_answer"
 """The message metadata event type that marks a post as the bot's answer to a message."""
 NOT_RESENT = frozenset({"chat.postMessage", "chat.startStream", "chat.appendStream", "chat.stopStream"})
