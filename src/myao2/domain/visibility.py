@@ -7,10 +7,10 @@ a DM, a group DM or a channel shared outside the workspace belongs to that
 conversation alone. A reader is a conversation (what a prompt, a tool result or a
 refusal there may contain: a `Reader`) or a person's own view (`None`: the command
 line, which sees everything). A channel shared outside the workspace (Slack Connect) reads only what is its own:
-people of another organisation hear it; so does a conversation never stored, as nothing says who reads it. What was said in a conversation the bot has left or been removed
-from is shown in no conversation until it joins again, and what was said in one never
-stored counts as not public (`can_read_conversation`). Every reader of stored text asks
-this module, and nothing else.
+people of another organisation hear it; so does a conversation never stored, as nothing says who reads it. What
+was said in a conversation the bot has left or been removed from is shown in no conversation until it joins again,
+and what was said in one never stored counts as not public (`can_read_conversation`). Every reader of stored text
+asks this module, and nothing else.
 """
 
 from __future__ import annotations
