@@ -260,6 +260,7 @@ class FakeSlack(LoopbackServer):
         self._mention = re.compile(rf"<@{re.escape(bot_user_id)}(\|[^>]*)?>")
         # world
         self._users: dict[str, dict[str, Any]] = {}
+        self._not_visible: set[str] = set()
         self._channels: dict[str, _Channel] = {}
         self._last_us = 0
         self._event_seq = 0
@@ -409,10 +410,12 @@ class FakeSlack(LoopbackServer):
         bot_id: str | None = None,
         team_id: str | None = None,
         enterprise_id: str | None = None,
+        visible: bool = True,
     ) -> None:
         """Register a user returned by users.info; ``team_id``: the workspace they belong to (another one's: a
         person of another organisation, Slack Connect), ``enterprise_id``: the Enterprise Grid organisation of
-        that workspace, if any (by default, the fake's own for a user of its workspace)."""
+        that workspace, if any (by default, the fake's own for a user of its workspace). Not ``visible``:
+        users.info refuses them with ``user_not_visible`` (someone Slack will not show the bot)."""
         real = real_name if real_name is not None else name
         team = team_id or self.team_id
         enterprise_id = enterprise_id or (None if team_id else self.enterprise_id)
@@ -432,6 +435,8 @@ class FakeSlack(LoopbackServer):
             user["enterprise_user"] = {"id": user_id, "enterprise_id": enterprise_id, "teams": [team]}
         with self._lock:
             self._users[user_id] = user
+            if not visible:
+                self._not_visible.add(user_id)
 
     def add_channel(
         self,
@@ -1445,7 +1450,10 @@ class FakeSlack(LoopbackServer):
         return {}
 
     def _api_users_info(self, params: dict[str, Any]) -> dict[str, Any]:
-        user = self._users.get(str(params.get("user") or ""))
+        user_id = str(params.get("user") or "")
+        if user_id in self._not_visible:
+            raise _SlackError("user_not_visible")
+        user = self._users.get(user_id)
         if user is None:
             raise _SlackError("user_not_found")
         return {"user": copy.deepcopy(user)}

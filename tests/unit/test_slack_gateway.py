@@ -404,6 +404,24 @@ async def test_a_group_dm_whose_people_cannot_be_read_is_listed_all_the_same_and
     assert (await gateway.channel("G9")).ext_shared
 
 
+async def test_someone_slack_will_not_show_the_bot_counts_as_of_another_organisation(
+    fake: FakeSlack, gateway: SlackGateway
+) -> None:
+    """users.info's `user_not_visible` (the person is not visible to the bot, as someone of another organisation
+    may not be): a DM or group DM with them reads as one with people of another organisation, and the history
+    sync's listing goes on. They are named by their id."""
+    fake.add_user("U9", "pat", team_id="TOTHER", visible=False)
+    fake.add_channel("D9", "dm-partner", is_im=True, members=["U9"])
+    fake.add_channel("G9", "mpdm-alice--pat", is_mpim=True, members=["U1", "U9"])
+    await gateway.auth()
+
+    assert await gateway.person("U9") == Person(user_id="U9", display_name="U9")
+    assert (await gateway.channel("D9")).ext_shared
+    assert (await gateway.channel("G9")).ext_shared
+    listed = {c.id: c.ext_shared for c in await gateway.member_channels()}
+    assert (listed["D9"], listed["G9"], listed["C1"], listed["D1"]) == (True, True, False, False)
+
+
 async def test_people_of_one_enterprise_grid_organisation_are_of_the_same_one(fake: FakeSlack) -> None:
     """In an Enterprise Grid organisation, someone of another of its workspaces (another team) is no outsider."""
     with FakeSlack(team_id="T1", enterprise_id="E1") as grid:

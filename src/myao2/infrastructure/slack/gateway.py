@@ -52,6 +52,9 @@ NOT_RESENT = frozenset({"chat.postMessage", "chat.startStream", "chat.appendStre
 sends one again after its connection failed once it may have reached Slack (see `make_web_client`)."""
 CALL_FAILURES = (SlackClientError, aiohttp.ClientError, TimeoutError)
 """What a failed Web API call raises; for a call sent, whether Slack acted is known only when it answered."""
+NOT_SHOWN = frozenset({"user_not_visible"})
+"""The ids naming the organisation of someone Slack will not show the bot (users.info's `user_not_visible`): none
+is the bot's, as someone of another organisation may be hidden from it (the safe side)."""
 AUTH_ERRORS = frozenset({"invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired"})
 BOT_SCOPES = (
     "app_mentions:read, chat:write, reactions:write, users:read, "
@@ -237,7 +240,7 @@ class SlackGateway:
             logger.warning("could not react :%s: to %s/%s: %r", emoji, channel_id, ts, exc)
 
     async def person(self, user_id: str) -> Person:
-        """Who a user id is; bot ids (B…) and unknown users are named by their id.
+        """Who a user id is; bot ids (B…), unknown users and those Slack will not show the bot are named by their id.
 
         Concurrent lookups of one id share a single users.info request.
         """
@@ -405,9 +408,12 @@ class SlackGateway:
             person = translate.to_person(response["user"])
             self._organisations[user_id] = translate.organisation_ids(response["user"])
         except SlackApiError as exc:
-            if error_code(exc) != "user_not_found":
+            error = error_code(exc)
+            if error not in ("user_not_found", "user_not_visible"):
                 raise
             person = Person(user_id=user_id, display_name=user_id)
+            if error == "user_not_visible":
+                self._organisations[user_id] = NOT_SHOWN
         self._people[user_id] = (self._clock() + self._ttl, person)
         return person
 
