@@ -358,3 +358,17 @@ def test_a_slow_answer_gets_the_reaction_where_slack_refuses_its_stream(bot: Bot
     assert "not_allowed" in bot.log()  # its stream was refused
     assert [r for r in slack.reactions if r[1] != first] == [(GENERAL, ts, "eyes")]
     assert bot.stop() == 0
+
+
+def test_an_answer_to_someone_of_another_organisation_streams_naming_their_team(bot: BotProcess, slack: FakeSlack,
+                                                                                 llm) -> None:
+    slack.add_user("UCAROL", "carol", team_id="TOTHER")
+    slack.add_channel("CSHARED", "shared", members=[ALICE, "UCAROL"], is_ext_shared=True)
+    bot.start()
+    llm.script(Text("Hello from over here!", pieces=4, interval=0.5))  # written slowly: streamed
+    ts = slack.post_message("CSHARED", "UCAROL", f"<@{slack.bot_user_id}> hi")
+
+    slack.wait_for(lambda: finished(slack, ts, "CSHARED"), what="the answer to stream")
+    [stream] = streams_in(slack, ts, "CSHARED")
+    assert (stream["recipient_user_id"], stream["recipient_team_id"]) == ("UCAROL", "TOTHER")
+    assert bot.stop() == 0

@@ -900,3 +900,27 @@ async def test_a_reply_withdrawn_before_it_is_complete_is_never_posted_whole(fak
         )
 
     assert fake.posted == [] and [m["ts"] for m in fake.messages("C1")] == [parent]
+
+
+async def test_a_stream_answering_someone_of_another_organisation_names_their_team(fake, publisher_for):
+    """Slack asks for the team the asker belongs to: in a channel shared with another organisation, theirs."""
+    fake.add_user("U2", "carol", team_id="T2")
+    fake.add_channel("C2", "shared", members=["U1", "U2"])
+    question = fake.post_message("C2", "U2", "hi <@UBOT>")
+
+    await publisher_for().publish(Channel("C2", "shared", ChannelKind.SHARED), question, "U2",
+                                  events(*deltas("Hello Carol", 5), ReplyDone("Hello Carol"), pause=SLOWLY), APOLOGY)
+
+    [stream] = fake.streams
+    assert (stream["recipient_user_id"], stream["recipient_team_id"]) == ("U2", "T2")
+
+
+async def test_a_stream_whose_askers_team_cannot_be_read_names_the_bots_team(fake, publisher_for):
+    parent = fake.post_message("C1", "U1", "hi <@UBOT>")
+    fake.inject_error("users.info", "user_not_visible", times=10)
+
+    published = await publisher_for().publish(GENERAL, parent, "U1",
+                                              events(*deltas("Hello Alice", 5), ReplyDone("Hello Alice"), pause=SLOWLY), APOLOGY)
+
+    [stream] = fake.streams
+    assert stream["recipient_team_id"] == "T1" and published.text == "Hello Alice"

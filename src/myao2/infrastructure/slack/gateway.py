@@ -140,6 +140,8 @@ class SlackGateway:
         """The ids naming the bot's organisation (`translate.bot_organisation_ids`), once `auth` asked."""
         self._organisations: dict[str, frozenset[str]] = {}
         """Each person looked up, by user id: the ids naming their organisation (`translate.organisation_ids`)."""
+        self._teams: dict[str, str] = {}
+        """Each person looked up, by user id: their workspace (users.info's team_id)."""
         self._groups_outside: dict[str, bool] = {}
         """Each group DM asked about, by id: whether someone of another organisation is in it (its people never
         change)."""
@@ -255,6 +257,11 @@ class SlackGateway:
             self._lookups[user_id] = lookup
             lookup.add_done_callback(lambda _: self._lookups.pop(user_id, None))
         return await asyncio.shield(lookup)
+
+    async def team_of(self, user_id: str) -> str | None:
+        """The workspace (team id) person `user_id` belongs to, as users.info tells it; None when it does not."""
+        await self.person(user_id)
+        return self._teams.get(user_id)
 
     async def channel(self, channel_id: str) -> Channel:
         try:
@@ -407,6 +414,8 @@ class SlackGateway:
             response = await retrying("users.info", lambda: self._client.users_info(user=user_id))
             person = translate.to_person(response["user"])
             self._organisations[user_id] = translate.organisation_ids(response["user"])
+            if team := response["user"].get("team_id"):
+                self._teams[user_id] = team
         except SlackApiError as exc:
             error = error_code(exc)
             if error not in ("user_not_found", "user_not_visible"):

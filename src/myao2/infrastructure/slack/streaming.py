@@ -433,11 +433,12 @@ class _Stream:
     async def _call(self, chunks: list[dict[str, Any]]) -> bool:
         """startStream with `chunks` the first time, then appendStream; False when Slack refused to start it."""
         if self._ts is None:
+            recipients = await self._recipients()
             if self._about_to_show is not None:
                 await self._about_to_show()
             try:
                 response = await self._client.chat_startStream(
-                    channel=self._channel.id, thread_ts=self._thread_ts, chunks=chunks, **self._recipients()
+                    channel=self._channel.id, thread_ts=self._thread_ts, chunks=chunks, **recipients
                 )
             except CALL_FAILURES as exc:
                 if isinstance(exc, SlackApiError) and not transient(exc):  # refused: it did not start
@@ -488,11 +489,17 @@ class _Stream:
             logger.warning("streamed reply %s found started, its start unanswered: it goes on there", found[-1])
         return found[-1] if found else None
 
-    def _recipients(self) -> dict[str, str]:
-        """Who the stream answers: required outside DMs, left out in a DM."""
+    async def _recipients(self) -> dict[str, str]:
+        """Who the stream answers: required outside DMs, left out in a DM. The team is the asker's own (someone of
+        another organisation in a shared channel belongs to theirs), the bot's where Slack does not tell it."""
         if self._channel.kind is ChannelKind.IM or not self._recipient or not self._owner._team_id:
             return {}
-        return {"recipient_user_id": self._recipient, "recipient_team_id": self._owner._team_id}
+        try:
+            team = await self._owner._chat.team_of(self._recipient)
+        except CALL_FAILURES as exc:
+            logger.warning("the team of %s could not be read: %s", self._recipient, describe(exc))
+            team = None
+        return {"recipient_user_id": self._recipient, "recipient_team_id": team or self._owner._team_id}
 
     async def _stop(self, tail: str, apology: str) -> PublishedReply:
         """Stop the stream with what is still buffered plus `tail`; the stored text is all of it.
