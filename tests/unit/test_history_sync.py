@@ -94,6 +94,26 @@ async def test_a_channel_that_fails_is_skipped(
     assert "C1" in caplog.text and "not_in_channel" in caplog.text
 
 
+async def test_what_the_listing_says_of_a_conversation_is_stored_though_its_history_cannot_be_read(
+    fake: FakeSlack, gateway: SlackGateway, store: SqlConversationStore, history: HistorySync
+) -> None:
+    """A channel shared outside since, and a DM stored as one of the workspace's (before migration 0032, say) whose
+    other person the listing finds of another organisation, read from outside though Slack refused their history
+    this time (a rate limit outlasting the retries, say): their messages can wait for the next sync, not that."""
+    fake.add_user("U9", "pat", team_id="TOTHER")
+    fake.add_channel("D9", "dm-partner", is_im=True, members=["U9"])
+    store.save_channel(Channel("C1", "general"))
+    store.save_channel(Channel("D9", "pat", ChannelKind.IM))
+    fake.share_externally("C1")
+    await gateway.auth()
+    fake.inject_error("conversations.history", "not_in_channel", times=3)
+
+    assert await history.sync() == []
+
+    assert store.get_channel("C1").kind is ChannelKind.SHARED  # type: ignore[union-attr]
+    assert store.get_channel("D9").ext_shared  # type: ignore[union-attr]
+
+
 async def test_a_surrogate_message_is_stored_cleaned_and_the_other_channels_too(
     fake: FakeSlack, store: SqlConversationStore, history: HistorySync
 ) -> None:

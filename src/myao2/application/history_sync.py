@@ -79,6 +79,8 @@ class HistorySync:
             if done is not None:
                 read[channel.id] = done[0].threads
                 new.extend(done[1])
+            else:
+                await self._keep(channel, listed_at)
         replied = await asyncio.to_thread(self._store.replied_threads, start)
         unlisted = [(c, ts) for c, ts in replied if c in read and ts not in read[c]]
         for channel_id, thread_ts in unlisted[:THREADS_ASKED_PER_SYNC]:
@@ -136,6 +138,14 @@ class HistorySync:
             if kind is not ChannelKind.PUBLIC:
                 await asyncio.to_thread(self._store.set_channel_kind, channel.id, kind)
                 logger.info("channel %s, which the bot is out of, is %s now", channel.id, kind.value)
+
+    async def _keep(self, channel: Channel, listed_at: datetime) -> None:
+        """Store what the listing says of a channel whose history was not read: whether it is shared outside, or a DM
+        with people of another organisation, says what may be read there before its messages do."""
+        try:
+            await asyncio.to_thread(self._store.save_channel, channel, as_of=listed_at)
+        except Exception as exc:  # noqa: BLE001 - stored at the next sync
+            logger.error("channel %s not stored: %s", channel.id, type(exc).__name__)
 
     def _save(self, channel: Channel, listed_at: datetime, history: History, fetched_at: datetime) -> list[Message]:
         """Store the channel, then `_reconcile`."""
