@@ -141,3 +141,24 @@ def test_a_dm_or_group_dm_with_someone_of_another_team_sends_the_model_nothing_o
     stored = "SELECT id, kind, ext_shared FROM channels WHERE id IN (:dm, :group) ORDER BY id"
     assert bot.rows(stored, dm=PAT_DM, group=GROUP_DM) == [(PAT_DM, "im", True), (GROUP_DM, "mpim", True)]
     assert bot.stop() == 0
+
+
+def test_a_new_group_dm_whose_people_slack_would_not_tell_at_first_sends_the_model_nothing_of_the_workspace(
+    bot: BotProcess, slack: FakeSlack, llm
+) -> None:
+    """A group DM with someone of another team, opened after the start: Slack fails to list its people when its first
+    message arrives (internal_error, past the retries). It is not stored as one of the workspace's meanwhile: the
+    answer waits for a lookup that tells it."""
+    slack.add_user(PAT, "pat", display_name="Pat", team_id="TPARTNER")
+    start_with_workspace_text(bot, slack, llm)
+    slack.add_channel(GROUP_DM, "mpdm-alice--pat", is_mpim=True, members=[ALICE, PAT])
+    slack.inject_error("conversations.members", "internal_error", times=4)  # the call and its three retries
+
+    question = "what do you know about me?"
+    slack.post_message(GROUP_DM, ALICE, f"<@{slack.bot_user_id}> {question}")
+    slack.wait_for(lambda: any(p["channel"] == GROUP_DM for p in slack.posted), what="the answer in the group DM")
+
+    assert question in answering(llm, question)
+    assert CANARY not in answering(llm, question)
+    assert bot.rows("SELECT ext_shared FROM channels WHERE id = :id", id=GROUP_DM) == [(True,)]
+    assert bot.stop() == 0

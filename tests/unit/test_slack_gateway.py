@@ -404,6 +404,21 @@ async def test_a_group_dm_whose_people_cannot_be_read_is_listed_all_the_same_and
     assert (await gateway.channel("G9")).ext_shared
 
 
+async def test_a_group_dm_whose_people_cannot_be_read_is_not_looked_up_as_one_of_the_workspace(
+    fake: FakeSlack, gateway: SlackGateway
+) -> None:
+    """conversations.info's group DM is stored by whoever asked (a new conversation's first message): one whose people
+    Slack would not tell fails the lookup, to be asked again, rather than read as one of the workspace till a sync."""
+    fake.add_user("U9", "pat", team_id="TOTHER")
+    fake.add_channel("G9", "mpdm-alice--pat", is_mpim=True, members=["U1", "U9"])
+    await gateway.auth()
+    fake.inject_error("conversations.members", "missing_scope")
+
+    with pytest.raises(SlackClientError):
+        await gateway.channel("G9")
+    assert (await gateway.channel("G9")).ext_shared
+
+
 async def test_someone_slack_will_not_show_the_bot_counts_as_of_another_organisation(
     fake: FakeSlack, gateway: SlackGateway
 ) -> None:

@@ -279,7 +279,8 @@ class SlackGateway:
         response = await self._client.users_conversations(
             types=MEMBER_CHANNEL_TYPES, exclude_archived=True, limit=PAGE_SIZE
         )
-        return [await self._to_channel(info) async for page in pages(response) for info in page["channels"]]
+        listed = [info async for page in pages(response) for info in page["channels"]]
+        return [await self._to_channel(info, listed=True) for info in listed]
 
     async def fetch_history(self, channel_id: str, oldest: str, limit: int) -> History:
         """Spoken messages after `oldest`, the replies posted then in threads started earlier included.
@@ -426,21 +427,23 @@ class SlackGateway:
         self._people[user_id] = (self._clock() + self._ttl, person)
         return person
 
-    async def _to_channel(self, info: dict[str, Any]) -> Channel:
+    async def _to_channel(self, info: dict[str, Any], *, listed: bool = False) -> Channel:
         """`translate.to_channel`, a DM named after the other person; a DM or group DM with someone of another
-        organisation is `ext_shared` whether or not `info` says it (a listing's item may carry few fields)."""
+        organisation is `ext_shared` whether or not `info` says it (a listing's item may carry few fields).
+        `listed`: `info` is an item of the bot's conversations listing (see `_group_outside`)."""
         channel = translate.to_channel(info)
         if channel.kind is ChannelKind.IM and info.get("user"):
             other = await self.person(info["user"])
             outside = channel.ext_shared or self._of_another_organisation(other.user_id)
             channel = dataclasses.replace(channel, name=other.display_name, ext_shared=outside)
         elif channel.kind is ChannelKind.MPIM and not channel.ext_shared:
-            channel = dataclasses.replace(channel, ext_shared=await self._group_outside(channel.id))
+            channel = dataclasses.replace(channel, ext_shared=await self._group_outside(channel.id, listed))
         return channel
 
-    async def _group_outside(self, channel_id: str) -> bool:
-        """Whether someone of another organisation is in group DM `channel_id`: its members are asked once. Not
-        when they cannot be read (logged, asked again next time): what is stored of it stays so for good."""
+    async def _group_outside(self, channel_id: str, listed: bool) -> bool:
+        """Whether someone of another organisation is in group DM `channel_id`: its members are asked once. When
+        they cannot be read, the lookup fails, to be asked again; in a listing (`listed`), which one conversation
+        must not stop, it is logged and not taken for one (what is stored of it stays so for good)."""
         if not self._organisation:
             return False
         outside = self._groups_outside.get(channel_id)
@@ -453,6 +456,8 @@ class SlackGateway:
                 members = [user_id async for page in pages(response) for user_id in page["members"]]
                 await asyncio.gather(*map(self.person, members))
             except CALL_FAILURES as exc:
+                if not listed:
+                    raise
                 logger.warning("the people of group DM %s could not be read: %s", channel_id, describe(exc))
                 return False
             outside = self._groups_outside[channel_id] = any(map(self._of_another_organisation, members))
