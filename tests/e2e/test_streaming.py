@@ -372,3 +372,19 @@ def test_an_answer_to_someone_of_another_organisation_streams_naming_their_team(
     [stream] = streams_in(slack, ts, "CSHARED")
     assert (stream["recipient_user_id"], stream["recipient_team_id"]) == ("UCAROL", "TOTHER")
     assert bot.stop() == 0
+
+
+def test_a_model_failing_midway_where_streaming_is_off_posts_what_was_written_and_an_apology(
+    bot: BotProcess, slack: FakeSlack, llm
+) -> None:
+    bot.settings["response.streaming"] = False
+    bot.start()
+    llm.script(Text("I was just about to tell you that the answer is", pieces=8, interval=0.2, fail_after=4))
+    ts = slack.post_message(GENERAL, ALICE, f"<@{slack.bot_user_id}> what is the answer?")
+
+    [post] = slack.wait_for_posts(1)
+    partial, _, apology = post["text"].partition("\n\n")
+    assert post["thread_ts"] == ts and "Sorry" in apology
+    assert partial and "I was just about to tell you that the answer is".startswith(partial)
+    assert wait_until(lambda: stored_bot_messages(bot), what="the stored reply") == [(post["ts"], post["text"])]
+    assert bot.stop() == 0

@@ -924,3 +924,31 @@ async def test_a_stream_whose_askers_team_cannot_be_read_names_the_bots_team(fak
 
     [stream] = fake.streams
     assert stream["recipient_team_id"] == "T1" and published.text == "Hello Alice"
+
+
+@pytest.mark.parametrize("posted_whole_by", ["streaming off", "streams refused"])
+async def test_a_reply_failing_midway_posted_whole_keeps_what_was_written_before_the_apology(
+    fake, publisher_for, posted_whole_by
+):
+    """As a stream stopped midway shows what was written and the apology, so does an answer posted whole."""
+    if posted_whole_by == "streams refused":
+        fake.refuse_streaming("not_allowed")
+    parent = fake.post_message("C1", "U1", "hi <@UBOT>")
+    reply = events(TextDelta("I was saying"), TextDelta(" that"), ModelUnavailable("boom"), pause=SLOWLY)
+
+    published = await publisher_for(streaming=posted_whole_by != "streaming off").publish(
+        GENERAL, parent, "U1", reply, APOLOGY
+    )
+
+    assert [p["text"] for p in fake.posted] == ["I was saying that\n\nSorry!"] == [published.text]
+    assert stream_calls(fake) == ([] if posted_whole_by == "streaming off" else ["chat.startStream"])
+
+
+async def test_a_reply_failing_before_any_text_posted_whole_is_the_apology_alone(fake, publisher_for):
+    parent = fake.post_message("C1", "U1", "hi <@UBOT>")
+
+    published = await publisher_for(streaming=False).publish(
+        GENERAL, parent, "U1", events(TextDelta(" "), ModelUnavailable("boom")), APOLOGY
+    )
+
+    assert [p["text"] for p in fake.posted] == ["Sorry!"] == [published.text]

@@ -360,11 +360,16 @@ class _Stream:
                 break
             if isinstance(event, ReplyDone):
                 final = event.text
-            streaming = streaming and await self._hold_ended() and await self._show(event)
+            shown = streaming and await self._hold_ended()
+            streaming = shown and await self._show(event)
+            if not shown and isinstance(event, TextDelta):
+                self._written += event.text  # to be posted whole: what a failure keeps before the apology
         if self._hold is not None:
             self._hold.cancel()
         if not (streaming and await self._hold_ended()):  # posted whole, as the publisher posts where it is refused
-            return await self._post(apology if failed or final is None else final)
+            if failed or final is None:
+                return await self._post(self._written.strip() + apology_tail(self._written, apology))
+            return await self._post(final)
         if failed:
             tail = apology_tail(self._written, apology)
         else:
@@ -640,15 +645,18 @@ def _task(call_id: str, title: str, status: str) -> dict[str, Any]:
 
 
 async def _whole(reply: ReplyStream, apology: str) -> str:
-    """The reply's final text, or `apology` when it fails."""
+    """The reply's final text; when it fails, what it wrote before, then `apology` (as a stream stopped midway)."""
+    written = ""
     try:
         async for event in reply:
             if isinstance(event, ReplyDone):
                 return event.text
+            if isinstance(event, TextDelta):
+                written += event.text
     except ReplyHeldBack:
         raise
     except ModelUnavailable as exc:
         logger.warning("reply failed: %s", exc)
     except Exception:
         logger.exception("reply failed")
-    return apology
+    return written.strip() + apology_tail(written, apology)
