@@ -258,7 +258,7 @@ class SlackGateway:
             lookup.add_done_callback(lambda _: self._lookups.pop(user_id, None))
         return await asyncio.shield(lookup)
 
-    async def team_of(self, user_id: str) -> str | None:
+    async def workspace_of(self, user_id: str) -> str | None:
         """The workspace (team id) person `user_id` belongs to, as users.info tells it; None when it does not."""
         await self.person(user_id)
         return self._teams.get(user_id)

@@ -500,7 +500,7 @@ class _Stream:
         if self._channel.kind is ChannelKind.IM or not self._recipient or not self._owner._team_id:
             return {}
         try:
-            team = await self._owner._chat.team_of(self._recipient)
+            team = await self._owner._chat.workspace_of(self._recipient)
         except CALL_FAILURES as exc:
             logger.warning("the team of %s could not be read: %s", self._recipient, describe(exc))
             team = None
