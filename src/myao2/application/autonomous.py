@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from myao2.application import tracing
 from myao2.application.activity import Activity
 from myao2.application.agents import Judge, ModelUnavailable, ReplyWriter
+from myao2.application.channels import reads_as_stored
 from myao2.application.context import ContextBuilder
 from myao2.application.conversations import Conversations
 from myao2.application.inbox import Spawn
@@ -22,7 +23,6 @@ from myao2.domain.conversation import BotIdentity, Channel, ChannelKind, Message
 from myao2.domain.judgment import LIVELINESS_WINDOW, ConversationKey, SkipPolicy, WaitPolicy, messages_per_minute
 from myao2.domain.memo import Origin
 from myao2.domain.ports import AutonomyStore, Clock, ConversationStore
-from myao2.domain.visibility import Reader
 
 logger = logging.getLogger(__name__)
 
@@ -188,7 +188,7 @@ class AutonomousResponder:
             logger.debug("joining %s because: %s", key, judgment.reason)
             origin = Origin.of(channel, newest.user_id, newest.ts)
             async with self._channel_turns.hold(channel.id):
-                if not await self._pace(channel.id) or not await self._reads_as(channel):
+                if not await self._pace(channel.id) or not await reads_as_stored(self._store, channel):
                     # Unclaimed and not standing: judged afresh once the budget allows, or as the channel reads now.
                     await asyncio.to_thread(self._autonomy.drop, key)
                     return
@@ -208,12 +208,6 @@ class AutonomousResponder:
             logger.warning("gave up joining %s: %s", key, exc)
         finally:
             self._considering.discard(key)
-
-    async def _reads_as(self, channel: Channel) -> bool:
-        """Whether the channel, as stored now, still reads what it did as `channel` (`Reader.of`), when the context
-        was read: one shared outside since reads none of the workspace's text that context may hold."""
-        stored = await asyncio.to_thread(self._store.get_channel, channel.id)
-        return Reader.of(channel.id, stored) == Reader.of(channel.id, channel)
 
     async def _remember(self, key: ConversationKey, judged: Message, confidence: float) -> bool:
         """Let the judgment of `judged` (as the judge read it) stand; False if it was edited (or deleted) since."""

@@ -9,8 +9,16 @@ from collections.abc import Awaitable, Callable
 from myao2.domain.conversation import Channel, ChannelKind
 from myao2.domain.memo import NARROWED_BY
 from myao2.domain.ports import ConversationStore, MemoryStore, MemoStore, ProfileStore
+from myao2.domain.visibility import Reader
 
 logger = logging.getLogger(__name__)
+
+
+async def reads_as_stored(store: ConversationStore, channel: Channel) -> bool:
+    """Whether the conversation, as `store` keeps it now, still reads what it did as `channel` when a prompt was read
+    from it (`Reader.of`): one shared outside since reads none of the workspace's text that prompt may hold."""
+    stored = await asyncio.to_thread(store.get_channel, channel.id)
+    return Reader.of(channel.id, stored) == Reader.of(channel.id, channel)
 
 
 class ChannelLifecycle:

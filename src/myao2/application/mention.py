@@ -13,6 +13,7 @@ from typing import Any
 
 from myao2.application import tracing
 from myao2.application.agents import ModelUnavailable, ReplyWriter
+from myao2.application.channels import reads_as_stored
 from myao2.application.context import ContextBuilder, StoredContext
 from myao2.application.conversations import Conversations
 from myao2.application.locks import KeyedLocks
@@ -604,14 +605,9 @@ class AnswerMention:
         except Exception as exc:
             raise ReplyDeferred(f"could not note the answer as showing: {exc!r}") from exc
         if not begun:
-            if inside and await self._read_from_outside_now(channel):
+            if inside and not await reads_as_stored(self._store, channel):
                 raise ReplyDeferred("its conversation is read from outside now: written again")
             raise ReplyWithdrawn
-
-    async def _read_from_outside_now(self, channel: Channel) -> bool:
-        """Whether `channel`, as stored now, is read from outside (`Reader.of`)."""
-        stored = await asyncio.to_thread(self._store.get_channel, channel.id)
-        return Reader.of(channel.id, stored).outside
 
     async def _held_to_the_end(self, message: Message, reply: ReplyStream, shown: Callable[[], bool]) -> ReplyStream:
         """`reply`, withdrawn as it is complete if it shows already (`shown`) and another replica took the answer
