@@ -137,3 +137,9 @@ class ReplyPublisher(Protocol):
 def apology_tail(written: str, apology: str) -> str:
     """What ends a reply that failed after `written`: the apology on a line of its own, or alone if nothing was written."""
     return f"\n\n{apology}" if written.strip() else apology
+
+
+def failed_reply_text(written: str, apology: str) -> str:
+    """The whole text of a reply that failed after `written`, posted at once: what was written, trimmed, then
+    `apology_tail`."""
+    return written.strip() + apology_tail(written, apology)

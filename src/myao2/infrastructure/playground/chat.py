@@ -22,7 +22,7 @@ from myao2.application.reply_stream import (
     ToolFinished,
     ToolStarted,
     Unheard,
-    apology_tail,
+    failed_reply_text,
 )
 from myao2.domain.conversation import Channel, History, Person, ts_to_datetime
 from myao2.domain.ports import ConversationStore
@@ -149,7 +149,7 @@ class PlaygroundPublisher:
             logger.exception("reply failed")
             emit("error", {"message": f"The reply failed: {type(exc).__name__}"})
         if text is None:
-            text = written.rstrip() + apology_tail(written, apology)
+            text = failed_reply_text(written, apology)
         text = text.strip()
         emit("done", {"ts": ts, "text": text, "time": ts_to_datetime(ts).isoformat()})
         return PublishedReply(ts, text)

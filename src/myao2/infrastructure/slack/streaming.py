@@ -34,6 +34,7 @@ from myao2.application.reply_stream import (
     ToolStarted,
     Unheard,
     apology_tail,
+    failed_reply_text,
 )
 from myao2.domain.conversation import Channel, ChannelKind
 from myao2.domain.ports import ConversationClosed
@@ -368,7 +369,7 @@ class _Stream:
             self._hold.cancel()
         if not (streaming and await self._hold_ended()):  # posted whole, as the publisher posts where it is refused
             if failed or final is None:
-                return await self._post(self._written.strip() + apology_tail(self._written, apology))
+                return await self._post(failed_reply_text(self._written, apology))
             return await self._post(final)
         if failed:
             tail = apology_tail(self._written, apology)
@@ -659,4 +660,4 @@ async def _whole(reply: ReplyStream, apology: str) -> str:
         logger.warning("reply failed: %s", exc)
     except Exception:
         logger.exception("reply failed")
-    return written.strip() + apology_tail(written, apology)
+    return failed_reply_text(written, apology)
