@@ -256,6 +256,24 @@ def bot(request: pytest.FixtureRequest, tmp_path: Path, slack: FakeSlack, llm: F
             process.stop()
 
 
+LOG_TAIL_CHARS = 20_000
+"""How much of the bot's log a failed test's report shows (its end)."""
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed end-to-end test's report shows the end of the bot's log and the Web API calls Slack got: a failure
+    seen once in CI can be read there."""
+    report = yield
+    if report.failed and call.when == "call":
+        process = getattr(item, "funcargs", {}).get("bot")
+        if isinstance(process, BotProcess):
+            report.sections.append(("bot log (end)", process.log()[-LOG_TAIL_CHARS:]))
+            calls = [f"{name} {params}" for name, params in process.slack.web_calls]
+            report.sections.append(("Web API calls", "\n".join(calls)[-LOG_TAIL_CHARS:]))
+    return report
+
+
 def wait_until(predicate, timeout: float = WAIT_SECONDS, what: str = "condition"):  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
