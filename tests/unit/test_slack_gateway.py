@@ -419,13 +419,15 @@ async def test_a_group_dm_whose_people_cannot_be_read_is_not_looked_up_as_one_of
     assert (await gateway.channel("G9")).ext_shared
 
 
+@pytest.mark.parametrize("visible", [False, None], ids=["user_not_visible", "user_not_found"])
 async def test_someone_slack_will_not_show_the_bot_counts_as_of_another_organisation(
-    fake: FakeSlack, gateway: SlackGateway
+    fake: FakeSlack, gateway: SlackGateway, visible: bool | None
 ) -> None:
     """users.info's `user_not_visible` (the person is not visible to the bot, as someone of another organisation
-    may not be): a DM or group DM with them reads as one with people of another organisation, and the history
-    sync's listing goes on. They are named by their id."""
-    fake.add_user("U9", "pat", team_id="TOTHER", visible=False)
+    may not be) or `user_not_found` (Slack knows nobody of that id here): a DM or group DM with them reads as one
+    with people of another organisation, and the history sync's listing goes on. They are named by their id."""
+    if visible is not None:  # else never registered: users.info answers user_not_found
+        fake.add_user("U9", "pat", team_id="TOTHER", visible=visible)
     fake.add_channel("D9", "dm-partner", is_im=True, members=["U9"])
     fake.add_channel("G9", "mpdm-alice--pat", is_mpim=True, members=["U1", "U9"])
     await gateway.auth()

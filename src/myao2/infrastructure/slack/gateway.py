@@ -53,8 +53,9 @@ sends one again after its connection failed once it may have reached Slack (see 
 CALL_FAILURES = (SlackClientError, aiohttp.ClientError, TimeoutError)
 """What a failed Web API call raises; for a call sent, whether Slack acted is known only when it answered."""
 NOT_SHOWN = frozenset({"user_not_visible"})
-"""The ids naming the organisation of someone Slack will not show the bot (users.info's `user_not_visible`): none
-is the bot's, as someone of another organisation may be hidden from it (the safe side)."""
+"""The ids naming the organisation of someone Slack will not show the bot (users.info's `user_not_visible`) or
+does not know (`user_not_found`): none is the bot's, as someone of another organisation may be hidden from it (the
+safe side)."""
 AUTH_ERRORS = frozenset({"invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired"})
 BOT_SCOPES = (
     "app_mentions:read, chat:write, reactions:write, users:read, "
@@ -422,8 +423,7 @@ class SlackGateway:
             if error not in ("user_not_found", "user_not_visible"):
                 raise
             person = Person(user_id=user_id, display_name=user_id)
-            if error == "user_not_visible":
-                self._organisations[user_id] = NOT_SHOWN
+            self._organisations[user_id] = NOT_SHOWN
         self._people[user_id] = (self._clock() + self._ttl, person)
         return person
 
@@ -465,7 +465,7 @@ class SlackGateway:
 
     def _of_another_organisation(self, user_id: str) -> bool:
         """Whether person `user_id` (looked up) is of an organisation other than the bot's: no id naming theirs
-        names the bot's. Not when either is unknown (`auth` not asked, or Slack did not find the person)."""
+        names the bot's. Not when either is unknown (`auth` not asked, or the person not looked up)."""
         theirs = self._organisations.get(user_id, frozenset())
         return bool(theirs and self._organisation) and theirs.isdisjoint(self._organisation)
 
