@@ -110,15 +110,18 @@ def test_a_dm_with_someone_of_another_organisation_sends_the_model_nothing_of_th
     assert bot.stop() == 0
 
 
-@pytest.mark.parametrize("shown", [True, False, None], ids=["another-team", "not-shown", "not-found"])
+@pytest.mark.parametrize("pat", ["another-team", "not-shown", "not-found", "guest"])
 def test_a_dm_or_group_dm_with_someone_of_another_team_sends_the_model_nothing_of_the_workspace(
-    bot: BotProcess, slack: FakeSlack, llm, shown: bool | None
+    bot: BotProcess, slack: FakeSlack, llm, pat: str
 ) -> None:
     """Slack does not say `is_ext_shared` of these conversations here: the other person's team (users.info), not the
     bot's, tells that people of another organisation read them, as does users.info refusing to show them
-    (`user_not_visible`) or not finding them (`user_not_found`); an ordinary DM reads the workspace's text."""
-    if shown is not None:  # else never registered: users.info answers user_not_found
-        slack.add_user(PAT, "pat", display_name="Pat", team_id="TPARTNER", visible=shown)
+    (`user_not_visible`) or not finding them (`user_not_found`), or their being a guest of the workspace (who reads
+    only the channels they are invited to); an ordinary DM reads the workspace's text."""
+    if pat == "guest":
+        slack.add_user(PAT, "pat", display_name="Pat", guest="single")
+    elif pat != "not-found":  # never registered: users.info answers user_not_found
+        slack.add_user(PAT, "pat", display_name="Pat", team_id="TPARTNER", visible=pat == "another-team")
     slack.add_channel(PAT_DM, "pat", is_im=True, members=[PAT])
     slack.add_channel(GROUP_DM, "mpdm-alice--pat", is_mpim=True, members=[ALICE, PAT])
     slack.add_channel(ALICE_DM, "alice", is_im=True, members=[ALICE])

@@ -411,11 +411,14 @@ class FakeSlack(LoopbackServer):
         team_id: str | None = None,
         enterprise_id: str | None = None,
         visible: bool = True,
+        guest: str | None = None,
     ) -> None:
         """Register a user returned by users.info; ``team_id``: the workspace they belong to (another one's: a
         person of another organisation, Slack Connect), ``enterprise_id``: the Enterprise Grid organisation of
         that workspace, if any (by default, the fake's own for a user of its workspace). Not ``visible``:
-        users.info refuses them with ``user_not_visible`` (someone Slack will not show the bot)."""
+        users.info refuses them with ``user_not_visible`` (someone Slack will not show the bot). ``guest``:
+        "multi" or "single", a multi- or single-channel guest of the workspace (`is_restricted`,
+        `is_ultra_restricted`)."""
         real = real_name if real_name is not None else name
         team = team_id or self.team_id
         enterprise_id = enterprise_id or (None if team_id else self.enterprise_id)
@@ -427,6 +430,8 @@ class FakeSlack(LoopbackServer):
             "deleted": False,
             "is_bot": is_bot,
             "is_app_user": False,
+            "is_restricted": guest is not None,
+            "is_ultra_restricted": guest == "single",
             "profile": {"display_name": display_name or "", "real_name": real, "team": team},
         }
         if bot_id:

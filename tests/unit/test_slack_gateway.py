@@ -428,11 +428,28 @@ async def test_someone_slack_will_not_show_the_bot_counts_as_of_another_organisa
     with people of another organisation, and the history sync's listing goes on. They are named by their id."""
     if visible is not None:  # else never registered: users.info answers user_not_found
         fake.add_user("U9", "pat", team_id="TOTHER", visible=visible)
+    await _reads_from_outside(fake, gateway)
+    assert await gateway.person("U9") == Person(user_id="U9", display_name="U9")
+
+
+@pytest.mark.parametrize("guest", ["multi", "single"])
+async def test_a_guest_of_the_workspace_counts_as_of_another_organisation(
+    fake: FakeSlack, gateway: SlackGateway, guest: str
+) -> None:
+    """A guest (`is_restricted`; single-channel: `is_ultra_restricted`) reads only the channels they are invited
+    to: a DM or group DM with them reads nothing of the workspace's, though Slack gives them its team id."""
+    fake.add_user("U9", "pat", display_name="Pat", guest=guest)
+    await _reads_from_outside(fake, gateway)
+    assert await gateway.workspace_of("U9") == fake.team_id  # their stream's recipient team is still the workspace
+
+
+async def _reads_from_outside(fake: FakeSlack, gateway: SlackGateway) -> None:
+    """A DM and a group DM with U9 read as conversations with someone of another organisation, when looked up and
+    in the listing; an ordinary DM and channel do not."""
     fake.add_channel("D9", "dm-partner", is_im=True, members=["U9"])
     fake.add_channel("G9", "mpdm-alice--pat", is_mpim=True, members=["U1", "U9"])
     await gateway.auth()
 
-    assert await gateway.person("U9") == Person(user_id="U9", display_name="U9")
     assert (await gateway.channel("D9")).ext_shared
     assert (await gateway.channel("G9")).ext_shared
     listed = {c.id: c.ext_shared for c in await gateway.member_channels()}

@@ -52,10 +52,10 @@ NOT_RESENT = frozenset({"chat.postMessage", "chat.startStream", "chat.appendStre
 sends one again after its connection failed once it may have reached Slack (see `make_web_client`)."""
 CALL_FAILURES = (SlackClientError, aiohttp.ClientError, TimeoutError)
 """What a failed Web API call raises; for a call sent, whether Slack acted is known only when it answered."""
-NOT_SHOWN = frozenset({"user_not_visible"})
-"""The ids naming the organisation of someone Slack will not show the bot (users.info's `user_not_visible`) or
-does not know (`user_not_found`): none is the bot's, as someone of another organisation may be hidden from it (the
-safe side)."""
+OUTSIDER = frozenset({"outsider"})
+"""The ids naming the organisation of someone read as of another: a guest of the workspace (`translate.is_guest`),
+or someone Slack will not show the bot (users.info's `user_not_visible`) or does not know (`user_not_found`), as
+someone of another organisation may be hidden from it (the safe side). None is the bot's."""
 AUTH_ERRORS = frozenset({"invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired"})
 BOT_SCOPES = (
     "app_mentions:read, chat:write, reactions:write, users:read, "
@@ -414,16 +414,17 @@ class SlackGateway:
     async def _look_up(self, user_id: str) -> Person:
         try:
             response = await retrying("users.info", lambda: self._client.users_info(user=user_id))
-            person = translate.to_person(response["user"])
-            self._organisations[user_id] = translate.organisation_ids(response["user"])
-            if team := response["user"].get("team_id"):
+            user = response["user"]
+            person = translate.to_person(user)
+            self._organisations[user_id] = OUTSIDER if translate.is_guest(user) else translate.organisation_ids(user)
+            if team := user.get("team_id"):
                 self._teams[user_id] = team
         except SlackApiError as exc:
             error = error_code(exc)
             if error not in ("user_not_found", "user_not_visible"):
                 raise
             person = Person(user_id=user_id, display_name=user_id)
-            self._organisations[user_id] = NOT_SHOWN
+            self._organisations[user_id] = OUTSIDER
         self._people[user_id] = (self._clock() + self._ttl, person)
         return person
 

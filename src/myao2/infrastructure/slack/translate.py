@@ -110,6 +110,12 @@ def organisation_ids(user: dict[str, Any]) -> frozenset[str]:
     return _ids(user.get("team_id"), (user.get("enterprise_user") or {}).get("enterprise_id"))
 
 
+def is_guest(user: dict[str, Any]) -> bool:
+    """Whether a `users.info` user is a guest of their workspace (multi- or single-channel): they read only the
+    channels they are invited to, though Slack names their organisation as the workspace's."""
+    return bool(user.get("is_restricted") or user.get("is_ultra_restricted"))
+
+
 def bot_organisation_ids(auth: dict[str, Any]) -> frozenset[str]:
     """The ids naming the bot's organisation, from its `auth.test` answer (as `organisation_ids`)."""
     return _ids(auth.get("team_id"), auth.get("enterprise_id"))
