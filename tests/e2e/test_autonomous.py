@@ -121,6 +121,19 @@ def test_an_autonomous_reply_written_slowly_is_posted_whole_not_streamed(
     assert bot.stop() == 0
 
 
+def test_an_autonomous_reply_shows_as_markdown_as_an_answer_does(bot: BotProcess, slack: FakeSlack,
+                                                                 llm: FakeOpenAI) -> None:
+    # Posted with `text` (Slack's mrkdwn), **Try** and [the place](...) showed literally.
+    reply = "**Try** [the place on 5th street](https://example.com/ramen)!"
+    llm.set_responder(responder(lambda r: judgment(True), lambda r: Text(reply)))
+    start(bot)
+    slack.post_message(GENERAL, ALICE, "does anyone know a good ramen place?")
+
+    [post] = slack.wait_for(lambda: slack.posted, what="the autonomous reply")
+    assert (post["method"], post["text"], post["markdown"]) == ("chat.postMessage", reply, True)
+    assert bot.stop() == 0
+
+
 def test_lively_exchange_judged_no_is_not_rejudged_until_someone_posts(
     bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
 ) -> None:

@@ -146,6 +146,7 @@ def test_a_broadcast_in_the_models_reply_notifies_nobody(bot: BotProcess, slack:
     assert "<!" not in posted
     if streamed:
         assert [p["method"] for p in replies_in(slack, ts)] == ["chat.stopStream"]
+    assert [p["markdown"] for p in replies_in(slack, ts)] == [True]  # as markdown_text, posted whole or streamed
     assert not any("<!" in (call["markdown"] or "") for s in slack.streams for call in s["calls"])
     assert bot.stop() == 0
 

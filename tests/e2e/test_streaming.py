@@ -9,8 +9,8 @@ import time
 import pytest
 
 from tests.e2e.conftest import ALICE, GENERAL, BotProcess, wait_until
-from tests.e2e.test_answers_exactly_once import QUICK_RETRIES, mention
-from tests.fakes.openai_server import FakeOpenAI, Text, ToolCall, ToolCalls
+from tests.e2e.test_answers_exactly_once import QUICK_RETRIES, answers_to, mention
+from tests.fakes.openai_server import Error, FakeOpenAI, Text, ToolCall, ToolCalls
 from tests.fakes.slack_server import FakeSlack
 
 STORY = " ".join(f"word{i:03d}" for i in range(200)).strip()  # about 1,600 characters
@@ -84,6 +84,33 @@ def test_an_answer_written_at_once_is_posted_whole_without_a_reaction(bot: BotPr
     stored = [(p["ts"], "Right here.") for p in posts]
     wait_until(lambda: stored_bot_messages(bot) == stored, what="the stored replies")
     assert slack.reactions == []  # it showed before the reaction was due
+    assert bot.stop() == 0
+
+
+def test_an_answer_written_fast_or_slowly_and_the_apology_all_show_as_markdown(bot: BotProcess, slack: FakeSlack,
+                                                                               llm) -> None:
+    # A streamed answer was standard Markdown; posted whole (done within the hold, or the apology) it was Slack's
+    # mrkdwn, which shows **Bold**, [a link](...) and # headings literally.
+    bot.module = "tests.e2e.long_hold"  # done within the hold however loaded; the slow one streams from its task
+    bot.settings.update(QUICK_RETRIES)
+    bot.start()
+    answer = "# Plan\n**Bold**, `code` and [a link](https://example.com)"  # under 120 characters: held back
+    llm.script(Text(answer, at_once=True))
+    fast = mention(slack, "plan it, quickly")
+    slack.wait_for(lambda: answers_to(slack, fast), what="the fast answer")
+    llm.script(ToolCalls([ToolCall("add_memo", {"name": "plan", "content": "Alice plans", "priority": 3})]),
+               Text(answer, pieces=4, interval=0.2))
+    slow = mention(slack, "plan it, slowly")
+    slack.wait_for(lambda: answers_to(slack, slow), what="the slow answer")
+    llm.set_responder(lambda request: Error(500, "down"))
+    failed = mention(slack, "plan it again")
+    slack.wait_for(lambda: answers_to(slack, failed), what="the apology")
+
+    shown = [(p["method"], p["text"], p["markdown"]) for ts in (fast, slow, failed) for p in answers_to(slack, ts)]
+    apology = answers_to(slack, failed)[0]["text"]
+    assert shown == [("chat.postMessage", answer, True), ("chat.stopStream", answer, True),
+                     ("chat.postMessage", apology, True)]
+    assert "Sorry" in apology
     assert bot.stop() == 0
 
 
@@ -297,6 +324,7 @@ def test_an_append_failing_once_still_ends_the_stream_with_the_whole_text(
     slack.wait_for(lambda: slack.messages(GENERAL)[-1]["text"] == STORY, what="the whole text")
     [stream] = streams_in(slack, ts)
     assert len([m for m in slack.messages(GENERAL) if m.get("user") == slack.bot_user_id]) == 1
+    assert all(p["markdown"] for p in slack.posted)  # set again by chat.update as the stream wrote it: Markdown
     assert wait_until(lambda: stored_bot_messages(bot), what="the stored reply") == [(stream["ts"], STORY)]
     assert bot.stop() == 0
 

@@ -44,6 +44,10 @@ Behaviour worth knowing:
   only of a message it no longer streams (stopped, or expired).
 * ``chat.update`` replaces the metadata when given one (``{}`` removes it) and
   keeps it otherwise, as Slack documents.
+* ``chat.postMessage`` and ``chat.update`` take the text as ``markdown_text``
+  (standard Markdown, at most 12,000 characters, not with ``text`` or
+  ``blocks``) or as ``text`` (mrkdwn); the message's ``text`` is what was sent
+  either way, as a stream's is its ``markdown_text``.
 
 Subprocess use: ``python -m tests.fakes.slack_server --port N`` prints the Web
 API base URL and serves until SIGTERM/SIGINT. There the world is driven over
@@ -352,7 +356,8 @@ class FakeSlack(LoopbackServer):
     @property
     def posted(self) -> list[dict[str, Any]]:
         """Bot's chat.postMessage / chat.update / chat.stopStream (a streamed message, finished):
-        dicts with method, channel, ts, text, thread_ts, metadata."""
+        dicts with method, channel, ts, text, thread_ts, metadata, and ``markdown``: whether the text is
+        standard Markdown (``markdown_text``, as a stream's always is) rather than Slack's mrkdwn (``text``)."""
         with self._lock:
             return copy.deepcopy(self._posted)
 
@@ -1227,7 +1232,7 @@ class FakeSlack(LoopbackServer):
         ch = self._channel_param(params)
         if not self._bot_in(ch):
             raise _SlackError("not_in_channel")
-        text = str(params.get("text") or "")
+        text, markdown = self._message_text(params)
         if not text and not params.get("blocks"):
             raise _SlackError("no_text")
         thread_ts = params.get("thread_ts") or None
@@ -1240,7 +1245,7 @@ class FakeSlack(LoopbackServer):
         if thread_ts and _truthy(params.get("reply_broadcast")):
             extra["subtype"] = "thread_broadcast"
         msg = self._store_message(ch, self.bot_user_id, text, thread_ts and str(thread_ts), None, extra)
-        self._record_post("chat.postMessage", ch, msg)
+        self._record_post("chat.postMessage", ch, msg, markdown)
         self._emit_message(ch, msg)
         return {"channel": ch.id, "ts": msg["ts"], "message": copy.deepcopy(msg)}
 
@@ -1273,13 +1278,27 @@ class FakeSlack(LoopbackServer):
             raise _SlackError("invalid_metadata_format")
         return {"event_type": metadata["event_type"], "event_payload": metadata.get("event_payload") or {}}
 
+    @staticmethod
+    def _message_text(params: dict[str, Any]) -> tuple[str, bool]:
+        """The text of a chat.postMessage / chat.update, and whether it is standard Markdown (``markdown_text``,
+        stored as a stream's is) rather than mrkdwn (``text``). Slack documents ``markdown_text`` as not to be
+        combined with ``text`` or ``blocks`` and at most 12,000 characters: the fake refuses either."""
+        markdown = params.get("markdown_text")
+        if markdown is None:
+            return str(params.get("text") or ""), False
+        if not isinstance(markdown, str) or params.get("text") or params.get("blocks"):
+            raise _SlackError("invalid_arguments")
+        if len(markdown) > MARKDOWN_LIMIT:
+            raise _SlackError("msg_too_long")
+        return markdown, True
+
     def _api_chat_update(self, params: dict[str, Any]) -> dict[str, Any]:
         """Slack's chat.update: the text is replaced; so is the metadata when given (``{}`` removes it), else it
         is kept."""
         ch, ts = self._own_message(params, "cant_update_message")
-        text = str(params.get("text") or "")
+        text, markdown = self._message_text(params)
         msg = self._edit(ch, ts, text, emit=True, metadata=self._metadata_param(params))
-        self._record_post("chat.update", ch, msg)
+        self._record_post("chat.update", ch, msg, markdown)
         return {"channel": ch.id, "ts": ts, "text": text, "message": copy.deepcopy(msg)}
 
     def _api_chat_delete(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -1348,7 +1367,7 @@ class FakeSlack(LoopbackServer):
             msg["metadata"] = metadata
         if params.get("blocks"):
             msg["blocks"] = params["blocks"]
-        self._record_post("chat.stopStream", ch, msg)
+        self._record_post("chat.stopStream", ch, msg, True)
         return {"channel": ch.id, "ts": stream.ts, "message": copy.deepcopy(msg)}
 
     def _live_stream(self, params: dict[str, Any]) -> tuple[_Channel, _Stream, dict[str, Any]]:
@@ -1429,8 +1448,8 @@ class FakeSlack(LoopbackServer):
             {"method": method, "time": time.time(), "markdown": added, "chunks": copy.deepcopy(chunks)}
         )
 
-    def _record_post(self, method: str, ch: _Channel, msg: dict[str, Any]) -> None:
-        record = {"method": method, "channel": ch.id, "ts": msg["ts"], "text": msg["text"]}
+    def _record_post(self, method: str, ch: _Channel, msg: dict[str, Any], markdown: bool) -> None:
+        record = {"method": method, "channel": ch.id, "ts": msg["ts"], "text": msg["text"], "markdown": markdown}
         self._posted.append({**record, "thread_ts": msg.get("thread_ts"), "metadata": msg.get("metadata")})
 
     def _api_reactions_add(self, params: dict[str, Any]) -> dict[str, Any]:

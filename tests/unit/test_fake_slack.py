@@ -122,6 +122,30 @@ async def test_post_message_and_thread_reply(fake: FakeSlack) -> None:
         assert info.value.response["error"] == error
 
 
+async def test_markdown_text_posts_and_updates_a_message_as_a_stream_writes_it(fake: FakeSlack) -> None:
+    client = web_client(fake)
+    markdown = "# Plan\n**bold** and [a link](https://example.com)"
+    resp = await client.chat_postMessage(channel="C1", markdown_text=markdown)
+    assert resp["message"]["text"] == markdown
+    await client.chat_update(channel="C1", ts=resp["ts"], markdown_text="**done**")
+    await client.chat_update(channel="C1", ts=resp["ts"], text="*done*")
+    assert [(p["method"], p["text"], p["markdown"]) for p in fake.posted] == [
+        ("chat.postMessage", markdown, True),
+        ("chat.update", "**done**", True),
+        ("chat.update", "*done*", False),
+    ]
+
+    for call, kwargs, error in [
+        (client.chat_postMessage, {"channel": "C1", "markdown_text": "x" * 12_001}, "msg_too_long"),
+        (client.chat_postMessage, {"channel": "C1", "markdown_text": "x", "text": "x"}, "invalid_arguments"),
+        (client.chat_update, {"channel": "C1", "ts": resp["ts"], "markdown_text": "x" * 12_001}, "msg_too_long"),
+    ]:
+        with pytest.raises(SlackApiError) as info:
+            await call(**kwargs)
+        assert info.value.response["error"] == error
+    assert len(fake.posted) == 3
+
+
 async def test_history_pagination(fake: FakeSlack) -> None:
     posted = [fake.post_message("C1", "U1", f"m{i}", emit=False) for i in range(25)]
     fake.post_message("C1", "U2", "hidden reply", thread_ts=posted[0], emit=False)

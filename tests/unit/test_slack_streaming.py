@@ -952,3 +952,44 @@ async def test_a_reply_failing_before_any_text_posted_whole_is_the_apology_alone
     )
 
     assert [p["text"] for p in fake.posted] == ["Sorry!"] == [published.text]
+
+
+MARKDOWN = "# Plan\n**Bold**, `code` and [a link](https://example.com)"
+
+
+@pytest.mark.parametrize("how", ["streamed", "done while held", "streaming off", "streams refused",
+                                 "stream broken", "apology"])
+async def test_an_answer_carries_markdown_however_it_is_published(fake, publisher_for, how):
+    # A streamed answer was standard Markdown (markdown_text); one posted whole (or a broken stream set again by
+    # chat.update) was mrkdwn (text), so the same answer showed **Bold** literally when written fast.
+    if how == "streams refused":
+        fake.refuse_streaming("not_allowed")
+    if how == "stream broken":
+        fake.inject_error("chat.appendStream", "message_not_in_streaming_state", times=5)
+        fake.inject_error("chat.stopStream", "message_not_in_streaming_state")
+    parent = fake.post_message("C1", "U1", "plan it <@UBOT>")
+    written = events(ModelUnavailable("down")) if how == "apology" else events(
+        *deltas(MARKDOWN, 20), ReplyDone(MARKDOWN), pause=0.0 if how == "done while held" else SLOWLY
+    )
+
+    published = await publisher_for(streaming=how != "streaming off").publish(
+        GENERAL, parent, "U1", written, "**Sorry!**"
+    )
+
+    expected = "**Sorry!**" if how == "apology" else MARKDOWN
+    assert (fake.posted[-1]["text"], fake.posted[-1]["markdown"]) == (expected, True)
+    assert published.text == expected
+    assert bool(fake.streams) == (how in ("streamed", "stream broken"))
+
+
+async def test_a_whole_answer_longer_than_markdown_text_takes_is_posted_as_text(fake, publisher_for):
+    # markdown_text takes 12,000 characters; an answer may run to 39,000 (a message keeps 40,000 of `text`).
+    parent = fake.post_message("C1", "U1", "paste the whole log <@UBOT>")
+    long = "".join(f"line {i:05d}\n" for i in range(2500)).strip()  # 27,500 characters
+
+    published = await publisher_for(streaming=False).publish(
+        GENERAL, parent, "U1", events(TextDelta(long), ReplyDone(long)), APOLOGY
+    )
+
+    [post] = fake.posted
+    assert (post["text"], post["markdown"]) == (long, False) and published.text == long

@@ -64,6 +64,17 @@ BOT_SCOPES = (
 )
 
 
+MARKDOWN_TEXT_LIMIT = 12_000
+"""The most characters of `markdown_text` one Web API call takes (Slack answers msg_too_long beyond)."""
+
+
+def message_text(text: str) -> dict[str, str]:
+    """The argument carrying a bot message's `text` (chat.postMessage, chat.update): `markdown_text`, standard
+    Markdown as a stream renders it, so an answer shows alike however it is published; a text longer than that
+    takes (an answer may run to 39,000 characters) as `text`, Slack's mrkdwn, which a message keeps 40,000 of."""
+    return {"markdown_text": text} if len(text) <= MARKDOWN_TEXT_LIMIT else {"text": text}
+
+
 def answer_metadata(answering: str) -> dict[str, Any]:
     """The message metadata that marks a post as the bot's answer to message `answering`."""
     return {"event_type": ANSWER_EVENT, "event_payload": {"answers": answering}}
@@ -163,13 +174,13 @@ class SlackGateway:
         )
 
     async def post(self, channel_id: str, text: str, thread_ts: str | None, answering: str | None = None) -> str:
-        """Post a message; an answer (`answering` set) is marked with metadata and retried safely.
+        """Post a message (`message_text`); an answer (`answering` set) is marked with metadata and retried safely.
 
         A post that failed may still have landed (a 5xx after Slack stored it), so an
         answer is posted again only while `answer_ts` does not find it; other posts are
         not retried.
         """
-        arguments: dict[str, Any] = {"channel": channel_id, "text": text, "thread_ts": thread_ts}
+        arguments: dict[str, Any] = {"channel": channel_id, **message_text(text), "thread_ts": thread_ts}
         if answering is None:
             return (await self._client.chat_postMessage(**arguments))["ts"]
         arguments["metadata"] = answer_metadata(answering)

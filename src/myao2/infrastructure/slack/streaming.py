@@ -40,11 +40,13 @@ from myao2.domain.conversation import Channel, ChannelKind
 from myao2.domain.ports import ConversationClosed
 from myao2.infrastructure.slack.gateway import (
     CALL_FAILURES,
+    MARKDOWN_TEXT_LIMIT,
     SlackGateway,
     answer_metadata,
     closed_or,
     describe,
     error_code,
+    message_text,
     retrying,
     transient,
 )
@@ -64,8 +66,6 @@ NO_STREAM_METHODS = frozenset({"unknown_method", "method_deprecated"})
 REFUSALS = frozenset({"not_allowed", "feature_not_enabled"}) | NO_STREAM_METHODS
 """Errors of chat.startStream meaning this workspace does not take streamed messages (of a top-level stream: see
 `TOP_LEVEL_REFUSALS`)."""
-STREAM_TEXT_LIMIT = 12_000
-"""The most characters of text one stream call takes (Slack answers msg_too_long beyond): more is sent in pieces."""
 NOT_STREAMING = "message_not_in_streaming_state"
 """The error of a stream call on a message Slack no longer streams (stopped, or expired)."""
 TOP_LEVEL_REFUSALS = frozenset(
@@ -169,8 +169,8 @@ class SlackReplyPublisher:
         the next attempt (`finish`): from the failed stop on (a stop Slack took ends the stream: its text cannot
         show twice), or from after the failed piece (Slack may show it already)."""
         try:
-            while len(tail) > STREAM_TEXT_LIMIT:
-                piece, tail = tail[:STREAM_TEXT_LIMIT], tail[STREAM_TEXT_LIMIT:]
+            while len(tail) > MARKDOWN_TEXT_LIMIT:
+                piece, tail = tail[:MARKDOWN_TEXT_LIMIT], tail[MARKDOWN_TEXT_LIMIT:]
                 await self._client.chat_appendStream(channel=channel_id, ts=ts, chunks=[_markdown(piece)])
             response = await self._client.chat_stopStream(
                 channel=channel_id,
@@ -430,8 +430,8 @@ class _Stream:
     async def _send_pieces(self) -> bool:
         """Send the buffered text but its last piece in pieces one call takes (a long text handed over at once);
         False when Slack refused to start the stream."""
-        while len(self._buffer) > STREAM_TEXT_LIMIT:
-            piece, self._buffer = self._buffer[:STREAM_TEXT_LIMIT], self._buffer[STREAM_TEXT_LIMIT:]
+        while len(self._buffer) > MARKDOWN_TEXT_LIMIT:
+            piece, self._buffer = self._buffer[:MARKDOWN_TEXT_LIMIT], self._buffer[MARKDOWN_TEXT_LIMIT:]
             if not await self._call([_markdown(piece)]):
                 return False
         return True
@@ -562,7 +562,9 @@ class _Stream:
         try:
             await retrying(
                 "chat.update",
-                lambda: self._client.chat_update(channel=self._channel.id, ts=ts, text=text, metadata=self._metadata),
+                lambda: self._client.chat_update(
+                    channel=self._channel.id, ts=ts, **message_text(text), metadata=self._metadata
+                ),
             )
             return PublishedReply(ts, text)
         except SlackApiError as exc:
