@@ -443,6 +443,30 @@ async def test_a_guest_of_the_workspace_counts_as_of_another_organisation(
     assert await gateway.workspace_of("U9") == fake.team_id  # their stream's recipient team is still the workspace
 
 
+async def test_a_group_dm_whose_member_became_a_guest_reads_from_outside_once_their_lookup_is_refreshed(
+    fake: FakeSlack,
+) -> None:
+    """A group DM's people never change, but whether one is a guest may (a member turned into one): the group DM
+    is told by its people as looked up now (at most `ttl` old), as a DM is by its person; its members are asked
+    once."""
+    now = [0.0]
+    gateway = SlackGateway(make_web_client(fake.bot_token, fake.base_url), ttl=60, clock=lambda: now[0])
+    fake.add_user("U9", "pat")
+    fake.add_channel("D9", "dm-pat", is_im=True, members=["U9"])
+    fake.add_channel("G9", "mpdm-alice--pat", is_mpim=True, members=["U1", "U9"])
+    await gateway.auth()
+    assert not (await gateway.channel("D9")).ext_shared
+    assert not (await gateway.channel("G9")).ext_shared
+
+    fake.add_user("U9", "pat", guest="multi")
+    now[0] += 61
+
+    listed = {c.id: c.ext_shared for c in await gateway.member_channels()}
+    assert (listed["D9"], listed["G9"], listed["C1"]) == (True, True, False)
+    assert (await gateway.channel("G9")).ext_shared
+    assert [c["channel"] for c in calls(fake, "conversations.members")] == ["G9"]
+
+
 async def _reads_from_outside(fake: FakeSlack, gateway: SlackGateway) -> None:
     """A DM and a group DM with U9 read as conversations with someone of another organisation, when looked up and
     in the listing; an ordinary DM and channel do not."""

@@ -154,9 +154,8 @@ class SlackGateway:
         """Each person looked up, by user id: the ids naming their organisation (`translate.organisation_ids`)."""
         self._teams: dict[str, str] = {}
         """Each person looked up, by user id: their workspace (users.info's team_id)."""
-        self._groups_outside: dict[str, bool] = {}
-        """Each group DM asked about, by id: whether someone of another organisation is in it (its people never
-        change)."""
+        self._group_members: dict[str, list[str]] = {}
+        """Each group DM asked about, by id: its people (they never change; whether one is a guest may)."""
 
     async def auth(self) -> BotIdentity:
         """Who the bot is (auth.test); raises `SlackAuthError` when the token is refused."""
@@ -453,27 +452,28 @@ class SlackGateway:
         return channel
 
     async def _group_outside(self, channel_id: str, listed: bool) -> bool:
-        """Whether someone of another organisation is in group DM `channel_id`: its members are asked once. When
-        they cannot be read, the lookup fails, to be asked again; in a listing (`listed`), which one conversation
-        must not stop, it is logged and not taken for one (what is stored of it stays so for good)."""
+        """Whether someone of another organisation is in group DM `channel_id`, its people as looked up now (`person`:
+        one turned into a guest counts once their lookup is refreshed); its members are asked once. When they cannot
+        be read, the lookup fails, to be asked again; in a listing (`listed`), which one conversation must not stop,
+        it is logged and not taken for one (what is stored of it stays so for good)."""
         if not self._organisation:
             return False
-        outside = self._groups_outside.get(channel_id)
-        if outside is None:
-            try:
+        try:
+            members = self._group_members.get(channel_id)
+            if members is None:
                 response = await retrying(
                     "conversations.members",
                     lambda: self._client.conversations_members(channel=channel_id, limit=PAGE_SIZE),
                 )
                 members = [user_id async for page in pages(response) for user_id in page["members"]]
-                await asyncio.gather(*map(self.person, members))
-            except CALL_FAILURES as exc:
-                if not listed:
-                    raise
-                logger.warning("the people of group DM %s could not be read: %s", channel_id, describe(exc))
-                return False
-            outside = self._groups_outside[channel_id] = any(map(self._of_another_organisation, members))
-        return outside
+                self._group_members[channel_id] = members
+            await asyncio.gather(*map(self.person, members))
+        except CALL_FAILURES as exc:
+            if not listed:
+                raise
+            logger.warning("the people of group DM %s could not be read: %s", channel_id, describe(exc))
+            return False
+        return any(map(self._of_another_organisation, members))
 
     def _of_another_organisation(self, user_id: str) -> bool:
         """Whether person `user_id` (looked up) is of an organisation other than the bot's: no id naming theirs
