@@ -18,6 +18,8 @@ ZWSP = "\u200b"
         ("<!subteam^S0123ABC> look", f"@{ZWSP}team look"),
         ("<!group>", f"@{ZWSP}group"),
         ("plain @channel and @here!", f"plain @{ZWSP}channel and @{ZWSP}here!"),
+        # Markdown's emphasis: the underscores are markup, the rendered text is a plain broadcast.
+        ("_@here_ and __@channel__", f"_@{ZWSP}here_ and __@{ZWSP}channel__"),
     ],
 )
 def test_broadcasts_are_made_plain_text_that_notifies_nobody(text: str, safe: str) -> None:

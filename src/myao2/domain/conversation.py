@@ -20,9 +20,10 @@ UNSTORABLE = re.compile("[\ud800-\udfff\x00]")
 BROADCAST = re.compile(
     r"<!(?P<special>channel|here|everyone|group)(?:\|[^>]*)?>"
     r"|<!subteam\^[A-Z0-9]+(?:\|@?(?P<team>[^>]*))?>"
-    r"|(?<![\w@.])@(?P<plain>channel|here|everyone)\b"
+    r"|(?<![^\W_])(?<![@.])@(?P<plain>channel|here|everyone)(?![^\W_])"
 )
-"""Mentions that notify a whole channel or user group: Slack markup, or the plain words."""
+"""Mentions that notify a whole channel or user group: Slack markup, or the plain words (not within a word or an
+address, as bob@here.io; an underscore around them is Markdown's emphasis, not part of a word)."""
 
 BREAK = "\u200b"
 """A zero-width space: after "@", it keeps Slack from reading a broadcast."""
