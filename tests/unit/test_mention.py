@@ -517,6 +517,39 @@ async def test_waiting_for_due_answers_ends_when_an_attempt_fails(world: World) 
     assert await world.retry_after(10) == 1  # and the failed answer is taken up when due
 
 
+async def test_an_answer_falling_due_just_after_a_catch_up_read_ends_the_wait_at_once(world: World) -> None:
+    """The catch-up found nothing due; the answer falls due before the wait asks when the next one does: it is due
+    now, not never (it fell out of both reads, and the bot waited for ever: a CI failure)."""
+    message = world.mention()
+    world.chat.fail_posts = 1
+    await world.answer(message)  # due again 10 s after it was claimed
+    await asyncio.wait_for(world.answer.wait_until_due(), 30)  # the failure is seen at once
+    assert await world.answer.catch_up() == 0  # not due yet
+    world.clock.advance(10)  # due as the catch-up ends
+    await asyncio.wait_for(world.answer.wait_until_due(), 30)
+    assert await world.retry_after(0) == 1
+
+
+async def test_an_attempt_outliving_its_due_time_does_not_end_the_wait_again_and_again(world: World) -> None:
+    """A catch-up passes over an answer due whose attempt still runs: the wait after it sleeps (no busy loop) until
+    that attempt fails."""
+    message = world.mention()
+    world.writer.block = asyncio.Event()
+    task = asyncio.create_task(world.answer(message))
+    while world.writer.calls == 0:
+        await asyncio.sleep(0.01)
+    world.clock.advance(60)  # due again, still being written
+    assert await world.answer.catch_up() == 0
+    waiting = asyncio.create_task(world.answer.wait_until_due())
+    await asyncio.sleep(0.2)
+    assert not waiting.done()
+    world.chat.fail_posts = 1
+    world.writer.block.set()
+    await task
+    await asyncio.wait_for(waiting, 30)  # the failure ends it
+    assert await world.retry_after(0) == 1
+
+
 async def test_waiting_for_due_answers_ends_when_the_next_one_falls_due(world: World) -> None:
     message = world.mention()
     world.chat.fail_posts = 1

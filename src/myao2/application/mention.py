@@ -138,6 +138,8 @@ class AnswerMention:
         self._claimed: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._in_flight: set[tuple[str, str]] = set()
         self._due = asyncio.Event()
+        self._read_until: datetime | None = None
+        """The latest moment a `catch_up` read the answers due up to: those falling due since are due now."""
 
     async def __call__(self, message: Message) -> None:
         """Answer a message that just arrived, unless it is already taken up."""
@@ -179,6 +181,7 @@ class AnswerMention:
         the background).
         """
         now = self._clock.now()
+        self._read_until = max(now, self._read_until or now)
         since = now - timedelta(seconds=self._settings.catchup_seconds)
 
         def read() -> tuple[list[Message], list[PendingAnswer]]:
@@ -213,9 +216,10 @@ class AnswerMention:
         owe are taken up once they are gone (`wake`).
         """
         now = self._clock.now()
-        due = await asyncio.to_thread(self._store.next_due, now, self._owed_since(now), holder=self._replica)
+        after = min(now, self._read_until or now)  # one falling due since the last catch-up read is due at once
+        due = await asyncio.to_thread(self._store.next_due, after, self._owed_since(now), holder=self._replica)
         with suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._due.wait(), None if due is None else (due - now).total_seconds())
+            await asyncio.wait_for(self._due.wait(), None if due is None else max(0.0, (due - now).total_seconds()))
         self._due.clear()
 
     def _owed_since(self, now: datetime) -> datetime:
