@@ -343,3 +343,82 @@ def test_a_replaced_database_turns_ready_to_503_and_old_answers_are_not_repeated
     time.sleep(1)
     assert len(slack.posted) == 2 and len(llm.requests) == 2
     assert bot.stop() == 0
+
+
+def settled_unanswered(bot: BotProcess, ts: str) -> bool:
+    """Whether the claim of message `ts` is settled with no answer."""
+    return bot.rows("SELECT answer_ts FROM claims WHERE ts = :ts AND settled_at IS NOT NULL", ts=ts) == [(None,)]
+
+
+def answer_calls(slack: FakeSlack) -> list[str]:
+    """The Web API calls that would show an answer (taken by Slack or refused)."""
+    return [method for method, _ in slack.web_calls if method in ("chat.postMessage", "chat.startStream")]
+
+
+def test_a_mention_deleted_while_its_answer_is_written_is_not_answered(
+    bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
+) -> None:
+    bot.settings.update(QUICK_RETRIES)
+    written = threading.Event()
+    llm.script(Text("Too late.", hold=written))
+    llm.set_responder(lambda request: Text("A second answer that must not appear."))
+    bot.start()
+    ts = mention(slack)
+    llm.wait_for_requests(1)
+    slack.delete_message(GENERAL, ts)  # the person takes it back
+    wait_until(lambda: not bot.rows("SELECT ts FROM messages WHERE ts = :ts", ts=ts), what="the deletion stored")
+    written.set()
+
+    wait_until(lambda: settled_unanswered(bot, ts), what="the claim settled unanswered")
+    time.sleep(2.5)  # a retry round more: room for an answer or an apology to show up
+    assert answer_calls(slack) == [] and len(llm.requests) == 1
+    assert bot.stop() == 0
+
+
+@pytest.mark.parametrize("method", ["chat.postMessage", "chat.startStream"])
+def test_a_mention_deleted_unheard_before_its_answer_is_given_up_once_slack_refuses_its_thread(
+    bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI, method: str
+) -> None:
+    bot.settings.update(QUICK_RETRIES)
+    written = threading.Event()
+    pace = {"interval": 0.5} if method == "chat.startStream" else {}  # written slowly: streamed
+    llm.script(Text("Too late.", hold=written, **pace))
+    llm.set_responder(lambda request: Text("A second answer that must not appear."))
+    bot.start()
+    ts = mention(slack)
+    llm.wait_for_requests(1)
+    slack.delete_message(GENERAL, ts, emit=False)  # its event lost: the bot learns of it from Slack's refusal
+    written.set()
+
+    wait_until(lambda: settled_unanswered(bot, ts), what="the claim settled unanswered")
+    time.sleep(2.5)  # a retry round more: room for another attempt or an apology
+    assert answer_calls(slack) == [method] and len(llm.requests) == 1  # refused once: thread_not_found
+    assert not [m for m in slack.messages(GENERAL) if m.get("user") == slack.bot_user_id]
+    assert bot.log().count("thread_not_found") == 1
+    assert bot.stop() == 0
+
+
+def test_an_answer_streaming_when_its_mention_is_deleted_ends_normally(
+    bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
+) -> None:
+    bot.settings.update(QUICK_RETRIES)
+    rest = threading.Event()
+    llm.script(Text("Already on my way, here it is.", pieces=3, hold=rest, hold_after=1))
+    llm.set_responder(lambda request: Text("A second answer that must not appear."))
+    bot.start()
+    ts = mention(slack)
+    slack.wait_for(lambda: slack.streams, what="the answer streaming")
+    wait_until(lambda: bot.rows("SELECT answer_ts FROM claims WHERE ts = :ts", ts=ts) != [(None,)], what="its ts recorded")
+    slack.delete_message(GENERAL, ts)  # the stream lives on in the thread under the deleted message
+    wait_until(lambda: not bot.rows("SELECT ts FROM messages WHERE ts = :ts", ts=ts), what="the deletion stored")
+    rest.set()
+
+    [stream] = slack.streams
+    wait_until(lambda: settled(bot, ts) == stream["ts"], what="the claim settled with the stream")
+    assert not slack.streams[0]["streaming"]
+    assert [m["text"] for m in slack.messages(GENERAL) if m.get("user") == slack.bot_user_id] == [
+        "Already on my way, here it is."
+    ]
+    assert answer_calls(slack) == ["chat.startStream"] and len(llm.requests) == 1
+    assert bot.stop() == 0
+

@@ -632,5 +632,11 @@ class AnswerMention:
             self._given_up(message)
 
     def _given_up(self, message: Message) -> None:
-        """Another replica took the answer over while this one stalled: it is that one's to give."""
-        logger.info("answer to %s/%s taken over by another replica; given up here", message.channel_id, message.ts)
+        """The claim was settled or taken from this attempt meanwhile: its message was deleted before the answer
+        showed (the person took it back), or another replica took the answer over while this one stalled (it is
+        that one's to give)."""
+        logger.info(
+            "answer to %s/%s given up here: its message deleted, or taken over by another replica",
+            message.channel_id,
+            message.ts,
+        )

@@ -229,7 +229,8 @@ class ConversationStore(Protocol):
     def delete_message(self, channel_id: str, ts: str) -> None:
         """Delete a message for good: it is never stored again, whoever fetched it earlier.
 
-        The digest made from it (of its day) goes too; an edit drops it as well, to be made again.
+        The digest made from it (of its day) goes too; an edit drops it as well, to be made again. A claim of it
+        whose answer has not begun to show (`begin_showing`) is settled unanswered: the person took it back.
         """
         ...
 

@@ -169,9 +169,11 @@ class SqlConversationStore:
     def _delete(self, connection: Connection, channel_id: str, ts: str) -> None:
         """Delete a message and leave a tombstone, so a history fetched earlier cannot bring it back.
 
-        The digest of its day goes too: made again from what is left, if its raw messages are still kept.
+        The digest of its day goes too: made again from what is left, if its raw messages are still kept. A claim
+        of it whose answer has not begun to show is settled unanswered: the person took the message back.
         """
         connection.execute(delete(MessageRow).where(*_message_key(channel_id, ts)))
+        connection.execute(_TAKEN_BACK, {"claim_channel": channel_id, "claim_ts": ts, "at": self._clock.now()})
         _drop_digest(connection, channel_id, ts)
         _drop_notes(connection, ts)
         values = {"channel_id": channel_id, "ts": ts, "deleted_at": self._clock.now()}
@@ -681,6 +683,12 @@ _KEEP_ENDING = (
 _SETTLE = (
     update(_CLAIMS).where(*_HELD_HERE).values(answer_ts=bindparam("answer"), settled_at=bindparam("at"), ending=None)
 )
+_TAKEN_BACK = (
+    update(_CLAIMS)
+    .where(*_THIS_CLAIM, _CLAIMS.c.settled_at.is_(None), _CLAIMS.c.showing == false())
+    .values(settled_at=bindparam("at"))
+)
+"""A claim whose message was deleted before its answer began to show, settled unanswered (whoever holds it)."""
 
 
 def _around(in_thread: bool) -> tuple[Executable, Executable]:

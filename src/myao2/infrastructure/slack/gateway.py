@@ -41,10 +41,11 @@ TRANSIENT_ERRORS = frozenset({"internal_error", "fatal_error", "service_unavaila
 CLOSED_ERRORS = frozenset(
     {"is_archived", "channel_is_archived", "channel_not_found", "not_in_channel", "restricted_action",
      "restricted_action_read_only_channel", "restricted_action_thread_locked",
-     "restricted_action_non_threadable_channel", "restricted_action_thread_only_channel"}
+     "restricted_action_non_threadable_channel", "restricted_action_thread_only_channel", "thread_not_found"}
 )
 """Errors of a post meaning the conversation takes none from the bot now (`ConversationClosed`): archived, gone, the
-bot out of it, or a workspace or channel setting (read-only, a locked thread) keeping the bot from posting there."""
+bot out of it, a workspace or channel setting (read-only, a locked thread) keeping the bot from posting there, or the
+thread gone (its parent deleted before it had a reply: the person took the message answered back)."""
 ANSWER_EVENT = "myao2_answer"
 """The message metadata event type that marks a post as the bot's answer to a message."""
 NOT_RESENT = frozenset({"chat.postMessage", "chat.startStream", "chat.appendStream", "chat.stopStream"})
