@@ -422,3 +422,25 @@ def test_an_answer_streaming_when_its_mention_is_deleted_ends_normally(
     assert answer_calls(slack) == ["chat.startStream"] and len(llm.requests) == 1
     assert bot.stop() == 0
 
+
+def test_a_mention_deleted_after_someone_replied_to_it_is_not_answered(
+    bot: BotProcess, slack: FakeSlack, llm: FakeOpenAI
+) -> None:
+    bot.settings.update(QUICK_RETRIES)
+    bot.settings["response.check_interval_seconds"] = 3600  # Bob's reply is no autonomous model call
+    written = threading.Event()
+    llm.script(Text("Too late.", hold=written))
+    llm.set_responder(lambda request: Text("A second answer that must not appear."))
+    bot.start()
+    ts = mention(slack)
+    llm.wait_for_requests(1)
+    reply = slack.post_message(GENERAL, BOB, "what she said", thread_ts=ts)
+    wait_until(lambda: bot.rows("SELECT ts FROM messages WHERE ts = :ts", ts=reply), what="the reply stored")
+    slack.delete_thread_parent(GENERAL, ts)  # a tombstone stays in its place: Slack would take an answer there
+    wait_until(lambda: not bot.rows("SELECT ts FROM messages WHERE ts = :ts", ts=ts), what="the deletion stored")
+    written.set()
+
+    wait_until(lambda: settled_unanswered(bot, ts), what="the claim settled unanswered")
+    time.sleep(2.5)  # a retry round more: room for an answer or an apology to show up
+    assert answer_calls(slack) == [] and len(llm.requests) == 1
+    assert bot.stop() == 0

@@ -85,6 +85,7 @@ CONTROL_METHODS = (
     "post_message",
     "edit_message",
     "delete_message",
+    "delete_thread_parent",
     "emit_event",
     "redeliver",
     "disconnect",
@@ -532,6 +533,37 @@ class FakeSlack(LoopbackServer):
                 if root and root != ts:
                     event["thread_ts"] = root
                 self._emit(event)
+
+    def delete_thread_parent(self, channel: str, ts: str) -> None:
+        """Delete a message that has replies as Slack does: it stays as a tombstone ("This message was deleted.",
+        subtype ``tombstone``, by USLACKBOT), its thread goes on, and ``message_changed`` is emitted with it."""
+        with self._lock:
+            ch = self._get_channel(channel)
+            msg = self._find_message(ch, ts)
+            if msg is None or not msg.get("reply_count"):
+                raise KeyError(f"no message {ts} with replies in {channel}")
+            previous = copy.deepcopy(msg)
+            for key in ("blocks", "metadata", "edited", "files", "bot_id", "app_id", "team"):
+                msg.pop(key, None)
+            msg.update(
+                subtype="tombstone", text="This message was deleted.", user="USLACKBOT", hidden=True,
+                parent_user_id="USLACKBOT",
+            )
+            if self._bot_in(ch):
+                event_ts = self._next_ts()
+                self._emit(
+                    {
+                        "type": "message",
+                        "subtype": "message_changed",
+                        "hidden": True,
+                        "message": copy.deepcopy(msg),
+                        "previous_message": previous,
+                        "channel": ch.id,
+                        "ts": event_ts,
+                        "event_ts": event_ts,
+                        "channel_type": ch.channel_type,
+                    }
+                )
 
     def convert_to_private(self, channel: str) -> None:
         """Make a public channel private and emit ``channel_converted_to_private``."""

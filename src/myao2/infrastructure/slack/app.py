@@ -134,7 +134,9 @@ def build_app(
         channel = event.get("channel", "")
         if subtype == "message_changed":
             changed = event.get("message") or {}
-            if "ts" in changed:
+            if changed.get("subtype") == "tombstone" and "ts" in changed:  # deleted, its thread kept under a tombstone
+                await inbox.message_deleted(channel, changed["ts"])
+            elif "ts" in changed:
                 await inbox.message_edited(channel, changed["ts"], text_of(changed))
         elif subtype == "message_deleted":
             if event.get("deleted_ts"):
