@@ -416,3 +416,29 @@ def test_a_model_failing_midway_where_streaming_is_off_posts_what_was_written_an
     assert partial and "I was just about to tell you that the answer is".startswith(partial)
     assert wait_until(lambda: stored_bot_messages(bot), what="the stored reply") == [(post["ts"], post["text"])]
     assert bot.stop() == 0
+
+
+def test_a_task_running_when_the_bot_is_killed_is_marked_failed_as_the_next_attempt_ends_its_stream(
+    bot: BotProcess, slack: FakeSlack, llm
+) -> None:
+    bot.settings.update(QUICK_RETRIES)
+    bot.module = "tests.e2e.held_memo"  # reading memo "held" never ends
+    llm.script(ToolCalls([ToolCall("get_memo", {"memo_name": "held"})], content="Let me look."))
+    llm.set_responder(lambda request: Text("A second answer that must not appear."))
+    bot.start()
+    ts = mention(slack, "what is held?")
+    slack.wait_for(lambda: [s for s in streams_in(slack, ts) if s["task_history"]], what="the task shown running")
+    wait_until(lambda: recorded_answer(bot, ts), what="the stream's ts recorded")
+    bot.kill()
+
+    bot.start()
+    slack.wait_for(lambda: finished(slack, ts), what="the unfinished stream to be ended")
+    [stream] = streams_in(slack, ts)
+    assert [(t["title"], t["status"]) for t in stream["task_history"]] == [
+        ("Read memo: held", "in_progress"),
+        ("Read memo: held", "error"),
+    ]
+    assert slack.messages(GENERAL)[-1]["text"].startswith("Let me look.")
+    wait_until(lambda: bot.rows("SELECT answer_ts FROM claims WHERE ts = :ts AND settled_at IS NOT NULL", ts=ts)
+               == [(stream["ts"],)], what="the claim settled")
+    assert bot.stop() == 0

@@ -111,14 +111,15 @@ class WholePublisher:
         self.finished: list[tuple[str, str, str, str | None]] = []
 
     async def finish(  # type: ignore[no-untyped-def]
-        self, channel_id: str, ts: str, apology: str, *, answering: str | None = None, ending=None, left_open=None
+        self, channel_id: str, ts: str, apology: str, *, answering: str | None = None, ending=None, tasks=None,
+        left_open=None,
     ) -> str | None:
         self.finished.append((channel_id, ts, apology, answering))
         return ""  # ended, its text not told
 
     async def publish(  # type: ignore[no-untyped-def]
         self, channel, thread_ts, recipient_user_id, reply, apology, *, answering=None, started=None, unheard=None,
-        left_open=None, about_to_show=None, not_shown=None,
+        left_open=None, tasks_running=None, about_to_show=None, not_shown=None,
     ) -> PublishedReply:
         if self.crash_after_start is not None:
             ts, self.crash_after_start = self.crash_after_start, None

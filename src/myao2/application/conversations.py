@@ -17,6 +17,7 @@ from myao2.application.reply_stream import (
     ReplyPublisher,
     ReplyStream,
     Started,
+    TasksRunning,
     Unheard,
 )
 from myao2.domain.activity import ReplyKind
@@ -144,6 +145,7 @@ class Conversations:
         started: Started | None = None,
         unheard: Unheard | None = None,
         left_open: LeftOpen | None = None,
+        tasks_running: TasksRunning | None = None,
         about_to_show: AboutToShow | None = None,
         not_shown: NotShown | None = None,
         stored: Callable[[str], None] | None = None,
@@ -152,7 +154,8 @@ class Conversations:
 
         Its text is made safe as `post` makes it, also where a broadcast is split across
         deltas. `answering` marks it as the answer to that message; `started` is told
-        its ts as soon as it shows (`unheard`, `left_open`, `about_to_show`, `not_shown`: see `ReplyPublisher.publish`); `stored` is
+        its ts as soon as it shows (`unheard`, `left_open`, `tasks_running`, `about_to_show`, `not_shown`: see
+        `ReplyPublisher.publish`); `stored` is
         called with it once the reply is stored, in the same worker thread and transaction (its writes to the
         conversation store are committed with the reply's, or none of them is). The model calls made while it is
         written are recorded in that trip too.
@@ -170,6 +173,7 @@ class Conversations:
                 started=started,
                 unheard=unheard,
                 left_open=left_open,
+                tasks_running=tasks_running,
                 about_to_show=about_to_show,
                 not_shown=not_shown,
             )
@@ -184,11 +188,12 @@ class Conversations:
         answering: str | None = None,
         *,
         ending: str | None = None,
+        tasks: dict[str, str] | None = None,
         left_open: LeftOpen | None = None,
     ) -> bool:
         """End a reply in `thread_ts` left half-written (the bot stopped while it streamed, or its end failed) with
-        `ending` (what it lacks), else with `apology`, and store its whole text; False when message `ts` was none
-        (see `ReplyPublisher.finish`)."""
+        `ending` (what it lacks), else with `apology`, its `tasks` still running marked failed, and store its whole
+        text; False when message `ts` was none (see `ReplyPublisher.finish`)."""
         if self._publisher is None:
             raise RuntimeError("Conversations was built without a reply publisher")
         text = await self._publisher.finish(
@@ -197,6 +202,7 @@ class Conversations:
             safe_text(apology, self._allow_broadcasts),
             answering=answering,
             ending=ending,
+            tasks=tasks,
             left_open=left_open,
         )
         if text:

@@ -24,6 +24,7 @@ from myao2.application.reply_stream import (
     ReplyDone,
     ReplyStream,
     ReplyWithdrawn,
+    TasksRunning,
     TextDelta,
 )
 from myao2.domain.answers import PendingAnswer, RetryPolicy, words_digest
@@ -388,17 +389,20 @@ class AnswerMention:
                 self._settings.apology,
                 answering=message.ts,
                 ending=unfinished.ending,
+                tasks=unfinished.tasks,
                 left_open=self._left_open(message),
             )
             return unfinished.ts
         if not unfinished.showing:
             return None
-        return await self._unheard_answer(message, reply_thread, unfinished.unheard_start)
+        return await self._unheard_answer(message, reply_thread, unfinished.unheard_start, unfinished.tasks)
 
-    async def _unheard_answer(self, message: Message, reply_thread: str | None, start: str | None) -> str | None:
+    async def _unheard_answer(
+        self, message: Message, reply_thread: str | None, start: str | None, tasks: dict[str, str] | None
+    ) -> str | None:
         """The ts of an answer an earlier attempt began to stream but never heard the ts of (the bot died, or the
         call starting the stream went unanswered and its stream was not found at once, see `_unheard`); it is
-        ended with the apology. None: none found.
+        ended with the apology, its `tasks` still running marked failed. None: none found.
 
         It is the first of `_unheard` that is still streaming (takes chat.stopStream, which ends it). A stream
         Slack already ended (expired) is not taken for it: the answer is then written again, two messages
@@ -406,7 +410,7 @@ class AnswerMention:
         """
         for ts in await self._unheard(message, reply_thread, start):
             if await self._conversations.finish(
-                message.channel_id, ts, reply_thread, self._settings.apology, answering=message.ts
+                message.channel_id, ts, reply_thread, self._settings.apology, answering=message.ts, tasks=tasks
             ):
                 logger.warning(
                     "answer to %s/%s found streaming as %s, its ts never heard: ended with the apology",
@@ -516,6 +520,7 @@ class AnswerMention:
                 started=started,
                 unheard=lambda sent: self._started_unheard(message, reply_thread, sent),
                 left_open=self._left_open(message),
+                tasks_running=self._tasks_running(message),
                 about_to_show=about_to_show,
                 not_shown=reaction.not_shown if reaction is not None else None,
                 stored=lambda answer_ts: self._settle(message, answer_ts),
@@ -536,6 +541,19 @@ class AnswerMention:
                 answer_ts,
                 ending[-ANSWER_MAX_CHARS:],
                 holder=self._replica,
+            )
+
+        return keep
+
+    def _tasks_running(self, message: Message) -> TasksRunning:
+        """`TasksRunning` for the answer to `message`: the tasks its stream shows still running are kept with its claim
+        (in the store, so the next attempt marks them failed as it ends the stream, after a restart too). They quote
+        the model's tool arguments, read in this conversation: the claim is this conversation's, and cleared once
+        the answer is settled."""
+
+        async def keep(tasks: dict[str, str]) -> None:
+            await asyncio.to_thread(
+                self._store.keep_tasks, message.channel_id, message.ts, tasks, holder=self._replica
             )
 
         return keep

@@ -62,6 +62,10 @@ text, oldest first; empty when none may be taken for it."""
 LeftOpen = Callable[[str, str], Awaitable[None]]
 """Told the ts of a reply left showing unfinished (its end failed for a passing reason: the attempt fails) and the
 end it lacks, for the next attempt to end it with (`ReplyPublisher.finish`'s `ending`)."""
+TasksRunning = Callable[[dict[str, str]], Awaitable[None]]
+"""Told the tasks a reply shows still running (call id to title) before a task shows, and again once one is shown
+finished: should the reply be left unfinished (the bot killed), the next attempt ends it with them marked failed
+(`ReplyPublisher.finish`'s `tasks`)."""
 AboutToShow = Callable[[], Awaitable[None]]
 """Awaited just before a reply first shows in the conversation (its stream starts, or it is posted whole)."""
 NotShown = Callable[[], None]
@@ -98,6 +102,7 @@ class ReplyPublisher(Protocol):
         started: Started | None = None,
         unheard: Unheard | None = None,
         left_open: LeftOpen | None = None,
+        tasks_running: TasksRunning | None = None,
         about_to_show: AboutToShow | None = None,
         not_shown: NotShown | None = None,
     ) -> PublishedReply:
@@ -107,8 +112,8 @@ class ReplyPublisher(Protocol):
         `started` is awaited with the message's ts as soon as it shows (a reply shown while it is written: one
         posted whole is not told). `unheard` offers the messages that may
         be the reply when the call starting it went unanswered: the newest is taken for it, and the reply goes
-        on there. `left_open` is told the end a message left unfinished lacks; `about_to_show` and `not_shown`:
-        see their types. When the stream
+        on there. `left_open` is told the end a message left unfinished lacks; `tasks_running`, `about_to_show` and
+        `not_shown`: see their types. When the stream
         fails (ModelUnavailable or any other error but `ReplyHeldBack`), the message
         ends with what was written and `apology`, or is `apology` alone.
         """
@@ -122,11 +127,13 @@ class ReplyPublisher(Protocol):
         *,
         answering: str | None = None,
         ending: str | None = None,
+        tasks: dict[str, str] | None = None,
         left_open: LeftOpen | None = None,
     ) -> str | None:
         """End message `ts`, left half-written when the bot stopped, with `ending` (what an attempt told `LeftOpen`
-        it lacks), else with `apology` (marked as `answering`'s answer); returns its whole text as it ends ("" when
-        not told). Should it stay unfinished, `left_open` is told what it lacks still.
+        it lacks), else with `apology` (marked as `answering`'s answer), and its `tasks` still running (told
+        `TasksRunning`) marked failed; returns its whole text as it ends ("" when not told). Should it stay
+        unfinished, `left_open` is told what it lacks still.
 
         None when it was no message left half-written (already ended, expired, or never streamed): it is left
         as it is.

@@ -46,12 +46,14 @@ class Unfinished:
     """How far an unsettled answer got: `ts`, the message it shows as, once Slack told it; `showing`, whether an
     attempt began to show it (Slack may then hold a message of it whose ts the bot never heard); `unheard_start`,
     the `words_digest` of what a call starting it was sent that went unanswered (the message then shows just
-    that), if one did; `ending`, the end stream `ts` lacks, when an attempt left it open (its stop failed)."""
+    that), if one did; `ending`, the end stream `ts` lacks, when an attempt left it open (its stop failed); `tasks`,
+    those its stream shows still running (call id to title), to be marked failed as it is ended."""
 
     ts: str | None
     showing: bool
     unheard_start: str | None = None
     ending: str | None = None
+    tasks: dict[str, str] | None = None
 
 
 def words_digest(text: str) -> str:

@@ -392,7 +392,8 @@ class ConversationStore(Protocol):
 
         False, and nothing recorded, when the answer is settled or no longer `holder`'s; with `inside` (it was
         written from what a conversation of the workspace reads), also when the conversation is no longer stored
-        as one (`Reader.of`: shared outside since, say).
+        as one (`Reader.of`: shared outside since, say). The tasks an earlier attempt kept (`keep_tasks`) are
+        dropped: they are of a stream this one does not show in.
         """
         ...
 
@@ -422,6 +423,12 @@ class ConversationStore(Protocol):
 
         False, and nothing recorded, when the answer is settled, no longer `holder`'s, or shows as another message.
         """
+        ...
+
+    def keep_tasks(self, channel_id: str, ts: str, tasks: dict[str, str], *, holder: str | None = None) -> bool:
+        """The answer's stream shows `tasks` still running (call id to title; empty: none), kept until the answer is
+        settled or another attempt begins to show it: the next attempt ending that stream marks them failed
+        (`Unfinished.tasks`). False, and nothing recorded, when the answer is settled or no longer `holder`'s."""
         ...
 
     def showing_unheard_beside(self, channel_id: str, ts: str, thread_ts: str | None) -> set[str | None]:

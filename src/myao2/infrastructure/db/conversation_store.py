@@ -501,14 +501,20 @@ class SqlConversationStore:
         with writing(self._engine) as connection:
             return connection.execute(_KEEP_ENDING, values).rowcount == 1
 
+    def keep_tasks(self, channel_id: str, ts: str, tasks: dict[str, str], *, holder: str | None = None) -> bool:
+        values = {"claim_channel": channel_id, "claim_ts": ts, "tasks": tasks or None, "claim_holder": holder}
+        with writing(self._engine) as connection:
+            return connection.execute(_KEEP_TASKS, values).rowcount == 1
+
     def unfinished_answer(self, channel_id: str, ts: str) -> Unfinished | None:
+        claims = _CLAIMS.c
         with reading(self._engine) as connection:
             row = connection.execute(
-                core_select(_CLAIMS.c.answer_ts, _CLAIMS.c.showing, _CLAIMS.c.unheard_start, _CLAIMS.c.ending).where(
-                    *_claim_key(channel_id, ts), _CLAIMS.c.settled_at.is_(None)
+                core_select(claims.answer_ts, claims.showing, claims.unheard_start, claims.ending, claims.tasks).where(
+                    *_claim_key(channel_id, ts), claims.settled_at.is_(None)
                 )
             ).first()
-        return None if row is None else Unfinished(row[0], bool(row[1]), row[2], row[3])
+        return None if row is None else Unfinished(row[0], bool(row[1]), row[2], row[3], row[4])
 
     def showing_unheard_beside(self, channel_id: str, ts: str, thread_ts: str | None) -> set[str | None]:
         in_thread = (
@@ -661,7 +667,7 @@ _THIS_CLAIM = (_CLAIMS.c.channel_id == bindparam("claim_channel"), _CLAIMS.c.ts 
 _HELD_HERE = (*_THIS_CLAIM, _CLAIMS.c.holder.is_not_distinct_from(bindparam("claim_holder", type_=_CLAIMS.c.holder.type)))
 """The claim, held by `holder` still: one taken over while its holder stalled is no longer changed by it."""
 _HELD = core_select(_CLAIMS.c.ts).where(*_HELD_HERE, _CLAIMS.c.settled_at.is_(None))
-_BEGIN_SHOWING = update(_CLAIMS).where(*_HELD_HERE, _CLAIMS.c.settled_at.is_(None)).values(showing=True)
+_BEGIN_SHOWING = update(_CLAIMS).where(*_HELD_HERE, _CLAIMS.c.settled_at.is_(None)).values(showing=True, tasks=None)
 _READ_INSIDE = exists(
     core_select(_CHANNELS.c.id).where(
         _CHANNELS.c.id == bindparam("claim_channel"),
@@ -680,8 +686,11 @@ _KEEP_ENDING = (
     .where(*_HELD_HERE, _CLAIMS.c.settled_at.is_(None), _CLAIMS.c.answer_ts == bindparam("answer"))
     .values(ending=bindparam("ending"))
 )
+_KEEP_TASKS = update(_CLAIMS).where(*_HELD_HERE, _CLAIMS.c.settled_at.is_(None)).values(tasks=bindparam("tasks"))
 _SETTLE = (
-    update(_CLAIMS).where(*_HELD_HERE).values(answer_ts=bindparam("answer"), settled_at=bindparam("at"), ending=None)
+    update(_CLAIMS)
+    .where(*_HELD_HERE)
+    .values(answer_ts=bindparam("answer"), settled_at=bindparam("at"), ending=None, tasks=None)
 )
 _TAKEN_BACK = (
     update(_CLAIMS)

@@ -150,6 +150,9 @@ class ClaimRow(SQLModel, table=True):
     ending: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     """The end the stream `answer_ts` lacks, left open by a stop that failed for a passing reason: the next attempt
     ends it with this (migration 0030). None once settled."""
+    tasks: dict[str, str] | None = Field(default=None, sa_column=Column(JSONText, nullable=True))
+    """The tasks the attempt's stream shows still running, call id to title: the next attempt ending that stream
+    marks them failed (migration 0034). None once settled, or as another attempt begins to show the answer."""
     settled_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime, nullable=True))
     holder: str | None = Field(default=None, max_length=64)
     """The replica whose attempt it is (see `LeaseRow`); None: nobody's (never retried, or released)."""

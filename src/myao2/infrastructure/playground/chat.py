@@ -18,6 +18,7 @@ from myao2.application.reply_stream import (
     ReplyHeldBack,
     ReplyStream,
     Started,
+    TasksRunning,
     TextDelta,
     ToolFinished,
     ToolStarted,
@@ -116,6 +117,7 @@ class PlaygroundPublisher:
         started: Started | None = None,
         unheard: Unheard | None = None,  # unused: a playground reply always shows at once
         left_open: LeftOpen | None = None,  # unused: nor is one ever left unfinished
+        tasks_running: TasksRunning | None = None,  # unused: as `left_open`
         about_to_show: AboutToShow | None = None,
         not_shown: NotShown | None = None,  # unused: its replies always show at once
     ) -> PublishedReply:
@@ -162,6 +164,7 @@ class PlaygroundPublisher:
         *,
         answering: str | None = None,
         ending: str | None = None,  # unused: no reply here is left unfinished (`publish`)
+        tasks: dict[str, str] | None = None,  # unused: as `ending`
         left_open: LeftOpen | None = None,
     ) -> str | None:
         self._emitter(answering)("done", {"ts": ts, "text": apology, "time": ts_to_datetime(ts).isoformat()})

@@ -29,6 +29,7 @@ from myao2.application.reply_stream import (
     ReplyStream,
     ReplyWithdrawn,
     Started,
+    TasksRunning,
     TextDelta,
     ToolFinished,
     ToolStarted,
@@ -112,6 +113,7 @@ class SlackReplyPublisher:
         started: Started | None = None,
         unheard: Unheard | None = None,
         left_open: LeftOpen | None = None,
+        tasks_running: TasksRunning | None = None,
         about_to_show: AboutToShow | None = None,
         not_shown: NotShown | None = None,
     ) -> PublishedReply:
@@ -126,6 +128,7 @@ class SlackReplyPublisher:
                 started,
                 unheard,
                 left_open,
+                tasks_running,
                 about_to_show,
                 not_shown,
             )
@@ -143,12 +146,14 @@ class SlackReplyPublisher:
         *,
         answering: str | None = None,
         ending: str | None = None,
+        tasks: dict[str, str] | None = None,
         left_open: LeftOpen | None = None,
     ) -> str | None:
         """Stop a stream left open (the bot stopped while it streamed, or its stop failed), ending it with `ending`
-        (what an attempt that failed to end it told `left_open` it lacks), else with `apology`; its whole text as
-        Slack tells it, None when `ts` is no open stream."""
-        return await self._end(channel_id, ts, ending or f"\n\n{apology}", answering, left_open)
+        (what an attempt that failed to end it told `left_open` it lacks), else with `apology`, and its `tasks` still
+        running marked failed; its whole text as Slack tells it, None when `ts` is no open stream."""
+        failed = [_task(call_id, title, "error") for call_id, title in (tasks or {}).items()]
+        return await self._end(channel_id, ts, ending or f"\n\n{apology}", answering, left_open, failed)
 
     async def _end(
         self,
@@ -215,6 +220,7 @@ class _Stream:
         started: Started | None,
         unheard: Unheard | None,
         left_open: LeftOpen | None,
+        tasks_running: TasksRunning | None,
         about_to_show: AboutToShow | None,
         not_shown: NotShown | None,
     ) -> None:
@@ -228,6 +234,7 @@ class _Stream:
         self._started = started
         self._unheard = unheard
         self._left_open = left_open
+        self._tasks_running = tasks_running
         self._about_to_show = about_to_show
         self._not_shown = not_shown
         self._ts: str | None = None
@@ -239,6 +246,7 @@ class _Stream:
         self._hold: asyncio.TimerHandle | None = None  # the first words' hold, once they came
         self._starting: asyncio.Task[bool] | None = None  # the stream starting with them as their hold ended
         self._tasks: dict[str, str] = {}  # call id -> title, for the tasks shown and not finished yet
+        self._tasks_told: dict[str, str] = {}  # the tasks `tasks_running` was last told
         self._broken = False  # the stream stopped taking text (e.g. expired), or its stop failed: chat.update ends it
         self._ending: str | None = None  # its whole text, once its end is sent (`_stop`): see `run`
         self._following = False  # what the message lost was posted after it (`_follow`), perhaps unheard
@@ -388,8 +396,23 @@ class _Stream:
             return await self._send([_task(event.call_id, event.title, "in_progress")])
         if isinstance(event, ToolFinished) and event.call_id in self._tasks:
             status = "complete" if event.ok else "error"
-            return await self._send([_task(event.call_id, self._tasks.pop(event.call_id), status)])
+            shown = await self._send([_task(event.call_id, self._tasks[event.call_id], status)])
+            del self._tasks[event.call_id]  # once shown finished: a killed bot never leaves it spinning
+            await self._tell_tasks()
+            return shown
         return True
+
+    async def _tell_tasks(self) -> None:
+        """Tell `tasks_running` the tasks shown still running, if they changed: before a task shows (`_call`), and
+        once a task is shown finished. A failure to is logged (a killed bot may then leave that task spinning)."""
+        if self._tasks_running is None or self._tasks == self._tasks_told:
+            return
+        try:
+            await self._tasks_running(dict(self._tasks))
+        except Exception as exc:  # noqa: BLE001 - the reply goes on
+            logger.warning("could not keep the tasks the streamed reply in %s shows running: %r", self._channel.id, exc)
+            return
+        self._tasks_told = dict(self._tasks)
 
     async def _text(self, text: str) -> bool:
         """Buffer text; start the stream with the first words once held back a while (`FIRST_WORDS_HOLD_SECONDS`),
@@ -442,6 +465,7 @@ class _Stream:
             recipients = await self._recipients()
             if self._about_to_show is not None:
                 await self._about_to_show()
+            await self._tell_tasks()
             try:
                 response = await self._client.chat_startStream(
                     channel=self._channel.id, thread_ts=self._thread_ts, chunks=chunks, **recipients
@@ -468,6 +492,7 @@ class _Stream:
                     await self._withdraw()
                     raise
         elif not self._broken:
+            await self._tell_tasks()
             try:
                 await self._client.chat_appendStream(channel=self._channel.id, ts=self._ts, chunks=chunks)
             except CALL_FAILURES as exc:
