@@ -550,20 +550,7 @@ class FakeSlack(LoopbackServer):
                 parent_user_id="USLACKBOT",
             )
             if self._bot_in(ch):
-                event_ts = self._next_ts()
-                self._emit(
-                    {
-                        "type": "message",
-                        "subtype": "message_changed",
-                        "hidden": True,
-                        "message": copy.deepcopy(msg),
-                        "previous_message": previous,
-                        "channel": ch.id,
-                        "ts": event_ts,
-                        "event_ts": event_ts,
-                        "channel_type": ch.channel_type,
-                    }
-                )
+                self._emit_changed(ch, msg, previous, self._next_ts())
 
     def convert_to_private(self, channel: str) -> None:
         """Make a public channel private and emit ``channel_converted_to_private``."""
@@ -893,20 +880,24 @@ class FakeSlack(LoopbackServer):
             msg["metadata"] = metadata
         msg["edited"] = {"user": msg.get("user"), "ts": event_ts}
         if emit and self._bot_in(ch):
-            self._emit(
-                {
-                    "type": "message",
-                    "subtype": "message_changed",
-                    "hidden": True,
-                    "message": copy.deepcopy(msg),
-                    "previous_message": previous,
-                    "channel": ch.id,
-                    "ts": event_ts,
-                    "event_ts": event_ts,
-                    "channel_type": ch.channel_type,
-                }
-            )
+            self._emit_changed(ch, msg, previous, event_ts)
         return msg
+
+    def _emit_changed(self, ch: _Channel, msg: dict[str, Any], previous: dict[str, Any], event_ts: str) -> None:
+        """Emit the ``message_changed`` event of stored message `msg`, which was `previous`."""
+        self._emit(
+            {
+                "type": "message",
+                "subtype": "message_changed",
+                "hidden": True,
+                "message": copy.deepcopy(msg),
+                "previous_message": previous,
+                "channel": ch.id,
+                "ts": event_ts,
+                "event_ts": event_ts,
+                "channel_type": ch.channel_type,
+            }
+        )
 
     def _emit_message(self, ch: _Channel, msg: dict[str, Any]) -> None:
         """Emit the ``message`` event of a stored message, plus ``app_mention`` if it mentions the bot."""
