@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -82,6 +82,7 @@ class FakeWriter:
         self.block: asyncio.Event | None = None
         self.unavailable = False
         self.pause = 0.0  # seconds between its words and the end of its reply
+        self.until: Callable[[], bool] | None = None  # then, polled: its reply ends once this is true
 
     async def stream(self, context: PromptContext, origin: Origin) -> ReplyStream:
         self.calls += 1
@@ -93,6 +94,8 @@ class FakeWriter:
         yield TextDelta(f"answer {self.calls}")
         if self.pause:
             await asyncio.sleep(self.pause)
+        while self.until is not None and not self.until():
+            await asyncio.sleep(0.01)
         yield ReplyDone(f"answer {self.calls}")
 
 
