@@ -91,8 +91,8 @@ BOT_SETTINGS = {
 class _ReportingSlack(FakeSlack):
     """A FakeSlack that reports connections and the bot's posts on stdout, one JSON line each."""
 
-    def _record_post(self, method: str, ch: Any, msg: dict[str, Any]) -> None:
-        super()._record_post(method, ch, msg)
+    def _record_post(self, method: str, ch: Any, msg: dict[str, Any], markdown: bool) -> None:
+        super()._record_post(method, ch, msg, markdown)
         _line({"post": {"method": method, "ts": msg["ts"], "thread_ts": msg.get("thread_ts")}})
 
     async def _write_loop(self, conn: Any) -> None:
