@@ -534,6 +534,29 @@ async def test_an_answer_falling_due_just_after_a_catch_up_read_ends_the_wait_at
     assert await world.retry_after(0) == 1
 
 
+@pytest.mark.parametrize("failing", ["due_answers", "next_attempt"])
+async def test_an_answer_due_when_a_catch_up_fails_ends_the_wait_after_it_at_once(
+    world: World, monkeypatch: pytest.MonkeyPatch, failing: str
+) -> None:
+    """A catch-up failing (the database, once) takes up nothing: an answer due then is still due at the wait after
+    it, not passed over as read (the bot slept until something else woke it)."""
+    world.chat.fail_posts = 1
+    await world.answer(world.mention())  # due again 10 s after it was claimed
+    await asyncio.wait_for(world.answer.wait_until_due(), 30)  # the failure is seen at once
+    world.clock.advance(10)
+    real = getattr(world.store, failing)
+
+    def fails_once(*args: Any, **kwargs: Any) -> Any:
+        monkeypatch.setattr(world.store, failing, real)
+        raise ConnectionError("the database is down")
+
+    monkeypatch.setattr(world.store, failing, fails_once)
+    with pytest.raises(ConnectionError):
+        await world.answer.catch_up()
+    await asyncio.wait_for(world.answer.wait_until_due(), 30)
+    assert await world.retry_after(0) == 1
+
+
 async def test_an_attempt_outliving_its_due_time_does_not_end_the_wait_again_and_again(world: World) -> None:
     """A catch-up passes over an answer due whose attempt still runs: the wait after it sleeps (no busy loop) until
     that attempt fails."""

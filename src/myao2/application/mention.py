@@ -183,6 +183,14 @@ class AnswerMention:
         """
         now = self._clock.now()
         self._read_until = max(now, self._read_until or now)
+        try:
+            return await self._take_up_owed(now)
+        except Exception:
+            self._due.set()  # what it did not take up is still due: the wait after this failure ends at once
+            raise
+
+    async def _take_up_owed(self, now: datetime) -> int:
+        """`catch_up` as of `now`."""
         since = now - timedelta(seconds=self._settings.catchup_seconds)
 
         def read() -> tuple[list[Message], list[PendingAnswer]]:
@@ -210,8 +218,8 @@ class AnswerMention:
         return started
 
     async def wait_until_due(self) -> None:
-        """Return when `catch_up` may find an answer due: when the next one falls due, an attempt here failed,
-        or `wake` was called.
+        """Return when `catch_up` may find an answer due: when the next one falls due, an attempt or a catch-up
+        here failed, or `wake` was called.
 
         Sleeps meanwhile, however long; nothing is polled. Answers other replicas
         owe are taken up once they are gone (`wake`).
