@@ -243,6 +243,23 @@ async def test_a_mention_is_answered_once_in_its_thread_and_settled(world: World
     assert await world.retry_after(3600) == 0
 
 
+@pytest.mark.parametrize("ahead", [False, True], ids=["claimed", "claimed ahead"])
+async def test_a_mention_whose_event_comes_after_its_deletion_is_not_answered(world: World, ahead: bool) -> None:
+    """Slack's events come in any order, and one redelivered late: a message deleted before its event came is not
+    claimed, so not answered (the deletion settled no claim, there was none yet)."""
+    message = world.mention()
+    world.store.delete_message("C1", message.ts)
+    if ahead:
+        claim = world.answer.claim_ahead(message)
+        assert claim is not None
+        await world.answer.take_up(message, claim.claim())
+    else:
+        await world.answer(message)
+    assert world.chat.posts == []
+    assert world.writer.calls == 0
+    assert await world.retry_after(3600) == 0
+
+
 async def test_an_answer_that_shows_before_the_reaction_is_due_gets_no_reaction(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -362,7 +362,8 @@ class ConversationStore(Protocol):
     def claim(
         self, channel_id: str, ts: str, retry_at: datetime | None = None, *, holder: str | None = None
     ) -> bool:
-        """Mark a message as taken up for an answer; True only for the first claim (of any replica).
+        """Mark a message as taken up for an answer; True only for the first claim (of any replica), and never for a
+        message deleted (`delete_message`: its event may come after its deletion's).
 
         With `retry_at` the claim also starts the answer's first attempt: until it is
         settled, the answer is due again from `retry_at` on, for `holder` (the replica

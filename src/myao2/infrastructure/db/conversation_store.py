@@ -455,7 +455,7 @@ class SqlConversationStore:
             "attempts": 0 if retry_at is None else 1,
             "next_attempt_at": retry_at,
         }
-        return self._insert(ClaimRow, values)
+        return self._insert(ClaimRow, values, unless_deleted=True)
 
     def next_attempt(
         self, channel_id: str, ts: str, attempts: int, retry_at: datetime, *, holder: str | None = None
@@ -616,24 +616,23 @@ class SqlConversationStore:
 
     # -- helpers -------------------------------------------------------------
 
-    def _insert(self, model: type[SQLModel], values: dict[str, Any]) -> bool:
+    def _insert(self, model: type[SQLModel], values: dict[str, Any], *, unless_deleted: bool = False) -> bool:
         """Insert a row in its own transaction (or the one `writes_together` holds, on SQLite and PostgreSQL);
-        False when its key is already taken.
+        False when its key is already taken, or (`unless_deleted`) its message was deleted.
 
         A Core statement built once per table, columns and dialect (`_insert_ignoring`), the values bound
         at each run; on SQLite and PostgreSQL no exception for a taken key.
         """
         dialect = self._engine.dialect.name
-        statement = _insert_ignoring(_table(model), tuple(values), dialect)
+        statement = _insert_ignoring(_table(model), tuple(values), dialect, unless_deleted)
         if dialect in INSERT_IGNORING:
             with writing(self._engine) as connection:
                 return connection.execute(statement, values).rowcount == 1
         try:
             with self._engine.begin() as connection:
-                connection.execute(statement, values)
+                return connection.execute(statement, values).rowcount == 1
         except IntegrityError:
             return False
-        return True
 
     def _update(self, model: type[SQLModel], where: list[Any], values: dict[str, Any]) -> None:
         with writing(self._engine) as connection:
@@ -770,41 +769,38 @@ def _save_message(connection: Connection, message: Message) -> bool:
 
     One statement, so a deletion committed meanwhile by another thread is respected.
     """
-    dialect = connection.dialect.name
-    if dialect in INSERT_IGNORING:
-        return connection.execute(_insert_message(dialect), _message_row(message)).rowcount == 1
+    statement = _insert_message(connection.dialect.name)
+    if connection.dialect.name in INSERT_IGNORING:
+        return connection.execute(statement, _message_row(message)).rowcount == 1
     try:
         with connection.begin_nested():
-            return connection.execute(_insert_message(dialect), _message_row(message)).rowcount == 1
+            return connection.execute(statement, _message_row(message)).rowcount == 1
     except IntegrityError:
         return False
 
 
 @lru_cache(maxsize=None)
-def _insert_ignoring(table: Table, columns: tuple[str, ...], dialect: str) -> Executable:
+def _insert_ignoring(table: Table, columns: tuple[str, ...], dialect: str, unless_deleted: bool = False) -> Executable:
     """`_insert`'s statement, built once (building it cost more than running it): a row of `columns`,
-    their values bound at each run, skipped where the dialect can skip a taken key."""
+    their values bound at each run, skipped where the dialect can skip a taken key; with `unless_deleted`, also
+    where the message its `channel_id` and `ts` name was deleted (in Slack, or by retention)."""
     values = {name: bindparam(name, type_=table.c[name].type) for name in columns}
     insert_ignoring = INSERT_IGNORING.get(dialect)
-    if insert_ignoring is None:
-        return insert(table).values(values)
-    return insert_ignoring(table).values(values).on_conflict_do_nothing()
+    statement = insert(table) if insert_ignoring is None else insert_ignoring(table)
+    if unless_deleted:
+        here = (values["channel_id"], values["ts"])
+        tombstoned = exists().where(TombstoneRow.channel_id == here[0], TombstoneRow.ts == here[1])
+        expired = exists().where(ExpiredMessageRow.channel_id == here[0], ExpiredMessageRow.ts == here[1])
+        statement = statement.from_select(list(values), core_select(*values.values()).where(~tombstoned, ~expired))
+    else:
+        statement = statement.values(values)
+    return statement if insert_ignoring is None else statement.on_conflict_do_nothing()
 
 
 @lru_cache(maxsize=None)
 def _insert_message(dialect: str) -> Executable:
-    """The statement of `_save_message`, built once per dialect (building it cost more than running it),
-    the message's values bound at each run: those of `_message_row`."""
-    table = _table(MessageRow)
-    values = {name: bindparam(name, type_=table.c[name].type) for name in _MESSAGE_COLUMNS}
-    here = (values["channel_id"], values["ts"])
-    tombstoned = exists().where(TombstoneRow.channel_id == here[0], TombstoneRow.ts == here[1])
-    expired = exists().where(ExpiredMessageRow.channel_id == here[0], ExpiredMessageRow.ts == here[1])
-    source = core_select(*values.values()).where(~tombstoned, ~expired)
-    insert_ignoring = INSERT_IGNORING.get(dialect)
-    if insert_ignoring is None:
-        return insert(table).from_select(list(values), source)
-    return insert_ignoring(table).from_select(list(values), source).on_conflict_do_nothing()
+    """The statement of `_save_message`, the message's values bound at each run: those of `_message_row`."""
+    return _insert_ignoring(_table(MessageRow), _MESSAGE_COLUMNS, dialect, unless_deleted=True)
 
 
 def _drop_digest(connection: Connection, channel_id: str, ts: str) -> None:
