@@ -549,18 +549,24 @@ def test_the_end_a_stream_left_open_lacks_is_kept_with_its_claim_for_that_stream
     assert rows(engine, "SELECT channel_id, ending FROM claims ORDER BY channel_id") == [("C1", None), ("D1", None)]
 
 
-def test_the_end_kept_with_an_unsettled_claim_goes_with_the_text_of_its_mention(
+def test_the_end_and_tasks_kept_with_an_unsettled_claim_go_with_the_text_of_its_mention(
     store: SqlConversationStore, engine: Engine
 ) -> None:
-    # An answer never settled (its mention older than the catch-up window) kept its words for good.
+    # An answer never settled (its mention older than the catch-up window) kept its words for good, and its tasks'
+    # titles, which quote the model's tool arguments.
     for n in (0, 1):
         store.save_message(msg(n, "question"))
         store.claim("C1", ts(n))
+        assert store.begin_showing("C1", ts(n))
+        assert store.keep_tasks("C1", ts(n), {f"call{n}": f"Reading the memo secret {n}"})
         store.start_answer("C1", ts(n), ts(n + 10))
         assert store.keep_ending("C1", ts(n), ts(n + 10), f" the rest {n}")
 
     store.expire_messages("C1", [ts(0)])
-    assert rows(engine, "SELECT ts, ending FROM claims ORDER BY ts") == [(ts(0), None), (ts(1), " the rest 1")]
+    assert store.unfinished_answer("C1", ts(0)) == Unfinished(ts(10), True)
+    assert store.unfinished_answer("C1", ts(1)) == Unfinished(
+        ts(11), True, ending=" the rest 1", tasks={"call1": "Reading the memo secret 1"}
+    )
 
 
 def test_writes_together_are_committed_once_or_not_at_all(store: SqlConversationStore, engine: Engine) -> None:

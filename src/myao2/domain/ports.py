@@ -293,7 +293,7 @@ class ConversationStore(Protocol):
 
     def expire_messages(self, channel_id: str, ts: Sequence[str]) -> None:
         """Delete these messages' text for good (retention), keeping who said them when; none is stored again. The
-        end kept for an answer to one of them (`keep_ending`) goes too."""
+        end and the tasks kept for an answer to one of them (`keep_ending`, `keep_tasks`) go too."""
         ...
 
     def newest_by_author(self) -> dict[tuple[str, str], str]:

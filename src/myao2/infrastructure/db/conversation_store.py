@@ -346,10 +346,14 @@ class SqlConversationStore:
                 )
             )
             connection.execute(delete(messages).where(*gone))
-            connection.execute(  # the end an answer to one of them lacks (`keep_ending`) goes with its text
+            connection.execute(  # what an answer to one of them keeps of its words (`keep_ending`, `keep_tasks`) goes
                 update(_CLAIMS)
-                .where(_CLAIMS.c.channel_id == channel_id, _CLAIMS.c.ts.in_(list(ts)), _CLAIMS.c.ending.is_not(None))
-                .values(ending=None)
+                .where(
+                    _CLAIMS.c.channel_id == channel_id,
+                    _CLAIMS.c.ts.in_(list(ts)),
+                    or_(_CLAIMS.c.ending.is_not(None), _CLAIMS.c.tasks.is_not(None)),
+                )
+                .values(ending=None, tasks=None)
             )
 
     def channels(self) -> list[Channel]:
