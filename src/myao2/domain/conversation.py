@@ -130,7 +130,8 @@ class BotIdentity:
 
 
 CLOCK_SKEW = timedelta(seconds=2)
-"""How far Slack's clock (message ts) may be ahead of ours."""
+"""How far our clock may be ahead of Slack's (message ts): a message Slack stamped up to this long before a fetch
+began, by our clock, may have been posted after it began."""
 
 
 @dataclass(frozen=True)
