@@ -11,6 +11,7 @@ then (the thread it found running, the event loop's when all wait), the rest is 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import subprocess
@@ -63,6 +64,12 @@ def thread_counts(folder: Path) -> dict[int, tuple[int, bool, set[str]]]:
                 found[thread] = part, count, set(_OBJECT.findall(text))
     last = max((part for part, _, _ in found.values()), default=0)
     return {thread: (count, part == last and part > 1, objects) for thread, (part, count, objects) in found.items()}
+
+
+def tree_env(src: Path) -> dict[str, str]:
+    """The environment of a counted script using the bot's modules from `src` and the project's own (the tests'
+    fakes): a fixed hash seed, so that two trees run alike."""
+    return {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{ROOT}", "PYTHONHASHSEED": "0"}
 
 
 def parts(script: str, args: Sequence[str], folder: Path, parts: int, **run: Any) -> list[int]:

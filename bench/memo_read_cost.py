@@ -14,7 +14,6 @@ one's, for A/B figures.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -89,8 +88,8 @@ for size in SIZES:
 
 def measure(src: Path, folder: Path, reads: int) -> list[int]:
     """Each stage's instructions per read with the bot's modules from `src`."""
-    env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{ROOT}", "PYTHONHASHSEED": "0"}
     args = [str(reads), *map(str, SIZES)]
+    env = callgrind.tree_env(src)
     counted = callgrind.parts(SCRIPT, args, folder, len(SIZES) * (len(READERS) + 1), env=env, cwd=ROOT)
     per_size = len(READERS) + 1  # the notebook's making, then each reader's reads
     return [counted[i] // reads for i in range(len(counted)) if i % per_size]

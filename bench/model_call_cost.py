@@ -22,7 +22,6 @@ checkout of main) beside this one's, for A/B figures.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -115,7 +114,7 @@ asyncio.run(main())
 
 def measure(src: Path, folder: Path, calls: int, transport: str) -> list[int]:
     """Each stage's instructions per call with the bot's modules from `src`."""
-    env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{ROOT}", "PYTHONHASHSEED": "0"}
+    env = callgrind.tree_env(src)
     counted = callgrind.parts(SCRIPT, [str(calls), transport], folder, len(STAGES) + 1, env=env, cwd=ROOT)
     return [count // calls for count in counted[1:]]  # part 1: start-up and warm-up
 

@@ -20,7 +20,6 @@ figures. Under callgrind a tree takes 1-2 minutes of CPU.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -112,7 +111,7 @@ asyncio.run(main())
 
 def measure(src: Path, folder: Path, replies: int) -> list[int]:
     """Each stage's instructions per reply with the bot's modules from `src`."""
-    env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{ROOT}", "PYTHONHASHSEED": "0"}
+    env = callgrind.tree_env(src)
     counted = callgrind.parts(SCRIPT, [str(replies)], folder, len(STAGES) + 1, env=env, cwd=ROOT)
     return [count // replies for count in counted[1:]]  # part 1: start-up and warm-up
 
